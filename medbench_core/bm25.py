@@ -1,0 +1,78 @@
+"""BM25 through bm25s: Lucene scoring, English stopwords, Snowball stemming (PyStemmer).
+
+Scores come from bm25s; the top-k selection is ours so that ties are ordered by doc id
+(bm25s, like FAISS, leaves their order undefined).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from medbench_core.errors import DataError
+from medbench_core.ranking import rank_scores
+
+DEFAULTS = {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}
+FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy", "params.index.json", "vocab.index.json")
+
+
+def bm25_settings(settings: dict[str, Any] | None) -> dict[str, Any]:
+    out = dict(DEFAULTS)
+    out.update({k: v for k, v in (settings or {}).items() if k in DEFAULTS})
+    return out
+
+
+def _stemmer(name: str | None):
+    if not name:
+        return None
+    import Stemmer
+
+    return Stemmer.Stemmer(name)
+
+
+def tokenize(texts: list[str], settings: dict[str, Any]) -> list[list[str]]:
+    import bm25s
+
+    s = bm25_settings(settings)
+    return bm25s.tokenize(texts, stopwords=s["stopwords"], stemmer=_stemmer(s["stemmer"]), return_ids=False, show_progress=False)
+
+
+def fit(corpus_texts: list[str], settings: dict[str, Any] | None = None):
+    """Index ``corpus_texts`` with bm25s; returns the ``bm25s.BM25`` object."""
+    import bm25s
+
+    s = bm25_settings(settings)
+    if not corpus_texts:
+        raise DataError("BM25: the corpus is empty")
+    retriever = bm25s.BM25(k1=float(s["k1"]), b=float(s["b"]), method=s["method"])
+    retriever.index(tokenize(corpus_texts, s), show_progress=False)
+    return retriever
+
+
+def save(retriever, folder: Path) -> list[str]:
+    retriever.save(str(folder), allow_pickle=False)
+    return [f for f in FILES if (folder / f).exists()]
+
+
+def load(folder: Path):
+    import bm25s
+
+    return bm25s.BM25.load(str(folder), allow_pickle=False)
+
+
+def search(
+    retriever,
+    query_ids: list[str],
+    query_texts: list[str],
+    doc_ids: list[str],
+    k: int,
+    settings: dict[str, Any] | None = None,
+    candidates: dict[str, np.ndarray] | None = None,
+) -> pl.DataFrame:
+    """Top ``k`` documents per query by BM25 score, ties by doc id."""
+    tokens = tokenize(query_texts, bm25_settings(settings))
+    rows = (retriever.get_scores(t) for t in tokens)
+    return rank_scores(query_ids, doc_ids, rows, k, candidates=candidates)

@@ -1,0 +1,137 @@
+"""FAISS indices: build (on a GPU where one exists), save, load and exact search with ties by doc id.
+
+FAISS loads a file with a flipped data byte silently, so callers verify the artifact's sha256
+manifest (:mod:`medbench_core.storage`) before :func:`load_index`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from medbench_core.errors import DataError
+from medbench_core.ranking import doc_order, run_frame, topk
+from medbench_core.storage import atomic_path
+
+INDEX_TYPES = ("flat", "ivf", "hnsw")
+
+
+def gpu_available() -> bool:
+    import faiss
+
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def build_index(emb: np.ndarray, spec: dict[str, Any] | None = None, use_gpu: bool | None = None) -> tuple[Any, dict[str, Any]]:
+    """Build an inner-product index over ``emb``; returns ``(cpu_index, info)``.
+
+    ``spec``: ``{"type": "flat"}``, ``{"type": "ivf", "nlist": 64, "nprobe": 8}`` or
+    ``{"type": "hnsw", "m": 32, "ef_search": 128}``. With a GPU (``use_gpu`` None means
+    "if present") flat and IVF are built there and copied back with ``index_gpu_to_cpu``;
+    HNSW has no GPU build in FAISS and is always built on the CPU. ``info`` records the choice.
+    """
+    import faiss
+
+    spec = dict(spec or {"type": "flat"})
+    kind = spec.get("type", "flat")
+    if kind not in INDEX_TYPES:
+        raise DataError(f"index type {kind!r} unknown; use one of {INDEX_TYPES}")
+    emb = np.ascontiguousarray(emb, dtype=np.float32)
+    if emb.ndim != 2 or emb.shape[0] == 0:
+        raise DataError(f"cannot index embeddings of shape {emb.shape}")
+    n, dim = emb.shape
+    if kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif kind == "ivf":
+        nlist = int(spec.get("nlist", max(1, min(4096, int(np.sqrt(n))))))
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.nprobe = int(spec.get("nprobe", min(nlist, 8)))
+    else:
+        index = faiss.IndexHNSWFlat(dim, int(spec.get("m", 32)), faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = int(spec.get("ef_construction", 200))
+        index.hnsw.efSearch = int(spec.get("ef_search", 128))
+
+    want_gpu = gpu_available() if use_gpu is None else use_gpu
+    on_gpu = bool(want_gpu and kind != "hnsw")
+    if on_gpu:
+        res = faiss.StandardGpuResources()
+        gpu_index = faiss.index_cpu_to_gpu(res, 0, index)
+        if kind == "ivf":
+            gpu_index.train(emb)
+        gpu_index.add(emb)
+        index = faiss.index_gpu_to_cpu(gpu_index)
+    else:
+        if kind == "ivf":
+            index.train(emb)
+        index.add(emb)
+    info = {"type": kind, "params": spec, "built_on": "gpu" if on_gpu else "cpu", "ntotal": int(index.ntotal), "dim": dim, "faiss_version": faiss.__version__}
+    return index, info
+
+
+def save_index(index: Any, path: str | Path) -> None:
+    import faiss
+
+    with atomic_path(path) as tmp:
+        faiss.write_index(index, str(tmp))
+
+
+def load_index(path: str | Path) -> Any:
+    import faiss
+
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: index file not found")
+    try:
+        return faiss.read_index(str(path))
+    except RuntimeError as exc:
+        raise DataError(f"{path}: FAISS could not read the index ({str(exc).splitlines()[0]})") from exc
+
+
+def search(
+    index: Any,
+    queries: np.ndarray,
+    query_ids: list[str],
+    doc_ids: list[str],
+    k: int,
+    *,
+    doc_emb: np.ndarray | None = None,
+    candidates: dict[str, np.ndarray] | None = None,
+) -> pl.DataFrame:
+    """Top ``k`` documents per query, ties broken by doc id (see :mod:`medbench_core.ranking`).
+
+    FAISS's own order among equal scores is undefined, so each query asks for a margin beyond
+    ``k`` and asks again for everything when a tie reaches the margin. With ``candidates`` the
+    query scores only its own pool against ``doc_emb`` (exact).
+    """
+    import faiss
+
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    n = len(doc_ids)
+    tie = doc_order(doc_ids)
+    hits: list[tuple[np.ndarray, np.ndarray]] = []
+    if candidates is not None:
+        if doc_emb is None:
+            raise DataError("candidate-set search needs the document embeddings")
+        for qi, qid in enumerate(query_ids):
+            pool = candidates.get(qid, np.empty(0, dtype=np.int64))
+            sc = doc_emb[pool] @ queries[qi]
+            sel = topk(sc, tie[pool], k)
+            hits.append((pool[sel], sc[sel]))
+        return run_frame(query_ids, hits, doc_ids)
+
+    k2 = min(n, k + 32)
+    scores, idx = index.search(queries, k2)
+    exact = isinstance(index, faiss.IndexFlat)
+    for qi in range(len(query_ids)):
+        sc, ix = scores[qi], idx[qi]
+        valid = ix >= 0
+        sc, ix = sc[valid], ix[valid]
+        if exact and k2 < n and len(sc) >= k and sc[-1] == sc[min(k, len(sc)) - 1]:
+            full_s, full_i = index.search(queries[qi : qi + 1], n)
+            sc, ix = full_s[0], full_i[0]
+        sel = topk(sc, tie[ix], k)
+        hits.append((ix[sel], sc[sel]))
+    return run_frame(query_ids, hits, doc_ids)

@@ -1,0 +1,292 @@
+"""The task data model: queries, corpus, graded qrels and task metadata, in polars.
+
+Every query and document carries language, modality, discipline, concept ids and a licence.
+Images are referenced by a path relative to the task's ``image_root`` (a folder inside the
+task's own directory), never by an absolute path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from medbench_core.errors import DataError
+from medbench_core.storage import sha256_file
+
+MODALITIES = ("text", "image", "both")
+UNKNOWN_LICENCE = "unknown"
+
+QUERY_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.Utf8,
+    "text": pl.Utf8,
+    "image": pl.Utf8,
+    "language": pl.Utf8,
+    "modality": pl.Utf8,
+    "discipline": pl.Utf8,
+    "concept_ids": pl.List(pl.Utf8),
+    "tier": pl.Utf8,
+    "licence": pl.Utf8,
+}
+
+CORPUS_SCHEMA: dict[str, pl.DataType] = {
+    "doc_id": pl.Utf8,
+    "title": pl.Utf8,
+    "text": pl.Utf8,
+    "image": pl.Utf8,
+    "language": pl.Utf8,
+    "modality": pl.Utf8,
+    "discipline": pl.Utf8,
+    "concept_ids": pl.List(pl.Utf8),
+    "licence": pl.Utf8,
+}
+
+QRELS_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.Utf8,
+    "doc_id": pl.Utf8,
+    "relevance": pl.Int32,
+}
+
+# A candidate-set task ranks each query only against its own pool.
+CANDIDATES_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.Utf8,
+    "doc_id": pl.Utf8,
+}
+
+_KEYS = {"queries": "query_id", "corpus": "doc_id"}
+
+
+@dataclass(frozen=True)
+class TaskMeta:
+    """What a task is: where it came from, its licences, modalities and main metric."""
+
+    name: str
+    source: str
+    description: str = ""
+    licences: tuple[str, ...] = ()
+    query_modality: str = "text"
+    doc_modality: str = "text"
+    main_metric: str = "ndcg_at_10"
+    languages: tuple[str, ...] = ("en",)
+    research_only: bool = False
+    source_revision: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["licences"] = list(self.licences)
+        d["languages"] = list(self.languages)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TaskMeta":
+        known = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        d["licences"] = tuple(d.get("licences", ()))
+        d["languages"] = tuple(d.get("languages", ("en",)))
+        return cls(**d)
+
+
+@dataclass
+class Task:
+    """A curated retrieval task. ``image_root`` is the folder image references resolve in."""
+
+    meta: TaskMeta
+    queries: pl.DataFrame
+    corpus: pl.DataFrame
+    qrels: pl.DataFrame
+    candidates: pl.DataFrame | None = None
+    image_root: Path | None = None
+    _hash: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    def content_hash(self) -> str:
+        """sha256 over the canonical content: sorted rows of every frame, metadata and image bytes."""
+        if self._hash is None:
+            self._hash = content_hash(self)
+        return self._hash
+
+    def resolve_image(self, ref: str) -> Path:
+        """Path of an image reference, refusing any that leaves ``image_root``."""
+        if self.image_root is None:
+            raise DataError(f"task {self.name}: image {ref!r} referenced but the task has no image folder")
+        return resolve_inside(self.image_root, ref, what=f"task {self.name}")
+
+    def doc_text(self) -> list[str]:
+        """Text side of every document, title and body joined as MTEB and BEIR do."""
+        return [
+            (f"{t} {x}" if t else (x or "")).strip()
+            for t, x in zip(self.corpus["title"].fill_null(""), self.corpus["text"].fill_null(""))
+        ]
+
+
+def resolve_inside(root: Path, ref: str, what: str = "") -> Path:
+    """Resolve ``ref`` under ``root``; refuse absolute paths, ``..`` and symlinks that escape."""
+    where = f"{what}: " if what else ""
+    if not ref:
+        raise DataError(f"{where}empty image reference")
+    p = Path(ref)
+    if p.is_absolute():
+        raise DataError(f"{where}image {ref!r} is an absolute path; references must be relative to {root}")
+    if ".." in p.parts:
+        raise DataError(f"{where}image {ref!r} contains '..' and would leave {root}")
+    root_real = Path(root).resolve()
+    full = Path(root) / p
+    if full.is_symlink() or any(q.is_symlink() for q in list(full.parents)[: len(p.parts) - 1]):
+        raise DataError(f"{where}image {ref!r} is a symbolic link; links are refused")
+    real = full.resolve()
+    if root_real != real and root_real not in real.parents:
+        raise DataError(f"{where}image {ref!r} resolves to {real}, outside {root_real}")
+    return full
+
+
+def empty_frame(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)
+
+
+def conform(df: pl.DataFrame, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:
+    """Give ``df`` exactly ``schema``'s columns in order, adding missing optional ones as nulls.
+
+    Required columns (ids, and qrels relevance) must be present.
+    """
+    required = {"query_id", "doc_id", "relevance"} & set(schema)
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise DataError(f"{what}: missing required column(s) {missing}; found {df.columns}")
+    cols = []
+    for name, dtype in schema.items():
+        if name in df.columns:
+            cols.append(pl.col(name).cast(dtype))
+        else:
+            cols.append(pl.lit(None, dtype=dtype).alias(name))
+    return df.select(cols)
+
+
+def _frame_digest(df: pl.DataFrame | None, key: list[str]) -> str:
+    if df is None:
+        return "none"
+    df = df.sort(key)
+    # NDJSON of sorted rows is stable across parquet writer versions.
+    return hashlib.sha256(df.write_ndjson().encode("utf-8")).hexdigest()
+
+
+def content_hash(task: Task) -> str:
+    h = hashlib.sha256()
+    meta = task.meta.to_dict()
+    h.update(json.dumps(meta, sort_keys=True).encode())
+    h.update(_frame_digest(task.queries, ["query_id"]).encode())
+    h.update(_frame_digest(task.corpus, ["doc_id"]).encode())
+    h.update(_frame_digest(task.qrels, ["query_id", "doc_id"]).encode())
+    h.update(_frame_digest(task.candidates, ["query_id", "doc_id"]).encode())
+    refs = sorted(
+        set(task.queries["image"].drop_nulls().to_list()) | set(task.corpus["image"].drop_nulls().to_list())
+    )
+    for ref in refs:
+        h.update(ref.encode())
+        h.update(sha256_file(task.resolve_image(ref)).encode())
+    return h.hexdigest()
+
+
+def make_task(
+    meta: TaskMeta,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    qrels: pl.DataFrame,
+    candidates: pl.DataFrame | None = None,
+    image_root: Path | None = None,
+) -> Task:
+    """Build a Task with every frame conformed to its schema."""
+    return Task(
+        meta=meta,
+        queries=conform(queries, QUERY_SCHEMA, f"task {meta.name} queries"),
+        corpus=conform(corpus, CORPUS_SCHEMA, f"task {meta.name} corpus"),
+        qrels=conform(qrels, QRELS_SCHEMA, f"task {meta.name} qrels"),
+        candidates=None if candidates is None else conform(candidates, CANDIDATES_SCHEMA, f"task {meta.name} candidates"),
+        image_root=image_root,
+    )
+
+
+def check_referential_integrity(task: Task) -> None:
+    """Raise DataError naming the ids when qrels or candidates point at unknown queries or documents."""
+    qids = set(task.queries["query_id"].to_list())
+    dids = set(task.corpus["doc_id"].to_list())
+    for what, df in (("qrels", task.qrels), ("candidates", task.candidates)):
+        if df is None:
+            continue
+        bad_q = sorted(set(df["query_id"].to_list()) - qids)
+        bad_d = sorted(set(df["doc_id"].to_list()) - dids)
+        if bad_q:
+            raise DataError(f"task {task.name}: {what} name {len(bad_q)} unknown query id(s): {bad_q[:10]}")
+        if bad_d:
+            raise DataError(f"task {task.name}: {what} name {len(bad_d)} unknown document id(s): {bad_d[:10]}")
+    for what, df, key in (("queries", task.queries, "query_id"), ("corpus", task.corpus, "doc_id")):
+        dup = df.filter(pl.col(key).is_duplicated())[key].unique().sort().to_list()
+        if dup:
+            raise DataError(f"task {task.name}: duplicate {key} in {what}: {dup[:10]}")
+
+
+# --- Parquet persistence -----------------------------------------------------------------
+
+TASK_FILES = ("queries.parquet", "corpus.parquet", "qrels.parquet", "candidates.parquet", "task.json")
+
+
+def save_task(task: Task, folder: Path) -> list[str]:
+    """Write a task's frames and metadata into ``folder`` (which the caller makes atomic).
+
+    Images are copied under ``folder/images`` so the curated task is self-contained.
+    """
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for fname, df in (
+        ("queries.parquet", task.queries),
+        ("corpus.parquet", task.corpus),
+        ("qrels.parquet", task.qrels),
+        ("candidates.parquet", task.candidates),
+    ):
+        if df is None:
+            continue
+        df.write_parquet(folder / fname, statistics=False)
+        names.append(fname)
+    refs = sorted(
+        set(task.queries["image"].drop_nulls().to_list()) | set(task.corpus["image"].drop_nulls().to_list())
+    )
+    for ref in refs:
+        src = task.resolve_image(ref)
+        dst = folder / "images" / ref
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        names.append(f"images/{ref}")
+    info = {"meta": task.meta.to_dict(), "content_hash": task.content_hash()}
+    (folder / "task.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    names.append("task.json")
+    return names
+
+
+def load_task(folder: Path) -> Task:
+    """Read a task written by :func:`save_task`; the caller verifies the manifest first."""
+    folder = Path(folder)
+    path = folder / "task.json"
+    if not path.exists():
+        raise DataError(f"{path}: not found; materialise the task first")
+    info = json.loads(path.read_text())
+    cand = folder / "candidates.parquet"
+    images = folder / "images"
+    task = Task(
+        meta=TaskMeta.from_dict(info["meta"]),
+        queries=pl.read_parquet(folder / "queries.parquet"),
+        corpus=pl.read_parquet(folder / "corpus.parquet"),
+        qrels=pl.read_parquet(folder / "qrels.parquet"),
+        candidates=pl.read_parquet(cand) if cand.exists() else None,
+        image_root=images if images.exists() else None,
+    )
+    task._hash = info["content_hash"]
+    return task

@@ -1,0 +1,79 @@
+"""Top-k selection with a defined tie-break.
+
+Equal scores are ordered by document id in descending byte order, the order trec_eval uses
+when it reads a run (``comp_sim_docno``), so the rank written in a TREC file is the rank
+trec_eval evaluates. Neither FAISS nor bm25s define an order among ties; this module does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+RUN_SCHEMA = {"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int32}
+
+
+def doc_order(doc_ids: list[str]) -> np.ndarray:
+    """Position of each doc id in descending id order (0 = largest id), used as a tie key."""
+    order = sorted(range(len(doc_ids)), key=lambda i: doc_ids[i], reverse=True)
+    pos = np.empty(len(doc_ids), dtype=np.int64)
+    pos[np.asarray(order, dtype=np.int64)] = np.arange(len(doc_ids))
+    return pos
+
+
+def topk(scores: np.ndarray, tie_key: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` best scores, ties by ascending ``tie_key``; exact, O(n log k)."""
+    n = scores.shape[0]
+    if k >= n:
+        cand = np.arange(n)
+    else:
+        kth = np.partition(scores, n - k)[n - k]
+        cand = np.flatnonzero(scores >= kth)  # keeps every tie at the boundary
+    order = np.lexsort((tie_key[cand], -scores[cand].astype(np.float64)))
+    return cand[order[:k]]
+
+
+def run_frame(query_ids: list[str], hits: list[tuple[np.ndarray, np.ndarray]], doc_ids: list[str]) -> pl.DataFrame:
+    """Assemble a run (query_id, doc_id, score, rank) from per-query (indices, scores)."""
+    q_col: list[str] = []
+    d_col: list[str] = []
+    s_col: list[float] = []
+    r_col: list[int] = []
+    for qid, (idx, sc) in zip(query_ids, hits):
+        for rank, (i, s) in enumerate(zip(idx.tolist(), sc.tolist()), start=1):
+            q_col.append(qid)
+            d_col.append(doc_ids[i])
+            s_col.append(float(s))
+            r_col.append(rank)
+    return pl.DataFrame({"query_id": q_col, "doc_id": d_col, "score": s_col, "rank": r_col}, schema=RUN_SCHEMA)
+
+
+def rank_scores(
+    query_ids: list[str],
+    doc_ids: list[str],
+    score_rows,
+    k: int,
+    candidates: dict[str, np.ndarray] | None = None,
+) -> pl.DataFrame:
+    """Rank documents for each query from an iterable of full score rows (one per query).
+
+    With ``candidates`` (query id -> doc indices) each query ranks only its own pool.
+    """
+    tie = doc_order(doc_ids)
+    hits = []
+    for qid, row in zip(query_ids, score_rows):
+        row = np.asarray(row)
+        if candidates is not None:
+            pool = candidates.get(qid, np.empty(0, dtype=np.int64))
+            sel = topk(row[pool], tie[pool], k)
+            idx = pool[sel]
+        else:
+            idx = topk(row, tie, k)
+        hits.append((idx, row[idx]))
+    return run_frame(query_ids, hits, doc_ids)
+
+
+def write_trec(run: pl.DataFrame, tag: str) -> str:
+    """TREC run format: ``qid Q0 docid rank score tag``, scores with full float precision."""
+    lines = [f"{q} Q0 {d} {r} {s!r} {tag}" for q, d, s, r in run.select("query_id", "doc_id", "score", "rank").iter_rows()]
+    return "\n".join(lines) + ("\n" if lines else "")

@@ -1,0 +1,99 @@
+"""One retrieval path for every model kind: represent the corpus, index it, search, score.
+
+Dense encoders expose ``encode_records(texts, images, languages, role)`` where ``images`` are
+resolved file paths (or None) and ``role`` is ``query`` or ``passage``. Text-only encoders
+are wrapped so that they see the text side of each record (the house rule for BM25 and text
+encoders on multimodal records).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import polars as pl
+
+from medbench_core.errors import DataError
+from medbench_core.model import Task
+from medbench_core.models import ModelSpec
+
+
+class RecordEncoder(Protocol):
+    """Encodes records that may carry text, an image, or both."""
+
+    def encode_records(
+        self, texts: list[str | None], images: list[Path | None], languages: list[str | None], role: str
+    ) -> np.ndarray: ...
+
+
+class Retriever(Protocol):
+    """What the assets call for any model: represent the corpus once, then rank queries."""
+
+    spec: ModelSpec
+
+    def search(self, task: Task, k: int) -> pl.DataFrame: ...
+
+
+class TextOnly:
+    """Adapts a text encoder (``encode(texts, role=, languages=)``) to :class:`RecordEncoder`."""
+
+    def __init__(self, encoder: Any, model_name: str):
+        self.encoder = encoder
+        self.model_name = model_name
+
+    def encode_records(self, texts, images, languages, role):
+        missing = [i for i, t in enumerate(texts) if not t]
+        if missing:
+            raise DataError(f"model {self.model_name} reads text only, but {len(missing)} {role} record(s) have no text (e.g. position {missing[0]})")
+        return self.encoder.encode(list(texts), role=role, languages=list(languages))
+
+
+def load_encoder(spec: ModelSpec, device: str = "cpu", progress: bool = False) -> RecordEncoder:
+    """The encoder for a dense model spec (sentence-transformers, transformers or open_clip)."""
+    if spec.kind in ("sentence-transformers", "transformers"):
+        from medbench_core.encoders import load_text_encoder
+
+        return TextOnly(load_text_encoder(spec, device=device, progress=progress), spec.name)
+    if spec.kind == "open_clip":
+        from medbench_core.clip import load_clip_encoder
+
+        return load_clip_encoder(spec, device=device)
+    raise DataError(f"model {spec.name}: kind {spec.kind} has no dense encoder")
+
+
+def side_records(task: Task, side: str) -> tuple[list[str], list[str | None], list[Path | None], list[str | None]]:
+    """ids, texts, image paths and languages of the queries or the corpus, in frame order."""
+    if side == "query":
+        df = task.queries
+        ids = df["query_id"].to_list()
+        texts = df["text"].to_list()
+    elif side == "passage":
+        df = task.corpus
+        ids = df["doc_id"].to_list()
+        texts = [t or None for t in task.doc_text()]
+    else:
+        raise ValueError(f"side must be 'query' or 'passage', not {side!r}")
+    images = [task.resolve_image(r) if r else None for r in df["image"].to_list()]
+    return ids, texts, images, df["language"].to_list()
+
+
+def encode_side(encoder: RecordEncoder, task: Task, side: str) -> np.ndarray:
+    ids, texts, images, langs = side_records(task, side)
+    emb = encoder.encode_records(texts, images, langs, side)
+    if emb.shape[0] != len(ids):
+        raise DataError(f"task {task.name}: encoder returned {emb.shape[0]} vectors for {len(ids)} {side} records")
+    return np.ascontiguousarray(emb, dtype=np.float32)
+
+
+def candidate_pools(task: Task) -> dict[str, np.ndarray] | None:
+    """query id -> indices into the corpus frame, for tasks that rank each query in its own pool."""
+    if task.candidates is None:
+        return None
+    pos = {d: i for i, d in enumerate(task.corpus["doc_id"].to_list())}
+    pools: dict[str, list[int]] = {}
+    for q, d in task.candidates.select("query_id", "doc_id").iter_rows():
+        if d not in pos:
+            raise DataError(f"task {task.name}: candidate ({q}, {d}) names an unknown document")
+        pools.setdefault(q, []).append(pos[d])
+    return {q: np.asarray(sorted(ix), dtype=np.int64) for q, ix in pools.items()}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Build (or reuse) the virtual environment for requirements.lock, then export the run environment.
+# Sourced by scripts/demo and scripts/test:  source scripts/setup.sh [--test]
+# The venv is keyed on the lock file's sha256 and lives outside the checkout, so clones share it;
+# one that is missing or was interrupted (no .complete marker) is built from nothing.
+set -euo pipefail
+MEDBENCH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export MEDBENCH_ROOT
+PY="${MEDBENCH_PYTHON:-python3.11}"
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' \
+  || { echo "medbench needs Python 3.11 (found $("$PY" --version))" >&2; exit 1; }
+
+LOCK_HASH="$(sha256sum "$MEDBENCH_ROOT/requirements.lock" | cut -c1-16)"
+VENV_ROOT="${MEDBENCH_VENV_ROOT:-$HOME/.cache/medbench/venvs}"
+VENV="$VENV_ROOT/$LOCK_HASH"
+if [ ! -f "$VENV/.complete" ]; then
+  echo "medbench: building environment $VENV from requirements.lock (a few minutes on first use)" >&2
+  rm -rf "$VENV"
+  mkdir -p "$VENV_ROOT"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --upgrade "pip==26.3" >/dev/null 2>&1 || true
+  "$VENV/bin/python" -m pip install --quiet --no-input -r "$MEDBENCH_ROOT/requirements.lock"
+  touch "$VENV/.complete"
+fi
+ln -sfn "$VENV" "$MEDBENCH_ROOT/.venv"
+export PATH="$VENV/bin:$PATH"
+export PYTHONPATH="$MEDBENCH_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+# Test-only system packages: headless Chromium for the UI test, PostgreSQL for the production profile.
+if [ "${1:-}" = "--test" ]; then
+  need=()
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+  command -v git >/dev/null 2>&1 || need+=(git)
+  if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+      echo "medbench: installing ${need[*]} from Debian" >&2
+      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    else
+      echo "medbench: tests need ${need[*]}; install them (sudo apt-get install ${need[*]})" >&2
+    fi
+  fi
+fi
+
+# Everything runs offline: models come from local folders or installed packages.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export MEDBENCH_SHARED="${MEDBENCH_SHARED:-$(cd "$MEDBENCH_ROOT/.." && pwd)/shared}"
+export DAGSTER_HOME="${DAGSTER_HOME:-$MEDBENCH_ROOT/.medbench/dagster_home}"
+mkdir -p "$DAGSTER_HOME"
+cp -f "$MEDBENCH_ROOT/dagster.yaml" "$DAGSTER_HOME/dagster.yaml"
+export GIT_PYTHON_REFRESH=quiet
