@@ -47,8 +47,11 @@ def fit(corpus_texts: list[str], settings: dict[str, Any] | None = None):
     s = bm25_settings(settings)
     if not corpus_texts:
         raise DataError("BM25: the corpus is empty")
+    tokens = tokenize(corpus_texts, s)
+    if not any(tokens):
+        raise DataError("BM25: no document has indexable text (an image-only corpus, or only stopwords); BM25 cannot rank it")
     retriever = bm25s.BM25(k1=float(s["k1"]), b=float(s["b"]), method=s["method"])
-    retriever.index(tokenize(corpus_texts, s), show_progress=False)
+    retriever.index(tokens, show_progress=False)
     return retriever
 
 
@@ -74,5 +77,7 @@ def search(
 ) -> pl.DataFrame:
     """Top ``k`` documents per query by BM25 score, ties by doc id."""
     tokens = tokenize(query_texts, bm25_settings(settings))
-    rows = (retriever.get_scores(t) for t in tokens)
+    # bm25s fails on an empty token list (a query of stopwords only, or an image-only query
+    # with no text): such a query matches nothing, so every document scores 0.
+    rows = (retriever.get_scores(t) if t else np.zeros(len(doc_ids)) for t in tokens)
     return rank_scores(query_ids, doc_ids, rows, k, candidates=candidates)

@@ -58,6 +58,10 @@ def effective_revision(spec: ModelSpec) -> str:
     """The revision that identifies the weights: the registry's pin, or a local folder's content hash."""
     if spec.kind == "bm25":
         return spec.revision or "bm25s"
+    if spec.kind == "open_clip":
+        from medbench_core.clip import clip_revision
+
+        return clip_revision(spec)
     resolved = resolve_model_path(spec.path) if spec.path else ""
     if resolved and Path(resolved).is_dir():
         return folder_revision(resolved)

@@ -47,8 +47,14 @@ def _id_of(obj: dict[str, Any], path: Path, lineno: int) -> str:
     return str(raw)
 
 
-def read_qrels_tsv(path: str | Path) -> pl.DataFrame:
-    """BEIR qrels: a header ``query-id corpus-id score`` then one judgment a line."""
+def read_qrels_tsv(path: str | Path, duplicates: str = "error") -> pl.DataFrame:
+    """BEIR qrels: a header ``query-id corpus-id score`` then one judgment a line.
+
+    A (query, document) pair judged more than once raises, unless ``duplicates="max"``, which
+    keeps its highest grade (LiveQA-MedQuAD judges 168 pairs twice with different grades).
+    """
+    if duplicates not in ("error", "max"):
+        raise ValueError(f"duplicates must be 'error' or 'max', not {duplicates!r}")
     path = _need(Path(path))
     rows: list[tuple[str, str, int]] = []
     with open(path, encoding="utf-8", newline="") as f:
@@ -69,9 +75,11 @@ def read_qrels_tsv(path: str | Path) -> pl.DataFrame:
         raise DataError(f"{path}: no judgments")
     df = pl.DataFrame(rows, schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "relevance": pl.Int32}, orient="row")
     dup = df.filter(pl.struct("query_id", "doc_id").is_duplicated())
+    if dup.height and duplicates == "max":
+        return df.group_by("query_id", "doc_id", maintain_order=True).agg(pl.col("relevance").max())
     if dup.height:
         first = dup.row(0)
-        raise DataError(f"{path}: judgment for ({first[0]}, {first[1]}) appears more than once")
+        raise DataError(f"{path}: judgment for ({first[0]}, {first[1]}) appears more than once; pass duplicates='max' to keep the highest grade")
     return df
 
 
@@ -88,11 +96,16 @@ def read_beir(
     description: str = "",
     research_only: bool = False,
     only_judged_queries: bool = True,
+    duplicate_judgments: str = "error",
+    require_positive: bool = False,
 ) -> Task:
     """Read a BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``).
 
     Licences are given per side because BEIR files carry none. With ``only_judged_queries``
     the queries are those that the split's qrels judge, as BEIR and MTEB evaluate them.
+    ``duplicate_judgments`` is passed to :func:`read_qrels_tsv`; with ``require_positive``
+    queries that no judgment grades above 0 are dropped with their judgments (the data
+    contract requires a positive judgment per query).
     """
     folder = Path(folder)
     corpus_path = folder / "corpus.jsonl"
@@ -107,7 +120,10 @@ def read_beir(
     queries = []
     for lineno, obj in iter_jsonl(queries_path):
         queries.append({"query_id": _id_of(obj, queries_path, lineno), "text": obj.get("text") or ""})
-    qrels = read_qrels_tsv(qrels_path)
+    qrels = read_qrels_tsv(qrels_path, duplicates=duplicate_judgments)
+    if require_positive:
+        positive = qrels.filter(pl.col("relevance") > 0)["query_id"].unique()
+        qrels = qrels.filter(pl.col("query_id").is_in(positive.implode()))
 
     qdf = pl.DataFrame(queries, schema={"query_id": pl.Utf8, "text": pl.Utf8})
     if only_judged_queries:

@@ -8,6 +8,7 @@ encoders on multimodal records).
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,10 +43,11 @@ class TextOnly:
         self.encoder = encoder
         self.model_name = model_name
 
-    def encode_records(self, texts, images, languages, role):
+    def encode_records(self, texts, images, languages, role, ids=None):
         missing = [i for i, t in enumerate(texts) if not t]
         if missing:
-            raise DataError(f"model {self.model_name} reads text only, but {len(missing)} {role} record(s) have no text (e.g. position {missing[0]})")
+            first = ids[missing[0]] if ids is not None else f"position {missing[0]}"
+            raise DataError(f"model {self.model_name} reads text only, but {len(missing)} {role} record(s) have no text (e.g. {first})")
         return self.encoder.encode(list(texts), role=role, languages=list(languages))
 
 
@@ -78,9 +80,18 @@ def side_records(task: Task, side: str) -> tuple[list[str], list[str | None], li
     return ids, texts, images, df["language"].to_list()
 
 
+def _accepts_ids(encoder: Any) -> bool:
+    try:
+        return "ids" in inspect.signature(encoder.encode_records).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def encode_side(encoder: RecordEncoder, task: Task, side: str) -> np.ndarray:
     ids, texts, images, langs = side_records(task, side)
-    emb = encoder.encode_records(texts, images, langs, side)
+    # Encoders that accept ``ids`` get them, so their errors name the record at fault.
+    extra = {"ids": ids} if _accepts_ids(encoder) else {}
+    emb = encoder.encode_records(texts, images, langs, side, **extra)
     if emb.shape[0] != len(ids):
         raise DataError(f"task {task.name}: encoder returned {emb.shape[0]} vectors for {len(ids)} {side} records")
     return np.ascontiguousarray(emb, dtype=np.float32)
@@ -91,9 +102,14 @@ def candidate_pools(task: Task) -> dict[str, np.ndarray] | None:
     if task.candidates is None:
         return None
     pos = {d: i for i, d in enumerate(task.corpus["doc_id"].to_list())}
-    pools: dict[str, list[int]] = {}
+    pools: dict[str, set[int]] = {}
     for q, d in task.candidates.select("query_id", "doc_id").iter_rows():
         if d not in pos:
             raise DataError(f"task {task.name}: candidate ({q}, {d}) names an unknown document")
-        pools.setdefault(q, []).append(pos[d])
+        # A set: a pair listed twice must not put the same document twice in the ranking.
+        pools.setdefault(q, set()).add(pos[d])
+    # A query without a pool would be ranked against nothing and silently score 0.
+    missing = [q for q in task.queries["query_id"].to_list() if q not in pools]
+    if missing:
+        raise DataError(f"task {task.name}: {len(missing)} query id(s) have no candidates, e.g. {missing[:5]}; give every query its pool")
     return {q: np.asarray(sorted(ix), dtype=np.int64) for q, ix in pools.items()}

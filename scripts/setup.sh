@@ -20,7 +20,9 @@ if [ ! -f "$VENV/.complete" ]; then
   mkdir -p "$VENV_ROOT"
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade "pip==26.3" >/dev/null 2>&1 || true
-  "$VENV/bin/python" -m pip install --quiet --no-input -r "$MEDBENCH_ROOT/requirements.lock"
+  log="$VENV_ROOT/$LOCK_HASH.install.log"
+  "$VENV/bin/python" -m pip install --no-input -r "$MEDBENCH_ROOT/requirements.lock" >"$log" 2>&1 \
+    || { grep -v "is ignored: it is neither" "$log" | tail -40 >&2; echo "medbench: install failed, see $log" >&2; exit 1; }
   touch "$VENV/.complete"
 fi
 ln -sfn "$VENV" "$MEDBENCH_ROOT/.venv"

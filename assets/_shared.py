@@ -1,0 +1,104 @@
+"""What every partitioned asset needs: its model and task, their provenance keys, the gate."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+
+from medbench_core.contracts import gate_refusal, overlap_gate_path
+from medbench_core.encoders import effective_revision
+from medbench_core.errors import ContractError
+from medbench_core.model import Task
+from medbench_core.models import ModelSpec
+from medbench_core.pipeline import applicability, stage_keys
+from medbench_core.provenance import code_version
+from medbench_core.storage import is_complete
+from orchestration.partitions import split_key
+from orchestration.resources import ArtifactStoreResource, RegistryResource
+
+CODE_VERSION = code_version()
+STAGES = ("embeddings", "index", "run", "metrics")
+CODE_VERSIONS = {stage: code_version(stage) for stage in STAGES}
+
+
+class RetrievalConfig(dg.Config):
+    """Per-run knobs for the model x task assets."""
+
+    k: int = 100
+    force: bool = False  # recompute even when an artifact with the same provenance key exists
+    progress: bool = False
+
+
+_REVISIONS: dict[str, str] = {}
+
+
+def _revision(spec: ModelSpec) -> str:
+    # Hashing a local model folder takes a moment; do it once per process and spec.
+    key = json.dumps(spec.identity(), sort_keys=True, default=str)
+    if key not in _REVISIONS:
+        _REVISIONS[key] = effective_revision(spec)
+    return _REVISIONS[key]
+
+
+@dataclass
+class Partition:
+    model: str
+    task_name: str
+    spec: ModelSpec
+    task: Task
+    revision: str
+    keys: dict[str, str]
+    store: ArtifactStoreResource
+    not_applicable: str | None = None
+
+    def dir(self, stage: str) -> Path:
+        return self.store.artifact_dir(self.model, self.task_name, stage, self.keys[stage])
+
+    def cached(self, stage: str, force: bool = False) -> bool:
+        return not force and is_complete(self.dir(stage))
+
+
+def open_partition(context: dg.AssetExecutionContext, store: ArtifactStoreResource, registry: RegistryResource, k: int) -> Partition:
+    """Resolve the partition's model spec and curated task; refuse a task whose gate failed."""
+    model, task_name = split_key(context.partition_key)
+    spec = registry.model(model)
+    task = store.load_task(task_name)
+    require_gate(store, task)
+    revision = _revision(spec)
+    keys = stage_keys(spec, task.content_hash(), revision, k, CODE_VERSIONS)
+    return Partition(model, task_name, spec, task, revision, keys, store, applicability(spec, task))
+
+
+def require_gate(store: ArtifactStoreResource, task: Task) -> None:
+    """Refuse to build on a task whose last data-contract gate (own or cross-task) failed or judged other content.
+
+    Dagster's blocking checks stop downstream assets only within the run that ran them; this
+    precondition holds across separate later runs too.
+    """
+    reason = gate_refusal(store.task_dir(task.name), task.content_hash(), overlap_gate=overlap_gate_path(store.root_path / "tasks"))
+    if reason:
+        raise ContractError(reason)
+
+
+def not_applicable_result(p: Partition, stage: str) -> dg.MaterializeResult:
+    """A model that cannot read the task's records produces no artifact, and says why."""
+    return dg.MaterializeResult(
+        metadata={"model": p.model, "task": p.task_name, "applicable": False, "reason": p.not_applicable},
+        data_version=dg.DataVersion(f"n/a-{p.keys[stage]}"),
+    )
+
+
+def provenance_metadata(p: Partition, stage: str) -> dict:
+    return {
+        "model": p.model,
+        "task": p.task_name,
+        "model_revision": p.revision,
+        "task_content_hash": p.task.content_hash(),
+        "code_version": CODE_VERSIONS[stage],
+        "provenance_key": p.keys[stage],
+        "research_only": p.task.meta.research_only,
+        "path": dg.MetadataValue.path(str(p.dir(stage))),
+    }

@@ -1,0 +1,157 @@
+"""Data-contract gates on curated tasks, as blocking Dagster asset checks.
+
+``task_contract`` runs per ``curated_task`` partition (schema, integrity, licences);
+``tasks_do_not_overlap`` runs across every curated task (queries, near-duplicates, concept ids,
+images). Both call medbench_core.contracts, keep the GX results and data docs beside the data,
+and record the verdict (``GATE.json`` per task, ``OVERLAP_GATE.json`` for the set) so that a
+later, separate run refuses a task whose gate failed: Dagster's ``blocking`` only stops
+downstream assets inside the run that ran the check.
+"""
+
+
+from pathlib import Path
+
+import dagster as dg
+
+from medbench_core.contracts import (
+    ContractResult,
+    gate_status_path,
+    overlap_gate_path,
+    read_gate,
+    record_gate,
+    record_overlap_gate,
+    validate_task,
+    validate_tasks,
+)
+from medbench_core.provenance import artifact_key, code_version
+from medbench_core.errors import MedbenchError
+from medbench_core.licences import LicencePolicy
+from orchestration.partitions import task_partitions
+from orchestration.resources import ArtifactStoreResource, RegistryResource
+
+CURATED_TASK = dg.AssetKey("curated_task")
+TASK_CHECK = "task_contract"
+OVERLAP_CHECK = "tasks_do_not_overlap"
+GATE_REPORTS = "gate"  # <task dir>/gate/: gx_results.json, contract.json, data_docs/
+OVERLAP_REPORTS = "_overlap"  # <tasks root>/_overlap/: no task name starts with "_"
+
+_MAX_ROWS = 50  # failing row ids per file kept in check metadata
+
+
+def check_metadata(result: ContractResult, gate_file: Path | None = None) -> dict:
+    """What the Dagster UI shows for a gate: verdict, failing rows, links to the GX reports."""
+    failing = {f: rows[:_MAX_ROWS] for f, rows in result.failing_rows().items()}
+    md = {
+        "passed": result.passed,
+        "research_only": result.research_only,
+        "expectations": len(result.outcomes),
+        "failed_expectations": len(result.failures),
+        "failing_rows": dg.MetadataValue.json(failing),
+        "message": dg.MetadataValue.md("```\n" + result.message + "\n```"),
+    }
+    if result.content_hash:
+        md["content_hash"] = result.content_hash
+    if result.licences:
+        md["licences"] = dg.MetadataValue.json(dict(result.licences))
+    if result.task_hashes:
+        md["tasks_judged"] = ", ".join(sorted(result.task_hashes))
+    if result.failed_tasks:
+        md["failed_tasks"] = ", ".join(result.failed_tasks)
+    if result.near_duplicates:
+        md["near_duplicates"] = len(result.near_duplicates)
+    if result.results_path:
+        md["gx_results"] = dg.MetadataValue.path(str(result.results_path))
+    if result.contract_path:
+        md["contract"] = dg.MetadataValue.path(str(result.contract_path))
+    if result.data_docs_path:
+        md["data_docs"] = dg.MetadataValue.url(Path(result.data_docs_path).resolve().as_uri())
+    if gate_file:
+        md["gate_file"] = dg.MetadataValue.path(str(gate_file))
+    return md
+
+
+def _reused(gate: dict, gate_file: Path) -> dg.AssetCheckResult:
+    """The recorded verdict, when it judged exactly this content under exactly these rules."""
+    md = {
+        "passed": bool(gate.get("passed")),
+        "reused_verdict": True,
+        "recorded_at": str(gate.get("recorded_at")),
+        "failing_rows": dg.MetadataValue.json(gate.get("failing_rows") or {}),
+        "message": dg.MetadataValue.md("```\n" + str(gate.get("message", "")) + "\n```"),
+        "gate_file": dg.MetadataValue.path(str(gate_file)),
+    }
+    for key in ("results_path", "data_docs_path"):
+        if gate.get(key):
+            md["gx_results" if key == "results_path" else "data_docs"] = dg.MetadataValue.path(str(gate[key]))
+    return dg.AssetCheckResult(passed=bool(gate.get("passed")), metadata=md, description=str(gate.get("message", "")).splitlines()[0] if gate.get("message") else None)
+
+
+def _unloadable(name: str, exc: Exception) -> ContractResult:
+    return ContractResult(name=name, passed=False, outcomes=(), message=f"task {name}: cannot be judged: {exc}")
+
+
+def build_task_checks(
+    asset: dg.AssetKey | str = CURATED_TASK,
+    partitions_def: dg.PartitionsDefinition | None = task_partitions,
+) -> list[dg.AssetChecksDefinition]:
+    """The two blocking checks on the curated-task asset: per partition, and across all tasks."""
+
+    @dg.asset_check(
+        asset=asset,
+        name=TASK_CHECK,
+        blocking=True,
+        partitions_def=partitions_def,
+        description="Schema, referential integrity and licence allowlist of one curated task (Great Expectations).",
+    )
+    def task_contract(context: dg.AssetCheckExecutionContext, store: ArtifactStoreResource, registry: RegistryResource) -> dg.AssetCheckResult:
+        name = context.partition_key
+        catalog = registry.catalog()
+        entry = catalog.task(name)
+        folder = store.task_dir(name)
+        try:
+            task = store.load_task(name)
+        except MedbenchError as exc:
+            result = _unloadable(name, exc)
+            judged_with = ""
+        else:
+            rules = artifact_key(allow=sorted(catalog.licence_allowlist), research_only=entry.research_only, code=code_version("contracts"))
+            judged_with = f"{task.content_hash()}:{rules}"
+            gate = read_gate(gate_status_path(folder))
+            if gate and gate.get("judged_with") == judged_with:
+                return _reused(gate, gate_status_path(folder))
+            policy = LicencePolicy.from_config(catalog.licence_allowlist)
+            result = validate_task(task, folder / GATE_REPORTS, policy=policy, research_only=entry.research_only)
+        gate_file = record_gate(folder, result, judged_with=judged_with) if folder.exists() else None
+        return dg.AssetCheckResult(passed=result.passed, metadata=check_metadata(result, gate_file), description=result.message.splitlines()[0])
+
+    @dg.asset_check(
+        asset=asset,
+        name=OVERLAP_CHECK,
+        blocking=True,
+        description="No query (exact after normalisation, or near-duplicate), concept id or image shared between curated tasks.",
+    )
+    def tasks_do_not_overlap(context: dg.AssetCheckExecutionContext, store: ArtifactStoreResource, registry: RegistryResource) -> dg.AssetCheckResult:
+        tasks, not_curated = [], []
+        for name in registry.catalog().names:
+            try:
+                tasks.append(store.load_task(name))
+            except MedbenchError:
+                not_curated.append(name)
+        root = store.root_path / "tasks"
+        judged_with = artifact_key(tasks=sorted((t.name, t.content_hash()) for t in tasks), code=code_version("contracts"))
+        gate = read_gate(overlap_gate_path(root))
+        if gate and gate.get("judged_with") == judged_with and not not_curated:
+            return _reused(gate, overlap_gate_path(root))
+        result = validate_tasks(tasks, root / OVERLAP_REPORTS)
+        gate_file = record_overlap_gate(root, result, judged_with=judged_with)
+        md = check_metadata(result, gate_file)
+        if not_curated:
+            md["not_judged"] = ", ".join(not_curated)  # not curated yet (or corrupt): refused downstream
+        return dg.AssetCheckResult(passed=result.passed, metadata=md, description=result.message.splitlines()[0])
+
+    return [task_contract, tasks_do_not_overlap]
+
+
+task_checks = build_task_checks()
+
+__all__ = ["CURATED_TASK", "OVERLAP_CHECK", "TASK_CHECK", "build_task_checks", "check_metadata", "task_checks"]

@@ -1,0 +1,189 @@
+"""The four stages of one model x task evaluation, each writing into a folder it is given.
+
+``embed_corpus`` -> ``build_corpus_index`` -> ``retrieve`` -> ``score``. The caller (a Dagster
+asset) decides where the folder lives, makes the write atomic and records a manifest; these
+functions only compute. BM25's "embedding" is its sparse bm25s index; its index stage only
+records that no FAISS index is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from medbench_core import bm25
+from medbench_core.errors import DataError
+from medbench_core.metrics import DEFAULT_METRICS, breakdown, cross_lingual_gap, evaluate, qrels_to_dict, run_to_dict
+from medbench_core.model import Task
+from medbench_core.models import ModelSpec
+from medbench_core.ranking import write_trec
+from medbench_core.retrieval import candidate_pools, encode_side, load_encoder
+
+BREAKDOWN_COLUMNS = ("language", "discipline", "tier")
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def embed_corpus(spec: ModelSpec, task: Task, out: Path, *, device: str = "cpu", progress: bool = False, encoder=None) -> dict[str, Any]:
+    """Represent the corpus: dense vectors (``corpus.npy``) or a bm25s index. Returns info."""
+    t0 = time.perf_counter()
+    doc_ids = task.corpus["doc_id"].to_list()
+    _write_json(out / "doc_ids.json", doc_ids)
+    if spec.kind == "bm25":
+        retriever = bm25.fit(task.doc_text(), spec.settings)
+        files = bm25.save(retriever, out)
+        info = {"representation": "bm25s-sparse", "n_docs": len(doc_ids), "settings": bm25.bm25_settings(spec.settings)}
+    else:
+        encoder = encoder or load_encoder(spec, device=device, progress=progress)
+        emb = encode_side(encoder, task, "passage")
+        np.save(out / "corpus.npy", emb, allow_pickle=False)
+        files = ["corpus.npy"]
+        info = {"representation": "dense", "n_docs": len(doc_ids), "dim": int(emb.shape[1]), "dtype": str(emb.dtype)}
+    info["seconds"] = round(time.perf_counter() - t0, 3)
+    info["files"] = ["doc_ids.json", *files]
+    _write_json(out / "info.json", info)
+    return info
+
+
+def load_corpus_embeddings(folder: Path) -> tuple[list[str], np.ndarray]:
+    doc_ids = _read_json(folder / "doc_ids.json")
+    emb = np.load(folder / "corpus.npy", allow_pickle=False)
+    if emb.shape[0] != len(doc_ids):
+        raise DataError(f"{folder}: corpus.npy has {emb.shape[0]} rows for {len(doc_ids)} doc ids")
+    return doc_ids, emb
+
+
+def build_corpus_index(spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None = None) -> dict[str, Any]:
+    """FAISS index over the corpus vectors (``index.faiss``); BM25 needs none."""
+    from medbench_core.index import build_index, save_index
+
+    t0 = time.perf_counter()
+    if spec.kind == "bm25":
+        info: dict[str, Any] = {"type": "bm25s-sparse", "built_on": "cpu", "files": []}
+    else:
+        _, emb = load_corpus_embeddings(emb_dir)
+        index, info = build_index(emb, spec.index, use_gpu=use_gpu)
+        save_index(index, out / "index.faiss")
+        info["files"] = ["index.faiss"]
+    info["seconds"] = round(time.perf_counter() - t0, 3)
+    _write_json(out / "info.json", info)
+    return info
+
+
+def retrieve(
+    spec: ModelSpec,
+    task: Task,
+    emb_dir: Path,
+    index_dir: Path,
+    out: Path,
+    *,
+    k: int = 100,
+    device: str = "cpu",
+    progress: bool = False,
+    encoder=None,
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Rank the top ``k`` documents per query; writes ``run.parquet``, ``run.trec`` (and query vectors)."""
+    t0 = time.perf_counter()
+    doc_ids = _read_json(emb_dir / "doc_ids.json")
+    if doc_ids != task.corpus["doc_id"].to_list():
+        raise DataError(f"{emb_dir}: stored document ids do not match task {task.name}; rematerialise corpus_embeddings")
+    pools = candidate_pools(task)
+    query_ids = task.queries["query_id"].to_list()
+    files = ["run.parquet", "run.trec"]
+    if spec.kind == "bm25":
+        retriever = bm25.load(emb_dir)
+        run = bm25.search(retriever, query_ids, task.queries["text"].fill_null("").to_list(), doc_ids, k, spec.settings, candidates=pools)
+    else:
+        from medbench_core.index import load_index, search
+
+        encoder = encoder or load_encoder(spec, device=device, progress=progress)
+        q = encode_side(encoder, task, "query")
+        np.save(out / "query_embeddings.npy", q, allow_pickle=False)
+        files.append("query_embeddings.npy")
+        _, demb = load_corpus_embeddings(emb_dir) if pools is not None else (None, None)
+        index = load_index(index_dir / "index.faiss")
+        run = search(index, q, query_ids, doc_ids, k, doc_emb=demb, candidates=pools)
+    run.write_parquet(out / "run.parquet", statistics=False)
+    (out / "run.trec").write_text(write_trec(run, f"medbench-{spec.name}"))
+    info = {"k": k, "n_queries": len(query_ids), "n_rows": run.height, "seconds": round(time.perf_counter() - t0, 3), "files": files}
+    _write_json(out / "info.json", info)
+    return run, info
+
+
+def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = DEFAULT_METRICS) -> dict[str, Any]:
+    """Per-query and mean metrics, and breakdowns by language, discipline and tier."""
+    ev = evaluate(qrels_to_dict(task.qrels), run_to_dict(run), metrics)
+    per_query = ev.per_query_frame()
+    per_query.write_parquet(out / "per_query.parquet", statistics=False)
+    result: dict[str, Any] = {"mean": ev.mean, "n_queries": len(ev.per_query), "breakdowns": {}}
+    for col in BREAKDOWN_COLUMNS:
+        groups = task.queries.select("query_id", col)
+        if groups[col].drop_nulls().n_unique() >= 1:
+            result["breakdowns"][col] = breakdown(per_query, groups, col, metrics)
+    langs = result["breakdowns"].get("language", {})
+    if len(langs) > 1:
+        result["cross_lingual_gap"] = cross_lingual_gap(langs, "ndcg_at_10")
+    result["files"] = ["per_query.parquet", "metrics.json"]
+    _write_json(out / "metrics.json", result)
+    return result
+
+
+def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """MLflow-ready metric keys: ``ndcg_at_10``, ``language.fr.ndcg_at_10``, ``gap.language.ja.ndcg_at_10``."""
+    out = {k: float(v) for k, v in result["mean"].items()}
+    for col, groups in result.get("breakdowns", {}).items():
+        for value, vals in groups.items():
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(value))
+            for m, v in vals.items():
+                out[f"{col}.{safe}.{m}"] = float(v)
+    for lang, gap in result.get("cross_lingual_gap", {}).items():
+        out[f"gap.language.{lang}.ndcg_at_10"] = float(gap)
+    return out
+
+
+def stage_keys(spec: ModelSpec, task_hash: str, revision: str, k: int, codes: dict[str, str], metrics: tuple[str, ...] = DEFAULT_METRICS) -> dict[str, str]:
+    """Provenance key of each stage: a stage's key covers its own inputs and its upstream key.
+
+    The embedding key covers the task content hash, the model identity (id, kind, path,
+    settings that change vectors), the weights' revision and the code version; the index key
+    adds the index type and parameters; the run key adds k; the metrics key the metric list.
+    """
+    from medbench_core.provenance import artifact_key
+
+    emb = artifact_key(stage="embeddings", task=task_hash, model=spec.identity(), revision=revision, code=codes["embeddings"])
+    idx = artifact_key(stage="index", upstream=emb, index=spec.index if spec.kind != "bm25" else "bm25s", code=codes["index"])
+    run = artifact_key(stage="run", upstream=idx, k=k, code=codes["run"])
+    met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics), code=codes["metrics"])
+    return {"embeddings": emb, "index": idx, "run": run, "metrics": met}
+
+
+def applicability(spec: ModelSpec, task: Task) -> str | None:
+    """None when ``spec`` can read every record of ``task``; otherwise the reason it cannot.
+
+    BM25 and text encoders read the text side only, so a task whose queries or documents
+    include records without text (images only) is not applicable to them. open_clip reads both.
+    """
+    if spec.kind == "open_clip":
+        return None
+    q_missing = task.queries.filter(pl.col("text").fill_null("").str.strip_chars() == "")["query_id"].to_list()
+    doc_text = [t for t in task.doc_text()]
+    d_missing = [d for d, t in zip(task.corpus["doc_id"].to_list(), doc_text) if not t.strip()]
+    if q_missing or d_missing:
+        parts = []
+        if q_missing:
+            parts.append(f"{len(q_missing)} queries (e.g. {q_missing[0]})")
+        if d_missing:
+            parts.append(f"{len(d_missing)} documents (e.g. {d_missing[0]})")
+        return f"{spec.kind} reads text only and {' and '.join(parts)} of {task.name} have no text"
+    return None
