@@ -19,9 +19,14 @@ DEFAULTS = {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemme
 FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy", "params.index.json", "vocab.index.json")
 
 
-def bm25_settings(settings: dict[str, Any] | None) -> dict[str, Any]:
+def bm25_settings(settings: dict[str, Any] | None, language: str | None = None) -> dict[str, Any]:
+    """Effective settings; ``language_analyzers: {fr: {stopwords: fr, stemmer: french}}`` in the
+    model's settings picks the stopwords and stemmer for a task written in that language."""
     out = dict(DEFAULTS)
-    out.update({k: v for k, v in (settings or {}).items() if k in DEFAULTS})
+    settings = settings or {}
+    out.update({k: v for k, v in settings.items() if k in DEFAULTS})
+    per_lang = (settings.get("language_analyzers") or {}).get(language or "", {})
+    out.update({k: v for k, v in per_lang.items() if k in ("stopwords", "stemmer")})
     return out
 
 

@@ -29,7 +29,7 @@ class ModelSpec:
     Known settings (all optional): ``query_prefix``, ``passage_prefix``, ``max_length``,
     ``pooling`` (mean|cls), ``normalize``, ``dtype``, ``language_prefixes``
     ({lang: {query: .., passage: ..}}), and for BM25 ``k1``, ``b``, ``method``, ``stopwords``,
-    ``stemmer``; for open_clip ``architecture``, ``checkpoint``, ``fusion``, ``fusion_weight``.
+    ``stemmer``, ``language_analyzers`` ({lang: {stopwords, stemmer}}); for open_clip ``architecture``, ``checkpoint``, ``fusion``, ``fusion_weight``.
     ``batch_size`` is a run knob and does not enter the identity.
     """
 
