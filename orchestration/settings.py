@@ -2,7 +2,11 @@
 
 MEDBENCH_ROOT (the checkout), MEDBENCH_SHARED (the folder holding data/, default ../shared),
 MEDBENCH_DATA (artifact root, default <root>/data), MEDBENCH_STATE (run state: mlflow store,
-caches; default <root>/.medbench), MLFLOW_TRACKING_URI (default: SQLite in the state folder).
+caches; default <root>/.medbench), MLFLOW_TRACKING_URI (default: SQLite in the state folder),
+MEDBENCH_NIGHTLY_CRON / MEDBENCH_NIGHTLY_TZ (nightly evaluation and drift canary; default 02:00 UTC),
+MEDBENCH_EXECUTOR (``multiprocess``, the default, or ``celery`` for the production profile) and
+MEDBENCH_CELERY_BROKER / MEDBENCH_CELERY_BACKEND (the celery broker and result backend URLs),
+MEDBENCH_DVC_REMOTE (the DVC remote of benchmark versions; default ~/.cache/medbench/dvc-remote).
 """
 
 from __future__ import annotations
@@ -16,6 +20,12 @@ DATA = Path(os.environ.get("MEDBENCH_DATA") or ROOT / "data")
 STATE = Path(os.environ.get("MEDBENCH_STATE") or ROOT / ".medbench")
 MODELS_FILE = Path(os.environ.get("MEDBENCH_MODELS") or ROOT / "models.yaml")
 TASKS_FILE = Path(os.environ.get("MEDBENCH_TASKS") or ROOT / "tasks.yaml")
+NIGHTLY_CRON = os.environ.get("MEDBENCH_NIGHTLY_CRON") or "0 2 * * *"
+NIGHTLY_TIMEZONE = os.environ.get("MEDBENCH_NIGHTLY_TZ") or "UTC"
+EXECUTOR = os.environ.get("MEDBENCH_EXECUTOR") or "multiprocess"
+CELERY_BROKER = os.environ.get("MEDBENCH_CELERY_BROKER") or "pyamqp://guest@localhost//"
+CELERY_BACKEND = os.environ.get("MEDBENCH_CELERY_BACKEND") or "rpc://"
+DVC_REMOTE = os.environ.get("MEDBENCH_DVC_REMOTE") or ""  # empty: the url in .dvc/config(.local)
 
 
 def default_tracking_uri() -> str:
