@@ -14,7 +14,7 @@ from medbench_core.errors import ContractError
 from medbench_core.model import Task
 from medbench_core.models import ModelSpec
 from medbench_core.pipeline import applicability, stage_keys
-from medbench_core.provenance import code_version
+from medbench_core.provenance import artifact_key, code_version
 from medbench_core.storage import is_complete
 from orchestration.partitions import split_key
 from orchestration.resources import ArtifactStoreResource, RegistryResource
@@ -41,6 +41,36 @@ def _revision(spec: ModelSpec) -> str:
     if key not in _REVISIONS:
         _REVISIONS[key] = effective_revision(spec)
     return _REVISIONS[key]
+
+
+def model_version(spec: ModelSpec) -> str:
+    """Data version of a registered model: everything that changes its vectors (identity, weights' revision).
+
+    Recorded as observations of the ``model_spec`` source asset, so that changing one model's
+    settings marks exactly that model's partitions stale (Dagster compares upstream data versions).
+    """
+    return artifact_key(model=spec.identity(), revision=_revision(spec))
+
+
+_ENCODER: dict[str, object] = {}
+
+
+def shared_encoder(spec: ModelSpec, device: str, progress: bool = False):
+    """The dense encoder of ``spec``, loaded once per process (None for BM25).
+
+    Under the in-process executor corpus_embeddings and retrieval_run of a partition run in one
+    process; loading the model twice cost seconds per partition (bench/bench_overhead.py). One
+    model is kept at a time.
+    """
+    if spec.kind == "bm25":
+        return None
+    key = json.dumps([spec.to_dict(), device, progress], sort_keys=True, default=str)
+    if key not in _ENCODER:
+        from medbench_core.retrieval import load_encoder
+
+        _ENCODER.clear()
+        _ENCODER[key] = load_encoder(spec, device=device, progress=progress)
+    return _ENCODER[key]
 
 
 @dataclass

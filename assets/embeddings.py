@@ -3,16 +3,19 @@
 
 import dagster as dg
 
-from assets._shared import CODE_VERSIONS, RetrievalConfig, not_applicable_result, open_partition, provenance_metadata
+from assets._shared import CODE_VERSIONS, RetrievalConfig, not_applicable_result, open_partition, provenance_metadata, shared_encoder
 from medbench_core.pipeline import embed_corpus
 from medbench_core.storage import read_manifest, replace_dir_atomic, write_manifest
-from orchestration.partitions import model_task_partitions, task_of_partition
+from orchestration.partitions import model_of_partition, model_task_partitions, task_of_partition
 from orchestration.resources import ArtifactStoreResource, ComputeResource, RegistryResource
 
 
 @dg.asset(
     partitions_def=model_task_partitions,
-    deps=[dg.AssetDep("curated_task", partition_mapping=task_of_partition)],
+    deps=[
+        dg.AssetDep("curated_task", partition_mapping=task_of_partition),
+        dg.AssetDep("model_spec", partition_mapping=model_of_partition),  # settings changes -> stale
+    ],
     code_version=CODE_VERSIONS["embeddings"],
     group_name="retrieval",
     kinds={"numpy"},
@@ -33,7 +36,9 @@ def corpus_embeddings(
     hit = p.cached("embeddings", config.force)
     if not hit:
         def build(tmp):
-            info = embed_corpus(p.spec, p.task, tmp, device=compute.torch_device(), progress=config.progress)
+            device = compute.torch_device()
+            encoder = shared_encoder(p.spec, device, config.progress)
+            info = embed_corpus(p.spec, p.task, tmp, device=device, progress=config.progress, encoder=encoder)
             write_manifest(tmp, [*info["files"], "info.json"], {"provenance": provenance_metadata(p, "embeddings") | {"path": None}})
 
         replace_dir_atomic(p.dir("embeddings"), build)

@@ -15,6 +15,8 @@ model_task_partitions = dg.MultiPartitionsDefinition({"model": model_partitions,
 
 # A model x task partition reads the curated task of its own task.
 task_of_partition = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="task")
+# ... and the registry entry (model_spec) of its own model.
+model_of_partition = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="model")
 
 
 def split_key(key: str | dg.MultiPartitionKey) -> tuple[str, str]:

@@ -1,0 +1,95 @@
+"""What needs running: which tasks may be built on, and which model x task partitions are missing or stale.
+
+Shared by the registry sensor and the nightly schedule. Staleness is Dagster's own
+(``CachingStaleStatusResolver``, the resolver behind the UI's "Unsynced" tags): an asset
+partition is stale when its code version changed or an upstream data version changed since it
+was materialised. Dagster flags only the first asset whose inputs moved (``corpus_embeddings``
+after a task or model change; ``task_metrics`` after a metrics code change); the assets below it
+follow when it is rematerialised with a new data version. A partition is therefore due when any
+of its four assets is missing or stale, and the whole partition is run: stages whose provenance
+key did not change are cache hits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dagster as dg
+
+from medbench_core.contracts import gate_refusal, overlap_gate_path
+from medbench_core.storage import read_manifest
+from orchestration.partitions import partition_key, task_partitions
+from orchestration.resources import ArtifactStoreResource, RegistryResource
+
+# The model x task assets, upstream first (the evaluate_partition job).
+EVALUATION_ASSETS = tuple(dg.AssetKey(k) for k in ("corpus_embeddings", "corpus_index", "retrieval_run", "task_metrics"))
+
+
+def task_refusals(store: ArtifactStoreResource, registry: RegistryResource) -> dict[str, str | None]:
+    """For each catalogued task: None when models may be evaluated on it, else why not (not curated, gate failed)."""
+    known = set(task_partitions.get_partition_keys())
+    overlap = overlap_gate_path(store.root_path / "tasks")
+    out: dict[str, str | None] = {}
+    for name in registry.catalog().names:
+        folder = store.task_dir(name)
+        if name not in known:
+            out[name] = f"task {name}: not a partition of this code location (tasks.yaml changed since it loaded); reload the definitions"
+        elif not (folder / "MANIFEST.json").exists():
+            out[name] = f"task {name}: not curated yet; materialise curated_task[{name}]"
+        else:
+            out[name] = gate_refusal(folder, read_manifest(folder).get("content_hash", ""), overlap_gate=overlap)
+    return out
+
+
+def usable_tasks(store: ArtifactStoreResource, registry: RegistryResource) -> list[str]:
+    """Catalogued tasks that are curated and passed their gates, in catalogue order."""
+    return [t for t, reason in task_refusals(store, registry).items() if reason is None]
+
+
+def stale_status_resolver(instance: dg.DagsterInstance, asset_graph):
+    """Dagster's stale-status resolver over ``asset_graph``, as the webserver builds it."""
+    # Private API: the UI and `RunRequest(stale_assets_only=...)` use the same class, but the
+    # latter ignores partitions, which is why medbench asks per partition itself.
+    from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver
+    from dagster._time import get_current_datetime
+
+    view = AssetGraphView(
+        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+        instance=instance,
+        asset_graph=asset_graph,
+    )
+    return CachingStaleStatusResolver(instance, asset_graph, view)
+
+
+@dataclass(frozen=True)
+class Due:
+    """A model x task partition that needs a run, and why."""
+
+    model: str
+    task: str
+    reason: str  # "missing: <assets>" or "stale: <asset> <causes>"
+
+    @property
+    def partition_key(self) -> dg.MultiPartitionKey:
+        return partition_key(self.model, self.task)
+
+
+def due_partitions(instance: dg.DagsterInstance, asset_graph, models: list[str], tasks: list[str]) -> list[Due]:
+    """The partitions of ``models`` x ``tasks`` with a missing or stale evaluation asset, in that order."""
+    from dagster._core.definitions.data_version import StaleStatus
+
+    resolver = stale_status_resolver(instance, asset_graph)
+    due = []
+    for model in models:
+        for task in tasks:
+            key = str(partition_key(model, task))
+            status = {a: resolver.get_status(a, key) for a in EVALUATION_ASSETS}
+            missing = [a.to_user_string() for a, s in status.items() if s == StaleStatus.MISSING]
+            stale = [a for a, s in status.items() if s == StaleStatus.STALE]
+            if missing:
+                due.append(Due(model, task, "missing: " + ", ".join(missing)))
+            elif stale:
+                causes = sorted({c.reason + (f" ({c.dependency.asset_key.to_user_string()})" if c.dependency else "") for c in resolver.get_stale_causes(stale[0], key)})
+                due.append(Due(model, task, f"stale: {stale[0].to_user_string()} {'; '.join(causes)}"))
+    return due

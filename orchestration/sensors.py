@@ -1,0 +1,83 @@
+"""The registry sensor: a model added to models.yaml is evaluated on every usable task, with no code change.
+
+On each tick the sensor compares the registry with the ``models`` dynamic partitions:
+
+- a **new model** becomes a partition, and one ``evaluate_partition`` run is requested for each of
+  its model x task partitions that has never been materialised, on every task that is curated
+  and passed its gates (a task that is not usable yet is picked up by the nightly schedule once
+  it is);
+- a **changed entry** (settings, revision, path) gets a new ``model_spec`` observation, which
+  marks exactly that model's partitions stale; the nightly schedule reruns them;
+- a **removed model** keeps its partition, its Dagster history, its MLflow runs and its artifacts:
+  results stay reproducible and nothing is deleted by editing a file. Its partitions are no
+  longer evaluated (the schedule reads the registry) and leave the leaderboard. To drop the
+  partition on purpose: ``python -m orchestration.registry_sync --retire NAME``;
+- a **renamed model** is a removal plus an addition: the name is part of the model's identity, so
+  the new name is evaluated afresh and the old one is kept until retired.
+
+A second tick with an unchanged registry launches nothing.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+from dagster._core.definitions.data_version import DATA_VERSION_TAG
+
+from orchestration.freshness import usable_tasks
+from orchestration.partitions import MODEL_PARTITIONS_NAME, model_partitions, partition_key
+from orchestration.registry_sync import model_observations
+from orchestration.resources import ArtifactStoreResource, RegistryResource
+
+EVALUATE_JOB = "evaluate_partition"
+TRIGGER_TAG = "medbench/trigger"
+
+
+def registry_tick(instance: dg.DagsterInstance, registry: RegistryResource, store: ArtifactStoreResource) -> dg.SensorResult:
+    """What one sensor tick does (see the module docstring), as a ``SensorResult``."""
+    registered = [m.name for m in registry.models()]
+    existing = set(instance.get_dynamic_partitions(MODEL_PARTITIONS_NAME))
+    new = [m for m in registered if m not in existing]
+    removed = sorted(existing - set(registered))
+    observations = model_observations(instance, registry)
+    tasks = usable_tasks(store, registry) if new else []
+    done = instance.get_materialized_partitions(dg.AssetKey("task_metrics")) if new else set()
+    versions = {e.partition: e.tags[DATA_VERSION_TAG] for e in observations}
+    requests = [
+        dg.RunRequest(
+            job_name=EVALUATE_JOB,
+            partition_key=partition_key(m, t),
+            run_key=f"new-model:{m}:{versions.get(m, '')}:{t}",
+            tags={TRIGGER_TAG: "model_registry_sensor"},
+        )
+        for m in new
+        for t in tasks
+        if str(partition_key(m, t)) not in done
+    ]
+    notes = []
+    if new:
+        notes.append(f"new models {', '.join(new)}: {len(requests)} partitions requested on {', '.join(tasks) or 'no usable task yet'}")
+    changed = [e.partition for e in observations if e.partition in existing]
+    if changed:
+        notes.append(f"changed entries {', '.join(changed)}: their partitions are now stale (the nightly schedule reruns them)")
+    if removed:
+        notes.append(f"no longer registered (kept with their history; retire with `python -m orchestration.registry_sync --retire NAME`): {', '.join(removed)}")
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=[model_partitions.build_add_request(new)] if new else [],
+        asset_events=observations,
+        skip_reason=None if requests else ("; ".join(notes) or "registry unchanged"),
+    )
+
+
+@dg.sensor(
+    name="model_registry_sensor",
+    job_name=EVALUATE_JOB,
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Adds models newly listed in models.yaml as partitions and evaluates them on every usable task.",
+)
+def model_registry_sensor(context: dg.SensorEvaluationContext, registry: RegistryResource, store: ArtifactStoreResource) -> dg.SensorResult:
+    result = registry_tick(context.instance, registry, store)
+    if result.run_requests:
+        context.log.info(f"requesting {len(result.run_requests)} runs: {', '.join(str(r.partition_key) for r in result.run_requests)}")
+    return result

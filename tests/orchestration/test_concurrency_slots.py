@@ -1,0 +1,120 @@
+"""RELIABILITY.md test 16: a run killed while holding a concurrency slot; the next queued run still starts.
+
+A real daemon (queued run coordinator, run monitoring, run retries) on a tmp instance configured
+by the project's dagster.yaml, with only the polling intervals shortened. Run 1 takes the single
+slot of pool ``encode`` and is SIGKILLed with its step process mid-step, so nothing releases the
+slot in-process. The code server marks the run failed; run monitoring
+(``free_slots_after_run_end_seconds``) frees its slot; the automatic retry of run 1 (a crashed
+worker is retried, run_retries) and run 2, queued behind the full pool, both start and succeed.
+Without that setting both would wait forever.
+"""
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from tests.orchestration.operating_env import ROOT
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+DEFS = '''
+import os, time
+from pathlib import Path
+import dagster as dg
+
+@dg.asset(pool="encode")
+def hold_slot():
+    marker = Path(os.environ["SLOT_MARKER"])
+    if not marker.exists():  # the first attempt hangs holding the slot; its retry finishes
+        marker.write_text(str(os.getpid()))
+        time.sleep(600)
+
+@dg.asset(pool="encode")
+def next_encode():
+    return 1
+
+defs = dg.Definitions(
+    assets=[hold_slot, next_encode],
+    jobs=[dg.define_asset_job("hold", [hold_slot]), dg.define_asset_job("after", [next_encode])],
+)
+'''
+
+
+def wait_for(what: str, predicate, timeout: float = 90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_the_project_instance_frees_slots_of_runs_that_died_holding_them():
+    config = yaml.safe_load((ROOT / "dagster.yaml").read_text())
+    assert config["run_monitoring"]["enabled"] is True
+    assert config["run_monitoring"]["free_slots_after_run_end_seconds"] > 0
+    assert config["concurrency"]["pools"]["default_limit"] == 1  # the encode pool
+
+
+def test_a_run_killed_holding_the_encode_slot_does_not_block_the_next_run(tmp_path):
+    import subprocess
+
+    home = tmp_path / "home"
+    home.mkdir()
+    config = yaml.safe_load((ROOT / "dagster.yaml").read_text())
+    config["run_monitoring"].update(poll_interval_seconds=1, free_slots_after_run_end_seconds=1)
+    config["run_coordinator"] = {"module": "dagster.core.run_coordinator", "class": "QueuedRunCoordinator", "config": {"dequeue_interval_seconds": 1}}
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "slot_defs.py").write_text(DEFS)
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text(f"load_from:\n  - python_file:\n      relative_path: {tmp_path / 'slot_defs.py'}\n      location_name: slots\n")
+    marker = tmp_path / "step.pid"
+    env = {**os.environ, "DAGSTER_HOME": str(home), "SLOT_MARKER": str(marker)}
+    dagster = [sys.executable, "-m", "dagster"]
+
+    def launch(job: str) -> None:
+        subprocess.run([*dagster, "job", "launch", "-w", str(workspace), "-j", job], env=env, cwd=tmp_path, check=True, capture_output=True, timeout=120)
+
+    log = open(tmp_path / "daemon.log", "wb")
+    daemon_cli = str(Path(sys.executable).parent / "dagster-daemon")
+    daemon = subprocess.Popen([daemon_cli, "run", "-w", str(workspace)], env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            launch("hold")
+            step_pid = int(wait_for("the first run's step to take the slot", lambda: marker.exists() and marker.read_text()))
+            info = instance.event_log_storage.get_concurrency_info("encode")
+            assert (info.slot_count, len(info.claimed_slots)) == (1, 1)
+            (first,) = instance.get_runs()
+
+            worker_pid = int(Path(f"/proc/{step_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # the step's parent
+            for pid in (worker_pid, step_pid):
+                os.kill(pid, signal.SIGKILL)
+            wait_for("the killed run to be marked failed", lambda: instance.get_run_by_id(first.run_id).status == dg.DagsterRunStatus.FAILURE)
+
+            launch("after")
+            done = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+            runs = wait_for(
+                "the retry and the next run to finish",
+                lambda: (rs := [r for r in instance.get_runs() if r.run_id != first.run_id]) and len(rs) == 2 and all(r.status in done for r in rs) and rs,
+            )
+            retry = next(r for r in runs if r.job_name == "hold")
+            after = next(r for r in runs if r.job_name == "after")
+            assert retry.tags["dagster/parent_run_id"] == first.run_id
+            assert (retry.status, after.status) == (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.SUCCESS)
+            assert instance.get_latest_materialization_event(dg.AssetKey("next_encode")) is not None
+            assert instance.event_log_storage.get_concurrency_info("encode").claimed_slots == []
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait()
+        log.close()

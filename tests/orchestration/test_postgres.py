@@ -1,0 +1,109 @@
+"""The production profile on a real PostgreSQL server (Debian's postgresql), started and stopped here.
+
+initdb into a tmp folder (as the ``postgres`` user when running as root: PostgreSQL refuses to
+run as root), password authentication on 127.0.0.1 and a free port, then the production
+dagster.yaml with DAGSTER_PG_* pointing at it: one partitioned materialisation, one model x task
+evaluation (dynamic partitions in PostgreSQL), read back with a plain PostgreSQL client.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from orchestration.partitions import partition_key
+from orchestration.registry_sync import sync_model_partitions
+from tests.orchestration.operating_env import BM25, ROOT, curate, evaluate, free_port, new_world
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+USER, PASSWORD, DB = "dagster", "medbench-test-pw", "medbench"
+
+
+def postgres_bin() -> Path:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
+    if not found:
+        pytest.fail("PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin; install Debian's postgresql (scripts/setup.sh --test does)")
+    return found[-1].parent
+
+
+@pytest.fixture
+def postgres():
+    """A PostgreSQL cluster on 127.0.0.1:<free port> with database ``medbench``; stopped and removed afterwards."""
+    bin_dir = postgres_bin()
+    base = Path(tempfile.mkdtemp(prefix="medbench-pg-"))
+    as_user = []
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    (base / "pw").write_text(PASSWORD)
+    if as_user:
+        shutil.chown(base / "pw", "postgres", "postgres")
+    data, port = base / "data", free_port()
+
+    def pg(*args, **kw):
+        return subprocess.run([*as_user, *map(str, args)], check=True, capture_output=True, text=True, timeout=60, **kw)
+
+    started = False
+    try:
+        pg(bin_dir / "initdb", "-D", data, "-U", USER, f"--pwfile={base / 'pw'}", "--auth=scram-sha-256", "--no-sync")
+        pg(bin_dir / "pg_ctl", "-D", data, "-l", base / "server.log", "-w", "-t", "30", "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+        started = True
+        pg(bin_dir / "createdb", "-h", "127.0.0.1", "-p", port, "-U", USER, DB, env={**os.environ, "PGPASSWORD": PASSWORD})
+        yield {"host": "127.0.0.1", "port": port, "base": base}
+    finally:
+        if started:
+            pg(bin_dir / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_partitioned_materialisation_against_the_production_profile(postgres, tmp_path, monkeypatch):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "deploy" / "production" / "dagster.yaml", home / "dagster.yaml")
+    for k, v in {"DAGSTER_PG_HOST": postgres["host"], "DAGSTER_PG_PORT": str(postgres["port"]), "DAGSTER_PG_DB": DB,
+                 "DAGSTER_PG_USER": USER, "DAGSTER_PG_PASSWORD": PASSWORD, "MEDBENCH_COMPUTE_LOGS": str(tmp_path / "logs")}.items():  # fmt: skip
+        monkeypatch.setenv(k, v)
+    world = new_world(tmp_path / "w", [BM25])
+    defs = world.defs()
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+        assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+
+        curate(world, instance, defs, ["scifact"])
+        sync_model_partitions(instance, world.resources()["registry"])
+        evaluate(instance, defs, partition_key("bm25", "scifact"))
+        assert instance.get_materialized_partitions(dg.AssetKey("curated_task")) == {"scifact"}
+        assert instance.get_materialized_partitions(dg.AssetKey("task_metrics")) == {"bm25|scifact"}
+        run_ids = [r.run_id for r in instance.get_runs()]
+
+    # The rows are in PostgreSQL itself, read back with a plain client.
+    import psycopg2
+
+    with psycopg2.connect(host=postgres["host"], port=postgres["port"], user=USER, password=PASSWORD, dbname=DB) as conn, conn.cursor() as cur:
+        cur.execute("SELECT partition FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION' AND asset_key = %s ORDER BY partition", ('["curated_task"]',))
+        assert [r[0] for r in cur.fetchall()] == ["scifact"]
+        cur.execute("SELECT partition FROM dynamic_partitions WHERE partitions_def_name = 'models'")
+        assert [r[0] for r in cur.fetchall()] == ["bm25"]
+        cur.execute("SELECT run_id, status FROM runs")
+        assert sorted(cur.fetchall()) == sorted((r, "SUCCESS") for r in run_ids) and len(run_ids) == 3  # curation, overlap check, evaluation
+
+
+def test_the_production_executor_is_dagsters_celery_executor(monkeypatch):
+    from orchestration import definitions, settings
+
+    monkeypatch.setattr(settings, "EXECUTOR", "celery")
+    monkeypatch.setattr(settings, "CELERY_BROKER", "pyamqp://medbench@mq.internal//")
+    celery = definitions.executor()
+    assert celery.name == "celery" and celery.executor_creation_fn.__module__.startswith("dagster_celery")
+    monkeypatch.setattr(settings, "EXECUTOR", "multiprocess")
+    assert definitions.executor() is None  # Dagster's default multiprocess executor
+    monkeypatch.setattr(settings, "EXECUTOR", "k8s")
+    with pytest.raises(ValueError, match="MEDBENCH_EXECUTOR='k8s'"):
+        definitions.executor()
