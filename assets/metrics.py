@@ -11,7 +11,7 @@ from medbench_core.provenance import file_hash, git_sha
 from medbench_core.storage import replace_dir_atomic, verify_manifest, write_manifest
 from orchestration import settings
 from orchestration.partitions import model_task_partitions
-from orchestration.resources import ArtifactStoreResource, MLflowResource, RegistryResource
+from orchestration.resources import ArtifactStoreResource, MLflowResource, RegistryResource, dagster_run_alive
 
 import polars as pl
 
@@ -63,7 +63,7 @@ def task_metrics(
         "code_version_metrics": CODE_VERSIONS["metrics"],
         "git_sha": git_sha(settings.ROOT),
         "lock_hash": file_hash(settings.ROOT / "requirements.lock"),
-        "data_version": file_hash(settings.ROOT / "data.dvc"),
+        # The benchmark version (data.dvc hash) is set as tag medbench.data_version at release.
         "k": config.k,
         "embeddings_key": p.keys["embeddings"],
         "index_key": p.keys["index"],
@@ -76,6 +76,8 @@ def task_metrics(
         "medbench.research_only": str(p.task.meta.research_only).lower(),
         "medbench.dagster_run_id": context.run_id,
     }
+    # Runs left RUNNING by killed attempts (of any partition) are marked KILLED, not left hanging.
+    mlflow.reconcile_stale_runs(benchmark, is_alive=dagster_run_alive(context.instance))
     run_id, reused = mlflow.log_run(
         benchmark,
         p.keys["metrics"],

@@ -5,7 +5,7 @@ import json
 
 import dagster as dg
 
-from assets._shared import CODE_VERSIONS, RetrievalConfig, not_applicable_result, open_partition, provenance_metadata
+from assets._shared import CODE_VERSIONS, RetrievalConfig, not_applicable_result, open_partition, provenance_metadata, shared_encoder
 from medbench_core.pipeline import retrieve
 from medbench_core.storage import replace_dir_atomic, verify_manifest, write_manifest
 from orchestration.partitions import model_task_partitions
@@ -38,7 +38,9 @@ def retrieval_run(
         verify_manifest(p.dir("index"))  # FAISS loads a flipped byte silently; the manifest does not
 
         def build(tmp):
-            _, info = retrieve(p.spec, p.task, p.dir("embeddings"), p.dir("index"), tmp, k=config.k, device=compute.torch_device(), progress=config.progress)
+            device = compute.torch_device()
+            encoder = shared_encoder(p.spec, device, config.progress)
+            _, info = retrieve(p.spec, p.task, p.dir("embeddings"), p.dir("index"), tmp, k=config.k, device=device, progress=config.progress, encoder=encoder)
             write_manifest(tmp, [*info["files"], "info.json"], {"provenance": provenance_metadata(p, "run") | {"path": None}})
 
         replace_dir_atomic(p.dir("run"), build)

@@ -38,6 +38,9 @@ def resolve_model_path(path: str) -> str:
             if (cand / "config.json").exists() or (cand / "modules.json").exists():
                 return str(cand)
         raise DataError(f"model path {path!r}: no model folder (config.json) inside {root}")
+    if path.startswith(("/", "./", "../", "~")) and not Path(path).expanduser().is_dir():
+        # Unmistakably a local path: say so, rather than let the hub client reject it as a repo id.
+        raise DataError(f"model path {path!r}: no such folder; give a local model folder, pkg:<module> or a hub id")
     return path
 
 
@@ -93,7 +96,7 @@ class SentenceTransformerEncoder:
             kwargs["revision"] = spec.revision
         try:
             self.model = SentenceTransformer(path, **kwargs)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a folder that holds no model
             raise DataError(f"model {spec.name}: cannot load {path!r} ({exc}); offline runs need a local folder or a cached hub id") from exc
         if spec.settings.get("max_length"):
             self.model.max_seq_length = int(spec.settings["max_length"])
@@ -127,7 +130,7 @@ class TransformersEncoder:
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
             self.model = AutoModel.from_pretrained(path, use_safetensors=True, **kwargs).to(device).eval()
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a folder that holds no model
             raise DataError(f"model {spec.name}: cannot load {path!r} ({exc}); offline runs need a local folder or a cached hub id") from exc
         self.max_length = int(spec.settings.get("max_length") or min(getattr(self.tokenizer, "model_max_length", 512), 512))
         self.pooling = spec.settings.get("pooling", "mean")

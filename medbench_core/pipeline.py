@@ -41,9 +41,10 @@ def embed_corpus(spec: ModelSpec, task: Task, out: Path, *, device: str = "cpu",
     doc_ids = task.corpus["doc_id"].to_list()
     _write_json(out / "doc_ids.json", doc_ids)
     if spec.kind == "bm25":
-        retriever = bm25.fit(task.doc_text(), spec.settings)
+        analyzer = bm25.bm25_settings(spec.settings, task_language(task))
+        retriever = bm25.fit(task.doc_text(), analyzer)
         files = bm25.save(retriever, out)
-        info = {"representation": "bm25s-sparse", "n_docs": len(doc_ids), "settings": bm25.bm25_settings(spec.settings)}
+        info = {"representation": "bm25s-sparse", "n_docs": len(doc_ids), "settings": analyzer}
     else:
         encoder = encoder or load_encoder(spec, device=device, progress=progress)
         emb = encode_side(encoder, task, "passage")
@@ -54,6 +55,12 @@ def embed_corpus(spec: ModelSpec, task: Task, out: Path, *, device: str = "cpu",
     info["files"] = ["doc_ids.json", *files]
     _write_json(out / "info.json", info)
     return info
+
+
+def task_language(task: Task) -> str | None:
+    """The task's one language, or None when its records mix languages."""
+    langs = set(task.queries["language"].drop_nulls().to_list()) | set(task.corpus["language"].drop_nulls().to_list())
+    return langs.pop() if len(langs) == 1 else None
 
 
 def load_corpus_embeddings(folder: Path) -> tuple[list[str], np.ndarray]:
@@ -103,7 +110,8 @@ def retrieve(
     files = ["run.parquet", "run.trec"]
     if spec.kind == "bm25":
         retriever = bm25.load(emb_dir)
-        run = bm25.search(retriever, query_ids, task.queries["text"].fill_null("").to_list(), doc_ids, k, spec.settings, candidates=pools)
+        analyzer = bm25.bm25_settings(spec.settings, task_language(task))
+        run = bm25.search(retriever, query_ids, task.queries["text"].fill_null("").to_list(), doc_ids, k, analyzer, candidates=pools)
     else:
         from medbench_core.index import load_index, search
 
@@ -161,7 +169,9 @@ def stage_keys(spec: ModelSpec, task_hash: str, revision: str, k: int, codes: di
     """
     from medbench_core.provenance import artifact_key
 
-    emb = artifact_key(stage="embeddings", task=task_hash, model=spec.identity(), revision=revision, code=codes["embeddings"])
+    # The index settings enter at the index stage only: changing them must not re-encode.
+    model = {k: v for k, v in spec.identity().items() if k != "index"}
+    emb = artifact_key(stage="embeddings", task=task_hash, model=model, revision=revision, code=codes["embeddings"])
     idx = artifact_key(stage="index", upstream=emb, index=spec.index if spec.kind != "bm25" else "bm25s", code=codes["index"])
     run = artifact_key(stage="run", upstream=idx, k=k, code=codes["run"])
     met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics), code=codes["metrics"])

