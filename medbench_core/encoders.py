@@ -48,12 +48,18 @@ def folder_revision(folder: str | Path) -> str:
     """Content revision of a local model folder: sha256 over names and bytes of its model files."""
     folder = Path(folder)
     h = hashlib.sha256()
+    n = 0
     for p in sorted(folder.rglob("*")):
-        if p.is_file() and p.suffix in _WEIGHT_SUFFIXES and ".cache" not in p.parts:
-            h.update(str(p.relative_to(folder)).encode())
+        rel = p.relative_to(folder)
+        # Only the folder's own hub-download cache is skipped: the folder itself may live under ~/.cache.
+        if p.is_file() and p.suffix in _WEIGHT_SUFFIXES and ".cache" not in rel.parts:
+            n += 1
+            h.update(str(rel).encode())
             with open(p, "rb") as f:
                 while chunk := f.read(1 << 20):
                     h.update(chunk)
+    if n == 0:
+        raise DataError(f"model folder {folder}: no model files (*.safetensors, *.bin, *.json, ...) to identify its weights")
     return "sha256:" + h.hexdigest()[:16]
 
 

@@ -5,6 +5,7 @@ must give the same vectors; a local folder loads like the package; revisions are
 ids and replaced by the folder's content hash for local folders; bad paths raise DataError.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -131,3 +132,19 @@ def test_bad_paths_give_a_clear_data_error(tmp_path, kind):
         load_text_encoder(ModelSpec(name="m", kind=kind, path="pkg:not_installed_pkg"))
     with pytest.raises(DataError, match="kind bm25 is not a text encoder"):
         load_text_encoder(ModelSpec(name="m", kind="bm25"))
+
+
+def test_folder_revision_of_a_folder_living_under_a_cache_dir(tmp_path):
+    # Regression: the venv (and so a packaged model) lives under ~/.cache; only the folder's own
+    # .cache subfolder is skipped, not every path that has ".cache" above the folder.
+    model = tmp_path / ".cache" / "venv" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"a": 1}')
+    (model / ".cache").mkdir()
+    (model / ".cache" / "lock.json").write_text("ignored")
+    expected = hashlib.sha256(b"config.json" + b'{"a": 1}').hexdigest()[:16]
+    assert folder_revision(model) == "sha256:" + expected
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match="no model files"):
+        folder_revision(empty)
