@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from medbench_core.model import Task
 from medbench_core.models import ModelSpec
 from medbench_core.pipeline import applicability, stage_keys
 from medbench_core.provenance import artifact_key, code_version
-from medbench_core.storage import is_complete
+from medbench_core.storage import is_complete, replace_dir_atomic, verify_manifest, write_manifest
 from orchestration.partitions import split_key
 from orchestration.resources import ArtifactStoreResource, RegistryResource
 
@@ -89,6 +90,26 @@ class Partition:
 
     def cached(self, stage: str, force: bool = False) -> bool:
         return not force and is_complete(self.dir(stage))
+
+    def materialize(self, stage: str, build: Callable[[Path], list[str]], *, force: bool = False, needs: tuple[str, ...] = ()) -> bool:
+        """Write the stage's artifact unless a complete one exists for its key; True on a cache hit.
+
+        The manifests of the upstream stages in ``needs`` are verified first (FAISS, for one,
+        loads a flipped byte silently). ``build(tmp)`` writes the files into a temporary folder
+        and returns their names; the manifest, with this partition's provenance, is written last
+        and the folder swapped into place atomically.
+        """
+        if self.cached(stage, force):
+            return True
+        for upstream in needs:
+            verify_manifest(self.dir(upstream))
+
+        def write(tmp: Path) -> None:
+            files = build(tmp)
+            write_manifest(tmp, files, {"provenance": provenance_metadata(self, stage) | {"path": None}})
+
+        replace_dir_atomic(self.dir(stage), write)
+        return False
 
 
 def open_partition(context: dg.AssetExecutionContext, store: ArtifactStoreResource, registry: RegistryResource, k: int) -> Partition:

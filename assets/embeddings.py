@@ -5,7 +5,7 @@ import dagster as dg
 
 from assets._shared import CODE_VERSIONS, RetrievalConfig, not_applicable_result, open_partition, provenance_metadata, shared_encoder
 from medbench_core.pipeline import embed_corpus
-from medbench_core.storage import read_manifest, replace_dir_atomic, write_manifest
+from medbench_core.storage import read_manifest
 from orchestration.partitions import model_of_partition, model_task_partitions, task_of_partition
 from orchestration.resources import ArtifactStoreResource, ComputeResource, RegistryResource
 
@@ -33,15 +33,14 @@ def corpus_embeddings(
     p = open_partition(context, store, registry, config.k)
     if p.not_applicable:
         return not_applicable_result(p, "embeddings")
-    hit = p.cached("embeddings", config.force)
-    if not hit:
-        def build(tmp):
-            device = compute.torch_device()
-            encoder = shared_encoder(p.spec, device, config.progress)
-            info = embed_corpus(p.spec, p.task, tmp, device=device, progress=config.progress, encoder=encoder)
-            write_manifest(tmp, [*info["files"], "info.json"], {"provenance": provenance_metadata(p, "embeddings") | {"path": None}})
 
-        replace_dir_atomic(p.dir("embeddings"), build)
+    def build(tmp):
+        device = compute.torch_device()
+        encoder = shared_encoder(p.spec, device, config.progress)
+        info = embed_corpus(p.spec, p.task, tmp, device=device, progress=config.progress, encoder=encoder)
+        return [*info["files"], "info.json"]
+
+    hit = p.materialize("embeddings", build, force=config.force)
     info = read_manifest(p.dir("embeddings"))
     return dg.MaterializeResult(
         metadata={**provenance_metadata(p, "embeddings"), "cache_hit": hit, "files": len(info["files"])},

@@ -7,7 +7,6 @@ import dagster as dg
 
 from assets._shared import CODE_VERSIONS, RetrievalConfig, not_applicable_result, open_partition, provenance_metadata
 from medbench_core.pipeline import build_corpus_index
-from medbench_core.storage import replace_dir_atomic, verify_manifest, write_manifest
 from orchestration.partitions import model_task_partitions
 from orchestration.resources import ArtifactStoreResource, ComputeResource, RegistryResource
 
@@ -31,15 +30,12 @@ def corpus_index(
     p = open_partition(context, store, registry, config.k)
     if p.not_applicable:
         return not_applicable_result(p, "index")
-    hit = p.cached("index", config.force)
-    if not hit:
-        verify_manifest(p.dir("embeddings"))
 
-        def build(tmp):
-            info = build_corpus_index(p.spec, p.dir("embeddings"), tmp, use_gpu=compute.use_gpu_for_faiss())
-            write_manifest(tmp, [*info["files"], "info.json"], {"provenance": provenance_metadata(p, "index") | {"path": None}})
+    def build(tmp):
+        info = build_corpus_index(p.spec, p.dir("embeddings"), tmp, use_gpu=compute.use_gpu_for_faiss())
+        return [*info["files"], "info.json"]
 
-        replace_dir_atomic(p.dir("index"), build)
+    hit = p.materialize("index", build, force=config.force, needs=("embeddings",))
     info = json.loads((p.dir("index") / "info.json").read_text())
     return dg.MaterializeResult(
         metadata={**provenance_metadata(p, "index"), "cache_hit": hit, "index_type": info["type"], "built_on": info["built_on"]},

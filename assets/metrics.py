@@ -4,16 +4,15 @@
 import json
 
 import dagster as dg
+import polars as pl
 
 from assets._shared import CODE_VERSION, CODE_VERSIONS, RetrievalConfig, not_applicable_result, open_partition, provenance_metadata
 from medbench_core.pipeline import flat_metrics, score
 from medbench_core.provenance import file_hash, git_sha
-from medbench_core.storage import replace_dir_atomic, verify_manifest, write_manifest
+from medbench_core.storage import verify_manifest
 from orchestration import settings
 from orchestration.partitions import model_task_partitions
 from orchestration.resources import ArtifactStoreResource, MLflowResource, RegistryResource, dagster_run_alive
-
-import polars as pl
 
 
 @dg.asset(
@@ -35,16 +34,11 @@ def task_metrics(
     p = open_partition(context, store, registry, config.k)
     if p.not_applicable:
         return not_applicable_result(p, "metrics")
-    hit = p.cached("metrics", config.force)
-    if not hit:
-        verify_manifest(p.dir("run"))
-        run = pl.read_parquet(p.dir("run") / "run.parquet")
 
-        def build(tmp):
-            result = score(p.task, run, tmp)
-            write_manifest(tmp, result["files"], {"provenance": provenance_metadata(p, "metrics") | {"path": None}})
+    def build(tmp):
+        return score(p.task, pl.read_parquet(p.dir("run") / "run.parquet"), tmp)["files"]
 
-        replace_dir_atomic(p.dir("metrics"), build)
+    hit = p.materialize("metrics", build, force=config.force, needs=("run",))
     verify_manifest(p.dir("metrics"))
     result = json.loads((p.dir("metrics") / "metrics.json").read_text())
     metrics = flat_metrics(result)

@@ -7,7 +7,6 @@ import dagster as dg
 
 from assets._shared import CODE_VERSIONS, RetrievalConfig, not_applicable_result, open_partition, provenance_metadata, shared_encoder
 from medbench_core.pipeline import retrieve
-from medbench_core.storage import replace_dir_atomic, verify_manifest, write_manifest
 from orchestration.partitions import model_task_partitions
 from orchestration.resources import ArtifactStoreResource, ComputeResource, RegistryResource
 
@@ -32,18 +31,14 @@ def retrieval_run(
     p = open_partition(context, store, registry, config.k)
     if p.not_applicable:
         return not_applicable_result(p, "run")
-    hit = p.cached("run", config.force)
-    if not hit:
-        verify_manifest(p.dir("embeddings"))
-        verify_manifest(p.dir("index"))  # FAISS loads a flipped byte silently; the manifest does not
 
-        def build(tmp):
-            device = compute.torch_device()
-            encoder = shared_encoder(p.spec, device, config.progress)
-            _, info = retrieve(p.spec, p.task, p.dir("embeddings"), p.dir("index"), tmp, k=config.k, device=device, progress=config.progress, encoder=encoder)
-            write_manifest(tmp, [*info["files"], "info.json"], {"provenance": provenance_metadata(p, "run") | {"path": None}})
+    def build(tmp):
+        device = compute.torch_device()
+        encoder = shared_encoder(p.spec, device, config.progress)
+        _, info = retrieve(p.spec, p.task, p.dir("embeddings"), p.dir("index"), tmp, k=config.k, device=device, progress=config.progress, encoder=encoder)
+        return [*info["files"], "info.json"]
 
-        replace_dir_atomic(p.dir("run"), build)
+    hit = p.materialize("run", build, force=config.force, needs=("embeddings", "index"))
     info = json.loads((p.dir("run") / "info.json").read_text())
     return dg.MaterializeResult(
         metadata={**provenance_metadata(p, "run"), "cache_hit": hit, "k": info["k"], "rows": info["n_rows"], "seconds": info["seconds"]},

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fcntl
-import json
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -270,12 +269,3 @@ def dagster_run_alive(instance: dg.DagsterInstance) -> Callable[[str], bool]:
         return run is None or not run.is_finished
 
     return alive
-
-
-@contextmanager
-def _noop():
-    yield
-
-
-def dump(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, default=str)
