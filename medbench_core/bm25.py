@@ -6,6 +6,7 @@ Scores come from bm25s; the top-k selection is ours so that ties are ordered by 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,16 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.ranking import rank_scores
+
+
+def _bm25s():
+    import bm25s
+
+    # bm25s sets its logger to DEBUG on import: once anything configures the root logger, each
+    # index build prints "DEBUG:bm25s:..." into the main job's output.
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
+
 
 DEFAULTS = {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}
 FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy", "params.index.json", "vocab.index.json")
@@ -39,7 +50,7 @@ def _stemmer(name: str | None):
 
 
 def tokenize(texts: list[str], settings: dict[str, Any]) -> list[list[str]]:
-    import bm25s
+    bm25s = _bm25s()
 
     s = bm25_settings(settings)
     return bm25s.tokenize(texts, stopwords=s["stopwords"], stemmer=_stemmer(s["stemmer"]), return_ids=False, show_progress=False)
@@ -47,7 +58,7 @@ def tokenize(texts: list[str], settings: dict[str, Any]) -> list[list[str]]:
 
 def fit(corpus_texts: list[str], settings: dict[str, Any] | None = None):
     """Index ``corpus_texts`` with bm25s; returns the ``bm25s.BM25`` object."""
-    import bm25s
+    bm25s = _bm25s()
 
     s = bm25_settings(settings)
     if not corpus_texts:
@@ -66,7 +77,7 @@ def save(retriever, folder: Path) -> list[str]:
 
 
 def load(folder: Path):
-    import bm25s
+    bm25s = _bm25s()
 
     return bm25s.BM25.load(str(folder), allow_pickle=False)
 
