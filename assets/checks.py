@@ -140,14 +140,17 @@ def build_task_checks(
         root = store.root_path / "tasks"
         judged_with = artifact_key(tasks=sorted((t.name, t.content_hash()) for t in tasks), code=code_version("contracts"))
         gate = read_gate(overlap_gate_path(root))
-        if gate and gate.get("judged_with") == judged_with and not not_curated:
-            return _reused(gate, overlap_gate_path(root))
-        result = validate_tasks(tasks, root / OVERLAP_REPORTS)
-        gate_file = record_overlap_gate(root, result, judged_with=judged_with)
-        md = check_metadata(result, gate_file)
-        if not_curated:
-            md["not_judged"] = ", ".join(not_curated)  # not curated yet (or corrupt): refused downstream
-        return dg.AssetCheckResult(passed=result.passed, metadata=md, description=result.message.splitlines()[0])
+        # The key names every task judged, so a verdict is reused only for exactly that set.
+        if gate and gate.get("judged_with") == judged_with:
+            check = _reused(gate, overlap_gate_path(root))
+        else:
+            result = validate_tasks(tasks, root / OVERLAP_REPORTS)
+            gate_file = record_overlap_gate(root, result, judged_with=judged_with)
+            check = dg.AssetCheckResult(passed=result.passed, metadata=check_metadata(result, gate_file), description=result.message.splitlines()[0])
+        if not not_curated:
+            return check
+        # Not curated yet (or corrupt): not judged here, and refused downstream.
+        return dg.AssetCheckResult(passed=check.passed, metadata={**check.metadata, "not_judged": ", ".join(not_curated)}, description=check.description)
 
     return [task_contract, tasks_do_not_overlap]
 
