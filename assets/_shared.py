@@ -10,38 +10,29 @@ from pathlib import Path
 import dagster as dg
 
 from medbench_core.contracts import gate_refusal, overlap_gate_path
-from medbench_core.encoders import effective_revision
+from medbench_core.encoders import cached_revision
 from medbench_core.errors import ContractError
 from medbench_core.model import Task
 from medbench_core.models import ModelSpec
-from medbench_core.pipeline import applicability, stage_keys
+from medbench_core.pipeline import DEFAULT_K, applicability, partition_keys, stage_code_versions
 from medbench_core.provenance import artifact_key, code_version
 from medbench_core.storage import is_complete, replace_dir_atomic, verify_manifest, write_manifest
 from orchestration.partitions import split_key
 from orchestration.resources import ArtifactStoreResource, RegistryResource
 
 CODE_VERSION = code_version()
-STAGES = ("embeddings", "index", "run", "metrics")
-CODE_VERSIONS = {stage: code_version(stage) for stage in STAGES}
+CODE_VERSIONS = stage_code_versions()
 
 
 class RetrievalConfig(dg.Config):
     """Per-run knobs for the model x task assets."""
 
-    k: int = 100
+    k: int = DEFAULT_K
     force: bool = False  # recompute even when an artifact with the same provenance key exists
     progress: bool = False
 
 
-_REVISIONS: dict[str, str] = {}
-
-
-def _revision(spec: ModelSpec) -> str:
-    # Hashing a local model folder takes a moment; do it once per process and spec.
-    key = json.dumps(spec.identity(), sort_keys=True, default=str)
-    if key not in _REVISIONS:
-        _REVISIONS[key] = effective_revision(spec)
-    return _REVISIONS[key]
+model_revision = cached_revision  # once per process and model identity
 
 
 def model_version(spec: ModelSpec) -> str:
@@ -50,7 +41,7 @@ def model_version(spec: ModelSpec) -> str:
     Recorded as observations of the ``model_spec`` source asset, so that changing one model's
     settings marks exactly that model's partitions stale (Dagster compares upstream data versions).
     """
-    return artifact_key(model=spec.identity(), revision=_revision(spec))
+    return artifact_key(model=spec.identity(), revision=model_revision(spec))
 
 
 _ENCODER: dict[str, object] = {}
@@ -118,9 +109,8 @@ def open_partition(context: dg.AssetExecutionContext, store: ArtifactStoreResour
     spec = registry.model(model)
     task = store.load_task(task_name)
     require_gate(store, task)
-    revision = _revision(spec)
-    keys = stage_keys(spec, task.content_hash(), revision, k, CODE_VERSIONS)
-    return Partition(model, task_name, spec, task, revision, keys, store, applicability(spec, task))
+    revision = model_revision(spec)
+    return Partition(model, task_name, spec, task, revision, partition_keys(spec, task, k), store, applicability(spec, task))
 
 
 def require_gate(store: ArtifactStoreResource, task: Task) -> None:

@@ -5,10 +5,10 @@ import json
 
 import dagster as dg
 
-from assets._shared import CODE_VERSION, CODE_VERSIONS, _revision
+from assets._shared import CODE_VERSION, model_revision, partition_keys
 from medbench_core.errors import MedbenchError
 from medbench_core.leaderboard import Entry, table, to_markdown
-from medbench_core.pipeline import applicability, stage_keys
+from medbench_core.pipeline import applicability
 from medbench_core.provenance import git_sha
 from medbench_core.storage import is_complete, write_json_atomic, write_text_atomic
 from orchestration import settings
@@ -34,13 +34,13 @@ def leaderboard(context: dg.AssetExecutionContext, store: ArtifactStoreResource,
         except MedbenchError:
             continue
         for m in models:
-            keys = stage_keys(m, task.content_hash(), _revision(m), 100, CODE_VERSIONS)
+            keys = partition_keys(m, task)
             folder = store.artifact_dir(m.name, t.name, "metrics", keys["metrics"])
             value = None
             applicable = applicability(m, task) is None
             if applicable and is_complete(folder):
                 value = json.loads((folder / "metrics.json").read_text())["mean"]["ndcg_at_10"]
-                provenance[f"{m.name}/{t.name}"] = {"metrics_key": keys["metrics"], "task_content_hash": task.content_hash(), "model_revision": _revision(m)}
+                provenance[f"{m.name}/{t.name}"] = {"metrics_key": keys["metrics"], "task_content_hash": task.content_hash(), "model_revision": model_revision(m)}
             entries.append(Entry(m.name, t.name, value, t.name in research_only, applicable))
     df = table(entries, [m.name for m in models], catalog.names)
     md = to_markdown(df, research_only, not_applicable={(e.model, e.task) for e in entries if not e.applicable})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -61,6 +62,17 @@ def folder_revision(folder: str | Path) -> str:
     if n == 0:
         raise DataError(f"model folder {folder}: no model files (*.safetensors, *.bin, *.json, ...) to identify its weights")
     return "sha256:" + h.hexdigest()[:16]
+
+
+_REVISIONS: dict[str, str] = {}
+
+
+def cached_revision(spec: ModelSpec) -> str:
+    """:func:`effective_revision`, hashed once per process and model identity (a folder's hash takes a moment)."""
+    key = json.dumps(spec.identity(), sort_keys=True, default=str)
+    if key not in _REVISIONS:
+        _REVISIONS[key] = effective_revision(spec)
+    return _REVISIONS[key]
 
 
 def effective_revision(spec: ModelSpec) -> str:

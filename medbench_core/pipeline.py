@@ -8,6 +8,7 @@ records that no FAISS index is needed.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ import polars as pl
 
 from medbench_core import bm25
 from medbench_core.errors import DataError
+from medbench_core.layout import STAGES
 from medbench_core.metrics import DEFAULT_METRICS, breakdown, cross_lingual_gap, evaluate, qrels_to_dict, run_to_dict
 from medbench_core.model import Task
 from medbench_core.models import ModelSpec
@@ -25,6 +27,15 @@ from medbench_core.ranking import write_trec
 from medbench_core.retrieval import candidate_pools, encode_side, load_encoder
 
 BREAKDOWN_COLUMNS = ("language", "discipline", "tier")
+DEFAULT_K = 100  # documents retrieved per query
+
+
+@functools.cache
+def stage_code_versions() -> dict[str, str]:
+    """The code version of each stage (sources behind it, see provenance.STAGE_MODULES)."""
+    from medbench_core.provenance import code_version
+
+    return {stage: code_version(stage) for stage in STAGES}
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -176,6 +187,13 @@ def stage_keys(spec: ModelSpec, task_hash: str, revision: str, k: int, codes: di
     run = artifact_key(stage="run", upstream=idx, k=k, code=codes["run"])
     met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics), code=codes["metrics"])
     return {"embeddings": emb, "index": idx, "run": run, "metrics": met}
+
+
+def partition_keys(spec: ModelSpec, task: Task, k: int = DEFAULT_K) -> dict[str, str]:
+    """Provenance key of each stage of ``spec`` x ``task`` with this code (the artifact folders' names)."""
+    from medbench_core.encoders import cached_revision
+
+    return stage_keys(spec, task.content_hash(), cached_revision(spec), k, stage_code_versions())
 
 
 def applicability(spec: ModelSpec, task: Task) -> str | None:

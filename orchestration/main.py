@@ -1,20 +1,35 @@
 """The main job: curate every task, evaluate every registered model on every task, print the leaderboard.
 
-    python -m orchestration.main [--models a,b] [--tasks x,y] [--force]
+    python -m orchestration.main [--models a,b] [--tasks x,y] [--force] [--prepare-only] [--serial]
 
 Each step is a real Dagster run on the project's instance (DAGSTER_HOME), so the UI shows
 them; partitions whose inputs are unchanged are cache hits and finish in a second.
+
+Two phases. *Prepare*: curate the tasks (each with its blocking data contract) and judge them
+together (overlap gate). *Evaluate*: every model x usable task.
+When a dense or CLIP model has work to do, preparing runs in a second process, started first,
+while this one imports Dagster and loads that model (importing torch and reading the weights
+take several seconds of one core, the gates as long on the other). Nothing is encoded before the
+gates have passed: loading a model reads no task data, and the evaluation assets still refuse a
+task whose gate failed. The MLflow store is created here meanwhile, before any run logs to it.
+Otherwise, or with ``--serial``, everything runs in this process.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
+from pathlib import Path
 
 from orchestration import settings
+
+STAGE_ASSETS = ("corpus_embeddings", "corpus_index", "retrieval_run", "task_metrics")
 
 
 def _prepare_environment() -> None:
@@ -29,78 +44,191 @@ def _prepare_environment() -> None:
     warnings.filterwarnings("ignore")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m orchestration.main", description=__doc__.splitlines()[0])
     parser.add_argument("--models", help="comma-separated model names (default: every model in models.yaml)")
     parser.add_argument("--tasks", help="comma-separated task names (default: every task in tasks.yaml)")
     parser.add_argument("--force", action="store_true", help="recompute even when artifacts with the same provenance exist")
-    args = parser.parse_args(argv)
-    _prepare_environment()
+    parser.add_argument("--prepare-only", action="store_true", help="curate and gate the tasks; evaluate nothing")
+    parser.add_argument("--report", type=Path, help="with --prepare-only: write what was prepared to this JSON file")
+    parser.add_argument("--serial", action="store_true", help="prepare in this process, without loading a model alongside")
+    return parser.parse_args(argv)
 
-    import dagster as dg
 
-    from orchestration.definitions import defs
-    from orchestration.partitions import partition_key
+def _quiet() -> dict:
+    return {"loggers": {"console": {"config": {"log_level": os.environ.get("MEDBENCH_LOG_LEVEL", "WARNING")}}}}
+
+
+def prepare(defs, instance, tasks: list[str]) -> dict:
+    """Model partitions, curated tasks and both gates. Returns usable, gated and failed tasks."""
     from orchestration.registry_sync import sync_model_partitions
 
-    t0 = time.perf_counter()
-    instance = dg.DagsterInstance.get()
     resources = defs.resources
-    resources["mlflow"].ensure_store()
-    registry = resources["registry"]
-    models = [m.name for m in registry.models()]
-    tasks = registry.catalog().names
-    if args.models:
-        models = [m for m in args.models.split(",") if m]
-    if args.tasks:
-        tasks = [t for t in args.tasks.split(",") if t]
-    sync_model_partitions(instance, registry)
-    quiet = {"loggers": {"console": {"config": {"log_level": os.environ.get("MEDBENCH_LOG_LEVEL", "WARNING")}}}}
-    run_config: dict = dict(quiet)
-    if args.force:
-        run_config["ops"] = {a: {"config": {"force": True}} for a in ("corpus_embeddings", "corpus_index", "retrieval_run", "task_metrics")}
-
+    sync_model_partitions(instance, resources["registry"])
     curate = defs.resolve_job_def("curate_tasks")
-    evaluate = defs.resolve_job_def("evaluate_partition")
     failures: list[str] = []
-    gated: list[str] = []
-    usable: list[str] = []
     curated: list[str] = []
     for task in tasks:
         t = time.perf_counter()
-        res = curate.execute_in_process(instance=instance, partition_key=task, run_config=quiet, raise_on_error=False)
+        res = curate.execute_in_process(instance=instance, partition_key=task, run_config=_quiet(), raise_on_error=False)
         print(f"[curate] {task:<22} {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t:.1f}s)", flush=True)
-        if res.success:
-            curated.append(task)
-        else:
-            failures.append(f"curated_task[{task}]")
+        (curated if res.success else failures).append(task if res.success else f"curated_task[{task}]")
     t = time.perf_counter()
-    defs.resolve_job_def("check_overlap").execute_in_process(instance=instance, run_config=quiet, raise_on_error=False)
+    defs.resolve_job_def("check_overlap").execute_in_process(instance=instance, run_config=_quiet(), raise_on_error=False)
     print(f"[overlap] {len(curated)} tasks judged together ({time.perf_counter() - t:.1f}s)", flush=True)
+    usable: list[str] = []
+    gated: dict[str, str] = {}
     for task in curated:
         reason = _gate_refusal(resources["store"], task)
         if reason:
-            gated.append(task)
-            print(f"[gate] {task}: refused: {reason.splitlines()[0][:300]}", flush=True)
+            gated[task] = reason.splitlines()[0][:300]
+            print(f"[gate] {task}: refused: {gated[task]}", flush=True)
         else:
             usable.append(task)
+    return {"usable": usable, "gated": gated, "failures": failures}
+
+
+def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) -> str | None:
+    """The first model in evaluation order that loads weights and has a partition to compute.
+
+    Judged on the tasks as curated now (a task not curated yet counts as work), without Dagster,
+    so that the decision comes before its import. A wrong guess costs a model load, never a
+    result: the evaluation decides again from the gated tasks.
+    """
+    from medbench_core.errors import MedbenchError
+    from medbench_core.pipeline import applicability, partition_keys
+    from medbench_core.storage import is_complete
+
+    stored: dict = {}
+    for spec in specs:
+        if spec.kind == "bm25":
+            continue
+        if force:
+            return spec.name
+        for task in tasks:
+            if task not in stored:
+                try:
+                    stored[task] = layout.load_task(task)
+                except MedbenchError:
+                    stored[task] = None
+            if stored[task] is None:
+                return spec.name
+            if applicability(spec, stored[task]) or _gate_refusal(layout, task):
+                continue
+            keys = partition_keys(spec, stored[task])
+            if not all(is_complete(layout.artifact_dir(spec.name, task, stage, keys[stage])) for stage in ("embeddings", "run")):
+                return spec.name
+    return None
+
+
+def _plan(args: argparse.Namespace) -> tuple[list[str], list[str], str | None]:
+    """Models and tasks to run, and the model to load while preparing (None: prepare in this process)."""
+    from medbench_core.catalog import load_catalog
+    from medbench_core.layout import Layout
+    from medbench_core.models import load_registry
+
+    registry = {spec.name: spec for spec in load_registry(settings.MODELS_FILE)}
+    models = [m for m in args.models.split(",") if m] if args.models else list(registry)
+    tasks = [t for t in args.tasks.split(",") if t] if args.tasks else load_catalog(settings.TASKS_FILE).names
+    unknown = [m for m in models if m not in registry]
+    if unknown or args.serial or args.prepare_only:
+        return models, tasks, None  # an unknown model fails its partitions, with Dagster's message
+    return models, tasks, model_to_warm([registry[m] for m in models], Layout(settings.DATA), tasks, args.force)
+
+
+def warm_up(defs, model: str) -> float:
+    """Load ``model``'s encoder into this process's cache, as the evaluation assets will ask for it."""
+    from assets._shared import shared_encoder
+
+    t = time.perf_counter()
+    spec = defs.resources["registry"].model(model)
+    shared_encoder(spec, defs.resources["compute"].torch_device(), False)
+    return time.perf_counter() - t
+
+
+class _Preparation:
+    """The prepare phase in a child process, started before this process imports Dagster."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="medbench-prepare-")
+        self.report = Path(self._tmp.name) / "report.json"
+        cmd = [sys.executable, "-m", "orchestration.main", "--prepare-only", "--report", str(self.report)]
+        if args.tasks:
+            cmd += ["--tasks", args.tasks]
+        self.process = subprocess.Popen(cmd, env=os.environ.copy())
+
+    def result(self) -> dict:
+        code = self.process.wait()
+        if not self.report.exists():
+            raise SystemExit(f"preparing the tasks failed (exit {code}) before it wrote its report")
+        return json.loads(self.report.read_text())
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._tmp.cleanup()
+
+
+def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool) -> list[str]:
+    """Every model x task partition, in that order (one encoder is kept loaded at a time)."""
+    from orchestration.partitions import partition_key
+
+    run_config: dict = _quiet()
+    if force:
+        run_config["ops"] = {a: {"config": {"force": True}} for a in STAGE_ASSETS}
+    job = defs.resolve_job_def("evaluate_partition")
+    failures: list[str] = []
     for model in models:
-        for task in usable:
+        for task in tasks:
             t = time.perf_counter()
-            res = evaluate.execute_in_process(instance=instance, partition_key=partition_key(model, task), run_config=run_config, raise_on_error=False)
-            hits = _cache_hits(res)
+            res = job.execute_in_process(instance=instance, partition_key=partition_key(model, task), run_config=run_config, raise_on_error=False)
             status = "ok" if res.success else "FAILED"
-            note = " (cached)" if hits == 4 else " (n/a: model cannot read this task)" if _not_applicable(res) else ""
+            note = " (cached)" if _cache_hits(res) == 4 else " (n/a: model cannot read this task)" if _not_applicable(res) else ""
             print(f"[evaluate] {model:<24} x {task:<22} {status}{note} ({time.perf_counter() - t:.1f}s)", flush=True)
             if not res.success:
                 failures.append(f"{model}|{task}")
-    defs.resolve_job_def("build_leaderboard").execute_in_process(instance=instance, run_config=quiet, raise_on_error=True)
-    board = resources["store"].reports_dir() / "leaderboard.md"
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    _prepare_environment()
+    t0 = time.perf_counter()
+    models, tasks, model = _plan(args)
+    # With a model to load, the child prepares (and creates a new instance's storage) while this
+    # process imports Dagster and loads the model; it opens the instance after the child is done.
+    preparation = _Preparation(args) if model else None
+    try:
+        import dagster as dg
+
+        from orchestration.definitions import defs
+
+        if args.prepare_only:
+            prepared = prepare(defs, dg.DagsterInstance.get(), tasks)
+            if args.report:
+                args.report.write_text(json.dumps(prepared))
+            return 1 if prepared["failures"] else 0
+        if preparation is None:
+            defs.resources["mlflow"].ensure_store()
+            prepared = prepare(defs, dg.DagsterInstance.get(), tasks)
+        else:
+            seconds = warm_up(defs, model)
+            print(f"[warm-up] {model} loaded while the tasks are prepared ({seconds:.1f}s)", flush=True)
+            defs.resources["mlflow"].ensure_store()  # once, before any parallel work (RELIABILITY.md)
+            prepared = preparation.result()
+    finally:
+        if preparation is not None:
+            preparation.close()
+    instance = dg.DagsterInstance.get()
+    failures = prepared["failures"] + evaluate(defs, instance, models, prepared["usable"], args.force)
+    defs.resolve_job_def("build_leaderboard").execute_in_process(instance=instance, run_config=_quiet(), raise_on_error=True)
+    board = defs.resources["store"].reports_dir() / "leaderboard.md"
     print()
     print(board.read_text())
-    print(f"saved to {board} (and .csv, .json); MLflow: {resources['mlflow'].tracking_uri}")
-    if gated:
-        print(f"tasks refused by their data contract (see GATE.json): {', '.join(gated)}")
+    print(f"saved to {board} (and .csv, .json); MLflow: {defs.resources['mlflow'].tracking_uri}")
+    if prepared["gated"]:
+        print(f"tasks refused by their data contract (see GATE.json): {', '.join(prepared['gated'])}")
     print(f"total {time.perf_counter() - t0:.1f}s")
     if failures:
         print(f"FAILED: {', '.join(failures)}", file=sys.stderr)
@@ -109,10 +237,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _gate_refusal(store, task: str) -> str | None:
+    """Why the recorded gates refuse ``task`` as curated now (``store``: the resource or a Layout)."""
     from medbench_core.contracts import gate_refusal, overlap_gate_path
 
     content_hash = store.load_task(task).content_hash()
-    return gate_refusal(store.task_dir(task), content_hash, overlap_gate=overlap_gate_path(store.root_path / "tasks"))
+    return gate_refusal(store.task_dir(task), content_hash, overlap_gate=overlap_gate_path(store.task_dir(task).parent))
 
 
 def _not_applicable(result) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import fcntl
+import os
+import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,12 +14,10 @@ import dagster as dg
 
 from medbench_core.catalog import Catalog, TaskEntry, load_catalog
 from medbench_core.errors import DataError
-from medbench_core.model import Task, load_task
+from medbench_core.layout import Layout
+from medbench_core.model import Task
 from medbench_core.models import ModelSpec, load_registry
-from medbench_core.storage import verify_manifest
-
-STAGES = ("embeddings", "index", "run", "metrics")
-
+from orchestration import settings
 
 class ArtifactStoreResource(dg.ConfigurableResource):
     """The artifact tree under ``root`` (DVC-tracked ``data/``) and the source data folder.
@@ -35,24 +35,22 @@ class ArtifactStoreResource(dg.ConfigurableResource):
     def root_path(self) -> Path:
         return Path(self.root)
 
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.root_path)
+
     def task_dir(self, task: str) -> Path:
-        return self.root_path / "tasks" / task
+        return self.layout.task_dir(task)
 
     def artifact_dir(self, model: str, task: str, stage: str, key: str) -> Path:
-        if stage not in STAGES:
-            raise ValueError(f"unknown stage {stage!r}")
-        return self.root_path / "artifacts" / model / task / stage / key
+        return self.layout.artifact_dir(model, task, stage, key)
 
     def reports_dir(self) -> Path:
-        return self.root_path / "reports"
+        return self.layout.reports_dir()
 
     def load_task(self, task: str) -> Task:
         """The curated task, after verifying its manifest."""
-        folder = self.task_dir(task)
-        if not (folder / "MANIFEST.json").exists():
-            raise DataError(f"task {task}: no curated task at {folder}; materialise curated_task[{task}] first")
-        verify_manifest(folder)
-        return load_task(folder)
+        return self.layout.load_task(task)
 
     def scratch_dir(self, *parts: str) -> Path:
         p = Path(self.scratch).joinpath(*parts)
@@ -119,9 +117,12 @@ class MLflowResource(dg.ConfigurableResource):
     artifact_root: str = ""
 
     def client(self):
-        from mlflow.tracking import MlflowClient
+        # One client per store and process: each new one costs ~0.1 s (store and engine set-up).
+        if self.tracking_uri not in _CLIENTS:
+            from mlflow.tracking import MlflowClient
 
-        return MlflowClient(tracking_uri=self.tracking_uri)
+            _CLIENTS[self.tracking_uri] = MlflowClient(tracking_uri=self.tracking_uri)
+        return _CLIENTS[self.tracking_uri]
 
     def _sqlite_path(self) -> Path | None:
         return Path(self.tracking_uri[len("sqlite:///") :]) if self.tracking_uri.startswith("sqlite:///") else None
@@ -145,12 +146,24 @@ class MLflowResource(dg.ConfigurableResource):
     def ensure_store(self) -> None:
         """Create the SQLite store once, under a file lock, before any parallel work.
 
-        Sixteen processes migrating one new SQLite file at once all fail (RELIABILITY.md).
+        Sixteen processes migrating one new SQLite file at once all fail (RELIABILITY.md). A new
+        store starts as a copy of the empty schema this MLflow version builds once per machine
+        (:func:`mlflow_schema`; its ~40 migrations take seconds); MLflow then opens it, checks the
+        schema version and adds its default experiment, as for a store it created itself.
         """
-        if self._sqlite_path() is None:
+        db = self._sqlite_path()
+        if db is None or _migrated(db):
             return
         with self._store_lock():
+            if _migrated(db):
+                return
+            if not db.exists():
+                db.parent.mkdir(parents=True, exist_ok=True)
+                tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+                shutil.copyfile(mlflow_schema(), tmp)
+                os.replace(tmp, db)
             self.client().search_experiments(max_results=1)
+            _ready_marker(db).write_text(_mlflow_version() + "\n")
 
     def experiment_id(self, name: str) -> str:
         client = self.client()
@@ -256,6 +269,54 @@ class MLflowResource(dg.ConfigurableResource):
                 client.set_terminated(r.info.run_id, status=RunStatus.to_string(RunStatus.KILLED))
                 stale.append(r.info.run_id)
         return stale
+
+
+_CLIENTS: dict[str, Any] = {}
+
+
+def _ready_marker(db: Path) -> Path:
+    return db.parent / f".{db.name}.ready"
+
+
+def _mlflow_version() -> str:
+    from importlib.metadata import version
+
+    return version("mlflow")
+
+
+def _migrated(db: Path) -> bool:
+    """True when ``db`` was created completely by this MLflow version (checked without importing mlflow: ~1.5 s).
+
+    The marker is written after the migrations finished; a killed creation leaves none, so the
+    next ensure_store lets MLflow complete it.
+    """
+    marker = _ready_marker(db)
+    return db.is_file() and marker.is_file() and marker.read_text().strip() == _mlflow_version()
+
+
+def mlflow_schema(cache: Path | None = None) -> Path:
+    """An empty MLflow SQLite schema at this MLflow version's head, built once per machine.
+
+    Built the way MLflow builds a new store (initial tables, then every migration) into a
+    temporary file and renamed into place, so a killed build leaves nothing half-made.
+    """
+    folder = Path(cache or settings.CACHE) / "mlflow-schema"
+    path = folder / f"mlflow-{_mlflow_version()}.db"
+    if path.is_file():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    import sqlalchemy
+    from mlflow.store.db.utils import _initialize_tables, _verify_schema
+
+    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp}")
+    try:
+        _initialize_tables(engine)
+        _verify_schema(engine)
+    finally:
+        engine.dispose()
+    os.replace(tmp, path)
+    return path
 
 
 def dagster_run_alive(instance: dg.DagsterInstance) -> Callable[[str], bool]:

@@ -6,7 +6,9 @@ caches; default <root>/.medbench), MLFLOW_TRACKING_URI (default: SQLite in the s
 MEDBENCH_NIGHTLY_CRON / MEDBENCH_NIGHTLY_TZ (nightly evaluation and drift canary; default 02:00 UTC),
 MEDBENCH_EXECUTOR (``multiprocess``, the default, or ``celery`` for the production profile) and
 MEDBENCH_CELERY_BROKER / MEDBENCH_CELERY_BACKEND (the celery broker and result backend URLs),
-MEDBENCH_DVC_REMOTE (the DVC remote of benchmark versions; default ~/.cache/medbench/dvc-remote).
+MEDBENCH_DVC_REMOTE (the DVC remote of benchmark versions; default ~/.cache/medbench/dvc-remote),
+MEDBENCH_CACHE (what an installation builds once and every project state reuses, such as the empty
+MLflow schema; default ~/.cache/medbench).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ NIGHTLY_TIMEZONE = os.environ.get("MEDBENCH_NIGHTLY_TZ") or "UTC"
 EXECUTOR = os.environ.get("MEDBENCH_EXECUTOR") or "multiprocess"
 CELERY_BROKER = os.environ.get("MEDBENCH_CELERY_BROKER") or "pyamqp://guest@localhost//"
 CELERY_BACKEND = os.environ.get("MEDBENCH_CELERY_BACKEND") or "rpc://"
-DVC_REMOTE = os.environ.get("MEDBENCH_DVC_REMOTE") or ""  # empty: the url in .dvc/config(.local)
+DVC_REMOTE = os.environ.get("MEDBENCH_DVC_REMOTE") or ""
+CACHE = Path(os.environ.get("MEDBENCH_CACHE") or Path.home() / ".cache" / "medbench")  # empty: the url in .dvc/config(.local)
 
 
 def default_tracking_uri() -> str:

@@ -45,6 +45,7 @@ from typing import Any
 import yaml
 
 from medbench_core.errors import IntegrityError, MedbenchError
+from medbench_core.layout import STAGES
 from medbench_core.storage import MANIFEST, verify_manifest, write_json_atomic
 from orchestration import settings
 
@@ -52,7 +53,6 @@ REMOTE = "medbench"
 DEFAULT_REMOTE_URL = "~/.cache/medbench/dvc-remote"
 DATA = "data"
 VERSIONS = "versions"
-STAGES = ("embeddings", "index", "run", "metrics")
 _TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _LOCK_ERROR = "Unable to acquire lock"
 _GIT_IDENTITY = ("-c", "user.name=medbench release", "-c", "user.email=medbench@localhost")

@@ -23,6 +23,10 @@ if [ ! -f "$VENV/.complete" ]; then
   log="$VENV_ROOT/$LOCK_HASH.install.log"
   "$VENV/bin/python" -m pip install --no-input -r "$MEDBENCH_ROOT/requirements.lock" >"$log" 2>&1 \
     || { grep -v "is ignored: it is neither" "$log" | tail -40 >&2; echo "medbench: install failed, see $log" >&2; exit 1; }
+  # Installation-level, like the venv: the empty MLflow schema new stores are copied from
+  # (built on first use otherwise).
+  PYTHONPATH="$MEDBENCH_ROOT" "$VENV/bin/python" -c 'from orchestration.resources import mlflow_schema; mlflow_schema()' >>"$log" 2>&1 \
+    || { tail -20 "$log" >&2; echo "medbench: cannot build the MLflow schema, see $log" >&2; exit 1; }
   touch "$VENV/.complete"
 fi
 ln -sfn "$VENV" "$MEDBENCH_ROOT/.venv"
