@@ -34,7 +34,11 @@ def leaderboard(context: dg.AssetExecutionContext, store: ArtifactStoreResource,
         except MedbenchError:
             continue
         for m in models:
-            keys = partition_keys(m, task)
+            try:
+                keys = partition_keys(m, task)
+            except MedbenchError:  # e.g. its model folder is gone: no result for the current entry
+                entries.append(Entry(m.name, t.name, None, t.name in research_only, True))
+                continue
             folder = store.artifact_dir(m.name, t.name, "metrics", keys["metrics"])
             value = None
             applicable = applicability(m, task) is None

@@ -72,7 +72,10 @@ def prepare(defs, instance, tasks: list[str]) -> dict:
         t = time.perf_counter()
         res = curate.execute_in_process(instance=instance, partition_key=task, run_config=_quiet(), raise_on_error=False)
         print(f"[curate] {task:<22} {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t:.1f}s)", flush=True)
-        (curated if res.success else failures).append(task if res.success else f"curated_task[{task}]")
+        if res.success:
+            curated.append(task)
+        else:
+            failures.append(f"curated_task[{task}]")
     t = time.perf_counter()
     defs.resolve_job_def("check_overlap").execute_in_process(instance=instance, run_config=_quiet(), raise_on_error=False)
     print(f"[overlap] {len(curated)} tasks judged together ({time.perf_counter() - t:.1f}s)", flush=True)
@@ -213,8 +216,11 @@ def main(argv: list[str] | None = None) -> int:
             defs.resources["mlflow"].ensure_store()
             prepared = prepare(defs, dg.DagsterInstance.get(), tasks)
         else:
-            seconds = warm_up(defs, model)
-            print(f"[warm-up] {model} loaded while the tasks are prepared ({seconds:.1f}s)", flush=True)
+            try:
+                seconds = warm_up(defs, model)
+                print(f"[warm-up] {model} loaded while the tasks are prepared ({seconds:.1f}s)", flush=True)
+            except Exception as exc:  # its partitions fail with the full error, in Dagster
+                print(f"[warm-up] {model} could not be loaded: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}", flush=True)
             defs.resources["mlflow"].ensure_store()  # once, before any parallel work (RELIABILITY.md)
             prepared = preparation.result()
     finally:

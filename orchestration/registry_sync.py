@@ -7,6 +7,7 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG, extract_dat
 
 from assets._shared import model_version
 from assets.registry import MODEL_SPEC
+from medbench_core.errors import MedbenchError
 from orchestration.partitions import MODEL_PARTITIONS_NAME
 from orchestration.resources import RegistryResource
 
@@ -42,7 +43,10 @@ def model_observations(instance: dg.DagsterInstance, registry: RegistryResource)
     """
     events = []
     for spec in registry.models():
-        version = model_version(spec)
+        try:
+            version = model_version(spec)
+        except MedbenchError:
+            continue  # e.g. a missing model folder: its partitions fail with that error when run
         if observed_model_version(instance, spec.name) != version:
             events.append(
                 dg.AssetObservation(

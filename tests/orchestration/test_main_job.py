@@ -52,14 +52,7 @@ def test_a_failed_gate_refuses_its_task_although_the_model_was_loaded_beside_it(
     # liveqa_medquad's questions carry a licence outside the allowlist: its contract fails.
     catalogue = (world.root / "tasks.yaml").read_text().replace("path: lq, split: test, query_licence: CC-BY-4.0", "path: lq, split: test, query_licence: unknown")
     (world.root / "tasks.yaml").write_text(catalogue)
-    (tmp_path / "shared_root").mkdir()
-    (tmp_path / "shared_root" / "data").symlink_to(world.shared)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDBENCH_") and k != "MLFLOW_TRACKING_URI"}
-    env.update(
-        PYTHONPATH=str(ROOT), DAGSTER_HOME=str(world.dagster_home), MEDBENCH_SHARED=str(tmp_path / "shared_root"),
-        MEDBENCH_DATA=str(world.root / "data"), MEDBENCH_STATE=str(world.root / "state"),
-        MEDBENCH_MODELS=str(world.models_file), MEDBENCH_TASKS=str(world.root / "tasks.yaml"),
-    )
+    env = _main_env(world, tmp_path)
     argv = [sys.executable, "-m", "orchestration.main", "--tasks", "scifact,liveqa_medquad"]
     out = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     # The failed contract fails liveqa's curation run, and so the main job.
@@ -82,6 +75,33 @@ def test_a_failed_gate_refuses_its_task_although_the_model_was_loaded_beside_it(
     assert again.returncode == 1, again.stderr[-3000:]
     assert "[warm-up]" not in again.stdout and "x scifact                ok (cached)" in again.stdout
     assert not (artifacts / "liveqa_medquad").exists()
+
+
+def _main_env(world, tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "shared_root").mkdir(exist_ok=True)
+    if not (tmp_path / "shared_root" / "data").exists():
+        (tmp_path / "shared_root" / "data").symlink_to(world.shared)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDBENCH_") and k != "MLFLOW_TRACKING_URI"}
+    env.update(
+        PYTHONPATH=str(ROOT), DAGSTER_HOME=str(world.dagster_home), MEDBENCH_SHARED=str(tmp_path / "shared_root"),
+        MEDBENCH_DATA=str(world.root / "data"), MEDBENCH_STATE=str(world.root / "state"),
+        MEDBENCH_MODELS=str(world.models_file), MEDBENCH_TASKS=str(world.root / "tasks.yaml"),
+    )
+    return env
+
+
+def test_a_model_that_cannot_load_fails_its_partitions_not_the_preparation(tmp_path):
+    broken = {"name": "broken-folder", "kind": "sentence-transformers", "path": str(tmp_path / "no-such-model"), "revision": "x"}
+    world = new_world(tmp_path / "w", [broken, BM25])
+    argv = [sys.executable, "-m", "orchestration.main", "--tasks", "scifact,liveqa_medquad"]
+    out = subprocess.run(argv, env=_main_env(world, tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1
+    assert "[warm-up] broken-folder could not be loaded" in out.stdout
+    assert "[curate] scifact                ok" in out.stdout and "[curate] liveqa_medquad         ok" in out.stdout
+    assert "x scifact                FAILED" in out.stdout and "[evaluate] bm25                     x scifact                ok" in out.stdout
+    assert out.stderr.rstrip().endswith("FAILED: broken-folder|scifact, broken-folder|liveqa_medquad"), out.stderr[-2000:]
+    board = (world.root / "data" / "reports" / "leaderboard.md").read_text()
+    assert "| broken-folder | - | - |" in board and "| bm25 | 1.0000 |" in board, board
 
 
 FAST_PATH = """
