@@ -9,7 +9,6 @@ from pathlib import Path
 
 import dagster as dg
 
-from medbench_core.contracts import gate_refusal, overlap_gate_path
 from medbench_core.encoders import cached_revision
 from medbench_core.errors import ContractError
 from medbench_core.model import Task
@@ -119,7 +118,7 @@ def require_gate(store: ArtifactStoreResource, task: Task) -> None:
     Dagster's blocking checks stop downstream assets only within the run that ran them; this
     precondition holds across separate later runs too.
     """
-    reason = gate_refusal(store.task_dir(task.name), task.content_hash(), overlap_gate=overlap_gate_path(store.root_path / "tasks"))
+    reason = store.layout.gate_refusal(task.name, task.content_hash())
     if reason:
         raise ContractError(reason)
 

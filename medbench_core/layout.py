@@ -31,6 +31,12 @@ class Layout:
     def reports_dir(self) -> Path:
         return self.root / "reports"
 
+    def gate_refusal(self, task: str, content_hash: str) -> str | None:
+        """Why the recorded gates (the task's own and the cross-task one) refuse ``task`` at ``content_hash``; None when they pass it."""
+        from medbench_core.contracts import gate_refusal, overlap_gate_path
+
+        return gate_refusal(self.task_dir(task), content_hash, overlap_gate=overlap_gate_path(self.root / "tasks"))
+
     def load_task(self, task: str) -> Task:
         """The curated task, after verifying its manifest."""
         folder = self.task_dir(task)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from medbench_core.contracts import gate_refusal, overlap_gate_path
 from medbench_core.storage import read_manifest
 from orchestration.partitions import partition_key, task_partitions
 from orchestration.resources import ArtifactStoreResource, RegistryResource
@@ -28,7 +27,6 @@ EVALUATION_ASSETS = tuple(dg.AssetKey(k) for k in ("corpus_embeddings", "corpus_
 def task_refusals(store: ArtifactStoreResource, registry: RegistryResource) -> dict[str, str | None]:
     """For each catalogued task: None when models may be evaluated on it, else why not (not curated, gate failed)."""
     known = set(task_partitions.get_partition_keys())
-    overlap = overlap_gate_path(store.root_path / "tasks")
     out: dict[str, str | None] = {}
     for name in registry.catalog().names:
         folder = store.task_dir(name)
@@ -37,7 +35,7 @@ def task_refusals(store: ArtifactStoreResource, registry: RegistryResource) -> d
         elif not (folder / "MANIFEST.json").exists():
             out[name] = f"task {name}: not curated yet; materialise curated_task[{name}]"
         else:
-            out[name] = gate_refusal(folder, read_manifest(folder).get("content_hash", ""), overlap_gate=overlap)
+            out[name] = store.layout.gate_refusal(name, read_manifest(folder).get("content_hash", ""))
     return out
 
 

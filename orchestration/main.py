@@ -81,8 +81,9 @@ def prepare(defs, instance, tasks: list[str]) -> dict:
     print(f"[overlap] {len(curated)} tasks judged together ({time.perf_counter() - t:.1f}s)", flush=True)
     usable: list[str] = []
     gated: dict[str, str] = {}
+    store = resources["store"]
     for task in curated:
-        reason = _gate_refusal(resources["store"], task)
+        reason = store.layout.gate_refusal(task, store.load_task(task).content_hash())
         if reason:
             gated[task] = reason.splitlines()[0][:300]
             print(f"[gate] {task}: refused: {gated[task]}", flush=True)
@@ -116,7 +117,7 @@ def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) ->
                     stored[task] = None
             if stored[task] is None:
                 return spec.name
-            if applicability(spec, stored[task]) or _gate_refusal(layout, task):
+            if applicability(spec, stored[task]) or layout.gate_refusal(task, stored[task].content_hash()):
                 continue
             keys = partition_keys(spec, stored[task])
             if not all(is_complete(layout.artifact_dir(spec.name, task, stage, keys[stage])) for stage in ("embeddings", "run")):
@@ -240,14 +241,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAILED: {', '.join(failures)}", file=sys.stderr)
         return 1
     return 0
-
-
-def _gate_refusal(store, task: str) -> str | None:
-    """Why the recorded gates refuse ``task`` as curated now (``store``: the resource or a Layout)."""
-    from medbench_core.contracts import gate_refusal, overlap_gate_path
-
-    content_hash = store.load_task(task).content_hash()
-    return gate_refusal(store.task_dir(task), content_hash, overlap_gate=overlap_gate_path(store.task_dir(task).parent))
 
 
 def _not_applicable(result) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fcntl
-import os
 import shutil
 import time
 from contextlib import contextmanager
@@ -17,7 +16,9 @@ from medbench_core.errors import DataError
 from medbench_core.layout import Layout
 from medbench_core.model import Task
 from medbench_core.models import ModelSpec, load_registry
+from medbench_core.storage import atomic_path, write_text_atomic
 from orchestration import settings
+
 
 class ArtifactStoreResource(dg.ConfigurableResource):
     """The artifact tree under ``root`` (DVC-tracked ``data/``) and the source data folder.
@@ -158,12 +159,10 @@ class MLflowResource(dg.ConfigurableResource):
             if _migrated(db):
                 return
             if not db.exists():
-                db.parent.mkdir(parents=True, exist_ok=True)
-                tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
-                shutil.copyfile(mlflow_schema(), tmp)
-                os.replace(tmp, db)
+                with atomic_path(db) as tmp:
+                    shutil.copyfile(mlflow_schema(), tmp)
             self.client().search_experiments(max_results=1)
-            _ready_marker(db).write_text(_mlflow_version() + "\n")
+            write_text_atomic(_ready_marker(db), _mlflow_version() + "\n")
 
     def experiment_id(self, name: str) -> str:
         client = self.client()
@@ -294,28 +293,27 @@ def _migrated(db: Path) -> bool:
     return db.is_file() and marker.is_file() and marker.read_text().strip() == _mlflow_version()
 
 
-def mlflow_schema(cache: Path | None = None) -> Path:
+def mlflow_schema() -> Path:
     """An empty MLflow SQLite schema at this MLflow version's head, built once per machine.
 
     Built the way MLflow builds a new store (initial tables, then every migration) into a
     temporary file and renamed into place, so a killed build leaves nothing half-made.
     """
-    folder = Path(cache or settings.CACHE) / "mlflow-schema"
-    path = folder / f"mlflow-{_mlflow_version()}.db"
+    path = settings.CACHE / "mlflow-schema" / f"mlflow-{_mlflow_version()}.db"
     if path.is_file():
         return path
-    folder.mkdir(parents=True, exist_ok=True)
     import sqlalchemy
+    # MLflow's own (private) steps for a new store; tests/orchestration/test_main_job.py checks
+    # that a copy equals a store MLflow creates itself.
     from mlflow.store.db.utils import _initialize_tables, _verify_schema
 
-    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
-    engine = sqlalchemy.create_engine(f"sqlite:///{tmp}")
-    try:
-        _initialize_tables(engine)
-        _verify_schema(engine)
-    finally:
-        engine.dispose()
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        engine = sqlalchemy.create_engine(f"sqlite:///{tmp}")
+        try:
+            _initialize_tables(engine)
+            _verify_schema(engine)
+        finally:
+            engine.dispose()
     return path
 
 

@@ -19,6 +19,7 @@ import sys
 import textwrap
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -290,6 +291,17 @@ def tiny_world(tmp: Path, mlflow: MLflowResource) -> dict:
     }
 
 
+@contextmanager
+def curated_tiny_world(tmp: Path, mlflow: MLflowResource):
+    """The tiny world's task curated and gated on a test instance with the bm25 partition; yields (resources, instance)."""
+    resources = tiny_world(tmp, mlflow)
+    (tmp / "dh").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp / "dh")) as instance:
+        instance.add_dynamic_partitions(MODEL_PARTITIONS_NAME, ["bm25"])
+        assert dg.materialize([curated_task, *task_checks], partition_key="liveqa_medquad", resources=resources, instance=instance).success
+        yield resources, instance
+
+
 def materialise_bm25(resources: dict, instance: dg.DagsterInstance, force: bool = False):
     config = {"ops": {"task_metrics": {"config": {"force": True}}}} if force else None
     res = dg.materialize(
@@ -318,12 +330,7 @@ def test_a_retried_partition_leaves_one_run_and_one_row_per_metric(tmp_path):
     marker = tmp_path / "failed_run_id"
     mlflow = FlakyMLflowResource(tracking_uri=f"sqlite:///{db}", artifact_root=str(tmp_path / "mlartifacts"), fail_marker=str(marker))
     mlflow.ensure_store()
-    resources = tiny_world(tmp_path, mlflow)
-    (tmp_path / "dh").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "dh")) as instance:
-        instance.add_dynamic_partitions(MODEL_PARTITIONS_NAME, ["bm25"])
-        assert dg.materialize([curated_task, *task_checks], partition_key="liveqa_medquad", resources=resources, instance=instance).success
-
+    with curated_tiny_world(tmp_path, mlflow) as (resources, instance):
         # The first attempt of task_metrics fails mid-log (its run exists, with metrics); the
         # RetryPolicy retries it in the same Dagster run.
         md = materialise_bm25(resources, instance)
@@ -393,11 +400,7 @@ def test_a_partition_logs_to_an_mlflow_server_over_http(tmp_path):
         # artifact_root as default_resources sets it: a tracking server must not use it.
         mlflow = MLflowResource(tracking_uri=uri, artifact_root=str(tmp_path / "client_artifacts"))
         mlflow.ensure_store()  # a no-op for a server
-        resources = tiny_world(tmp_path, mlflow)
-        (tmp_path / "dh").mkdir()
-        with dg.instance_for_test(temp_dir=str(tmp_path / "dh")) as instance:
-            instance.add_dynamic_partitions(MODEL_PARTITIONS_NAME, ["bm25"])
-            assert dg.materialize([curated_task, *task_checks], partition_key="liveqa_medquad", resources=resources, instance=instance).success
+        with curated_tiny_world(tmp_path, mlflow) as (resources, instance):
             md = materialise_bm25(resources, instance)
 
         client = MlflowClient(tracking_uri=uri)
