@@ -15,9 +15,9 @@ import yaml
 
 from medbench_core.errors import DataError
 from medbench_core.model import Task
+from medbench_core.readers import READERS, RENDERS_FILES, reader
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
-READERS = ("beir", "frenchmedmcqa", "pneumoniamnist", "medicat", "vqa_rad")
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def load_catalog(path: str | Path) -> Catalog:
             raise DataError(f"{path}: task {name!r} appears twice")
         seen.add(name)
         if e["reader"] not in READERS:
-            raise DataError(f"{path}: task {name!r}: unknown reader {e['reader']!r}; known: {READERS}")
+            raise DataError(f"{path}: task {name!r}: unknown reader {e['reader']!r}; known: {sorted(READERS)}")
         opts = {k: v for k, v in e.items() if k not in {"name", "reader", "path", "research_only"}}
         tasks.append(TaskEntry(name=name, reader=e["reader"], path=e["path"], research_only=bool(e.get("research_only", False)), options=opts))
     allow = doc.get("licence_allowlist") or []
@@ -85,19 +85,6 @@ def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path) ->
     src = Path(data_root) / entry.path
     if not src.exists():
         raise DataError(f"task {entry.name}: source {src} not found (is ../shared/data beside the checkout?)")
-    o = dict(entry.options)
-    if entry.reader == "beir":
-        from medbench_core.readers import read_beir
-
-        return read_beir(src, name=entry.name, research_only=entry.research_only, **o)
-    from medbench_core import sources
-
-    if entry.reader == "frenchmedmcqa":
-        return sources.read_frenchmedmcqa(src, name=entry.name, research_only=entry.research_only, **o)
-    if entry.reader == "pneumoniamnist":
-        return sources.read_pneumoniamnist(src, Path(work_dir) / "images", name=entry.name, research_only=entry.research_only, **o)
-    if entry.reader == "medicat":
-        return sources.read_medicat(src, name=entry.name, research_only=entry.research_only, **o)
-    if entry.reader == "vqa_rad":
-        return sources.read_vqa_rad(src, name=entry.name, research_only=entry.research_only, **o)
-    raise DataError(f"task {entry.name}: unknown reader {entry.reader!r}")
+    read = reader(entry.reader)
+    args = (src, Path(work_dir) / "images") if entry.reader in RENDERS_FILES else (src,)
+    return read(*args, name=entry.name, research_only=entry.research_only, **entry.options)

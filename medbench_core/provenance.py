@@ -24,10 +24,10 @@ SCORING_PACKAGES = (
 )
 
 
-# The medbench_core modules whose code decides each stage's output. A stage's code version
+# The medbench_core modules (or packages) whose code decides each stage's output. A stage's code version
 # hashes only these, so editing (say) the contracts does not re-encode every corpus.
 STAGE_MODULES: dict[str, tuple[str, ...]] = {
-    "curated_task": ("model", "readers", "sources", "catalog", "images", "licences", "storage"),
+    "curated_task": ("model", "readers", "catalog", "images", "licences", "storage"),
     "embeddings": ("model", "retrieval", "encoders", "clip", "images", "bm25", "pipeline", "storage"),
     "index": ("index", "pipeline", "storage"),
     "run": ("model", "ranking", "index", "bm25", "retrieval", "encoders", "clip", "images", "pipeline", "storage"),
@@ -43,7 +43,9 @@ def code_version(stage: str | None = None) -> str:
     if stage is None:
         files = sorted(p for p in _CORE.rglob("*") if p.is_file() and p.suffix in {".py", ".json"} and "__pycache__" not in p.parts)
     else:
-        files = [_CORE / f"{m}.py" for m in STAGE_MODULES[stage]]
+        files = []
+        for m in STAGE_MODULES[stage]:  # a module, or a package (every file in it)
+            files += sorted((_CORE / m).rglob("*.py")) if (_CORE / m).is_dir() else [_CORE / f"{m}.py"]
         if "clip" in STAGE_MODULES[stage]:
             files += sorted((_CORE / "clip_configs").glob("*.json"))
     h = hashlib.sha256()

@@ -67,7 +67,7 @@ def _ndcg_correct_last(n_correct: int, n_options: int = 5) -> float:
 @pytest.fixture(scope="module")
 def inverted_mcqa_eval():
     """FrenchMedMCQA ranked by an encoder that puts every correct option below every wrong one."""
-    from medbench_core.sources import read_frenchmedmcqa
+    from medbench_core.readers.frenchmedmcqa import read_frenchmedmcqa
 
     task = read_frenchmedmcqa(DATA / "frenchmedmcqa", "test")
     # Option texts repeat across questions with different answers, so the fake encoder keys on

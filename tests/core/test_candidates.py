@@ -173,7 +173,7 @@ def test_candidate_pools_dedupes_and_refuses_gaps():
 def test_frenchmedmcqa_each_question_ranks_only_its_options_and_metrics_match_pytrec_eval():
     import pytrec_eval
 
-    from medbench_core.sources import read_frenchmedmcqa
+    from medbench_core.readers.frenchmedmcqa import read_frenchmedmcqa
 
     task = read_frenchmedmcqa(DATA / "frenchmedmcqa", "test")
     enc = HashEncoder()
@@ -210,7 +210,7 @@ def test_errors_from_encoders_name_the_record(tmp_path):
     import shutil
 
     from medbench_core.retrieval import TextOnly
-    from medbench_core.sources import read_medicat
+    from medbench_core.readers.medicat import read_medicat
 
     class NeverCalled:
         def encode(self, texts, *, role, languages=None):

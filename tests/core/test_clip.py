@@ -231,7 +231,7 @@ def test_medicat_with_random_clip_through_faiss_matches_pytrec_eval(encoder):
     from medbench_core.index import build_index, search
     from medbench_core.metrics import evaluate, qrels_to_dict, run_to_dict
     from medbench_core.retrieval import candidate_pools, encode_side, load_encoder
-    from medbench_core.sources import read_medicat
+    from medbench_core.readers.medicat import read_medicat
 
     task = read_medicat(DATA / "medicat_sample", research_only=True)
     enc = load_encoder(spec(seed=0))
@@ -259,7 +259,7 @@ def test_pneumoniamnist_1148_images_with_random_clip(tmp_path):
     from medbench_core.index import build_index, search
     from medbench_core.metrics import evaluate, qrels_to_dict, run_to_dict
     from medbench_core.retrieval import encode_side, load_encoder
-    from medbench_core.sources import read_pneumoniamnist
+    from medbench_core.readers.pneumoniamnist import read_pneumoniamnist
 
     task = read_pneumoniamnist(DATA / "pneumoniamnist", tmp_path / "img")
     enc = load_encoder(ModelSpec(name="tiny", kind="open_clip", settings={"architecture": TINY}, batch_size=256))

@@ -624,13 +624,13 @@ needs_data = pytest.mark.skipif(not (SHARED / "scifact").exists(), reason="share
 
 
 def read_scifact():
-    from medbench_core.readers import read_beir
+    from medbench_core.readers.beir import read_beir
 
     return read_beir(SHARED / "scifact", name="scifact", split="train", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")
 
 
 def read_liveqa(**kw):
-    from medbench_core.readers import read_beir
+    from medbench_core.readers.beir import read_beir
 
     return read_beir(SHARED / "liveqa_medquad", name="liveqa_medquad", split="test", query_licence="unknown", doc_licence="CC-BY-4.0", duplicate_judgments="max", **kw)
 
@@ -668,11 +668,15 @@ def test_liveqa_questions_without_positive_answer_fail_even_research_only():
 
 
 def _sources():
-    try:
-        from medbench_core import sources
-    except ImportError:
-        pytest.skip("medbench_core.sources not available")
-    return sources
+    """The non-BEIR readers, as one namespace."""
+    from types import SimpleNamespace
+
+    from medbench_core.readers.frenchmedmcqa import read_frenchmedmcqa
+    from medbench_core.readers.medicat import read_medicat
+    from medbench_core.readers.pneumoniamnist import read_pneumoniamnist
+    from medbench_core.readers.vqa_rad import read_vqa_rad
+
+    return SimpleNamespace(read_frenchmedmcqa=read_frenchmedmcqa, read_medicat=read_medicat, read_pneumoniamnist=read_pneumoniamnist, read_vqa_rad=read_vqa_rad)
 
 
 @pytest.mark.slow

@@ -21,15 +21,11 @@ from PIL import Image
 from medbench_core.errors import DataError
 from medbench_core.images import load_image
 from medbench_core.model import check_referential_integrity
-from medbench_core.sources import (
-    mcqa_tier,
-    normalise_text,
-    read_frenchmedmcqa,
-    read_medicat,
-    read_pneumoniamnist,
-    read_vqa_rad,
-    text_concept_id,
-)
+from medbench_core.readers.common import normalise_text, text_concept_id
+from medbench_core.readers.frenchmedmcqa import mcqa_tier, read_frenchmedmcqa
+from medbench_core.readers.medicat import read_medicat
+from medbench_core.readers.pneumoniamnist import read_pneumoniamnist
+from medbench_core.readers.vqa_rad import read_vqa_rad
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 if not DATA.exists():

@@ -1,0 +1,44 @@
+"""Readers: each turns one source dataset layout into a :class:`~medbench_core.model.Task`.
+
+- :func:`read_beir`: a BEIR folder (text -> text).
+- :func:`read_frenchmedmcqa`: concept discrimination; each French question ranks its own five
+  options (a candidate-set task), difficulty tiers from the number of correct options.
+- :func:`read_pneumoniamnist`: query-to-image; a text prompt per finding ranks the chest X-rays.
+- :func:`read_medicat`: visual context retrieval, figure -> caption and caption -> figure in
+  one task, each direction restricted to the other side by candidate pools.
+- :func:`read_vqa_rad`: question -> radiology image, the organ as the discipline.
+
+Every reader takes ``name``, ``research_only`` (from configuration, never inferred) and optional
+``source`` / ``description`` texts for the task metadata. Every record carries language,
+modality, discipline, concept ids and a licence. Malformed files are reported with file and
+line; records that cannot be used (no text and no image, a missing or unreadable image) with
+their id.
+
+Concept ids (used by the cross-task concept-overlap contract): a concept written as text gets
+:func:`text_concept_id`, ``txt:`` + the first 16 hex digits of the sha256 of the text after
+:func:`normalise_text` (Unicode NFKC, case folding, punctuation to spaces, whitespace
+collapsed). The same concept spelled with different case or punctuation in two tasks therefore
+gets the same id. Findings are ``finding:<name>``; MedICaT figures ``medicat:<pdf_hash>/<fig_key>``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+# reader name in tasks.yaml -> "module:function" under medbench_core.readers, imported on use
+READERS: dict[str, str] = {
+    "beir": "beir:read_beir",
+    "frenchmedmcqa": "frenchmedmcqa:read_frenchmedmcqa",
+    "pneumoniamnist": "pneumoniamnist:read_pneumoniamnist",
+    "medicat": "medicat:read_medicat",
+    "vqa_rad": "vqa_rad:read_vqa_rad",
+}
+# Readers that render files (images) into a scratch folder, passed as their second argument.
+RENDERS_FILES = frozenset({"pneumoniamnist"})
+
+
+def reader(name: str) -> Callable:
+    """The read function registered as ``name`` (see :data:`READERS`)."""
+    module, function = READERS[name].split(":")
+    return getattr(importlib.import_module(f"medbench_core.readers.{module}"), function)
