@@ -33,12 +33,14 @@ ln -sfn "$VENV" "$MEDBENCH_ROOT/.venv"
 export PATH="$VENV/bin:$PATH"
 export PYTHONPATH="$MEDBENCH_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
-# Test-only system packages: headless Chromium for the UI test, PostgreSQL for the production profile.
+# Test-only system packages: headless Chromium for the UI test, PostgreSQL for the production profile,
+# Redis as the celery broker of the distributed test.
 if [ "${1:-}" = "--test" ]; then
   need=()
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
   command -v git >/dev/null 2>&1 || need+=(git)
+  command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+=(redis-server)
   if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
       echo "medbench: installing ${need[*]} from Debian" >&2
