@@ -51,8 +51,10 @@ if [ "${1:-}" = "--test" ]; then
   fi
 fi
 
-# Everything runs offline: models come from local folders or installed packages.
+# Everything runs offline: models come from local folders or installed packages. MLflow's
+# telemetry would start threads that try the network on first use of every process.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1
 export MEDBENCH_SHARED="${MEDBENCH_SHARED:-$(cd "$MEDBENCH_ROOT/.." && pwd)/shared}"
 export DAGSTER_HOME="${DAGSTER_HOME:-$MEDBENCH_ROOT/.medbench/dagster_home}"
 mkdir -p "$DAGSTER_HOME"

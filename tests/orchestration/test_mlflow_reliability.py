@@ -9,7 +9,6 @@
     active run and one value per metric key.
 """
 
-import json
 import os
 import signal
 import socket
@@ -56,52 +55,82 @@ def runs_with_key(client: MlflowClient, experiment: str, key: str, view=ViewType
     return client.search_runs([exp.experiment_id], filter_string=f"tags.`medbench.run_key` = '{key}'", run_view_type=view)
 
 
+# --- starting processes together -------------------------------------------------------------
+# Each concurrent attempt is a fresh interpreter that imports what it needs, says "ready" and waits
+# for a line on stdin; all are released at once. Not forks of one process that imported MLflow: a
+# fork copies the locks of every thread of the parent as they were (MLflow starts telemetry and
+# config threads on import paths and first use), and a child that needs one of those locks waits
+# forever. Fresh processes cost a few seconds of imports and remove that whole class of hang.
+
+READY_THEN_GO = 'print("ready", flush=True)\nsys.stdin.readline()  # released together with the others\n'
+
+
+def start_together(code: str, argvs: list[list[str]], work: Path, timeout: float = 300) -> list[subprocess.Popen]:
+    """One ``python -c code *argv`` per argv; returns once every process is ready and has been released."""
+    procs = []
+    for n, argv in enumerate(argvs):
+        err = open(work / f"stderr.{n}", "w")
+        procs.append(subprocess.Popen([sys.executable, "-c", code, *argv], env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True))
+        err.close()
+    try:
+        end = time.monotonic() + timeout
+        for n, proc in enumerate(procs):
+            line = proc.stdout.readline().strip()
+            assert line == "ready", f"process {n} exited ({proc.poll()}) before it was ready: {(work / f'stderr.{n}').read_text()[-3000:]}"
+            assert time.monotonic() < end, "processes took too long to import"
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+        raise
+    return procs
+
+
+def finish(procs: list[subprocess.Popen], work: Path, timeout: float = 300) -> tuple[list[int], str]:
+    """Exit codes of ``procs`` (killed after ``timeout``) and their stderr, concatenated."""
+    end = time.monotonic() + timeout
+    codes = []
+    for proc in procs:
+        try:
+            codes.append(proc.wait(timeout=max(1.0, end - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+    return codes, "".join((work / f"stderr.{n}").read_text() for n in range(len(procs)))
+
+
 # --- 11: sixteen concurrent writers ---------------------------------------------------------
 
-FAN_OUT = textwrap.dedent(
+WRITER = textwrap.dedent(
     """
-    import os, sys, time, traceback
-    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (2.5 s of imports, paid once before the fork)
+    import sys, time
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
-    uri, experiment, n_writers, n_metrics = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    go_r, go_w = os.pipe()
-    pids = []
-    for i in range(n_writers):
-        pid = os.fork()
-        if pid == 0:  # a writer process with its own client, engine and connections
-            os.close(go_w)
-            os.read(go_r, 1)  # every writer starts at the same instant
-            code = 0
-            try:
-                client = MlflowClient(tracking_uri=uri)
-                exp = client.get_experiment_by_name(experiment).experiment_id
-                run = client.create_run(exp, tags={"writer": str(i)})
-                now = int(time.time() * 1000)
-                for k0 in range(0, n_metrics, 10):  # 15 transactions of 10 metrics, as log_run batches them
-                    client.log_batch(run.info.run_id, metrics=[Metric(f"m{k}", i * 1000.0 + k, now, 0) for k in range(k0, k0 + 10)])
-                client.set_terminated(run.info.run_id)
-            except BaseException:
-                traceback.print_exc()
-                code = 1
-            sys.stderr.flush()
-            os._exit(code)
-        pids.append(pid)
-    os.close(go_r)
-    os.write(go_w, b"x" * n_writers)
-    codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids]
-    print(codes)
-    sys.exit(max(codes))
+    uri, experiment, i, n_metrics = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    """
+) + READY_THEN_GO + textwrap.dedent(
+    """
+    client = MlflowClient(tracking_uri=uri)  # its own client, engine and connections
+    exp = client.get_experiment_by_name(experiment).experiment_id
+    run = client.create_run(exp, tags={"writer": str(i)})
+    now = int(time.time() * 1000)
+    for k0 in range(0, n_metrics, 10):  # 15 transactions of 10 metrics, as log_run batches them
+        client.log_batch(run.info.run_id, metrics=[Metric(f"m{k}", i * 1000.0 + k, now, 0) for k in range(k0, k0 + 10)])
+    client.set_terminated(run.info.run_id)
     """
 )
 
 
-def test_sixteen_concurrent_writers_lose_nothing(store):
+def test_sixteen_concurrent_writers_lose_nothing(store, tmp_path):
     store.experiment_id("fan-out")  # created before the fan-out, like the store itself
-    res = subprocess.run([sys.executable, "-c", FAN_OUT, store.tracking_uri, "fan-out", "16", "150"], env=ENV, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert "locked" not in res.stderr.lower() and "Traceback" not in res.stderr
+    writers = start_together(WRITER, [[store.tracking_uri, "fan-out", str(i), "150"] for i in range(16)], tmp_path, timeout=600)
+    codes, err = finish(writers, tmp_path, timeout=600)
+    assert codes == [0] * 16, err[-3000:]
+    assert "locked" not in err.lower() and "Traceback" not in err
     client = store.client()
     exp = client.get_experiment_by_name("fan-out")
     runs = client.search_runs([exp.experiment_id], max_results=100)
@@ -120,76 +149,55 @@ def test_sixteen_concurrent_writers_lose_nothing(store):
 
 # --- 12: killed runs are never FINISHED; stale ones are reconciled --------------------------
 
-LOG_RUNS = textwrap.dedent(
+LOG_RUN = textwrap.dedent(
     """
-    import json, os, sys, time, traceback
+    import os, sys, time
     from pathlib import Path
-    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (imports paid once, before the fork)
     from mlflow.tracking import MlflowClient
     from orchestration.resources import MLflowResource
 
-    uri, artifacts, experiment, artifact, work = sys.argv[1:6]
-    jobs = [j.split(":") for j in sys.argv[6:]]  # mode:run_key
+    uri, artifacts, experiment, artifact, work, mode, key = sys.argv[1:8]
     upload = MlflowClient.log_artifact
 
-    def child(mode, key):
-        def log_artifact(self, run_id, local_path, artifact_path=None):
-            # The slow part of a real log_run: the process dies, exits or fails here, mid-run.
-            Path(work, mode).write_text(run_id)
-            if mode in ("sigkill", "sigterm"):
-                time.sleep(300)
-            if mode == "exit1":
-                sys.exit(1)
-            if mode == "exception":
-                raise RuntimeError("artifact upload failed")
-            time.sleep(1.0)  # "slow": a big artifact, so concurrent attempts overlap
-            return upload(self, run_id, local_path, artifact_path)
+    def log_artifact(self, run_id, local_path, artifact_path=None):
+        # The slow part of a real log_run: the process dies, exits or fails here, mid-run.
+        Path(work, mode).write_text(run_id)
+        if mode in ("sigkill", "sigterm"):
+            time.sleep(300)
+        if mode == "exit1":
+            sys.exit(1)
+        if mode == "exception":
+            raise RuntimeError("artifact upload failed")
+        time.sleep(1.0)  # "slow": a big artifact, so concurrent attempts overlap
+        return upload(self, run_id, local_path, artifact_path)
 
-        MlflowClient.log_artifact = log_artifact
-        run_id, reused = MLflowResource(tracking_uri=uri, artifact_root=artifacts).log_run(
-            experiment, key, "bm25/liveqa_medquad", {"model": "bm25"}, {"ndcg_at_10": 0.5},
-            {"medbench.dagster_run_id": "dagster-" + mode}, [Path(artifact)],
-        )
-        Path(work, f"result.{os.getpid()}").write_text(f"{run_id} {reused}")
-
-    go_r, go_w = os.pipe()
-    pids = {}
-    for n, (mode, key) in enumerate(jobs):
-        pid = os.fork()
-        if pid == 0:
-            os.close(go_w)
-            os.read(go_r, 1)
-            code = 0
-            try:
-                child(mode, key)
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:
-                traceback.print_exc()
-                code = 1
-            sys.stderr.flush()
-            os._exit(code)
-        pids[f"{mode}.{n}"] = pid
-    Path(work, "pids.json").write_text(json.dumps(pids))
-    os.write(go_w, b"x" * len(jobs))
-    codes = {name: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for name, pid in pids.items()}
-    print(json.dumps(codes))
+    MlflowClient.log_artifact = log_artifact
+    """
+) + READY_THEN_GO + textwrap.dedent(
+    """
+    run_id, reused = MLflowResource(tracking_uri=uri, artifact_root=artifacts).log_run(
+        experiment, key, "bm25/liveqa_medquad", {"model": "bm25"}, {"ndcg_at_10": 0.5},
+        {"medbench.dagster_run_id": "dagster-" + mode}, [Path(artifact)],
+    )
+    Path(work, f"result.{os.getpid()}").write_text(f"{run_id} {reused}")
     """
 )
 
 
-def start_log_runs(store: MLflowResource, experiment: str, work: Path, jobs: list[str]) -> subprocess.Popen:
-    """One process that imports once, then forks one log_run attempt per ``mode:run_key`` job."""
+def start_log_runs(store: MLflowResource, experiment: str, work: Path, jobs: list[str]) -> list[subprocess.Popen]:
+    """One fresh process per ``mode:run_key`` job, each attempting one log_run, released together."""
     artifact = work / "run.trec"
     artifact.write_text("1 Q0 d1 1 1.0 x\n")
-    args = [sys.executable, "-c", LOG_RUNS, store.tracking_uri, store.artifact_root, experiment, str(artifact), str(work), *jobs]
-    return subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    common = [store.tracking_uri, store.artifact_root, experiment, str(artifact), str(work)]
+    return start_together(LOG_RUN, [[*common, *job.split(":")] for job in jobs], work)
 
 
-def wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+def wait_for_file(path: Path, proc: subprocess.Popen, stderr: Path, timeout: float = 120) -> None:
+    """Wait until ``proc`` writes ``path``; fail at once, with its stderr, if it exits first."""
     end = time.monotonic() + timeout
     while not path.exists():
-        assert proc.poll() is None and time.monotonic() < end, proc.stderr.read()[-3000:] if proc.poll() is not None else f"{path} never appeared"
+        assert proc.poll() is None, f"exited with {proc.returncode} before writing {path.name}: {stderr.read_text()[-3000:]}"
+        assert time.monotonic() < end, f"{path} never appeared"
         time.sleep(0.05)
 
 
@@ -197,15 +205,13 @@ def test_killed_runs_are_never_finished_and_stale_runs_are_reconciled(store, tmp
     experiment = "killed"
     store.experiment_id(experiment)
     modes = ("sigkill", "sigterm", "exit1", "exception")
-    launcher = start_log_runs(store, experiment, tmp_path, [f"{m}:key-{m}" for m in modes])
-    wait_for_file(tmp_path / "pids.json", launcher)
-    pids = json.loads((tmp_path / "pids.json").read_text())
+    procs = start_log_runs(store, experiment, tmp_path, [f"{m}:key-{m}" for m in modes])
     for mode, sig in (("sigkill", signal.SIGKILL), ("sigterm", signal.SIGTERM)):
-        wait_for_file(tmp_path / mode, launcher)
-        os.kill(pids[f"{mode}.{modes.index(mode)}"], sig)
-    out, err = launcher.communicate(timeout=120)
-    codes = {k.split(".")[0]: v for k, v in json.loads(out).items()}
-    assert codes == {"sigkill": -signal.SIGKILL, "sigterm": -signal.SIGTERM, "exit1": 1, "exception": 1}, err[-3000:]
+        n = modes.index(mode)
+        wait_for_file(tmp_path / mode, procs[n], tmp_path / f"stderr.{n}")
+        procs[n].send_signal(sig)
+    codes, err = finish(procs, tmp_path, timeout=120)
+    assert dict(zip(modes, codes)) == {"sigkill": -signal.SIGKILL, "sigterm": -signal.SIGTERM, "exit1": 1, "exception": 1}, err[-3000:]
     assert "artifact upload failed" in err
 
     client = store.client()
@@ -357,9 +363,9 @@ def test_a_retried_partition_leaves_one_run_and_one_row_per_metric(tmp_path):
 
 def test_two_attempts_of_one_partition_at_once_leave_one_run(store, tmp_path):
     store.experiment_id("twice")
-    launcher = start_log_runs(store, "twice", tmp_path, ["slow:same-key"] * 3)
-    out, err = launcher.communicate(timeout=180)
-    assert set(json.loads(out).values()) == {0}, err[-3000:]
+    procs = start_log_runs(store, "twice", tmp_path, ["slow:same-key"] * 3)
+    codes, err = finish(procs, tmp_path, timeout=180)
+    assert codes == [0, 0, 0], err[-3000:]
     results = [p.read_text().split() for p in tmp_path.glob("result.*")]
     finished = runs_with_key(store.client(), "twice", "same-key")
     assert len(finished) == 1 and finished[0].info.status == "FINISHED"
