@@ -171,18 +171,31 @@ def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def stage_keys(spec: ModelSpec, task_hash: str, revision: str, k: int, codes: dict[str, str], metrics: tuple[str, ...] = DEFAULT_METRICS) -> dict[str, str]:
+def stage_keys(
+    spec: ModelSpec,
+    task_hash: str,
+    revision: str,
+    k: int,
+    codes: dict[str, str],
+    metrics: tuple[str, ...] = DEFAULT_METRICS,
+    *,
+    dataset_revision: str = "",
+) -> dict[str, str]:
     """Provenance key of each stage: a stage's key covers its own inputs and its upstream key.
 
-    The embedding key covers the task content hash, the model identity (id, kind, path,
-    settings that change vectors), the weights' revision and the code version; the index key
-    adds the index type and parameters; the run key adds k; the metrics key the metric list.
+    The embedding key covers the task content hash, the source dataset's revision (when the
+    task records one: hub commit sha or a local folder's file hash), the model identity (id,
+    kind, path, settings that change vectors), the weights' revision and the code version; the
+    index key adds the index type and parameters; the run key adds k; the metrics key the
+    metric list. A task without a dataset revision (the bundled tasks) keeps the keys it had
+    before the revision was recorded.
     """
     from medbench_core.provenance import artifact_key
 
     # The index settings enter at the index stage only: changing them must not re-encode.
     model = {k: v for k, v in spec.identity().items() if k != "index"}
-    emb = artifact_key(stage="embeddings", task=task_hash, model=model, revision=revision, code=codes["embeddings"])
+    source = {"dataset_revision": dataset_revision} if dataset_revision else {}
+    emb = artifact_key(stage="embeddings", task=task_hash, model=model, revision=revision, code=codes["embeddings"], **source)
     idx = artifact_key(stage="index", upstream=emb, index=spec.index if spec.kind != "bm25" else "bm25s", code=codes["index"])
     run = artifact_key(stage="run", upstream=idx, k=k, code=codes["run"])
     met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics), code=codes["metrics"])
@@ -193,7 +206,7 @@ def partition_keys(spec: ModelSpec, task: Task, k: int = DEFAULT_K) -> dict[str,
     """Provenance key of each stage of ``spec`` x ``task`` with this code (the artifact folders' names)."""
     from medbench_core.encoders import cached_revision
 
-    return stage_keys(spec, task.content_hash(), cached_revision(spec), k, stage_code_versions())
+    return stage_keys(spec, task.content_hash(), cached_revision(spec), k, stage_code_versions(), dataset_revision=task.meta.source_revision)
 
 
 def applicability(spec: ModelSpec, task: Task) -> str | None:
