@@ -29,6 +29,7 @@ import csv
 import gzip
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -74,7 +75,7 @@ def dataset_card(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     text = path.read_text(encoding="utf-8", errors="replace")
-    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, flags=re.S)
+    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, flags=re.DOTALL)
     if not m:
         return {}
     try:
@@ -220,8 +221,8 @@ def relevance(raw: Any, where: str) -> int:
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        value = float("nan")
-    if value != value or value != int(value):
+        value = math.nan
+    if not math.isfinite(value) or value != int(value):
         raise DataError(f"{where}: relevance {raw!r} is not an integer")
     return int(value)
 

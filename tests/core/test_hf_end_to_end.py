@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import pytrec_eval
-
 from hf_layouts import DOCS, QRELS, QUERIES, write_mteb_parquet, write_r2med_repo
+
 from medbench_core.catalog import build_task, load_catalog
 from medbench_core.metrics import run_to_dict
 from medbench_core.models import ModelSpec

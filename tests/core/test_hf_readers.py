@@ -9,7 +9,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from hf_layouts import (
     DOCS,
     EXPECTED_QRELS,
@@ -22,6 +21,7 @@ from hf_layouts import (
     write_r2med_hub,
     write_r2med_repo,
 )
+
 from medbench_core.catalog import build_task, load_catalog
 from medbench_core.errors import DataError
 from medbench_core.readers.mteb import read_mteb
@@ -89,7 +89,7 @@ def test_subset_configs_and_subfolders(tmp_path):
 
 
 def test_hub_dataset_at_a_pinned_revision_from_the_local_cache(tmp_path):
-    cache, sha = hub_cache(tmp_path / "hub", "R2MED/Biology", lambda d: write_r2med_hub(d, licence="cc-by-4.0"), sha=SHA)
+    cache, _ = hub_cache(tmp_path / "hub", "R2MED/Biology", lambda d: write_r2med_hub(d, licence="cc-by-4.0"), sha=SHA)
     task = read_mteb(None, name="r2med_biology", dataset="R2MED/Biology", revision=SHA, hub_cache=cache)
     assert_expected_task(task)
     assert (task.meta.dataset, task.meta.source_revision) == ("R2MED/Biology", SHA)

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-
 from hf_layouts import hub_cache
+
 from medbench_core.errors import DataError
 from medbench_core.model import TaskMeta, make_task
 from medbench_core.models import ModelSpec, load_registry, pin_revision

@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 import pytest
 import pytrec_eval
+from hf_layouts import write_jsonl
 from PIL import Image
 
-from hf_layouts import write_jsonl
 from medbench_core.catalog import build_task, load_catalog
 from medbench_core.contracts import validate_task
 from medbench_core.errors import DataError

@@ -15,7 +15,7 @@ R2MED = ["biology", "bioinformatics", "medical_sciences", "medxpertqa_exam", "me
 def yaml_blocks() -> list[str]:
     text = ROOT.joinpath("README.md").read_text()
     section = text[text.index("## Evaluate R2MED (or any MTEB-format dataset)") :]
-    return re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
+    return re.findall(r"```yaml\n(.*?)```", section, flags=re.DOTALL)
 
 
 def test_readme_task_entries_expand_to_the_eight_r2med_tasks(tmp_path):
