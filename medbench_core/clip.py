@@ -8,8 +8,9 @@ A model is an architecture plus a checkpoint, both from the spec's settings:
 - ``checkpoint`` (or the spec's ``path``): empty / ``none`` = random weights drawn with ``seed`` (default 0); a local
   ``.safetensors`` file (loaded with safetensors); a local ``.pt`` / ``.pth`` / ``.bin`` file,
   loaded only with ``torch.load(weights_only=True)`` so a pickle that runs code is refused;
-  ``hf-hub:<org>/<repo>`` or an open_clip pretrained tag (``laion2b_s34b_b79k``), downloaded
-  by open_clip for users who have network. Other files are refused.
+  ``hf-hub:<org>/<repo>`` (read from the local hub cache at the spec's pinned ``revision``,
+  downloaded only with ``online=True``), or an open_clip pretrained tag (``laion2b_s34b_b79k``),
+  downloaded by open_clip for users who have network. Other files are refused.
 - ``fusion`` (``score`` | ``embedding``) and ``fusion_weight`` ``w`` in [0, 1] (default 0.5),
   the weight of the image side, for records carrying both text and an image:
 
@@ -117,6 +118,13 @@ def clip_revision(spec: ModelSpec) -> str:
         if not p.is_file():
             raise DataError(f"model {spec.name}: checkpoint {p} not found")
         return "sha256:" + sha256_file(p)[:16]
+    if kind == "hub" and spec.revision:
+        from medbench_core.hub import resolve_revision
+
+        try:  # a branch pinned in the registry: the commit the local hub cache records for it
+            return resolve_revision(s["checkpoint"][len("hf-hub:") :], spec.revision, repo_type="model", online=False)
+        except DataError:
+            return spec.revision
     return spec.revision or s["checkpoint"]
 
 
@@ -212,7 +220,8 @@ class ClipEncoder:
         bs = max(1, int(self.spec.batch_size))
         with torch.inference_mode():
             for i in range(0, len(paths), bs):
-                batch = torch.stack([self._pixels(p, r) for p, r in zip(paths[i : i + bs], ids[i : i + bs])]).to(self.device)
+                batch = torch.stack([self._pixels(p, r) for p, r in zip(paths[i : i + bs], ids[i : i + bs])])
+                batch = batch.to(device=self.device, dtype=next(self.model.parameters()).dtype)
                 out.append(self.model.encode_image(batch, normalize=True).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self._embed_dim()), dtype=np.float32)
 
@@ -295,13 +304,39 @@ def _quiet_random_init_warning() -> Iterator[None]:
         root.removeFilter(f)
 
 
-def load_clip_encoder(spec: ModelSpec, device: str = "cpu") -> ClipEncoder:
-    """Build the open_clip model of ``spec`` (see the module docstring) in eval mode on ``device``."""
+def hub_checkpoint_folder(spec: ModelSpec, *, online: bool = False, cache_dir: str | Path | None = None) -> Path:
+    """The snapshot folder of an ``hf-hub:<org>/<name>`` checkpoint at the spec's pinned revision.
+
+    Read from the local hub cache (``models--org--name/snapshots/<sha>``); only ``online`` downloads.
+    """
+    from medbench_core.hub import snapshot
+
+    repo = clip_settings(spec)["checkpoint"][len("hf-hub:") :]
+    try:
+        folder, _ = snapshot(repo, spec.revision or "main", repo_type="model", online=online, cache_dir=cache_dir)
+    except DataError as exc:
+        raise DataError(f"model {spec.name}: cannot load hf-hub:{repo} ({exc})") from exc
+    if not (folder / "open_clip_config.json").is_file():
+        raise DataError(f"model {spec.name}: {folder} has no open_clip_config.json; it is not an open_clip hub model")
+    return folder
+
+
+def load_clip_encoder(spec: ModelSpec, device: str = "cpu", *, online: bool = False, cache_dir: str | Path | None = None) -> ClipEncoder:
+    """Build the open_clip model of ``spec`` (see the module docstring) in eval mode on ``device``.
+
+    An ``hf-hub:`` checkpoint is loaded from its snapshot folder at the pinned revision
+    (open_clip's ``local-dir:``; safetensors first, other weights only with ``weights_only``);
+    ``dtype`` is applied to the weights.
+    """
     import open_clip
     import torch
 
+    from medbench_core.encoders import torch_dtype
+
     s = clip_settings(spec)
     kind = checkpoint_kind(s["checkpoint"])
+    dtype = torch_dtype(spec)
+    local_dir = f"local-dir:{hub_checkpoint_folder(spec, online=online, cache_dir=cache_dir)}" if kind == "hub" else ""
     _register_configs(open_clip)
     arch = s["architecture"]
     if arch.endswith(".json"):
@@ -320,8 +355,8 @@ def load_clip_encoder(spec: ModelSpec, device: str = "cpu") -> ClipEncoder:
         with torch.random.fork_rng(devices=[]), _quiet_random_init_warning():
             torch.manual_seed(s["seed"])
             if kind == "hub":
-                model, _, preprocess = open_clip.create_model_and_transforms(s["checkpoint"], device=device, weights_only=True)
-                tokenizer = open_clip.get_tokenizer(s["checkpoint"])
+                model, _, preprocess = open_clip.create_model_and_transforms(local_dir, device="cpu", weights_only=True)
+                tokenizer = open_clip.get_tokenizer(local_dir)
             else:
                 pretrained = s["checkpoint"] if kind == "tag" else None
                 model, _, preprocess = open_clip.create_model_and_transforms(
@@ -344,4 +379,6 @@ def load_clip_encoder(spec: ModelSpec, device: str = "cpu") -> ClipEncoder:
             lines = str(exc).splitlines()
             raise DataError(f"model {spec.name}: {path} does not fit architecture {arch!r}: {' '.join(lines[:3])[:500]}") from exc
     model = model.to(device).eval()
+    if dtype is not None:
+        model = model.to(dtype)
     return ClipEncoder(spec, model, preprocess, tokenizer, s, device)

@@ -3,6 +3,12 @@
 Query and passage prefixes, per-language prefixes, max length, pooling and normalisation come
 from the model's settings. Embeddings are float32 and, by default, L2-normalised so inner
 product is cosine similarity.
+
+Hub ids load from the local hub cache at the pinned revision (the snapshot folder of that
+commit); only ``online=True`` downloads. ``dtype`` (``float32``/``fp32``, ``float16``/``fp16``,
+``bfloat16``/``bf16``) is applied to the loaded weights, not only recorded. A model whose folder
+maps to custom code (``auto_map`` in ``config.json``) is refused unless its spec has
+``trust_remote_code`` (granted by the ``trust_remote_code:`` allowlist of ``models.yaml``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from medbench_core.errors import DataError
+from medbench_core.hub import is_repo_id, resolve_revision, snapshot
 from medbench_core.models import ModelSpec
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model")
@@ -76,7 +83,12 @@ def cached_revision(spec: ModelSpec) -> str:
 
 
 def effective_revision(spec: ModelSpec) -> str:
-    """The revision that identifies the weights: the registry's pin, or a local folder's content hash."""
+    """The revision that identifies the weights: the registry's pin, or a local folder's content hash.
+
+    A hub id pinned to a branch or tag is resolved to the commit the local hub cache records
+    for it (nothing is downloaded); :func:`medbench_core.models.pin_revision` does the same at
+    registration, online when allowed.
+    """
     if spec.kind == "bm25":
         return spec.revision or "bm25s"
     if spec.kind == "open_clip":
@@ -86,7 +98,57 @@ def effective_revision(spec: ModelSpec) -> str:
     resolved = resolve_model_path(spec.path) if spec.path else ""
     if resolved and Path(resolved).is_dir():
         return folder_revision(resolved)
+    if spec.revision and is_repo_id(spec.path):
+        try:
+            return resolve_revision(spec.path, spec.revision, repo_type="model", online=False)
+        except DataError:
+            return spec.revision
     return spec.revision or "unpinned"
+
+
+DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16", "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
+def torch_dtype(spec: ModelSpec) -> Any:
+    """The torch dtype of the ``dtype`` setting (None when unset: the weights' own)."""
+    name = spec.settings.get("dtype")
+    if name in (None, ""):
+        return None
+    if str(name).lower() not in DTYPES:
+        raise DataError(f"model {spec.name}: dtype {name!r} unknown; use one of {sorted(DTYPES)}")
+    import torch
+
+    return getattr(torch, DTYPES[str(name).lower()])
+
+
+def model_folder(spec: ModelSpec, *, online: bool = False, cache_dir: str | Path | None = None) -> Path:
+    """The local folder holding the weights: the folder or package itself, or the hub snapshot at the pinned revision."""
+    path = resolve_model_path(spec.path)
+    if Path(path).is_dir():
+        return Path(path)
+    if not is_repo_id(path):
+        raise DataError(f"model {spec.name}: path {spec.path!r} is neither a folder, pkg:<module> nor a hub id org/name")
+    try:
+        folder, _ = snapshot(path, spec.revision or "main", repo_type="model", online=online, cache_dir=cache_dir)
+    except DataError as exc:
+        raise DataError(f"model {spec.name}: cannot load {path!r} ({exc})") from exc
+    return folder
+
+
+def check_remote_code(spec: ModelSpec, folder: Path) -> None:
+    """Refuse a model whose config maps to code in its repository unless the registry trusts it."""
+    cfg = folder / "config.json"
+    if spec.trust_remote_code or not cfg.is_file():
+        return
+    try:
+        auto_map = json.loads(cfg.read_text()).get("auto_map")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return  # the library will say what is wrong with the file
+    if auto_map:
+        raise DataError(
+            f"model {spec.name}: {cfg} maps to code shipped with the model (auto_map: {sorted(auto_map)}); "
+            f"it runs only when {spec.path!r} is on the trust_remote_code allowlist of models.yaml"
+        )
 
 
 def _prefix(settings: dict[str, Any], role: str, language: str | None) -> str:
@@ -104,21 +166,30 @@ def apply_prefixes(texts: list[str], settings: dict[str, Any], role: str, langua
 class SentenceTransformerEncoder:
     """sentence-transformers model; ``role`` is ``query`` or ``passage``."""
 
-    def __init__(self, spec: ModelSpec, device: str = "cpu", progress: bool = False):
+    def __init__(self, spec: ModelSpec, device: str = "cpu", progress: bool = False, *, online: bool = False, cache_dir: str | Path | None = None):
         from sentence_transformers import SentenceTransformer
 
         self.spec = spec
-        path = resolve_model_path(spec.path)
-        kwargs: dict[str, Any] = {"device": device}
-        if spec.revision and not Path(path).is_dir():
-            kwargs["revision"] = spec.revision
+        dtype = torch_dtype(spec)
+        folder = model_folder(spec, online=online, cache_dir=cache_dir)
+        check_remote_code(spec, folder)
         try:
-            self.model = SentenceTransformer(path, **kwargs)
+            self.model = SentenceTransformer(str(folder), device=device, trust_remote_code=spec.trust_remote_code, local_files_only=True)
         except (OSError, ValueError) as exc:  # ValueError: a folder that holds no model
-            raise DataError(f"model {spec.name}: cannot load {path!r} ({exc}); offline runs need a local folder or a cached hub id") from exc
+            raise DataError(f"model {spec.name}: cannot load {str(folder)!r} ({exc}); offline runs need a local folder or a cached hub id") from exc
+        if dtype is not None:
+            self.model.to(dtype)
         if spec.settings.get("max_length"):
             self.model.max_seq_length = int(spec.settings["max_length"])
         self.progress = progress
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.model.tokenizer
+
+    @property
+    def max_length(self) -> int | None:
+        return self.model.max_seq_length
 
     def encode(self, texts: list[str], *, role: str, languages: list[str] | None = None) -> np.ndarray:
         texts = apply_prefixes(texts, self.spec.settings, role, languages)
@@ -135,21 +206,23 @@ class SentenceTransformerEncoder:
 class TransformersEncoder:
     """Plain transformers AutoModel with mean or CLS pooling."""
 
-    def __init__(self, spec: ModelSpec, device: str = "cpu", progress: bool = False):
+    def __init__(self, spec: ModelSpec, device: str = "cpu", progress: bool = False, *, online: bool = False, cache_dir: str | Path | None = None):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
         self.spec = spec
         self.device = device
-        path = resolve_model_path(spec.path)
-        kwargs: dict[str, Any] = {}
-        if spec.revision and not Path(path).is_dir():
-            kwargs["revision"] = spec.revision
+        dtype = torch_dtype(spec)
+        folder = model_folder(spec, online=online, cache_dir=cache_dir)
+        check_remote_code(spec, folder)
+        kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code, "local_files_only": True}
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-            self.model = AutoModel.from_pretrained(path, use_safetensors=True, **kwargs).to(device).eval()
+            self.tokenizer = AutoTokenizer.from_pretrained(str(folder), **kwargs)
+            self.model = AutoModel.from_pretrained(str(folder), use_safetensors=True, **kwargs).to(device).eval()
         except (OSError, ValueError) as exc:  # ValueError: a folder that holds no model
-            raise DataError(f"model {spec.name}: cannot load {path!r} ({exc}); offline runs need a local folder or a cached hub id") from exc
+            raise DataError(f"model {spec.name}: cannot load {str(folder)!r} ({exc}); offline runs need a local folder or a cached hub id") from exc
+        if dtype is not None:
+            self.model.to(dtype)
         self.max_length = int(spec.settings.get("max_length") or min(getattr(self.tokenizer, "model_max_length", 512), 512))
         self.pooling = spec.settings.get("pooling", "mean")
         if self.pooling not in ("mean", "cls"):
@@ -178,9 +251,10 @@ class TransformersEncoder:
         return np.ascontiguousarray(np.concatenate(out) if out else np.zeros((0, dim)), dtype=np.float32)
 
 
-def load_text_encoder(spec: ModelSpec, device: str = "cpu", progress: bool = False) -> TextEncoder:
+def load_text_encoder(spec: ModelSpec, device: str = "cpu", progress: bool = False, *, online: bool = False, cache_dir: str | Path | None = None) -> TextEncoder:
+    """The text encoder of ``spec``; a hub id is read from the local hub cache unless ``online``."""
     if spec.kind == "sentence-transformers":
-        return SentenceTransformerEncoder(spec, device=device, progress=progress)
+        return SentenceTransformerEncoder(spec, device=device, progress=progress, online=online, cache_dir=cache_dir)
     if spec.kind == "transformers":
-        return TransformersEncoder(spec, device=device, progress=progress)
+        return TransformersEncoder(spec, device=device, progress=progress, online=online, cache_dir=cache_dir)
     raise DataError(f"model {spec.name}: kind {spec.kind} is not a text encoder")

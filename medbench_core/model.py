@@ -61,9 +61,20 @@ CANDIDATES_SCHEMA: dict[str, pl.DataType] = {
 _KEYS = {"queries": "query_id", "corpus": "doc_id"}
 
 
+# TaskMeta fields written only when set, so that the content hash (and every artifact key) of a
+# task read before they existed stays what it was.
+OPTIONAL_META = ("dataset", "subset", "task_type")
+
+
 @dataclass(frozen=True)
 class TaskMeta:
-    """What a task is: where it came from, its licences, modalities and main metric."""
+    """What a task is: where it came from, its licences, modalities and main metric.
+
+    ``dataset`` names the source (a hub dataset id, or the catalogue path of a local folder),
+    ``source_revision`` the revision read (a hub commit sha, or ``sha256:<16 hex>`` of a local
+    folder's files), ``subset`` the subset of a multi-subset dataset and ``task_type`` a task
+    family (instruction templates may be chosen by it). All four are empty for the bundled tasks.
+    """
 
     name: str
     source: str
@@ -75,12 +86,26 @@ class TaskMeta:
     languages: tuple[str, ...] = ("en",)
     research_only: bool = False
     source_revision: str = ""
+    dataset: str = ""
+    subset: str = ""
+    task_type: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["licences"] = list(self.licences)
         d["languages"] = list(self.languages)
+        for k in OPTIONAL_META:
+            if not d[k]:
+                del d[k]
         return d
+
+    def provenance(self) -> dict[str, str]:
+        """Where the data came from, for MLflow params and leaderboards: only the fields that are set.
+
+        Keys: ``dataset``, ``dataset_revision``, ``subset``, ``task_type``.
+        """
+        out = {"dataset": self.dataset, "dataset_revision": self.source_revision, "subset": self.subset, "task_type": self.task_type}
+        return {k: v for k, v in out.items() if v}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TaskMeta":

@@ -27,10 +27,15 @@ class ModelSpec:
     """One registered model. ``settings`` holds every knob that changes its output vectors.
 
     Known settings (all optional): ``query_prefix``, ``passage_prefix``, ``max_length``,
-    ``pooling`` (mean|cls), ``normalize``, ``dtype``, ``language_prefixes``
-    ({lang: {query: .., passage: ..}}), and for BM25 ``k1``, ``b``, ``method``, ``stopwords``,
+    ``pooling`` (mean|cls), ``normalize``, ``dtype`` (fp32|fp16|bf16, applied to the weights),
+    ``language_prefixes`` ({lang: {query: .., passage: ..}}), ``long_text`` (truncate|chunk) with
+    ``chunk_pooling``, ``chunk_size``, ``chunk_stride`` (:mod:`medbench_core.chunking`),
+    ``instructions`` ({task name | task type | default: instruction}) with ``query_template``
+    (:mod:`medbench_core.instructions`), and for BM25 ``k1``, ``b``, ``method``, ``stopwords``,
     ``stemmer``, ``language_analyzers`` ({lang: {stopwords, stemmer}}); for open_clip ``architecture``, ``checkpoint``, ``fusion``, ``fusion_weight``.
-    ``batch_size`` is a run knob and does not enter the identity.
+    ``batch_size`` is a run knob and does not enter the identity. ``trust_remote_code`` lets
+    the model run code shipped in its repository; :func:`load_registry` grants it only to ids on
+    the registry's ``trust_remote_code`` allowlist.
     """
 
     name: str
@@ -40,6 +45,7 @@ class ModelSpec:
     settings: dict[str, Any] = field(default_factory=dict)
     batch_size: int = 32
     index: dict[str, Any] = field(default_factory=lambda: {"type": "flat"})
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -50,15 +56,32 @@ class ModelSpec:
             raise DataError(f"model {self.name}: kind {self.kind} needs 'path' (a hub id or a local folder)")
 
     def identity(self) -> dict[str, Any]:
-        """Everything that determines the model's output (not batch size or device)."""
+        """Everything that determines the model's output (not batch size or device).
+
+        ``long_text: truncate`` written out is the default spelled out: it is left out, so the
+        entry keeps the identity (and the artifacts) it had without it.
+        """
+        settings = self.settings
+        if settings.get("long_text") == "truncate":
+            settings = {k: v for k, v in settings.items() if k != "long_text"}
         return {
             "name": self.name,
             "kind": self.kind,
             "path": self.path,
             "revision": self.revision,
-            "settings": self.settings,
+            "settings": settings,
             "index": self.index,
         }
+
+    @property
+    def hub_id(self) -> str:
+        """The hub repository this model's weights come from (``org/name``), or ``""``."""
+        from medbench_core.hub import is_repo_id
+
+        ckpt = str(self.settings.get("checkpoint") or self.path or "")
+        if self.kind == "open_clip":
+            return ckpt[len("hf-hub:") :] if ckpt.startswith("hf-hub:") else ""
+        return self.path if self.kind in ("sentence-transformers", "transformers") and is_repo_id(self.path) else ""
 
     def key(self) -> str:
         """Short stable hash of :meth:`identity`."""
@@ -72,7 +95,9 @@ class ModelSpec:
 def load_registry(path: str | Path) -> list[ModelSpec]:
     """Read ``models.yaml``: a mapping ``models: [ {name, kind, path, revision, settings}, ...]``.
 
-    Errors name the file and the entry at fault.
+    A top-level ``trust_remote_code: [org/name, ...]`` lists the hub ids whose repository code
+    may run: their specs get ``trust_remote_code``; an entry asking for it whose id is not on the
+    list is refused. Errors name the file and the entry at fault.
     """
     path = Path(path)
     if not path.exists():
@@ -86,6 +111,7 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
         raise DataError(f"{path}: expected a top-level 'models:' list")
     specs: list[ModelSpec] = []
     seen: set[str] = set()
+    allow = remote_code_allowlist(doc, path)
     known = {f.name for f in dataclasses.fields(ModelSpec)}
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or "name" not in entry or "kind" not in entry:
@@ -97,7 +123,42 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
             raise DataError(f"{path}: model name {entry['name']!r} appears twice")
         seen.add(entry["name"])
         try:
-            specs.append(ModelSpec(**{**entry, "settings": entry.get("settings") or {}, "revision": str(entry.get("revision") or "")}))
+            spec = ModelSpec(**{**entry, "settings": entry.get("settings") or {}, "revision": str(entry.get("revision") or "")})
         except TypeError as exc:
             raise DataError(f"{path}: models[{i}] ({entry['name']}): {exc}") from exc
+        hub_id = spec.hub_id
+        if spec.trust_remote_code and hub_id not in allow:
+            raise DataError(
+                f"{path}: model {spec.name!r} asks for trust_remote_code but {hub_id or spec.path or spec.name!r} is not on the "
+                "top-level trust_remote_code allowlist; add the hub id there after reading its code"
+            )
+        if hub_id and hub_id in allow:
+            spec = dataclasses.replace(spec, trust_remote_code=True)
+        specs.append(spec)
     return specs
+
+
+def remote_code_allowlist(doc: dict[str, Any], path: Path) -> frozenset[str]:
+    """The ``trust_remote_code`` list of a registry document (hub ids)."""
+    raw = doc.get("trust_remote_code") or []
+    if not isinstance(raw, list) or not all(isinstance(x, str) and "/" in x for x in raw):
+        raise DataError(f"{path}: trust_remote_code must be a list of hub ids (org/name)")
+    return frozenset(raw)
+
+
+def pin_revision(spec: ModelSpec, *, online: bool = False, cache_dir: str | Path | None = None) -> ModelSpec:
+    """``spec`` with its hub revision resolved to a commit sha (the registration step).
+
+    A model without a hub id is returned as it is. A hub id with no revision is resolved from
+    ``main``. Offline, the local hub cache must hold the ref; online, the hub is asked.
+    """
+    hub_id = spec.hub_id
+    if not hub_id:
+        return spec
+    from medbench_core.hub import resolve_revision
+
+    try:
+        sha = resolve_revision(hub_id, spec.revision or "main", repo_type="model", online=online, cache_dir=cache_dir)
+    except DataError as exc:
+        raise DataError(f"model {spec.name}: {exc}") from exc
+    return dataclasses.replace(spec, revision=sha)

@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from medbench_core import bm25
+from medbench_core import bm25, chunking, instructions
 from medbench_core.errors import DataError
 from medbench_core.layout import STAGES
 from medbench_core.metrics import DEFAULT_METRICS, breakdown, cross_lingual_gap, evaluate, qrels_to_dict, run_to_dict
 from medbench_core.model import Task
 from medbench_core.models import ModelSpec
-from medbench_core.ranking import write_trec
-from medbench_core.retrieval import candidate_pools, encode_side, load_encoder
+from medbench_core.ranking import rank_scores, write_trec
+from medbench_core.retrieval import candidate_pools, encode_chunks, encode_side, load_encoder
 
 BREAKDOWN_COLUMNS = ("language", "discipline", "tier")
 DEFAULT_K = 100  # documents retrieved per query
@@ -46,8 +46,25 @@ def _read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
 
 
-def embed_corpus(spec: ModelSpec, task: Task, out: Path, *, device: str = "cpu", progress: bool = False, encoder=None) -> dict[str, Any]:
-    """Represent the corpus: dense vectors (``corpus.npy``) or a bm25s index. Returns info."""
+def long_text_info(spec: ModelSpec, encoder=None) -> dict[str, Any]:
+    """What the model does with text beyond its ``max_length`` (recorded in info.json; see :mod:`.chunking`)."""
+    if spec.kind == "bm25":
+        return {"long_text": "whole"}  # BM25 indexes every token of a document
+    lt = chunking.long_text(spec.settings, spec.name, spec.kind)
+    info = lt.describe()
+    if info.get("max_length") is None and encoder is not None:
+        info["max_length"] = getattr(encoder, "max_length", None)
+    return info
+
+
+def embed_corpus(
+    spec: ModelSpec, task: Task, out: Path, *, device: str = "cpu", progress: bool = False, encoder=None, online: bool = False
+) -> dict[str, Any]:
+    """Represent the corpus: dense vectors (``corpus.npy``) or a bm25s index. Returns info.
+
+    With ``long_text: chunk`` the vectors are those of the passages' chunks and ``chunk_doc.npy``
+    maps each chunk to its document's position. ``online`` lets a hub model download.
+    """
     t0 = time.perf_counter()
     doc_ids = task.corpus["doc_id"].to_list()
     _write_json(out / "doc_ids.json", doc_ids)
@@ -55,13 +72,21 @@ def embed_corpus(spec: ModelSpec, task: Task, out: Path, *, device: str = "cpu",
         analyzer = bm25.bm25_settings(spec.settings, task_language(task))
         retriever = bm25.fit(task.doc_text(), analyzer)
         files = bm25.save(retriever, out)
-        info = {"representation": "bm25s-sparse", "n_docs": len(doc_ids), "settings": analyzer}
+        info = {"representation": "bm25s-sparse", "n_docs": len(doc_ids), "settings": analyzer, **long_text_info(spec)}
     else:
-        encoder = encoder or load_encoder(spec, device=device, progress=progress)
-        emb = encode_side(encoder, task, "passage")
-        np.save(out / "corpus.npy", emb, allow_pickle=False)
+        lt = chunking.long_text(spec.settings, spec.name, spec.kind)
+        encoder = encoder or load_encoder(spec, device=device, progress=progress, online=online)
         files = ["corpus.npy"]
-        info = {"representation": "dense", "n_docs": len(doc_ids), "dim": int(emb.shape[1]), "dtype": str(emb.dtype)}
+        if lt.mode == "chunk":
+            emb, owner = encode_chunks(encoder, task, lt)
+            np.save(out / "chunk_doc.npy", owner, allow_pickle=False)
+            files.append("chunk_doc.npy")
+        else:
+            emb = encode_side(encoder, task, "passage")
+        np.save(out / "corpus.npy", emb, allow_pickle=False)
+        info = {"representation": "dense", "n_docs": len(doc_ids), "dim": int(emb.shape[1]), "dtype": str(emb.dtype), **long_text_info(spec, encoder)}
+        if lt.mode == "chunk":
+            info["n_chunks"] = int(emb.shape[0])
     info["seconds"] = round(time.perf_counter() - t0, 3)
     info["files"] = ["doc_ids.json", *files]
     _write_json(out / "info.json", info)
@@ -75,11 +100,21 @@ def task_language(task: Task) -> str | None:
 
 
 def load_corpus_embeddings(folder: Path) -> tuple[list[str], np.ndarray]:
+    """Doc ids and the corpus vectors (one per document, or one per chunk with ``chunk_doc.npy``)."""
     doc_ids = _read_json(folder / "doc_ids.json")
     emb = np.load(folder / "corpus.npy", allow_pickle=False)
-    if emb.shape[0] != len(doc_ids):
-        raise DataError(f"{folder}: corpus.npy has {emb.shape[0]} rows for {len(doc_ids)} doc ids")
+    owner = load_chunk_map(folder)
+    rows = len(doc_ids) if owner is None else len(owner)
+    if emb.shape[0] != rows:
+        what = "doc ids" if owner is None else "chunks in chunk_doc.npy"
+        raise DataError(f"{folder}: corpus.npy has {emb.shape[0]} rows for {rows} {what}")
     return doc_ids, emb
+
+
+def load_chunk_map(folder: Path) -> np.ndarray | None:
+    """Chunk -> document position of a chunked corpus, or None for one vector per document."""
+    path = Path(folder) / "chunk_doc.npy"
+    return np.load(path, allow_pickle=False) if path.exists() else None
 
 
 def build_corpus_index(spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None = None) -> dict[str, Any]:
@@ -90,6 +125,8 @@ def build_corpus_index(spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bo
     if spec.kind == "bm25":
         info: dict[str, Any] = {"type": "bm25s-sparse", "built_on": "cpu", "files": []}
     else:
+        if load_chunk_map(emb_dir) is not None and (spec.index or {}).get("type", "flat") != "flat":
+            raise DataError(f"model {spec.name}: long_text: chunk is searched exactly; use index type flat, not {spec.index.get('type')!r}")
         _, emb = load_corpus_embeddings(emb_dir)
         index, info = build_index(emb, spec.index, use_gpu=use_gpu)
         save_index(index, out / "index.faiss")
@@ -110,8 +147,14 @@ def retrieve(
     device: str = "cpu",
     progress: bool = False,
     encoder=None,
+    online: bool = False,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Rank the top ``k`` documents per query; writes ``run.parquet``, ``run.trec`` (and query vectors)."""
+    """Rank the top ``k`` documents per query; writes ``run.parquet``, ``run.trec`` (and query vectors).
+
+    Queries carry the model's instruction for this task (:mod:`.instructions`); a chunked corpus
+    is scored chunk by chunk and pooled per document (:mod:`.chunking`). info.json records both
+    (``query_prompt``, ``long_text``).
+    """
     t0 = time.perf_counter()
     doc_ids = _read_json(emb_dir / "doc_ids.json")
     if doc_ids != task.corpus["doc_id"].to_list():
@@ -119,6 +162,7 @@ def retrieve(
     pools = candidate_pools(task)
     query_ids = task.queries["query_id"].to_list()
     files = ["run.parquet", "run.trec"]
+    prompt = instructions.resolve(spec.settings, task.name, task.meta.task_type, spec.name)
     if spec.kind == "bm25":
         retriever = bm25.load(emb_dir)
         analyzer = bm25.bm25_settings(spec.settings, task_language(task))
@@ -126,16 +170,25 @@ def retrieve(
     else:
         from medbench_core.index import load_index, search
 
-        encoder = encoder or load_encoder(spec, device=device, progress=progress)
-        q = encode_side(encoder, task, "query")
+        encoder = encoder or load_encoder(spec, device=device, progress=progress, online=online)
+        q = encode_side(encoder, task, "query", prompt=prompt)
         np.save(out / "query_embeddings.npy", q, allow_pickle=False)
         files.append("query_embeddings.npy")
-        _, demb = load_corpus_embeddings(emb_dir) if pools is not None else (None, None)
         index = load_index(index_dir / "index.faiss")
-        run = search(index, q, query_ids, doc_ids, k, doc_emb=demb, candidates=pools)
+        owner = load_chunk_map(emb_dir)
+        if owner is not None:
+            lt = chunking.long_text(spec.settings, spec.name, spec.kind)
+            rows = chunking.chunk_doc_scores(index, q, owner, len(doc_ids), lt.pooling)
+            run = rank_scores(query_ids, doc_ids, rows, k, candidates=pools)
+        else:
+            _, demb = load_corpus_embeddings(emb_dir) if pools is not None else (None, None)
+            run = search(index, q, query_ids, doc_ids, k, doc_emb=demb, candidates=pools)
     run.write_parquet(out / "run.parquet", statistics=False)
     (out / "run.trec").write_text(write_trec(run, f"medbench-{spec.name}"))
     info = {"k": k, "n_queries": len(query_ids), "n_rows": run.height, "seconds": round(time.perf_counter() - t0, 3), "files": files}
+    info.update(long_text_info(spec, encoder))
+    if prompt is not None:
+        info["query_prompt"] = {"template": prompt[0], "instruction": prompt[1]}
     _write_json(out / "info.json", info)
     return run, info
 
@@ -171,20 +224,41 @@ def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def stage_keys(spec: ModelSpec, task_hash: str, revision: str, k: int, codes: dict[str, str], metrics: tuple[str, ...] = DEFAULT_METRICS) -> dict[str, str]:
+def stage_keys(
+    spec: ModelSpec,
+    task_hash: str,
+    revision: str,
+    k: int,
+    codes: dict[str, str],
+    metrics: tuple[str, ...] = DEFAULT_METRICS,
+    *,
+    dataset_revision: str = "",
+    query_prompt: dict[str, Any] | None = None,
+) -> dict[str, str]:
     """Provenance key of each stage: a stage's key covers its own inputs and its upstream key.
 
-    The embedding key covers the task content hash, the model identity (id, kind, path,
-    settings that change vectors), the weights' revision and the code version; the index key
-    adds the index type and parameters; the run key adds k; the metrics key the metric list.
+    The embedding key covers the task content hash, the source dataset's revision (when the
+    task records one: hub commit sha or a local folder's file hash), the model identity (id,
+    kind, path, settings that change vectors), the weights' revision and the code version; the
+    index key adds the index type and parameters; the run key adds k; the metrics key the
+    metric list. A task without a dataset revision (the bundled tasks) keeps the keys it had
+    before the revision was recorded. A model with query instructions keeps them out of the
+    embedding key; the run key takes the task's resolved prompt (``query_prompt``, from
+    :func:`medbench_core.instructions.key_part`), or all of the instruction settings when not given.
     """
     from medbench_core.provenance import artifact_key
 
     # The index settings enter at the index stage only: changing them must not re-encode.
     model = {k: v for k, v in spec.identity().items() if k != "index"}
-    emb = artifact_key(stage="embeddings", task=task_hash, model=model, revision=revision, code=codes["embeddings"])
+    prompt: dict[str, Any] = {}
+    if instructions.uses_instructions(spec.settings):
+        # Query instructions change the queries only: they enter the run key, not the corpus vectors'.
+        model["settings"] = {k: v for k, v in model["settings"].items() if k not in instructions.SETTING_KEYS}
+        prompt = query_prompt if query_prompt is not None else {"query_instructions": {k: spec.settings.get(k) for k in instructions.SETTING_KEYS}}
+    source = {"dataset_revision": dataset_revision} if dataset_revision else {}
+    emb = artifact_key(stage="embeddings", task=task_hash, model=model, revision=revision, code=codes["embeddings"], **source)
     idx = artifact_key(stage="index", upstream=emb, index=spec.index if spec.kind != "bm25" else "bm25s", code=codes["index"])
-    run = artifact_key(stage="run", upstream=idx, k=k, code=codes["run"])
+    run = artifact_key(stage="run", upstream=idx, k=k, code=codes["run"], **prompt)
     met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics), code=codes["metrics"])
     return {"embeddings": emb, "index": idx, "run": run, "metrics": met}
 
@@ -193,7 +267,32 @@ def partition_keys(spec: ModelSpec, task: Task, k: int = DEFAULT_K) -> dict[str,
     """Provenance key of each stage of ``spec`` x ``task`` with this code (the artifact folders' names)."""
     from medbench_core.encoders import cached_revision
 
-    return stage_keys(spec, task.content_hash(), cached_revision(spec), k, stage_code_versions())
+    return stage_keys(
+        spec,
+        task.content_hash(),
+        cached_revision(spec),
+        k,
+        stage_code_versions(),
+        dataset_revision=task.meta.source_revision,
+        query_prompt=instructions.key_part(spec.settings, task.name, task.meta.task_type, spec.name) or None,
+    )
+
+
+def run_params(spec: ModelSpec, task: Task) -> dict[str, str]:
+    """Flat, MLflow-ready params of one model x task beyond the model's own: the dataset's source
+    and revision, the long-text policy and the query prompt (``dataset``, ``dataset_revision``,
+    ``subset``, ``task_type``, ``long_text``, ``chunk_pooling``, ``chunk_size``, ``chunk_stride``,
+    ``max_length``, ``query_template``, ``query_instruction``, ``dtype``, ``trust_remote_code``)."""
+    out: dict[str, Any] = dict(task.meta.provenance())
+    out.update({k: v for k, v in long_text_info(spec).items() if v is not None})
+    prompt = instructions.resolve(spec.settings, task.name, task.meta.task_type, spec.name)
+    if prompt is not None:
+        out["query_template"], out["query_instruction"] = prompt
+    if spec.settings.get("dtype"):
+        out["dtype"] = spec.settings["dtype"]
+    if spec.trust_remote_code:
+        out["trust_remote_code"] = "true"
+    return {k: str(v) for k, v in out.items()}
 
 
 def applicability(spec: ModelSpec, task: Task) -> str | None:

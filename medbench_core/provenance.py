@@ -27,10 +27,10 @@ SCORING_PACKAGES = (
 # The medbench_core modules (or packages) whose code decides each stage's output. A stage's code version
 # hashes only these, so editing (say) the contracts does not re-encode every corpus.
 STAGE_MODULES: dict[str, tuple[str, ...]] = {
-    "curated_task": ("model", "readers", "catalog", "images", "licences", "storage"),
-    "embeddings": ("model", "retrieval", "encoders", "clip", "images", "bm25", "pipeline", "storage"),
+    "curated_task": ("model", "readers", "catalog", "images", "licences", "storage", "hub"),
+    "embeddings": ("model", "retrieval", "encoders", "clip", "images", "bm25", "pipeline", "storage", "chunking"),
     "index": ("index", "pipeline", "storage"),
-    "run": ("model", "ranking", "index", "bm25", "retrieval", "encoders", "clip", "images", "pipeline", "storage"),
+    "run": ("model", "ranking", "index", "bm25", "retrieval", "encoders", "clip", "images", "pipeline", "storage", "chunking", "instructions"),
     "metrics": ("metrics", "pipeline", "storage"),
     "leaderboard": ("leaderboard", "pipeline"),
     "contracts": ("contracts", "licences", "model", "images"),

@@ -43,6 +43,15 @@ class TextOnly:
         self.encoder = encoder
         self.model_name = model_name
 
+    @property
+    def tokenizer(self) -> Any:
+        """The wrapped encoder's tokenizer (chunking cuts passages on its tokens)."""
+        return getattr(self.encoder, "tokenizer", None)
+
+    @property
+    def max_length(self) -> int | None:
+        return getattr(self.encoder, "max_length", None)
+
     def encode_records(self, texts, images, languages, role, ids=None):
         missing = [i for i, t in enumerate(texts) if not t]
         if missing:
@@ -51,16 +60,19 @@ class TextOnly:
         return self.encoder.encode(list(texts), role=role, languages=list(languages))
 
 
-def load_encoder(spec: ModelSpec, device: str = "cpu", progress: bool = False) -> RecordEncoder:
-    """The encoder for a dense model spec (sentence-transformers, transformers or open_clip)."""
+def load_encoder(spec: ModelSpec, device: str = "cpu", progress: bool = False, *, online: bool = False) -> RecordEncoder:
+    """The encoder for a dense model spec (sentence-transformers, transformers or open_clip).
+
+    Hub weights come from the local hub cache at the pinned revision; ``online`` lets them download.
+    """
     if spec.kind in ("sentence-transformers", "transformers"):
         from medbench_core.encoders import load_text_encoder
 
-        return TextOnly(load_text_encoder(spec, device=device, progress=progress), spec.name)
+        return TextOnly(load_text_encoder(spec, device=device, progress=progress, online=online), spec.name)
     if spec.kind == "open_clip":
         from medbench_core.clip import load_clip_encoder
 
-        return load_clip_encoder(spec, device=device)
+        return load_clip_encoder(spec, device=device, online=online)
     raise DataError(f"model {spec.name}: kind {spec.kind} has no dense encoder")
 
 
@@ -87,14 +99,39 @@ def _accepts_ids(encoder: Any) -> bool:
         return False
 
 
-def encode_side(encoder: RecordEncoder, task: Task, side: str) -> np.ndarray:
+def encode_side(encoder: RecordEncoder, task: Task, side: str, *, prompt: tuple[str, str] | None = None) -> np.ndarray:
+    """Vectors of the task's queries or documents, in frame order; ``prompt`` (template, instruction) formats query texts."""
+    from medbench_core.instructions import format_queries
+
     ids, texts, images, langs = side_records(task, side)
+    if prompt is not None and side == "query":
+        texts = format_queries(texts, prompt)
     # Encoders that accept ``ids`` get them, so their errors name the record at fault.
     extra = {"ids": ids} if _accepts_ids(encoder) else {}
     emb = encoder.encode_records(texts, images, langs, side, **extra)
     if emb.shape[0] != len(ids):
         raise DataError(f"task {task.name}: encoder returned {emb.shape[0]} vectors for {len(ids)} {side} records")
     return np.ascontiguousarray(emb, dtype=np.float32)
+
+
+def encode_chunks(encoder: RecordEncoder, task: Task, lt: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(chunk vectors, chunk -> document position)`` of the corpus cut by the encoder's tokenizer (see :mod:`.chunking`)."""
+    from medbench_core.chunking import split_passages
+
+    ids, texts, images, langs = side_records(task, "passage")
+    with_image = [ids[i] for i, im in enumerate(images) if im is not None]
+    if with_image:
+        raise DataError(f"task {task.name}: long_text: chunk reads text only, but {len(with_image)} documents carry images (e.g. {with_image[0]})")
+    tokenizer = getattr(encoder, "tokenizer", None)
+    if tokenizer is None:
+        raise DataError(f"task {task.name}: long_text: chunk needs the encoder's tokenizer; this encoder exposes none")
+    chunks, owner = split_passages([t or "" for t in texts], tokenizer, lt)
+    chunk_ids = [f"{ids[o]}#{j}" for j, o in enumerate(owner.tolist())]
+    extra = {"ids": chunk_ids} if _accepts_ids(encoder) else {}
+    emb = encoder.encode_records(chunks, [None] * len(chunks), [langs[o] for o in owner.tolist()], "passage", **extra)
+    if emb.shape[0] != len(chunks):
+        raise DataError(f"task {task.name}: encoder returned {emb.shape[0]} vectors for {len(chunks)} chunks")
+    return np.ascontiguousarray(emb, dtype=np.float32), owner
 
 
 def candidate_pools(task: Task) -> dict[str, np.ndarray] | None:

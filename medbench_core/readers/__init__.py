@@ -7,6 +7,11 @@
 - :func:`read_medicat`: visual context retrieval, figure -> caption and caption -> figure in
   one task, each direction restricted to the other side by candidate pools.
 - :func:`read_vqa_rad`: question -> radiology image, the organ as the discipline.
+- :func:`read_mteb` (``mteb``, alias ``hf_retrieval``): the Hugging Face retrieval layout of MTEB
+  and R2MED's hub datasets, from a local folder or a hub dataset id at a pinned revision.
+- :func:`read_r2med_repo` (``r2med_repo``): R2MED's repository layout (corpus.jsonl, query.jsonl, qrels).
+- :func:`read_m3retrieve` (``m3retrieve``): M3Retrieve-style folders whose records carry images.
+- :func:`read_multilingual` (``multilingual``, alias ``mmed_ir``): every query names its language.
 
 Every reader takes ``name``, ``research_only`` (from configuration, never inferred) and optional
 ``source`` / ``description`` texts for the task metadata. Every record carries language,
@@ -33,9 +38,21 @@ READERS: dict[str, str] = {
     "pneumoniamnist": "pneumoniamnist:read_pneumoniamnist",
     "medicat": "medicat:read_medicat",
     "vqa_rad": "vqa_rad:read_vqa_rad",
+    "mteb": "mteb:read_mteb",
+    "hf_retrieval": "mteb:read_mteb",
+    "r2med_repo": "r2med:read_r2med_repo",
+    "m3retrieve": "m3retrieve:read_m3retrieve",
+    "multilingual": "multilingual:read_multilingual",
+    "mmed_ir": "multilingual:read_multilingual",
 }
 # Readers that render files (images) into a scratch folder, passed as their second argument.
 RENDERS_FILES = frozenset({"pneumoniamnist"})
+# Readers that can read a hub dataset (``dataset:`` + ``revision:``); they take ``online`` and ``hub_cache``.
+HUB_READERS = frozenset({"mteb", "hf_retrieval", "m3retrieve", "multilingual", "mmed_ir"})
+# Readers that may write image bytes into a scratch folder, passed as ``image_scratch``.
+IMAGE_SCRATCH = frozenset({"m3retrieve"})
+# Readers that take ``subset`` (so a catalogue entry may list ``subsets``).
+SUBSET_READERS = HUB_READERS | {"r2med_repo"}
 
 
 def reader(name: str) -> Callable:

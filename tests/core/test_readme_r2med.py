@@ -1,0 +1,38 @@
+"""The README's "Evaluate R2MED" entries are valid catalogue and registry entries, as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from medbench_core.catalog import load_catalog
+from medbench_core.models import load_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+R2MED = ["biology", "bioinformatics", "medical_sciences", "medxpertqa_exam", "medqa_diag", "pmc_treatment", "pmc_clinical", "iiyi_clinical"]
+
+
+def yaml_blocks() -> list[str]:
+    text = ROOT.joinpath("README.md").read_text()
+    section = text[text.index("## Evaluate R2MED (or any MTEB-format dataset)") :]
+    return re.findall(r"```yaml\n(.*?)```", section, flags=re.DOTALL)
+
+
+def test_readme_task_entries_expand_to_the_eight_r2med_tasks(tmp_path):
+    hub, local = yaml_blocks()[:2]
+    for body in (hub, local):
+        (tmp_path / "tasks.yaml").write_text("tasks:\n" + body)
+        catalog = load_catalog(tmp_path / "tasks.yaml")
+        assert catalog.names == [f"r2med_{t}" for t in R2MED]
+        assert all(t.research_only for t in catalog.tasks)
+    (tmp_path / "tasks.yaml").write_text("tasks:\n" + hub)
+    bio = load_catalog(tmp_path / "tasks.yaml").task("r2med_biology")
+    assert bio.options["dataset"] == "R2MED/Biology" and bio.options["revision"] == "8b9fec2db9eda4b5742d03732213fbaee8169556"
+
+
+def test_readme_model_entries_load(tmp_path):
+    (tmp_path / "models.yaml").write_text(yaml_blocks()[2])
+    specs = {m.name: m for m in load_registry(tmp_path / "models.yaml")}
+    assert specs["bm25-r2med"].settings == {"k1": 0.9, "b": 0.4, "method": "lucene", "stopwords": "en", "stemmer": "porter"}
+    assert specs["bge-large-en-v1.5"].hub_id == "BAAI/bge-large-en-v1.5"
+    assert specs["bge-large-en-v1.5-chunked"].settings["long_text"] == "chunk"
