@@ -123,6 +123,8 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
             specs.append(ModelSpec(**{**entry, "settings": entry.get("settings") or {}, "revision": str(entry.get("revision") or "")}))
         except TypeError as exc:
             raise DataError(f"{path}: models[{i}] ({entry['name']}): {exc}") from exc
+        except DataError as exc:
+            raise DataError(f"{path}: {exc}") from exc
     _check_expanded(specs, doc, path)
     return specs
 
@@ -143,7 +145,10 @@ def _check_expanded(specs: list[ModelSpec], doc: dict[str, Any], path: Path) -> 
             raise DataError(f"{path}: model {s.name!r}: expansion {s.expansion!r} is not in 'expansions:' (known: {sorted(expansions)})")
         from medbench_core.expansion.combine import resolve_combine
 
-        resolve_combine(s, r, expansions[s.expansion].method)  # refuses a combination the retriever cannot do
+        try:
+            resolve_combine(s, r, expansions[s.expansion].method)  # refuses a combination the retriever cannot do
+        except DataError as exc:
+            raise DataError(f"{path}: {exc}") from exc
     for e in expansions.values():
         if e.upstream and e.upstream not in by_name:
             raise DataError(f"{path}: expansion {e.name!r}: upstream {e.upstream!r} is not an entry of 'models:'")

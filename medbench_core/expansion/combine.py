@@ -220,6 +220,7 @@ def retrieve_expanded(
 
 
 def expanded_stage_keys(
+    spec: ModelSpec,
     retriever: ModelSpec,
     task_hash: str,
     retriever_revision: str,
@@ -232,14 +233,16 @@ def expanded_stage_keys(
     """Stage keys of an expanded model on one task.
 
     ``embeddings`` and ``index`` are the retriever's own keys (its stored corpus is reused); the
-    run key covers the index key, the expansion's key, the combination, k and the code of the
-    expanded run (``codes["expanded_run"]``); the metrics key the run key and the metric list.
+    run key covers the expanded model's name (a rename is a new model, as for every kind), the
+    index key, the expansion's key, the resolved combination (so writing R2MED's default out
+    changes nothing), k and the code of the expanded run (``codes["expanded_run"]``); the
+    metrics key the run key and the metric list.
     """
     from medbench_core.metrics import DEFAULT_METRICS
     from medbench_core.pipeline import stage_keys
     from medbench_core.provenance import artifact_key
 
     base = stage_keys(retriever, task_hash, retriever_revision, k, codes)
-    run = artifact_key(stage="expanded_run", upstream=base["index"], expansion=expansion_key, combine=combine.to_dict(), k=k, code=codes["expanded_run"])
+    run = artifact_key(stage="expanded_run", model=spec.name, upstream=base["index"], expansion=expansion_key, combine=combine.to_dict(), k=k, code=codes["expanded_run"])
     met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics or DEFAULT_METRICS), code=codes["metrics"])
     return {"expansion": expansion_key, "embeddings": base["embeddings"], "index": base["index"], "run": run, "metrics": met}

@@ -188,6 +188,8 @@ def parse_expansions(entries: Any, where: str | Path) -> list[ExpansionSpec]:
             out.append(ExpansionSpec(**fields))
         except TypeError as exc:
             raise DataError(f"{where}: expansions[{i}] ({name}): {exc}") from exc
+        except DataError as exc:
+            raise DataError(f"{where}: {exc}") from exc
     return out
 
 
