@@ -188,3 +188,41 @@ def validate_expansion(expansions: pl.DataFrame, task: Task, name: str, out_dir:
     if out_dir is not None:
         leakage.write_parquet(Path(out_dir) / "leakage.parquet", statistics=False)
     return ExpansionVerdict(contract=result, leakage=leakage, summary=summary)
+
+
+# --- the recorded verdict -----------------------------------------------------------------
+
+GATE_FILE = "EXPANSION_GATE.json"
+
+
+def record_expansion_gate(folder: str | Path, verdict: ExpansionVerdict, key: str) -> Path:
+    """Write the verdict on the expansion artifact ``key`` to ``<folder>/EXPANSION_GATE.json`` (atomically)."""
+    from medbench_core.storage import write_json_atomic
+
+    return write_json_atomic(
+        Path(folder) / GATE_FILE,
+        {
+            "key": key,
+            "passed": verdict.passed,
+            "message": verdict.contract.message,
+            "failing_rows": verdict.contract.failing_rows(),
+            "leakage": verdict.summary,
+        },
+    )
+
+
+def expansion_gate_refusal(folder: str | Path, key: str) -> str | None:
+    """Why an expanded run must not use the expansion ``key`` (None when it may): no verdict
+    recorded in ``folder``, a verdict on other texts, or a failed gate. Leakage never refuses."""
+    import json
+
+    path = Path(folder) / GATE_FILE
+    try:
+        gate = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return f"no expansion contract verdict at {path}; run the expansion's check first"
+    if gate.get("key") != key:
+        return f"{path}: the contract judged expansion {str(gate.get('key'))[:12]}, not {key[:12]}; re-run the check"
+    if not gate.get("passed"):
+        return f"expansion contract failed, refusing to retrieve with it: {gate.get('message', '')}"
+    return None
