@@ -154,6 +154,10 @@ def test_revision_hashes_weights_and_chat_template(lm_dir, tmp_path):
     assert generator_revision(dataclasses.replace(spec, generator=str(copy))) == generator_revision(spec)
     (copy / "chat_template.jinja").write_text(CHAT_TEMPLATE.replace("[assistant]", "[bot]"))
     assert generator_revision(dataclasses.replace(spec, generator=str(copy))) != generator_revision(spec)
+    # Prompts are chat turns: a tokenizer without a chat template is refused, not guessed at.
+    (copy / "chat_template.jinja").unlink()
+    with pytest.raises(DataError, match="its tokenizer has no chat template"):
+        Generator(str(copy))
 
 
 def test_hub_ids_only_online_and_pinned(lm_dir):
