@@ -19,6 +19,7 @@ stage (the key of a stored expansion computed, its manifest verified and the fra
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -90,7 +91,8 @@ def main() -> None:
         direct()  # warm-up: first calls allocate
         rows = []
         for r in range(args.repeats):
-            for name, fn in (("direct", direct), ("medbench", medbench)):
+            sides = (("direct", direct), ("medbench", medbench))
+            for name, fn in sides if r % 2 == 0 else sides[::-1]:  # alternate which goes first
                 sec, cpu, n, texts = fn()
                 rows.append((name, r + 1, sec, n, n / sec, n / cpu, texts))
                 print(f"{name:9s} run {r + 1}: {n} tokens in {sec:.2f} s wall ({cpu:.2f} s CPU) = {n / sec:.1f} tokens/s ({n / cpu:.1f} per CPU s)", flush=True)
@@ -98,7 +100,9 @@ def main() -> None:
         assert all(x[-1] == ref for x in rows), "medbench and direct generate produced different texts"
         best = {name: max(x[4] for x in rows if x[0] == name) for name in ("direct", "medbench")}
         best_cpu = {name: max(x[5] for x in rows if x[0] == name) for name in ("direct", "medbench")}
-        pairs = [m[4] / d[4] for d, m in zip(rows[0::2], rows[1::2])]
+        by_run = {(x[0], x[1]): x for x in rows}
+        pairs = [by_run[("medbench", r)][4] / by_run[("direct", r)][4] for r in range(1, args.repeats + 1)]
+        cpu_pairs = [by_run[("medbench", r)][5] / by_run[("direct", r)][5] for r in range(1, args.repeats + 1)]
 
         # Warm run of the stage: the stored artifact's key, manifest and frame.
         frame, identity, info = generate_expansions(spec, task, template, generator=gen)
@@ -113,7 +117,8 @@ def main() -> None:
     print(f"queries {task.queries.height}, batch {args.batch_size}, {args.new_tokens} new tokens each, torch threads {args.threads}")
     print(f"best tokens/s: direct {best['direct']:.1f}, medbench {best['medbench']:.1f}")
     print(f"ratio medbench / direct, wall (best of {args.repeats}): {best['medbench'] / best['direct']:.3f}x   per pair: {', '.join(f'{p:.3f}x' for p in pairs)}")
-    print(f"ratio medbench / direct, tokens per CPU second (best of {args.repeats}): {best_cpu['medbench'] / best_cpu['direct']:.3f}x")
+    print(f"ratio medbench / direct, tokens per CPU second (best of {args.repeats}): {best_cpu['medbench'] / best_cpu['direct']:.3f}x   "
+          f"median of pairs {statistics.median(cpu_pairs):.3f}x   per pair: {', '.join(f'{p:.3f}x' for p in cpu_pairs)}")
     print(f"warm stage (key: generator folder hash + prompt; manifest verified; frame read): {warm * 1000:.0f} ms")
 
 

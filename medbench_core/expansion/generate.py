@@ -180,14 +180,16 @@ class Generator:
         import torch
         from tqdm.auto import tqdm
 
-        lengths = [len(x) for x in self.tokenizer(prompts, add_special_tokens=False)["input_ids"]] if prompts else []
+        # Tokenised once: the lengths order the batches, each batch is padded from these ids.
+        ids = self.tokenizer(prompts, add_special_tokens=False, return_token_type_ids=False, return_attention_mask=False)["input_ids"] if prompts else []
+        lengths = [len(x) for x in ids]
         order = sorted(range(len(prompts)), key=lambda i: -lengths[i])  # stable: ties keep task order
         results: list[Generation | None] = [None] * len(prompts)
         kw = self.generate_kwargs(decoding)
         with tqdm(total=len(prompts), desc="generate", unit="query", disable=not progress) as bar, torch.inference_mode():
             for b, start in enumerate(range(0, len(order), batch_size)):
                 idx = order[start : start + batch_size]
-                batch = self.encode([prompts[i] for i in idx])
+                batch = self.tokenizer.pad({"input_ids": [ids[i] for i in idx]}, padding=True, return_tensors="pt", return_attention_mask=True).to(self.device)
                 torch.manual_seed(decoding["seed"] + b)
                 out = self.model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kw)
                 new = out[:, batch["input_ids"].shape[1] :].tolist()
