@@ -105,7 +105,7 @@ def main() -> None:
         cpu_pairs = [by_run[("medbench", r)][5] / by_run[("direct", r)][5] for r in range(1, args.repeats + 1)]
 
         # Warm run of the stage: the stored artifact's key, manifest and frame.
-        frame, identity, info = generate_expansions(spec, task, template, generator=gen)
+        frame, _, info = generate_expansions(spec, task, template, generator=gen)
         out = Path(tmp) / "store" / "key"
         store_expansion(out, frame, info)
         t0 = time.perf_counter()

@@ -171,8 +171,10 @@ def validate_expansion(expansions: pl.DataFrame, task: Task, name: str, out_dir:
     outcomes, results_path, docs_path = run_tables(f"expansion.{name}.{task.name}", tables, Path(out_dir) if out_dir else None)
     summary = leakage_summary(leakage)
     extra = [
-        f"leakage: longest shared run max {summary['max_shared_words']} words, median {summary['median_shared_words']:g}; "
-        f"{summary['n_copies']} expansion(s) copy a relevant passage ({COPY_WORDS}+ words)"
+        (
+            f"leakage: longest shared run max {summary['max_shared_words']} words, median {summary['median_shared_words']:g}; "
+            f"{summary['n_copies']} expansion(s) copy a relevant passage ({COPY_WORDS}+ words)"
+        )
     ]
     passed, message = summarise(f"expansion {name} x task {task.name}", outcomes, extra)
     result = ContractResult(

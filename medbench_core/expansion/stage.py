@@ -7,7 +7,14 @@ from typing import Any
 
 import polars as pl
 
-from medbench_core.expansion.spec import ExpansionSpec, expansion_key, file_identity, generation_identity, prompt_text, text_sha256
+from medbench_core.expansion.spec import (
+    ExpansionSpec,
+    expansion_key,
+    file_identity,
+    generation_identity,
+    prompt_text,
+    text_sha256,
+)
 from medbench_core.model import Task
 
 SAMPLE = 5  # expansions kept in info.json (and logged to MLflow) for a quick look

