@@ -28,6 +28,10 @@ class Layout:
             raise ValueError(f"unknown stage {stage!r}")
         return self.root / "artifacts" / model / task / stage / key
 
+    def expansion_dir(self, expansion: str, task: str, key: str) -> Path:
+        """Where one expansion x task artifact lives: ``expansions/<expansion>/<task>/<key>``."""
+        return self.root / "expansions" / expansion / task / key
+
     def reports_dir(self) -> Path:
         return self.root / "reports"
 

@@ -18,8 +18,9 @@ import yaml
 
 from medbench_core.errors import DataError
 
-KINDS = ("bm25", "sentence-transformers", "transformers", "open_clip")
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+KINDS = ("bm25", "sentence-transformers", "transformers", "open_clip", "expanded")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_EXPANDED_FIELDS = ("retriever", "expansion", "combine", "repeat_query")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,12 @@ class ModelSpec:
     ``batch_size`` is a run knob and does not enter the identity. ``trust_remote_code`` lets
     the model run code shipped in its repository; :func:`load_registry` grants it only to ids on
     the registry's ``trust_remote_code`` allowlist.
+
+    Kind ``expanded`` is a retriever (``retriever``: another entry) run on expanded queries
+    (``expansion``: an entry of the ``expansions:`` section), combined by ``combine``
+    (concat | replace | mean; R2MED's default for the method and retriever when left out) with
+    ``repeat_query`` and, for dense concat, ``settings.separator``; see
+    :mod:`medbench_core.expansion.combine`.
     """
 
     name: str
@@ -46,12 +53,25 @@ class ModelSpec:
     batch_size: int = 32
     index: dict[str, Any] = field(default_factory=lambda: {"type": "flat"})
     trust_remote_code: bool = False
+    retriever: str = ""
+    expansion: str = ""
+    combine: str = ""
+    repeat_query: int | None = None
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
-            raise DataError(f"model name {self.name!r}: use letters, digits, '.', '_' or '-' (it becomes a partition key)")
+            raise DataError(f"model name {self.name!r}: use letters, digits, '.', '_', '+' or '-' (it becomes a partition key)")
         if self.kind not in KINDS:
             raise DataError(f"model {self.name}: unknown kind {self.kind!r}; known kinds: {', '.join(KINDS)}")
+        if self.kind == "expanded":
+            if not self.retriever or not self.expansion:
+                raise DataError(f"model {self.name}: kind expanded needs 'retriever' (a model entry) and 'expansion' (an entry of 'expansions:')")
+            if self.path:
+                raise DataError(f"model {self.name}: kind expanded takes no 'path'; its retriever's entry names the model")
+            return
+        given = [f for f in _EXPANDED_FIELDS if getattr(self, f) not in ("", None)]
+        if given:
+            raise DataError(f"model {self.name}: {given} are for kind expanded only")
         if self.kind != "bm25" and not self.path and self.kind != "open_clip":
             raise DataError(f"model {self.name}: kind {self.kind} needs 'path' (a hub id or a local folder)")
 
@@ -64,7 +84,7 @@ class ModelSpec:
         settings = self.settings
         if settings.get("long_text") == "truncate":
             settings = {k: v for k, v in settings.items() if k != "long_text"}
-        return {
+        ident = {
             "name": self.name,
             "kind": self.kind,
             "path": self.path,
@@ -72,6 +92,9 @@ class ModelSpec:
             "settings": settings,
             "index": self.index,
         }
+        if self.kind == "expanded":  # only here, so the other kinds keep their keys
+            ident.update({f: getattr(self, f) for f in _EXPANDED_FIELDS})
+        return ident
 
     @property
     def hub_id(self) -> str:
@@ -126,6 +149,8 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
             spec = ModelSpec(**{**entry, "settings": entry.get("settings") or {}, "revision": str(entry.get("revision") or "")})
         except TypeError as exc:
             raise DataError(f"{path}: models[{i}] ({entry['name']}): {exc}") from exc
+        except DataError as exc:
+            raise DataError(f"{path}: {exc}") from exc
         hub_id = spec.hub_id
         if spec.trust_remote_code and hub_id not in allow:
             raise DataError(
@@ -135,6 +160,7 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
         if hub_id and hub_id in allow:
             spec = dataclasses.replace(spec, trust_remote_code=True)
         specs.append(spec)
+    _check_expanded(specs, doc, path)
     return specs
 
 
@@ -162,3 +188,28 @@ def pin_revision(spec: ModelSpec, *, online: bool = False, cache_dir: str | Path
     except DataError as exc:
         raise DataError(f"model {spec.name}: {exc}") from exc
     return dataclasses.replace(spec, revision=sha)
+
+
+def _check_expanded(specs: list[ModelSpec], doc: dict[str, Any], path: Path) -> None:
+    """An expanded entry names a plain retriever of this file and an expansion of its ``expansions:``."""
+    from medbench_core.expansion.spec import parse_expansions
+
+    expansions = {e.name: e for e in parse_expansions(doc.get("expansions"), path)}
+    by_name = {s.name: s for s in specs}
+    for s in specs:
+        if s.kind != "expanded":
+            continue
+        r = by_name.get(s.retriever)
+        if r is None or r.kind == "expanded":
+            raise DataError(f"{path}: model {s.name!r}: retriever {s.retriever!r} must be another, non-expanded entry of 'models:'")
+        if s.expansion not in expansions:
+            raise DataError(f"{path}: model {s.name!r}: expansion {s.expansion!r} is not in 'expansions:' (known: {sorted(expansions)})")
+        from medbench_core.expansion.combine import resolve_combine
+
+        try:
+            resolve_combine(s, r, expansions[s.expansion].method)  # refuses a combination the retriever cannot do
+        except DataError as exc:
+            raise DataError(f"{path}: {exc}") from exc
+    for e in expansions.values():
+        if e.upstream and e.upstream not in by_name:
+            raise DataError(f"{path}: expansion {e.name!r}: upstream {e.upstream!r} is not an entry of 'models:'")

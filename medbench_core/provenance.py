@@ -34,6 +34,11 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "metrics": ("metrics", "pipeline", "storage"),
     "leaderboard": ("leaderboard", "pipeline"),
     "contracts": ("contracts", "licences", "model", "images"),
+    # Generation-augmented retrieval: the expansion texts, their contract, and the run on them.
+    # Kept apart so that editing how expansions are combined does not regenerate them.
+    "expansion": ("expansion/spec", "expansion/frame", "expansion/files", "expansion/generate", "expansion/stage", "model", "storage"),
+    "expansion_contract": ("expansion/contract", "contracts/gx", "contracts/results"),
+    "expanded_run": ("expansion/combine", "expansion/frame", "model", "ranking", "index", "bm25", "retrieval", "encoders", "pipeline", "storage"),
 }
 
 
