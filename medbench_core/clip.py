@@ -43,6 +43,8 @@ from medbench_core.encoders import apply_prefixes
 from medbench_core.errors import DataError
 from medbench_core.images import load_image
 from medbench_core.models import ModelSpec
+from medbench_core.progress import bar as progress_bar
+from medbench_core.progress import resolve as resolve_progress
 from medbench_core.storage import sha256_file, write_with
 
 CONFIG_DIR = Path(__file__).with_name("clip_configs")
@@ -154,7 +156,7 @@ def _load_state_dict(path: Path, kind: str, model_name: str) -> dict[str, Any]:
 class ClipEncoder:
     """An open_clip model with its preprocessing and tokenizer; see the module docstring."""
 
-    def __init__(self, spec: ModelSpec, model: Any, preprocess: Any, tokenizer: Any, settings: dict[str, Any], device: str):
+    def __init__(self, spec: ModelSpec, model: Any, preprocess: Any, tokenizer: Any, settings: dict[str, Any], device: str, progress: bool | None = False):
         import torch
 
         self.spec = spec
@@ -163,6 +165,7 @@ class ClipEncoder:
         self.tokenizer = tokenizer
         self.settings = settings
         self.device = device
+        self.progress = resolve_progress(progress)
         self._torch = torch
         self.width: int | None = None
         size = getattr(model.visual, "preprocess_cfg", {}).get("size", 224)
@@ -186,7 +189,7 @@ class ClipEncoder:
         out = []
         bs = max(1, int(self.spec.batch_size))
         with torch.inference_mode():
-            for i in range(0, len(texts), bs):
+            for i in progress_bar(range(0, len(texts), bs), desc=f"{self.spec.name} texts", unit="batch", progress=self.progress and len(texts) > 0):
                 tok = self.tokenizer(texts[i : i + bs]).to(self.device)
                 out.append(self.model.encode_text(tok, normalize=True).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self._embed_dim()), dtype=np.float32)
@@ -211,7 +214,7 @@ class ClipEncoder:
         out = []
         bs = max(1, int(self.spec.batch_size))
         with torch.inference_mode():
-            for i in range(0, len(paths), bs):
+            for i in progress_bar(range(0, len(paths), bs), desc=f"{self.spec.name} images", unit="batch", progress=self.progress and len(paths) > 0):
                 batch = torch.stack([self._pixels(p, r) for p, r in zip(paths[i : i + bs], ids[i : i + bs])]).to(self.device)
                 out.append(self.model.encode_image(batch, normalize=True).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self._embed_dim()), dtype=np.float32)
@@ -295,8 +298,8 @@ def _quiet_random_init_warning() -> Iterator[None]:
         root.removeFilter(f)
 
 
-def load_clip_encoder(spec: ModelSpec, device: str = "cpu") -> ClipEncoder:
-    """Build the open_clip model of ``spec`` (see the module docstring) in eval mode on ``device``."""
+def load_clip_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False) -> ClipEncoder:
+    """Build the open_clip model of ``spec`` (see the module docstring) in eval mode on ``device``; ``progress``: bars while encoding."""
     import open_clip
     import torch
 
@@ -344,4 +347,4 @@ def load_clip_encoder(spec: ModelSpec, device: str = "cpu") -> ClipEncoder:
             lines = str(exc).splitlines()
             raise DataError(f"model {spec.name}: {path} does not fit architecture {arch!r}: {' '.join(lines[:3])[:500]}") from exc
     model = model.to(device).eval()
-    return ClipEncoder(spec, model, preprocess, tokenizer, s, device)
+    return ClipEncoder(spec, model, preprocess, tokenizer, s, device, progress=progress)

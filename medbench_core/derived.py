@@ -28,6 +28,7 @@ import polars as pl
 from medbench_core.errors import DataError
 from medbench_core.model import Task
 from medbench_core.models import FUSION_NORMS, ModelSpec
+from medbench_core.progress import resolve as resolve_progress
 from medbench_core.ranking import RUN_SCHEMA, write_trec
 
 DEFAULT_K = 100
@@ -160,11 +161,12 @@ def fuse(
 # --- cross-encoder reranking --------------------------------------------------------------
 
 
-def load_cross_encoder(spec: ModelSpec, device: str = "cpu") -> Any:
+def load_cross_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False) -> Any:
     """The sentence-transformers ``CrossEncoder`` of ``spec`` (a local folder, ``pkg:<module>`` or a hub id)."""
     from sentence_transformers import CrossEncoder
 
     from medbench_core.encoders import resolve_model_path
+    from medbench_core.progress import library_bars
 
     path = resolve_model_path(spec.path)
     kwargs: dict[str, Any] = {"device": device}
@@ -173,7 +175,8 @@ def load_cross_encoder(spec: ModelSpec, device: str = "cpu") -> Any:
     if spec.revision and not Path(path).is_dir():
         kwargs["revision"] = spec.revision
     try:
-        return CrossEncoder(path, **kwargs)
+        with library_bars(progress):
+            return CrossEncoder(path, **kwargs)
     except (OSError, ValueError) as exc:
         raise DataError(f"model {spec.name}: cannot load cross-encoder {path!r} ({exc}); offline runs need a local folder or a cached hub id") from exc
 
@@ -218,7 +221,7 @@ def rerank(
     if empty:
         raise DataError(f"model {model}: {len(empty)} query(ies) of task {task.name} have no text (e.g. {empty[:5]}); a cross-encoder reads text")
     pairs = [(qtext[q], dtext[d]) for q, d in top.select("query_id", "doc_id").iter_rows()]
-    scores = cross_encoder.predict(pairs, batch_size=batch_size, show_progress_bar=bool(progress), convert_to_numpy=True) if pairs else []
+    scores = cross_encoder.predict(pairs, batch_size=batch_size, show_progress_bar=resolve_progress(progress), convert_to_numpy=True) if pairs else []
     scored = top.select("query_id", "doc_id").with_columns(pl.Series("score", [float(s) for s in scores], dtype=pl.Float64))
     return _cut(scored, top["query_id"].unique(maintain_order=True).to_list(), depth)
 
@@ -247,7 +250,7 @@ def _compute_rerank(
             f"model {spec.name}: rerank depth {depth} is deeper than upstream run {up_name!r} (k={up.k}); "
             f"lower rerank.depth to <= {up.k} or retrieve {up_name} with k >= {depth}"
         )
-    ce = model if model is not None else load_cross_encoder(spec, device=device)
+    ce = model if model is not None else load_cross_encoder(spec, device=device, progress=progress)
     run = rerank(up.run, task, ce, depth, upstream_k=up.k, model=spec.name, upstream=up_name, batch_size=spec.batch_size, progress=progress)
     if k < depth:
         run = run.filter(pl.col("rank") <= k)

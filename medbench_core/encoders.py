@@ -17,6 +17,9 @@ import numpy as np
 
 from medbench_core.errors import DataError
 from medbench_core.models import ModelSpec
+from medbench_core.progress import bar as progress_bar
+from medbench_core.progress import library_bars
+from medbench_core.progress import resolve as resolve_progress
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model")
 
@@ -104,7 +107,7 @@ def apply_prefixes(texts: list[str], settings: dict[str, Any], role: str, langua
 class SentenceTransformerEncoder:
     """sentence-transformers model; ``role`` is ``query`` or ``passage``."""
 
-    def __init__(self, spec: ModelSpec, device: str = "cpu", progress: bool = False):
+    def __init__(self, spec: ModelSpec, device: str = "cpu", progress: bool | None = False):
         from sentence_transformers import SentenceTransformer
 
         self.spec = spec
@@ -113,12 +116,13 @@ class SentenceTransformerEncoder:
         if spec.revision and not Path(path).is_dir():
             kwargs["revision"] = spec.revision
         try:
-            self.model = SentenceTransformer(path, **kwargs)
+            with library_bars(progress):
+                self.model = SentenceTransformer(path, **kwargs)
         except (OSError, ValueError) as exc:  # ValueError: a folder that holds no model
             raise DataError(f"model {spec.name}: cannot load {path!r} ({exc}); offline runs need a local folder or a cached hub id") from exc
         if spec.settings.get("max_length"):
             self.model.max_seq_length = int(spec.settings["max_length"])
-        self.progress = progress
+        self.progress = resolve_progress(progress)
 
     def encode(self, texts: list[str], *, role: str, languages: list[str] | None = None) -> np.ndarray:
         texts = apply_prefixes(texts, self.spec.settings, role, languages)
@@ -135,7 +139,7 @@ class SentenceTransformerEncoder:
 class TransformersEncoder:
     """Plain transformers AutoModel with mean or CLS pooling."""
 
-    def __init__(self, spec: ModelSpec, device: str = "cpu", progress: bool = False):
+    def __init__(self, spec: ModelSpec, device: str = "cpu", progress: bool | None = False):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
@@ -147,14 +151,15 @@ class TransformersEncoder:
             kwargs["revision"] = spec.revision
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-            self.model = AutoModel.from_pretrained(path, use_safetensors=True, **kwargs).to(device).eval()
+            with library_bars(progress):
+                self.model = AutoModel.from_pretrained(path, use_safetensors=True, **kwargs).to(device).eval()
         except (OSError, ValueError) as exc:  # ValueError: a folder that holds no model
             raise DataError(f"model {spec.name}: cannot load {path!r} ({exc}); offline runs need a local folder or a cached hub id") from exc
         self.max_length = int(spec.settings.get("max_length") or min(getattr(self.tokenizer, "model_max_length", 512), 512))
         self.pooling = spec.settings.get("pooling", "mean")
         if self.pooling not in ("mean", "cls"):
             raise DataError(f"model {spec.name}: pooling {self.pooling!r} unknown; use mean or cls")
-        self.progress = progress
+        self.progress = resolve_progress(progress)
         self._torch = torch
 
     def encode(self, texts: list[str], *, role: str, languages: list[str] | None = None) -> np.ndarray:
@@ -162,8 +167,9 @@ class TransformersEncoder:
         texts = apply_prefixes(texts, self.spec.settings, role, languages)
         out = []
         bs = self.spec.batch_size
+        batches = range(0, len(texts), bs)
         with torch.inference_mode():
-            for i in range(0, len(texts), bs):
+            for i in progress_bar(batches, desc=f"{self.spec.name} {role}s", unit="batch", progress=self.progress):
                 batch = self.tokenizer(texts[i : i + bs], padding=True, truncation=True, max_length=self.max_length, return_tensors="pt").to(self.device)
                 hidden = self.model(**batch).last_hidden_state
                 if self.pooling == "cls":
@@ -178,7 +184,7 @@ class TransformersEncoder:
         return np.ascontiguousarray(np.concatenate(out) if out else np.zeros((0, dim)), dtype=np.float32)
 
 
-def load_text_encoder(spec: ModelSpec, device: str = "cpu", progress: bool = False) -> TextEncoder:
+def load_text_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False) -> TextEncoder:
     if spec.kind == "sentence-transformers":
         return SentenceTransformerEncoder(spec, device=device, progress=progress)
     if spec.kind == "transformers":

@@ -51,8 +51,8 @@ class TextOnly:
         return self.encoder.encode(list(texts), role=role, languages=list(languages))
 
 
-def load_encoder(spec: ModelSpec, device: str = "cpu", progress: bool = False) -> RecordEncoder:
-    """The encoder for a dense model spec (sentence-transformers, transformers or open_clip)."""
+def load_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False) -> RecordEncoder:
+    """The encoder for a dense model spec (sentence-transformers, transformers or open_clip); ``progress``: bars while encoding."""
     if spec.kind in ("sentence-transformers", "transformers"):
         from medbench_core.encoders import load_text_encoder
 
@@ -60,7 +60,7 @@ def load_encoder(spec: ModelSpec, device: str = "cpu", progress: bool = False) -
     if spec.kind == "open_clip":
         from medbench_core.clip import load_clip_encoder
 
-        return load_clip_encoder(spec, device=device)
+        return load_clip_encoder(spec, device=device, progress=progress)
     raise DataError(f"model {spec.name}: kind {spec.kind} has no dense encoder")
 
 
