@@ -116,3 +116,28 @@ def test_derived_key_follows_each_upstream_run_key():
     assert derived_stage_keys(spec, "taskhash", "", {"bm25": "r1", "minilm": "r2"}, 100, "code", "mcode-new")["run"] == keys["run"]
     with pytest.raises(DataError, match=r"model hybrid: no run key for upstream model\(s\) \['minilm'\]"):
         derived_stage_keys(spec, "taskhash", "", {"bm25": "r1"}, 100, "code", "mcode")
+
+
+def test_applicability_follows_the_upstream_runs():
+    import polars as pl
+
+    from medbench_core.derived import applicability
+    from medbench_core.model import TaskMeta, make_task
+
+    images = make_task(
+        TaskMeta(name="xray", source="test"),
+        pl.DataFrame({"query_id": ["q1"], "text": ["pneumonia"]}),
+        pl.DataFrame({"doc_id": ["d1"], "image": ["d1.png"]}),  # an image-only corpus
+        pl.DataFrame({"query_id": ["q1"], "doc_id": ["d1"], "relevance": [1]}),
+    )
+    clip = ModelSpec(name="clip", kind="open_clip", settings={"architecture": "medbench-tiny-clip"})
+    bm25 = ModelSpec(name="bm25", kind="bm25")
+    reg = {s.name: s for s in [clip, bm25]}
+    hybrid = ModelSpec(name="hybrid", kind="fusion", fusion={"runs": ["clip", "bm25"]})
+    reg["hybrid"] = hybrid
+    assert applicability(clip, images, reg) is None
+    reason = applicability(hybrid, images, reg)
+    assert reason.startswith("hybrid builds on bm25: bm25 reads text only and 1 documents (e.g. d1) of xray have no text")
+    ce = ModelSpec(name="ce", kind="cross-encoder", path="x", rerank={"upstream": "clip"})
+    reg["ce"] = ce
+    assert applicability(ce, images, reg) == "cross-encoder reads text only and 1 documents (e.g. d1) of xray have no text"
