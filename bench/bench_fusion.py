@@ -33,11 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SHARED = Path(os.environ.get("MEDBENCH_SHARED") or ROOT.parent / "shared")
 
-from medbench_core import bm25  # noqa: E402
-from medbench_core.catalog import build_task, load_catalog  # noqa: E402
-from medbench_core.derived import fuse, ranked  # noqa: E402
-from medbench_core.metrics import evaluate, qrels_to_dict, run_to_dict  # noqa: E402
-from medbench_core.stats import compare, format_cell  # noqa: E402
+from medbench_core import bm25
+from medbench_core.catalog import build_task, load_catalog
+from medbench_core.derived import fuse, ranked
+from medbench_core.metrics import evaluate, qrels_to_dict, run_to_dict
+from medbench_core.stats import compare, format_cell
 
 
 def median_time(fn, repeats: int) -> tuple[float, object]:
@@ -83,15 +83,15 @@ def main() -> None:
 
     results = {}
     for label, ours_fn, ranx_args in (
-        ("rrf k=60", lambda: fuse(runs, "rrf", k=60, top_k=100), dict(method="rrf", params={"k": 60})),
-        ("wsum min-max 0.5/0.5", lambda: fuse(runs, "wsum", weights=[0.5, 0.5], norm="min-max", top_k=100), dict(norm="min-max", method="wsum", params={"weights": [0.5, 0.5]})),
+        ("rrf k=60", lambda: fuse(runs, "rrf", k=60, top_k=100), {"method": "rrf", "params": {"k": 60}}),
+        ("wsum min-max 0.5/0.5", lambda: fuse(runs, "wsum", weights=[0.5, 0.5], norm="min-max", top_k=100), {"norm": "min-max", "method": "wsum", "params": {"weights": [0.5, 0.5]}}),
     ):
         t0 = time.perf_counter()
         ranx_fuse(ranx_runs, **ranx_args)
         first = time.perf_counter() - t0
         t_ours, ours = median_time(ours_fn, args.repeats)
-        t_ranx, theirs = median_time(lambda: ranx_fuse(ranx_runs, **ranx_args), args.repeats)
-        t_ranx_build, _ = median_time(lambda: ranx_fuse([Run(dicts[n]) for n in names], **ranx_args), args.repeats)
+        t_ranx, theirs = median_time(lambda a=ranx_args: ranx_fuse(ranx_runs, **a), args.repeats)
+        t_ranx_build, _ = median_time(lambda a=ranx_args: ranx_fuse([Run(dicts[n]) for n in names], **a), args.repeats)
         # Agreement: RRF given medbench's rankings (ranx orders tied scores arbitrarily), wsum on the raw scores.
         ref = ranx_fuse(ranx_rank_runs, **ranx_args) if ranx_args["method"] == "rrf" else theirs
         mine = run_to_dict(ours)

@@ -14,7 +14,6 @@ average: bm25 over t1, t2 = (0.65773 + 0.5) / 2 = 0.57887; dense over all three 
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import polars as pl
