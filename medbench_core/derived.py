@@ -355,6 +355,32 @@ def derived_partition_keys(spec: ModelSpec, task: Task, upstream_run_keys: Mappi
     )
 
 
+def registry_partition_keys(specs: list[ModelSpec], task: Task, k: int = DEFAULT_K, names: list[str] | None = None) -> dict[str, dict[str, str]]:
+    """Stage keys of every model (or of ``names`` and what they are built from) on ``task``.
+
+    Retrievers get :func:`medbench_core.pipeline.partition_keys`; derived models
+    :func:`derived_partition_keys` over their upstreams' run keys, computed first
+    (:func:`medbench_core.models.evaluation_order`).
+    """
+    from medbench_core.models import evaluation_order, upstream_order
+    from medbench_core.pipeline import partition_keys
+
+    by_name = {s.name: s for s in specs}
+    wanted = None
+    if names is not None:
+        wanted = {n for name in names for n in [*upstream_order(name, specs), name]}
+    keys: dict[str, dict[str, str]] = {}
+    for name in evaluation_order(specs):
+        if wanted is not None and name not in wanted:
+            continue
+        spec = by_name[name]
+        if spec.derived:
+            keys[name] = derived_partition_keys(spec, task, {u: keys[u]["run"] for u in spec.upstream}, k)
+        else:
+            keys[name] = partition_keys(spec, task, k)
+    return keys
+
+
 def applicability(spec: ModelSpec, task: Task, registry: Mapping[str, ModelSpec]) -> str | None:
     """None when ``spec`` (derived or not) can be evaluated on ``task``; otherwise why not.
 

@@ -141,3 +141,34 @@ def test_applicability_follows_the_upstream_runs():
     ce = ModelSpec(name="ce", kind="cross-encoder", path="x", rerank={"upstream": "clip"})
     reg["ce"] = ce
     assert applicability(ce, images, reg) == "cross-encoder reads text only and 1 documents (e.g. d1) of xray have no text"
+
+
+def test_registry_keys_chain_through_upstream_runs():
+    import polars as pl
+
+    from medbench_core.derived import registry_partition_keys
+    from medbench_core.model import TaskMeta, make_task
+    from medbench_core.pipeline import partition_keys
+
+    task = make_task(
+        TaskMeta(name="t", source="test"),
+        pl.DataFrame({"query_id": ["q1"], "text": ["aspirin"]}),
+        pl.DataFrame({"doc_id": ["d1"], "text": ["aspirin trial"]}),
+        pl.DataFrame({"query_id": ["q1"], "doc_id": ["d1"], "relevance": [1]}),
+    )
+
+    def specs(k1: float) -> list[ModelSpec]:
+        return [
+            ModelSpec(name="rerank", kind="cross-encoder", path="x", revision="r1", rerank={"upstream": "hybrid", "depth": 10}),
+            ModelSpec(name="bm25", kind="bm25", settings={"k1": k1}),
+            ModelSpec(name="bm25-r2med", kind="bm25", settings={"k1": 0.9, "b": 0.4}),
+            ModelSpec(name="hybrid", kind="fusion", fusion={"runs": ["bm25", "bm25-r2med"]}),
+        ]
+
+    a, b = registry_partition_keys(specs(1.5), task), registry_partition_keys(specs(1.2), task)
+    assert list(a) == ["bm25", "bm25-r2med", "hybrid", "rerank"]  # upstreams first
+    assert a["bm25"] == partition_keys(specs(1.5)[1], task) and set(a["hybrid"]) == {"run", "metrics"}
+    # Changing BM25 changes its run key, so the fusion built on it and the reranker on the fusion are stale.
+    assert a["bm25"]["run"] != b["bm25"]["run"] and a["bm25-r2med"] == b["bm25-r2med"]
+    assert a["hybrid"]["run"] != b["hybrid"]["run"] and a["rerank"]["run"] != b["rerank"]["run"]
+    assert list(registry_partition_keys(specs(1.5), task, names=["hybrid"])) == ["bm25", "bm25-r2med", "hybrid"]
