@@ -14,6 +14,8 @@ import numpy as np
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.progress import bar
+from medbench_core.progress import resolve as resolve_progress
 from medbench_core.ranking import rank_scores
 
 
@@ -49,25 +51,25 @@ def _stemmer(name: str | None):
     return Stemmer.Stemmer(name)
 
 
-def tokenize(texts: list[str], settings: dict[str, Any]) -> list[list[str]]:
+def tokenize(texts: list[str], settings: dict[str, Any], progress: bool | None = False) -> list[list[str]]:
     bm25s = _bm25s()
 
     s = bm25_settings(settings)
-    return bm25s.tokenize(texts, stopwords=s["stopwords"], stemmer=_stemmer(s["stemmer"]), return_ids=False, show_progress=False)
+    return bm25s.tokenize(texts, stopwords=s["stopwords"], stemmer=_stemmer(s["stemmer"]), return_ids=False, show_progress=resolve_progress(progress))
 
 
-def fit(corpus_texts: list[str], settings: dict[str, Any] | None = None):
-    """Index ``corpus_texts`` with bm25s; returns the ``bm25s.BM25`` object."""
+def fit(corpus_texts: list[str], settings: dict[str, Any] | None = None, progress: bool | None = False):
+    """Index ``corpus_texts`` with bm25s; returns the ``bm25s.BM25`` object. ``progress``: bars (bm25s's own)."""
     bm25s = _bm25s()
 
     s = bm25_settings(settings)
     if not corpus_texts:
         raise DataError("BM25: the corpus is empty")
-    tokens = tokenize(corpus_texts, s)
+    tokens = tokenize(corpus_texts, s, progress)
     if not any(tokens):
         raise DataError("BM25: no document has indexable text (an image-only corpus, or only stopwords); BM25 cannot rank it")
     retriever = bm25s.BM25(k1=float(s["k1"]), b=float(s["b"]), method=s["method"])
-    retriever.index(tokens, show_progress=False)
+    retriever.index(tokens, show_progress=resolve_progress(progress))
     return retriever
 
 
@@ -90,10 +92,18 @@ def search(
     k: int,
     settings: dict[str, Any] | None = None,
     candidates: dict[str, np.ndarray] | None = None,
+    progress: bool | None = False,
 ) -> pl.DataFrame:
-    """Top ``k`` documents per query by BM25 score, ties by doc id."""
+    """Top ``k`` documents per query by BM25 score, ties by doc id; ``progress``: a bar over the queries."""
     tokens = tokenize(query_texts, bm25_settings(settings))
-    # bm25s fails on an empty token list (a query of stopwords only, or an image-only query
-    # with no text): such a query matches nothing, so every document scores 0.
-    rows = (retriever.get_scores(t) if t else np.zeros(len(doc_ids)) for t in tokens)
-    return rank_scores(query_ids, doc_ids, rows, k, candidates=candidates)
+    with bar(total=len(tokens), desc="bm25 search", unit="query", progress=progress) as pbar:
+
+        def rows():
+            for t in tokens:
+                # bm25s fails on an empty token list (a query of stopwords only, or an image-only
+                # query with no text): such a query matches nothing, so every document scores 0.
+                row = retriever.get_scores(t) if t else np.zeros(len(doc_ids))
+                pbar.update(1)
+                yield row
+
+        return rank_scores(query_ids, doc_ids, rows(), k, candidates=candidates)

@@ -44,6 +44,8 @@ from medbench_core.encoders import apply_prefixes
 from medbench_core.errors import DataError
 from medbench_core.images import load_image
 from medbench_core.models import ModelSpec
+from medbench_core.progress import bar as progress_bar
+from medbench_core.progress import resolve as resolve_progress
 from medbench_core.storage import sha256_file, write_with
 
 CONFIG_DIR = Path(__file__).with_name("clip_configs")
@@ -162,7 +164,7 @@ def _load_state_dict(path: Path, kind: str, model_name: str) -> dict[str, Any]:
 class ClipEncoder:
     """An open_clip model with its preprocessing and tokenizer; see the module docstring."""
 
-    def __init__(self, spec: ModelSpec, model: Any, preprocess: Any, tokenizer: Any, settings: dict[str, Any], device: str):
+    def __init__(self, spec: ModelSpec, model: Any, preprocess: Any, tokenizer: Any, settings: dict[str, Any], device: str, progress: bool | None = False):
         import torch
 
         self.spec = spec
@@ -171,6 +173,7 @@ class ClipEncoder:
         self.tokenizer = tokenizer
         self.settings = settings
         self.device = device
+        self.progress = resolve_progress(progress)
         self._torch = torch
         self.width: int | None = None
         size = getattr(model.visual, "preprocess_cfg", {}).get("size", 224)
@@ -194,7 +197,7 @@ class ClipEncoder:
         out = []
         bs = max(1, int(self.spec.batch_size))
         with torch.inference_mode():
-            for i in range(0, len(texts), bs):
+            for i in progress_bar(range(0, len(texts), bs), desc=f"{self.spec.name} texts", unit="batch", progress=self.progress and len(texts) > 0):
                 tok = self.tokenizer(texts[i : i + bs]).to(self.device)
                 out.append(self.model.encode_text(tok, normalize=True).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self._embed_dim()), dtype=np.float32)
@@ -219,7 +222,7 @@ class ClipEncoder:
         out = []
         bs = max(1, int(self.spec.batch_size))
         with torch.inference_mode():
-            for i in range(0, len(paths), bs):
+            for i in progress_bar(range(0, len(paths), bs), desc=f"{self.spec.name} images", unit="batch", progress=self.progress and len(paths) > 0):
                 batch = torch.stack([self._pixels(p, r) for p, r in zip(paths[i : i + bs], ids[i : i + bs])])
                 batch = batch.to(device=self.device, dtype=next(self.model.parameters()).dtype)
                 out.append(self.model.encode_image(batch, normalize=True).float().cpu().numpy())
@@ -321,8 +324,8 @@ def hub_checkpoint_folder(spec: ModelSpec, *, online: bool = False, cache_dir: s
     return folder
 
 
-def load_clip_encoder(spec: ModelSpec, device: str = "cpu", *, online: bool = False, cache_dir: str | Path | None = None) -> ClipEncoder:
-    """Build the open_clip model of ``spec`` (see the module docstring) in eval mode on ``device``.
+def load_clip_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None) -> ClipEncoder:
+    """Build the open_clip model of ``spec`` (see the module docstring) in eval mode on ``device``; ``progress``: bars while encoding.
 
     An ``hf-hub:`` checkpoint is loaded from its snapshot folder at the pinned revision
     (open_clip's ``local-dir:``; safetensors first, other weights only with ``weights_only``);
@@ -381,4 +384,4 @@ def load_clip_encoder(spec: ModelSpec, device: str = "cpu", *, online: bool = Fa
     model = model.to(device).eval()
     if dtype is not None:
         model = model.to(dtype)
-    return ClipEncoder(spec, model, preprocess, tokenizer, s, device)
+    return ClipEncoder(spec, model, preprocess, tokenizer, s, device, progress=progress)

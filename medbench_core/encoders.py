@@ -24,6 +24,9 @@ import numpy as np
 from medbench_core.errors import DataError
 from medbench_core.hub import is_repo_id, resolve_revision, snapshot
 from medbench_core.models import ModelSpec
+from medbench_core.progress import bar as progress_bar
+from medbench_core.progress import library_bars
+from medbench_core.progress import resolve as resolve_progress
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model")
 
@@ -166,7 +169,7 @@ def apply_prefixes(texts: list[str], settings: dict[str, Any], role: str, langua
 class SentenceTransformerEncoder:
     """sentence-transformers model; ``role`` is ``query`` or ``passage``."""
 
-    def __init__(self, spec: ModelSpec, device: str = "cpu", progress: bool = False, *, online: bool = False, cache_dir: str | Path | None = None):
+    def __init__(self, spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None):
         from sentence_transformers import SentenceTransformer
 
         self.spec = spec
@@ -174,14 +177,15 @@ class SentenceTransformerEncoder:
         folder = model_folder(spec, online=online, cache_dir=cache_dir)
         check_remote_code(spec, folder)
         try:
-            self.model = SentenceTransformer(str(folder), device=device, trust_remote_code=spec.trust_remote_code, local_files_only=True)
+            with library_bars(progress):
+                self.model = SentenceTransformer(str(folder), device=device, trust_remote_code=spec.trust_remote_code, local_files_only=True)
         except (OSError, ValueError) as exc:  # ValueError: a folder that holds no model
             raise DataError(f"model {spec.name}: cannot load {str(folder)!r} ({exc}); offline runs need a local folder or a cached hub id") from exc
         if dtype is not None:
             self.model.to(dtype)
         if spec.settings.get("max_length"):
             self.model.max_seq_length = int(spec.settings["max_length"])
-        self.progress = progress
+        self.progress = resolve_progress(progress)
 
     @property
     def tokenizer(self) -> Any:
@@ -206,7 +210,7 @@ class SentenceTransformerEncoder:
 class TransformersEncoder:
     """Plain transformers AutoModel with mean or CLS pooling."""
 
-    def __init__(self, spec: ModelSpec, device: str = "cpu", progress: bool = False, *, online: bool = False, cache_dir: str | Path | None = None):
+    def __init__(self, spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
@@ -218,7 +222,8 @@ class TransformersEncoder:
         kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code, "local_files_only": True}
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(folder), **kwargs)
-            self.model = AutoModel.from_pretrained(str(folder), use_safetensors=True, **kwargs).to(device).eval()
+            with library_bars(progress):
+                self.model = AutoModel.from_pretrained(str(folder), use_safetensors=True, **kwargs).to(device).eval()
         except (OSError, ValueError) as exc:  # ValueError: a folder that holds no model
             raise DataError(f"model {spec.name}: cannot load {str(folder)!r} ({exc}); offline runs need a local folder or a cached hub id") from exc
         if dtype is not None:
@@ -227,7 +232,7 @@ class TransformersEncoder:
         self.pooling = spec.settings.get("pooling", "mean")
         if self.pooling not in ("mean", "cls"):
             raise DataError(f"model {spec.name}: pooling {self.pooling!r} unknown; use mean or cls")
-        self.progress = progress
+        self.progress = resolve_progress(progress)
         self._torch = torch
 
     def encode(self, texts: list[str], *, role: str, languages: list[str] | None = None) -> np.ndarray:
@@ -235,8 +240,9 @@ class TransformersEncoder:
         texts = apply_prefixes(texts, self.spec.settings, role, languages)
         out = []
         bs = self.spec.batch_size
+        batches = range(0, len(texts), bs)
         with torch.inference_mode():
-            for i in range(0, len(texts), bs):
+            for i in progress_bar(batches, desc=f"{self.spec.name} {role}s", unit="batch", progress=self.progress):
                 batch = self.tokenizer(texts[i : i + bs], padding=True, truncation=True, max_length=self.max_length, return_tensors="pt").to(self.device)
                 hidden = self.model(**batch).last_hidden_state
                 if self.pooling == "cls":
@@ -251,7 +257,7 @@ class TransformersEncoder:
         return np.ascontiguousarray(np.concatenate(out) if out else np.zeros((0, dim)), dtype=np.float32)
 
 
-def load_text_encoder(spec: ModelSpec, device: str = "cpu", progress: bool = False, *, online: bool = False, cache_dir: str | Path | None = None) -> TextEncoder:
+def load_text_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None) -> TextEncoder:
     """The text encoder of ``spec``; a hub id is read from the local hub cache unless ``online``."""
     if spec.kind == "sentence-transformers":
         return SentenceTransformerEncoder(spec, device=device, progress=progress, online=online, cache_dir=cache_dir)

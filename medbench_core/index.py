@@ -13,10 +13,21 @@ import numpy as np
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.progress import bar
 from medbench_core.ranking import doc_order, run_frame, topk
 from medbench_core.storage import atomic_path
 
 INDEX_TYPES = ("flat", "ivf", "hnsw")
+ADD_CHUNK = 16_384  # vectors per add() of a flat index: one progress step
+
+
+def _add(index: Any, emb: np.ndarray, kind: str, progress: bool | None) -> None:
+    # A flat add only appends, so chunks give the same index. IVF assigns through a FAISS search
+    # and HNSW links each vector to those added before it: FAISS picks its kernels by batch size,
+    # so they are added in one call (one progress step), exactly as before.
+    step = ADD_CHUNK if kind == "flat" else max(emb.shape[0], 1)
+    for i in bar(range(0, emb.shape[0], step), desc=f"faiss {kind} add", unit="chunk", progress=progress):
+        index.add(emb[i : i + step])
 
 
 def gpu_available() -> bool:
@@ -25,13 +36,14 @@ def gpu_available() -> bool:
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
 
 
-def build_index(emb: np.ndarray, spec: dict[str, Any] | None = None, use_gpu: bool | None = None) -> tuple[Any, dict[str, Any]]:
+def build_index(emb: np.ndarray, spec: dict[str, Any] | None = None, use_gpu: bool | None = None, progress: bool | None = False) -> tuple[Any, dict[str, Any]]:
     """Build an inner-product index over ``emb``; returns ``(cpu_index, info)``.
 
     ``spec``: ``{"type": "flat"}``, ``{"type": "ivf", "nlist": 64, "nprobe": 8}`` or
     ``{"type": "hnsw", "m": 32, "ef_search": 128}``. With a GPU (``use_gpu`` None means
     "if present") flat and IVF are built there and copied back with ``index_gpu_to_cpu``;
     HNSW has no GPU build in FAISS and is always built on the CPU. ``info`` records the choice.
+    ``progress``: a bar over the vectors added (see :mod:`medbench_core.progress`).
     """
     import faiss
 
@@ -61,12 +73,12 @@ def build_index(emb: np.ndarray, spec: dict[str, Any] | None = None, use_gpu: bo
         gpu_index = faiss.index_cpu_to_gpu(res, 0, index)
         if kind == "ivf":
             gpu_index.train(emb)
-        gpu_index.add(emb)
+        _add(gpu_index, emb, kind, progress)
         index = faiss.index_gpu_to_cpu(gpu_index)
     else:
         if kind == "ivf":
             index.train(emb)
-        index.add(emb)
+        _add(index, emb, kind, progress)
     info = {"type": kind, "params": spec, "built_on": "gpu" if on_gpu else "cpu", "ntotal": int(index.ntotal), "dim": dim, "faiss_version": faiss.__version__}
     return index, info
 
@@ -99,12 +111,15 @@ def search(
     *,
     doc_emb: np.ndarray | None = None,
     candidates: dict[str, np.ndarray] | None = None,
+    progress: bool | None = False,
 ) -> pl.DataFrame:
     """Top ``k`` documents per query, ties broken by doc id (see :mod:`medbench_core.ranking`).
 
     FAISS's own order among equal scores is undefined, so each query asks for a margin beyond
     ``k`` and asks again for everything when a tie reaches the margin. With ``candidates`` the
-    query scores only its own pool against ``doc_emb`` (exact).
+    query scores only its own pool against ``doc_emb`` (exact). ``progress``: a bar over the
+    queries as they are ranked (FAISS searches them in one call: it picks its kernels by batch
+    size, and a split batch could change the last bits of a score).
     """
     import faiss
 
@@ -115,7 +130,7 @@ def search(
     if candidates is not None:
         if doc_emb is None:
             raise DataError("candidate-set search needs the document embeddings")
-        for qi, qid in enumerate(query_ids):
+        for qi, qid in enumerate(bar(query_ids, desc="search", unit="query", progress=progress)):
             pool = candidates.get(qid, np.empty(0, dtype=np.int64))
             sc = doc_emb[pool] @ queries[qi]
             sel = topk(sc, tie[pool], k)
@@ -125,7 +140,7 @@ def search(
     k2 = min(n, k + 32)
     scores, idx = index.search(queries, k2)
     exact = isinstance(index, faiss.IndexFlat)
-    for qi in range(len(query_ids)):
+    for qi in bar(range(len(query_ids)), desc="rank", unit="query", progress=progress):
         sc, ix = scores[qi], idx[qi]
         valid = ix >= 0
         sc, ix = sc[valid], ix[valid]

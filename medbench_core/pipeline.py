@@ -70,7 +70,7 @@ def embed_corpus(
     _write_json(out / "doc_ids.json", doc_ids)
     if spec.kind == "bm25":
         analyzer = bm25.bm25_settings(spec.settings, task_language(task))
-        retriever = bm25.fit(task.doc_text(), analyzer)
+        retriever = bm25.fit(task.doc_text(), analyzer, progress=progress)
         files = bm25.save(retriever, out)
         info = {"representation": "bm25s-sparse", "n_docs": len(doc_ids), "settings": analyzer, **long_text_info(spec)}
     else:
@@ -117,8 +117,8 @@ def load_chunk_map(folder: Path) -> np.ndarray | None:
     return np.load(path, allow_pickle=False) if path.exists() else None
 
 
-def build_corpus_index(spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None = None) -> dict[str, Any]:
-    """FAISS index over the corpus vectors (``index.faiss``); BM25 needs none."""
+def build_corpus_index(spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None = None, progress: bool | None = False) -> dict[str, Any]:
+    """FAISS index over the corpus vectors (``index.faiss``); BM25 needs none. ``progress``: a bar while adding."""
     from medbench_core.index import build_index, save_index
 
     t0 = time.perf_counter()
@@ -128,7 +128,7 @@ def build_corpus_index(spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bo
         if load_chunk_map(emb_dir) is not None and (spec.index or {}).get("type", "flat") != "flat":
             raise DataError(f"model {spec.name}: long_text: chunk is searched exactly; use index type flat, not {spec.index.get('type')!r}")
         _, emb = load_corpus_embeddings(emb_dir)
-        index, info = build_index(emb, spec.index, use_gpu=use_gpu)
+        index, info = build_index(emb, spec.index, use_gpu=use_gpu, progress=progress)
         save_index(index, out / "index.faiss")
         info["files"] = ["index.faiss"]
     info["seconds"] = round(time.perf_counter() - t0, 3)
@@ -166,7 +166,7 @@ def retrieve(
     if spec.kind == "bm25":
         retriever = bm25.load(emb_dir)
         analyzer = bm25.bm25_settings(spec.settings, task_language(task))
-        run = bm25.search(retriever, query_ids, task.queries["text"].fill_null("").to_list(), doc_ids, k, analyzer, candidates=pools)
+        run = bm25.search(retriever, query_ids, task.queries["text"].fill_null("").to_list(), doc_ids, k, analyzer, candidates=pools, progress=progress)
     else:
         from medbench_core.index import load_index, search
 
@@ -182,7 +182,7 @@ def retrieve(
             run = rank_scores(query_ids, doc_ids, rows, k, candidates=pools)
         else:
             _, demb = load_corpus_embeddings(emb_dir) if pools is not None else (None, None)
-            run = search(index, q, query_ids, doc_ids, k, doc_emb=demb, candidates=pools)
+            run = search(index, q, query_ids, doc_ids, k, doc_emb=demb, candidates=pools, progress=progress)
     run.write_parquet(out / "run.parquet", statistics=False)
     (out / "run.trec").write_text(write_trec(run, f"medbench-{spec.name}"))
     info = {"k": k, "n_queries": len(query_ids), "n_rows": run.height, "seconds": round(time.perf_counter() - t0, 3), "files": files}

@@ -60,8 +60,8 @@ class TextOnly:
         return self.encoder.encode(list(texts), role=role, languages=list(languages))
 
 
-def load_encoder(spec: ModelSpec, device: str = "cpu", progress: bool = False, *, online: bool = False) -> RecordEncoder:
-    """The encoder for a dense model spec (sentence-transformers, transformers or open_clip).
+def load_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False) -> RecordEncoder:
+    """The encoder for a dense model spec (sentence-transformers, transformers or open_clip); ``progress``: bars while encoding.
 
     Hub weights come from the local hub cache at the pinned revision; ``online`` lets them download.
     """
@@ -72,7 +72,7 @@ def load_encoder(spec: ModelSpec, device: str = "cpu", progress: bool = False, *
     if spec.kind == "open_clip":
         from medbench_core.clip import load_clip_encoder
 
-        return load_clip_encoder(spec, device=device, online=online)
+        return load_clip_encoder(spec, device=device, progress=progress, online=online)
     raise DataError(f"model {spec.name}: kind {spec.kind} has no dense encoder")
 
 

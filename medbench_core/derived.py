@@ -1,0 +1,397 @@
+"""Runs built from upstream runs: score fusion (RRF, weighted sum) and cross-encoder reranking.
+
+A derived model (``kind: fusion`` or ``kind: cross-encoder``, see :mod:`medbench_core.models`) has
+no corpus embeddings or index of its own. Its run stage reads the runs of its upstream models
+(``run.parquet``, medbench's run schema) and writes a run of the same schema (``run.parquet``,
+``run.trec``, ``info.json``), so scoring, statistics, the leaderboard and the exports treat it
+as any other model. One mechanism serves every derived kind: :data:`COMPUTE` maps a kind to the
+function that builds its run from ``{upstream name: UpstreamRun}``; :func:`build_derived_run`
+checks and writes; :func:`derived_stage_keys` gives the provenance keys, which include every
+upstream run key, so a changed upstream run makes the derived run stale.
+
+Ranks and ties follow :mod:`medbench_core.ranking`: documents by score descending, equal scores
+by document id descending (trec_eval's order), both when an upstream rank is read and when the
+derived run is ordered and cut.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from medbench_core.errors import DataError
+from medbench_core.model import Task
+from medbench_core.models import FUSION_NORMS, ModelSpec
+from medbench_core.progress import resolve as resolve_progress
+from medbench_core.ranking import RUN_SCHEMA, write_trec
+
+DEFAULT_K = 100
+_EPS = 1e-9  # ranx's floor on a normaliser's denominator
+
+
+@dataclass(frozen=True)
+class UpstreamRun:
+    """One upstream model's run on the task: its frame, the k it was retrieved with and its provenance key."""
+
+    run: pl.DataFrame
+    k: int
+    key: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def load_upstream_run(folder: str | Path, key: str = "") -> UpstreamRun:
+    """Read ``run.parquet`` and ``info.json`` of a run folder (the caller verifies its manifest first)."""
+    folder = Path(folder)
+    if not (folder / "run.parquet").exists():
+        raise DataError(f"{folder}: no run.parquet; materialise the upstream retrieval_run first")
+    info = json.loads((folder / "info.json").read_text()) if (folder / "info.json").exists() else {}
+    run = pl.read_parquet(folder / "run.parquet")
+    k = int(info.get("k") or (run["rank"].max() if run.height else 0) or 0)
+    return UpstreamRun(run=run, k=k, key=key, info=info)
+
+
+def ranked(run: pl.DataFrame) -> pl.DataFrame:
+    """``run`` with ``rank`` recomputed per query in trec_eval's order (score desc, doc id desc).
+
+    Queries keep their order of first appearance; rows are ordered by query, then rank.
+    """
+    missing = {"query_id", "doc_id", "score"} - set(run.columns)
+    if missing:
+        raise DataError(f"a run needs columns query_id, doc_id and score; missing {sorted(missing)}")
+    qorder = run.select("query_id").unique(maintain_order=True).with_row_index("_q")
+    return (
+        run.select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("score").cast(pl.Float64))
+        .join(qorder, on="query_id", how="left")
+        .sort(["_q", "score", "doc_id"], descending=[False, True, True])
+        .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int32).over("_q").alias("rank"))
+        .drop("_q")
+    )
+
+
+def _cut(scored: pl.DataFrame, query_order: list[str], top_k: int) -> pl.DataFrame:
+    qorder = pl.DataFrame({"query_id": query_order}, schema={"query_id": pl.Utf8}).with_row_index("_q")
+    out = (
+        scored.join(qorder, on="query_id", how="left")
+        .sort(["_q", "score", "doc_id"], descending=[False, True, True])
+        .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int32).over("_q").alias("rank"))
+        .filter(pl.col("rank") <= top_k)
+        .drop("_q")
+    )
+    return out.select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)
+
+
+def _normalised(run: pl.DataFrame, norm: str) -> pl.Expr:
+    s = pl.col("score")
+    if norm == "min-max":
+        lo, hi = s.min().over("query_id"), s.max().over("query_id")
+        return (s - lo) / pl.max_horizontal(hi - lo, pl.lit(_EPS))
+    if norm == "max":
+        return s / pl.max_horizontal(s.max().over("query_id"), pl.lit(_EPS))
+    if norm == "zmuv":
+        return (s - s.mean().over("query_id")) / pl.max_horizontal(s.std(ddof=0).over("query_id"), pl.lit(_EPS))
+    if norm == "none":
+        return s
+    raise DataError(f"fusion norm {norm!r} unknown; use one of {FUSION_NORMS}")
+
+
+def fuse(
+    runs: Mapping[str, pl.DataFrame],
+    method: str = "rrf",
+    *,
+    k: int = 60,
+    weights: list[float] | None = None,
+    norm: str = "min-max",
+    top_k: int = DEFAULT_K,
+) -> pl.DataFrame:
+    """Fuse two or more runs of one task into one run (medbench's run schema), top ``top_k`` per query.
+
+    - ``rrf`` (Cormack et al., 2009): score(d) = sum over runs of 1 / (k + rank(d)), rank in
+      trec_eval's order; a run that did not retrieve d adds nothing. ``weights``/``norm`` do not apply.
+    - ``wsum``: score(d) = sum over runs of w_i * norm_i(d), each run's scores normalised per query
+      (``min-max``: (s - min) / max(max - min, 1e-9); ``max``: s / max(max, 1e-9); ``zmuv``:
+      (s - mean) / max(std, 1e-9), population std; ``none``), 0 for a run that did not retrieve d.
+      ``weights`` default to 1 each.
+
+    These are ranx's definitions (``ranx.fuse(method="rrf"|"wsum", norm=...)``), summed in the same
+    order; the fused run is ordered by score, ties by doc id descending, and cut to ``top_k``.
+    """
+    names = list(runs)
+    if len(names) < 2:
+        raise DataError(f"fusion needs at least two runs, got {names}")
+    if method == "rrf":
+        if weights is not None:
+            raise DataError("fusion method rrf takes no weights; use method wsum for weighted fusion")
+        if k <= 0:
+            raise DataError(f"RRF k must be positive, not {k}")
+        contrib = [pl.lit(1.0) / (pl.lit(float(k)) + pl.col("rank").cast(pl.Float64)) for _ in names]
+    elif method == "wsum":
+        weights = [1.0] * len(names) if weights is None else [float(w) for w in weights]
+        if len(weights) != len(names):
+            raise DataError(f"fusion wsum: {len(weights)} weights for {len(names)} runs ({names})")
+        contrib = [pl.lit(w) * _normalised(runs[n], norm) for n, w in zip(names, weights)]
+    else:
+        raise DataError(f"fusion method {method!r} unknown; use rrf or wsum")
+
+    parts = []
+    for i, (name, expr) in enumerate(zip(names, contrib)):
+        r = ranked(runs[name])
+        dup = r.filter(pl.struct("query_id", "doc_id").is_duplicated())
+        if dup.height:
+            q, d = dup.row(0)[:2]
+            raise DataError(f"fusion: run {name!r} lists document {d} twice for query {q}")
+        parts.append(r.select("query_id", "doc_id", expr.alias(f"_c{i}")))
+    acc = parts[0]
+    for p in parts[1:]:
+        acc = acc.join(p, on=["query_id", "doc_id"], how="full", coalesce=True)
+    # Left to right, as ranx sums: ((0 + c0) + c1) + ...; a run without d contributes 0.
+    total = pl.col("_c0").fill_null(0.0)
+    for i in range(1, len(parts)):
+        total = total + pl.col(f"_c{i}").fill_null(0.0)
+    scored = acc.select("query_id", "doc_id", total.alias("score"))
+    query_order = pl.concat([runs[n].select(pl.col("query_id").cast(pl.Utf8)) for n in names])["query_id"].unique(maintain_order=True).to_list()
+    return _cut(scored, query_order, top_k)
+
+
+# --- cross-encoder reranking --------------------------------------------------------------
+
+
+def load_cross_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False) -> Any:
+    """The sentence-transformers ``CrossEncoder`` of ``spec`` (a local folder, ``pkg:<module>`` or a hub id)."""
+    from sentence_transformers import CrossEncoder
+
+    from medbench_core.encoders import resolve_model_path
+    from medbench_core.progress import library_bars
+
+    path = resolve_model_path(spec.path)
+    kwargs: dict[str, Any] = {"device": device}
+    if spec.settings.get("max_length"):
+        kwargs["max_length"] = int(spec.settings["max_length"])
+    if spec.revision and not Path(path).is_dir():
+        kwargs["revision"] = spec.revision
+    try:
+        with library_bars(progress):
+            return CrossEncoder(path, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"model {spec.name}: cannot load cross-encoder {path!r} ({exc}); offline runs need a local folder or a cached hub id") from exc
+
+
+def rerank(
+    run: pl.DataFrame,
+    task: Task,
+    cross_encoder: Any,
+    depth: int,
+    *,
+    upstream_k: int | None = None,
+    model: str = "cross-encoder",
+    upstream: str = "upstream",
+    batch_size: int = 32,
+    progress: bool = False,
+) -> pl.DataFrame:
+    """Re-score the top ``depth`` documents of each query of ``run`` with ``cross_encoder``.
+
+    ``cross_encoder.predict(pairs, batch_size=, show_progress_bar=)`` scores (query text, document
+    text) pairs, document text being title and body as the retrievers read them. The result holds
+    those ``depth`` documents per query ranked by the new score (ties by doc id descending).
+    ``upstream_k`` is the k the upstream run was retrieved with (default: its deepest rank); a
+    ``depth`` beyond it raises DataError naming ``model`` and ``upstream``.
+    """
+    available = upstream_k if upstream_k is not None else int(run["rank"].max() or 0) if run.height else 0
+    if depth > available:
+        raise DataError(
+            f"model {model}: rerank depth {depth} is deeper than upstream run {upstream!r} (k={available}); "
+            f"lower rerank.depth to <= {available} or retrieve {upstream} with k >= {depth}"
+        )
+    top = ranked(run).filter(pl.col("rank") <= depth)
+    qtext = dict(zip(task.queries["query_id"].to_list(), task.queries["text"].fill_null("").to_list()))
+    dtext = dict(zip(task.corpus["doc_id"].to_list(), task.doc_text()))
+    unknown_q = sorted(set(top["query_id"].to_list()) - set(qtext))
+    unknown_d = sorted(set(top["doc_id"].to_list()) - set(dtext))
+    if unknown_q or unknown_d:
+        raise DataError(
+            f"model {model}: upstream run {upstream!r} names {len(unknown_q)} query id(s) {unknown_q[:5]} and {len(unknown_d)} "
+            f"document id(s) {unknown_d[:5]} that task {task.name} does not have; rematerialise {upstream} on this task"
+        )
+    empty = sorted({q for q in top["query_id"].to_list() if not qtext[q].strip()})
+    if empty:
+        raise DataError(f"model {model}: {len(empty)} query(ies) of task {task.name} have no text (e.g. {empty[:5]}); a cross-encoder reads text")
+    pairs = [(qtext[q], dtext[d]) for q, d in top.select("query_id", "doc_id").iter_rows()]
+    scores = cross_encoder.predict(pairs, batch_size=batch_size, show_progress_bar=resolve_progress(progress), convert_to_numpy=True) if pairs else []
+    scored = top.select("query_id", "doc_id").with_columns(pl.Series("score", [float(s) for s in scores], dtype=pl.Float64))
+    return _cut(scored, top["query_id"].unique(maintain_order=True).to_list(), depth)
+
+
+# --- one mechanism for every derived kind -------------------------------------------------
+
+
+def _compute_fusion(spec: ModelSpec, task: Task, upstream: Mapping[str, UpstreamRun], *, k: int, **_: Any) -> tuple[pl.DataFrame, dict[str, Any]]:
+    f = spec.fusion
+    runs = {name: upstream[name].run for name in f["runs"]}
+    if f["method"] == "rrf":
+        run = fuse(runs, "rrf", k=f["k"], top_k=k)
+    else:
+        run = fuse(runs, "wsum", weights=f["weights"], norm=f["norm"], top_k=k)
+    return run, {"fusion": f}
+
+
+def _compute_rerank(
+    spec: ModelSpec, task: Task, upstream: Mapping[str, UpstreamRun], *, k: int, device: str = "cpu", progress: bool = False, model: Any = None, **_: Any
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    up_name, depth = spec.rerank["upstream"], spec.rerank["depth"]
+    up = upstream[up_name]
+    # Checked before the model loads: a bad depth fails at once.
+    if depth > up.k:
+        raise DataError(
+            f"model {spec.name}: rerank depth {depth} is deeper than upstream run {up_name!r} (k={up.k}); "
+            f"lower rerank.depth to <= {up.k} or retrieve {up_name} with k >= {depth}"
+        )
+    ce = model if model is not None else load_cross_encoder(spec, device=device, progress=progress)
+    run = rerank(up.run, task, ce, depth, upstream_k=up.k, model=spec.name, upstream=up_name, batch_size=spec.batch_size, progress=progress)
+    if k < depth:
+        run = run.filter(pl.col("rank") <= k)
+    return run, {"rerank": spec.rerank}
+
+
+# kind -> function(spec, task, {upstream name: UpstreamRun}, k=, device=, progress=, model=) -> (run, info)
+COMPUTE: dict[str, Callable[..., tuple[pl.DataFrame, dict[str, Any]]]] = {
+    "fusion": _compute_fusion,
+    "cross-encoder": _compute_rerank,
+}
+
+
+def build_derived_run(
+    spec: ModelSpec,
+    task: Task,
+    upstream: Mapping[str, UpstreamRun],
+    out: Path,
+    *,
+    k: int = DEFAULT_K,
+    device: str = "cpu",
+    progress: bool = False,
+    model: Any = None,
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Build the run of derived model ``spec`` from its upstream runs; writes ``run.parquet``, ``run.trec``, ``info.json``.
+
+    ``upstream`` maps each name in ``spec.upstream`` to its run on ``task``. A missing upstream
+    (never evaluated, or failed) raises DataError naming the model and the upstream before
+    anything is written; so does a rerank depth beyond the upstream's k. ``model`` is a loaded
+    cross-encoder to reuse (loaded from ``spec`` otherwise).
+    """
+    if spec.kind not in COMPUTE:
+        raise DataError(f"model {spec.name}: kind {spec.kind} is not built from upstream runs")
+    missing = [u for u in spec.upstream if u not in upstream]
+    if missing:
+        raise DataError(
+            f"model {spec.name}: no run of upstream model(s) {missing} on task {task.name} (not evaluated, or failed); "
+            f"evaluate {', '.join(missing)} on {task.name} first"
+        )
+    t0 = time.perf_counter()
+    run, extra = COMPUTE[spec.kind](spec, task, upstream, k=k, device=device, progress=progress, model=model)
+    out = Path(out)
+    run.write_parquet(out / "run.parquet", statistics=False)
+    (out / "run.trec").write_text(write_trec(run, f"medbench-{spec.name}"))
+    info = {
+        "k": k,
+        "n_queries": run["query_id"].n_unique(),
+        "n_rows": run.height,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "upstream": {u: upstream[u].key for u in spec.upstream},
+        **extra,
+        "files": ["run.parquet", "run.trec"],
+    }
+    (out / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True, default=str) + "\n")
+    return run, info
+
+
+def derived_revision(spec: ModelSpec) -> str:
+    """What identifies a derived model's weights: a cross-encoder's folder hash or pinned revision; '' for fusion."""
+    if spec.kind == "fusion":
+        return ""
+    from medbench_core.encoders import effective_revision
+
+    return effective_revision(spec)
+
+
+def derived_stage_keys(
+    spec: ModelSpec,
+    task_hash: str,
+    revision: str,
+    upstream_run_keys: Mapping[str, str],
+    k: int,
+    run_code: str,
+    metrics_code: str,
+    metrics: tuple[str, ...] | None = None,
+) -> dict[str, str]:
+    """Provenance keys of a derived model's ``run`` and ``metrics`` stages.
+
+    The run key hashes the task content hash, the model identity (kind, its fusion or rerank
+    block, path, settings), the weights' revision, each upstream run key (by name), k and the
+    code version of the derived run; the metrics key adds the metric list and its code version.
+    """
+    from medbench_core.metrics import DEFAULT_METRICS
+    from medbench_core.provenance import artifact_key
+
+    missing = [u for u in spec.upstream if u not in upstream_run_keys]
+    if missing:
+        raise DataError(f"model {spec.name}: no run key for upstream model(s) {missing}; their keys enter this model's key")
+    ups = {u: upstream_run_keys[u] for u in spec.upstream}
+    run = artifact_key(stage="run", kind="derived", task=task_hash, model=spec.identity(), revision=revision, upstream=ups, k=k, code=run_code)
+    met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics or DEFAULT_METRICS), code=metrics_code)
+    return {"run": run, "metrics": met}
+
+
+def derived_partition_keys(spec: ModelSpec, task: Task, upstream_run_keys: Mapping[str, str], k: int = DEFAULT_K) -> dict[str, str]:
+    """:func:`derived_stage_keys` with this code's versions and the model's effective revision."""
+    from medbench_core.pipeline import stage_code_versions
+    from medbench_core.provenance import code_version
+
+    return derived_stage_keys(
+        spec, task.content_hash(), derived_revision(spec), upstream_run_keys, k, code_version("derived_run"), stage_code_versions()["metrics"]
+    )
+
+
+def registry_partition_keys(specs: list[ModelSpec], task: Task, k: int = DEFAULT_K, names: list[str] | None = None) -> dict[str, dict[str, str]]:
+    """Stage keys of every model (or of ``names`` and what they are built from) on ``task``.
+
+    Retrievers get :func:`medbench_core.pipeline.partition_keys`; derived models
+    :func:`derived_partition_keys` over their upstreams' run keys, computed first
+    (:func:`medbench_core.models.evaluation_order`).
+    """
+    from medbench_core.models import evaluation_order, upstream_order
+    from medbench_core.pipeline import partition_keys
+
+    by_name = {s.name: s for s in specs}
+    wanted = None
+    if names is not None:
+        wanted = {n for name in names for n in [*upstream_order(name, specs), name]}
+    keys: dict[str, dict[str, str]] = {}
+    for name in evaluation_order(specs):
+        if wanted is not None and name not in wanted:
+            continue
+        spec = by_name[name]
+        if spec.derived:
+            keys[name] = derived_partition_keys(spec, task, {u: keys[u]["run"] for u in spec.upstream}, k)
+        else:
+            keys[name] = partition_keys(spec, task, k)
+    return keys
+
+
+def applicability(spec: ModelSpec, task: Task, registry: Mapping[str, ModelSpec]) -> str | None:
+    """None when ``spec`` (derived or not) can be evaluated on ``task``; otherwise why not.
+
+    A derived model is applicable when every upstream model is; a cross-encoder also reads text only.
+    """
+    from medbench_core.pipeline import applicability as retriever_applicability
+
+    for up in spec.upstream:
+        reason = applicability(registry[up], task, registry)
+        if reason:
+            return f"{spec.name} builds on {up}: {reason}"
+    if spec.kind == "fusion":
+        return None
+    return retriever_applicability(spec, task)

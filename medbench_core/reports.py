@@ -1,0 +1,441 @@
+"""Reports people open: the leaderboard with averages, CIs and significance markers, breakdown
+tables (tier, language, discipline) and the cross-lingual gap, a model x task heatmap, per-query
+difference plots against the baseline, and exports (MTEB results JSON, TREC runs).
+
+Everything here reads what the stages already wrote (``metrics.json``, ``per_query.parquet``,
+``run.trec``) through :class:`Cell`; nothing recomputes a run. Plots use matplotlib's Agg backend
+with fixed sizes and no timestamp in the PNG, so the same numbers give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from medbench_core.errors import DataError
+from medbench_core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, compare, format_cell
+
+METRIC_LABELS = {"ndcg_at_10": "nDCG@10", "recall_at_10": "Recall@10", "recall_at_100": "Recall@100", "mrr_at_10": "MRR@10", "map_at_100": "MAP@100"}
+# ISO 639-1 (medbench's language field) -> ISO 639-3 + script, as MTEB writes languages.
+LANGUAGE_SCRIPTS = {
+    "en": "eng-Latn", "fr": "fra-Latn", "de": "deu-Latn", "es": "spa-Latn", "it": "ita-Latn", "pt": "por-Latn",
+    "nl": "nld-Latn", "ja": "jpn-Jpan", "zh": "zho-Hans", "ko": "kor-Hang", "ru": "rus-Cyrl", "ar": "ara-Arab",
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What the stages wrote for one model x task: the input of every report here.
+
+    ``metrics`` is the content of ``metrics.json`` (None: not evaluated, or its task's gate
+    failed); ``applicable`` False means the model cannot read the task (shown ``n/a``).
+    """
+
+    model: str
+    task: str
+    metrics: dict[str, Any] | None = None
+    applicable: bool = True
+    research_only: bool = False
+    per_query: pl.DataFrame | None = None
+    run_dir: Path | None = None
+    model_revision: str = ""
+    task_revision: str = ""
+    languages: tuple[str, ...] = ()
+    split: str = "test"
+    seconds: float | None = None
+    main_metric: str = "ndcg_at_10"
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def value(self, metric: str | None = None) -> float | None:
+        if self.metrics is None or not self.applicable:
+            return None
+        v = self.metrics.get("mean", {}).get(metric or self.main_metric)
+        return None if v is None else float(v)
+
+
+def load_cell(
+    model: str,
+    task: Any,
+    *,
+    metrics_dir: str | Path,
+    run_dir: str | Path | None = None,
+    model_revision: str = "",
+    split: str = "test",
+    stage_dirs: Iterable[str | Path] = (),
+    provenance: Mapping[str, Any] | None = None,
+) -> Cell:
+    """A :class:`Cell` from a metrics folder (``metrics.json``, ``per_query.parquet``) and its run folder.
+
+    ``task`` is the curated :class:`~medbench_core.model.Task`; the evaluation time is the sum of
+    the ``seconds`` in the ``info.json`` of ``run_dir`` and of ``stage_dirs`` (embeddings, index).
+    The caller verifies the folders' manifests first.
+    """
+    metrics_dir = Path(metrics_dir)
+    path = metrics_dir / "metrics.json"
+    if not path.exists():
+        raise DataError(f"{path}: not found; materialise task_metrics for {model} x {task.name} first")
+    metrics = json.loads(path.read_text())
+    pq = metrics_dir / "per_query.parquet"
+    seconds = 0.0
+    found = False
+    for d in [*([run_dir] if run_dir else []), *stage_dirs]:
+        info = Path(d) / "info.json"
+        if info.exists():
+            seconds += float(json.loads(info.read_text()).get("seconds", 0.0))
+            found = True
+    return Cell(
+        model=model,
+        task=task.name,
+        metrics=metrics,
+        research_only=bool(task.meta.research_only),
+        per_query=pl.read_parquet(pq) if pq.exists() else None,
+        run_dir=Path(run_dir) if run_dir else None,
+        model_revision=model_revision,
+        task_revision=task.content_hash(),
+        languages=tuple(task.meta.languages),
+        split=split,
+        seconds=round(seconds, 3) if found else None,
+        main_metric=task.meta.main_metric,
+        provenance=dict(provenance or {}),
+    )
+
+
+# --- tables -------------------------------------------------------------------------------
+
+
+def leaderboard(cells: Iterable[Cell], models: list[str], tasks: list[str], metric: str = "ndcg_at_10") -> pl.DataFrame:
+    """Model x task means (4 places), an ``average`` over the tasks each model can read, and which.
+
+    ``average`` is the plain mean over the model's applicable tasks, listed in ``averaged_over``;
+    it is null when one of them has no value yet (an average over fewer tasks would not compare).
+    """
+    by = {(c.model, c.task): c for c in cells}
+    rows = []
+    for m in models:
+        row: dict[str, Any] = {"model": m}
+        vals, over, complete = [], [], True
+        for t in tasks:
+            c = by.get((m, t))
+            v = c.value(metric) if c else None
+            row[t] = None if v is None else round(v, 4)
+            if c is not None and not c.applicable:
+                continue
+            over.append(t)
+            if v is None:
+                complete = False
+            else:
+                vals.append(v)
+        row["average"] = round(sum(vals) / len(vals), 4) if vals and complete else None
+        row["averaged_over"] = ", ".join(over)
+        rows.append(row)
+    schema = {"model": pl.Utf8, **{t: pl.Float64 for t in tasks}, "average": pl.Float64, "averaged_over": pl.Utf8}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def significance(
+    cells: Iterable[Cell],
+    baseline: str,
+    tasks: list[str] | None = None,
+    metric: str = "ndcg_at_10",
+    *,
+    test: str = "permutation",
+    alpha: float = 0.05,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> pl.DataFrame:
+    """:func:`medbench_core.stats.compare` on every task where the baseline has per-query values.
+
+    Models without per-query values on a task (not evaluated, not applicable) are left out of that
+    task's comparisons; a task whose baseline has none gives no rows.
+    """
+    by_task: dict[str, dict[str, pl.DataFrame]] = {}
+    for c in cells:
+        if c.applicable and c.per_query is not None and (tasks is None or c.task in tasks):
+            by_task.setdefault(c.task, {})[c.model] = c.per_query
+    frames = []
+    for task in tasks if tasks is not None else sorted(by_task):
+        pq = by_task.get(task, {})
+        if baseline not in pq:
+            continue
+        frames.append(compare(pq, baseline, task=task, metric=metric, test=test, alpha=alpha, n_resamples=n_resamples, n_boot=n_resamples, seed=seed))
+    from medbench_core.stats import STATS_SCHEMA
+
+    return pl.concat(frames) if frames else pl.DataFrame(schema=STATS_SCHEMA)
+
+
+def leaderboard_markdown(
+    board: pl.DataFrame,
+    stats: pl.DataFrame | None = None,
+    *,
+    metric: str = "ndcg_at_10",
+    research_only: Iterable[str] = (),
+    not_applicable: Iterable[tuple[str, str]] = (),
+    baseline: str | None = None,
+) -> str:
+    """The leaderboard as Markdown: ``0.6602 [0.63, 0.69] *`` cells where ``stats`` has the cell.
+
+    '-' is not evaluated, 'n/a' a model that cannot read the task. The notes under the table say
+    what the brackets, the star and the average are.
+    """
+    tasks = [c for c in board.columns if c not in ("model", "average", "averaged_over")]
+    research_only, not_applicable = set(research_only), set(not_applicable)
+    st = {}
+    if stats is not None:
+        for r in stats.filter(pl.col("metric") == metric).iter_rows(named=True):
+            st[(r["model"], r["task"])] = r
+    head = ["model", *[f"{t} (research-only)" if t in research_only else t for t in tasks], "average"]
+    lines = [f"{METRIC_LABELS.get(metric, metric)} by model and task", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in board.iter_rows(named=True):
+        cells = [row["model"]]
+        for t in tasks:
+            if (row["model"], t) in not_applicable:
+                cells.append("n/a")
+            elif (row["model"], t) in st:
+                r = st[(row["model"], t)]
+                cells.append(format_cell(r["mean"], r["ci_low"], r["ci_high"], r["significant"]))
+            else:
+                cells.append(format_cell(row[t]))
+        cells.append(format_cell(row["average"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = [""]
+    if st:
+        any_row = next(iter(st.values()))
+        notes.append(
+            f"[low, high]: 95% bootstrap CI of the mean over queries (percentile). *: differs from {baseline or any_row['baseline']} "
+            "(paired randomisation test, Holm-Bonferroni across the task's models, p < 0.05)."
+        )
+    notes.append("average: mean over the tasks each model can read: " + "; ".join(f"{r['model']}: {r['averaged_over'] or 'none'}" for r in board.iter_rows(named=True)) + ".")
+    return "\n".join(lines + notes) + "\n"
+
+
+def breakdown_table(cells: Iterable[Cell], by: str, metric: str = "ndcg_at_10") -> pl.DataFrame:
+    """Long table (model, task, ``by`` value, metric) from the ``breakdowns`` of metrics.json.
+
+    ``by`` is ``tier``, ``language`` or ``discipline``; cells without that breakdown give no rows.
+    """
+    rows = []
+    for c in cells:
+        if c.metrics is None or not c.applicable:
+            continue
+        for group, vals in sorted(c.metrics.get("breakdowns", {}).get(by, {}).items()):
+            if metric in vals:
+                rows.append({"model": c.model, "task": c.task, by: str(group), metric: float(vals[metric])})
+    return pl.DataFrame(rows, schema={"model": pl.Utf8, "task": pl.Utf8, by: pl.Utf8, metric: pl.Float64})
+
+
+def wide(long: pl.DataFrame, by: str, metric: str = "ndcg_at_10", models: list[str] | None = None) -> pl.DataFrame:
+    """One row per model, one column per ``task/group`` (4 places), from :func:`breakdown_table`."""
+    if long.height == 0:
+        return pl.DataFrame(schema={"model": pl.Utf8})
+    keyed = long.with_columns((pl.col("task") + "/" + pl.col(by)).alias("_col"), pl.col(metric).round(4))
+    cols = keyed.select("task", by, "_col").unique().sort("task", by)["_col"].to_list()
+    out = keyed.pivot(on="_col", index="model", values=metric).select("model", *cols)
+    if models is not None:
+        out = pl.DataFrame({"model": [m for m in models if m in out["model"].to_list()]}).join(out, on="model", how="left")
+    return out
+
+
+def gap_table(cells: Iterable[Cell]) -> pl.DataFrame:
+    """Cross-lingual gap (model, task, language, gap): the best language's nDCG@10 minus each language's."""
+    rows = []
+    for c in cells:
+        if c.metrics is None or not c.applicable:
+            continue
+        for lang, gap in sorted(c.metrics.get("cross_lingual_gap", {}).items()):
+            rows.append({"model": c.model, "task": c.task, "language": lang, "gap": float(gap)})
+    return pl.DataFrame(rows, schema={"model": pl.Utf8, "task": pl.Utf8, "language": pl.Utf8, "gap": pl.Float64})
+
+
+def frame_markdown(df: pl.DataFrame, title: str = "", digits: int = 4) -> str:
+    """A frame as a Markdown table; floats to ``digits`` places, nulls as '-'."""
+    def fmt(v: Any) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+    lines = [title, ""] if title else []
+    lines += ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.iter_rows()]
+    return "\n".join(lines) + "\n"
+
+
+# --- plots --------------------------------------------------------------------------------
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> Path:
+    from medbench_core.storage import write_with
+
+    # No Software/date metadata: the same figure gives the same bytes.
+    write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None}))
+    _pyplot().close(fig)
+    return path
+
+
+def heatmap_size(n_models: int, n_tasks: int) -> tuple[int, int]:
+    """Pixel size (width, height) of :func:`heatmap_png` for a table of that shape."""
+    return 260 + 120 * n_tasks, 140 + 40 * n_models
+
+
+def heatmap_png(board: pl.DataFrame, path: str | Path, *, metric: str = "ndcg_at_10", not_applicable: Iterable[tuple[str, str]] = ()) -> Path:
+    """Model x task heatmap of ``board`` (from :func:`leaderboard`), values written in the cells.
+
+    Colour scale 0-1 (viridis); '-' not evaluated, 'n/a' not applicable.
+    """
+    plt = _pyplot()
+    tasks = [c for c in board.columns if c not in ("model", "average", "averaged_over")]
+    models = board["model"].to_list()
+    na = set(not_applicable)
+    vals = np.array([[np.nan if board[t][i] is None else float(board[t][i]) for t in tasks] for i in range(len(models))], dtype=float).reshape(len(models), len(tasks))
+    w, h = heatmap_size(len(models), len(tasks))
+    fig, ax = plt.subplots(figsize=(w / 100, h / 100), dpi=100)
+    im = ax.imshow(np.ma.masked_invalid(vals), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(tasks)), labels=tasks, rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(models)), labels=models, fontsize=8)
+    for i, m in enumerate(models):
+        for j, t in enumerate(tasks):
+            v = vals[i, j]
+            text = "n/a" if (m, t) in na else "-" if math.isnan(v) else f"{v:.3f}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if not math.isnan(v) and v < 0.6 else "black")
+    ax.set_title(f"{METRIC_LABELS.get(metric, metric)} by model and task", fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.04)
+    fig.subplots_adjust(left=0.3, right=0.95, bottom=0.3, top=0.85)
+    return _save(fig, Path(path))
+
+
+def diff_plot_size(n_models: int) -> tuple[int, int]:
+    """Pixel size (width, height) of :func:`diff_plot_png` for that many compared models."""
+    return 800, 80 + 220 * max(n_models, 1)
+
+
+def diff_plot_png(per_query: Mapping[str, pl.DataFrame], baseline: str, path: str | Path, *, task: str, metric: str = "ndcg_at_10") -> Path:
+    """Per-query ``metric`` of each model minus the baseline's, sorted, one panel per model.
+
+    Each panel states the wins, losses and ties over the task's queries (aligned by query id).
+    """
+    from medbench_core.stats import align
+
+    plt = _pyplot()
+    if baseline not in per_query:
+        raise DataError(f"task {task}: baseline {baseline!r} has no per-query metrics to plot against")
+    _, values = align(per_query, metric, task=task)
+    others = [m for m in per_query if m != baseline]
+    w, h = diff_plot_size(len(others))
+    fig, axes = plt.subplots(max(len(others), 1), 1, figsize=(w / 100, h / 100), dpi=100, squeeze=False)
+    label = METRIC_LABELS.get(metric, metric)
+    for ax, m in zip(axes[:, 0], others or [None]):
+        if m is None:
+            ax.text(0.5, 0.5, f"only {baseline} on {task}", ha="center", va="center")
+            ax.set_axis_off()
+            continue
+        d = np.sort(values[m] - values[baseline])[::-1]
+        colours = np.where(d > 0, "#1b9e77", np.where(d < 0, "#d95f02", "#999999"))
+        ax.bar(np.arange(len(d)), d, width=1.0, color=colours)
+        ax.axhline(0.0, color="black", linewidth=0.6)
+        ax.set_xlim(-0.5, max(len(d), 1) - 0.5)
+        ax.set_ylim(-1.05, 1.05)
+        ax.set_ylabel(f"{label} diff", fontsize=8)
+        wins, losses = int((d > 0).sum()), int((d < 0).sum())
+        ax.set_title(f"{task}: {m} - {baseline} per query ({wins} better, {losses} worse, {len(d) - wins - losses} equal; mean {d.mean():+.4f})", fontsize=9)
+        ax.tick_params(labelsize=7)
+    axes[-1, 0].set_xlabel("queries, sorted by difference", fontsize=8)
+    fig.subplots_adjust(left=0.1, right=0.97, bottom=60 / h, top=1 - 40 / h, hspace=0.5)
+    return _save(fig, Path(path))
+
+
+# --- exports ------------------------------------------------------------------------------
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name.replace("/", "__"))
+
+
+def mteb_result(cell: Cell, code_version: str = "") -> dict[str, Any]:
+    """The cell in the format of MTEB's results repository (``TaskResult``), one ``default`` subset.
+
+    ``dataset_revision`` is the curated task's content hash; ``mteb_version`` is null because MTEB
+    did not compute these numbers (``medbench`` records what did); ``kg_co2_emissions`` is null
+    (not measured). Scores carry every metric of metrics.json under MTEB's names and
+    ``main_score`` = the task's main metric.
+    """
+    if cell.metrics is None:
+        raise DataError(f"{cell.model} x {cell.task}: no metrics to export; evaluate it first")
+    mean = {k: float(v) for k, v in sorted(cell.metrics.get("mean", {}).items())}
+    if cell.main_metric not in mean:
+        raise DataError(f"{cell.model} x {cell.task}: metrics.json has no {cell.main_metric} (the task's main metric)")
+    languages = [LANGUAGE_SCRIPTS.get(lang, lang) for lang in (cell.languages or ())]
+    scores = {**mean, "main_score": mean[cell.main_metric], "hf_subset": "default", "languages": languages}
+    return {
+        "dataset_revision": cell.task_revision,
+        "task_name": cell.task,
+        "mteb_version": None,
+        "scores": {cell.split: [scores]},
+        "evaluation_time": cell.seconds,
+        "kg_co2_emissions": None,
+        "medbench": {
+            "model": cell.model,
+            "model_revision": cell.model_revision,
+            "code_version": code_version,
+            "n_queries": cell.metrics.get("n_queries"),
+            "research_only": cell.research_only,
+            "provenance": cell.provenance,
+        },
+    }
+
+
+def export(cells: Iterable[Cell], out_dir: str | Path, *, code_version: str = "") -> dict[str, Any]:
+    """Write MTEB results JSON and TREC runs of every evaluated cell under ``out_dir``.
+
+    Layout (MTEB's results repository for the JSON): ``mteb/<model>/<revision>/<task>.json`` and
+    ``mteb/<model>/<revision>/model_meta.json``; ``trec/<model>/<task>.trec``; and ``index.json``
+    listing what was written. Cells without metrics (not evaluated, not applicable) are skipped
+    and listed. Returns the index.
+    """
+    from medbench_core.storage import write_json_atomic, write_text_atomic
+
+    out = Path(out_dir)
+    index: dict[str, Any] = {"mteb": [], "trec": [], "skipped": []}
+    metas: dict[tuple[str, str], dict[str, Any]] = {}
+    for c in cells:
+        if c.metrics is None or not c.applicable:
+            index["skipped"].append({"model": c.model, "task": c.task, "reason": "not applicable" if not c.applicable else "not evaluated"})
+            continue
+        rev = _safe(c.model_revision) if c.model_revision else "no_revision_available"
+        folder = out / "mteb" / _safe(c.model) / rev
+        path = folder / f"{_safe(c.task)}.json"
+        write_json_atomic(path, mteb_result(c, code_version))
+        index["mteb"].append(str(path.relative_to(out)))
+        metas[(c.model, rev)] = {"name": c.model, "revision": c.model_revision or None, "framework": ["medbench"], "loader": None}
+        if c.run_dir is not None:
+            trec = out / "trec" / _safe(c.model) / f"{_safe(c.task)}.trec"
+            src = Path(c.run_dir) / "run.trec"
+            if src.exists():
+                trec.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, trec)
+            elif (Path(c.run_dir) / "run.parquet").exists():
+                from medbench_core.ranking import write_trec
+
+                write_text_atomic(trec, write_trec(pl.read_parquet(Path(c.run_dir) / "run.parquet"), f"medbench-{c.model}"))
+            else:
+                raise DataError(f"{c.run_dir}: neither run.trec nor run.parquet for {c.model} x {c.task}")
+            index["trec"].append(str(trec.relative_to(out)))
+    for (model, rev), meta in sorted(metas.items()):
+        write_json_atomic(out / "mteb" / _safe(model) / rev / "model_meta.json", meta)
+    write_json_atomic(out / "index.json", index)
+    return index
