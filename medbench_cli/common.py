@@ -29,7 +29,7 @@ def prepare_environment() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if not os.environ.get("DAGSTER_HOME"):
+    if not settings.DAGSTER_HOME:
         home = settings.STATE / "dagster_home"
         home.mkdir(parents=True, exist_ok=True)
         (home / "dagster.yaml").write_text((settings.ROOT / "dagster.yaml").read_text())
@@ -38,7 +38,7 @@ def prepare_environment() -> None:
 
 
 def quiet_run_config() -> dict:
-    return {"loggers": {"console": {"config": {"log_level": os.environ.get("MEDBENCH_LOG_LEVEL", "WARNING")}}}}
+    return {"loggers": {"console": {"config": {"log_level": settings.LOG_LEVEL}}}}
 
 
 def unknown_names(kind: str, given: list[str], known: list[str], source: str | Path) -> str | None:

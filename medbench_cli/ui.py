@@ -22,7 +22,7 @@ HOST = "127.0.0.1"  # loopback only: no authentication on either server
 
 def add_parser(sub) -> None:
     p = sub.add_parser("ui", help="serve the Dagster UI (and daemon) and the MLflow UI on 127.0.0.1", description=describe(__doc__))
-    p.add_argument("--port", type=int, default=int(os.environ.get("MEDBENCH_UI_PORT", "3000")), help="Dagster UI port (default: MEDBENCH_UI_PORT or 3000)")
+    p.add_argument("--port", type=int, default=settings.UI_PORT, help="Dagster UI port (default: MEDBENCH_UI_PORT or 3000)")
     p.add_argument("--mlflow-port", type=int, default=5000, help="MLflow UI port (default: 5000)")
     p.set_defaults(handler=main)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from medbench_cli.main import parser
-from tests.orchestration.operating_env import BM25, ROOT, new_world
+from tests.orchestration.operating_env import BM25, ROOT, new_world, operated_world
 
 
 def medbench(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -116,6 +116,22 @@ def test_the_leaderboard_is_printed_as_saved_and_a_missing_one_exits_1(tmp_path)
     shown = medbench("leaderboard", env=env)
     assert shown.returncode == 0 and shown.stdout == (reports / "leaderboard.md").read_text()
     assert medbench("leaderboard", "--format", "csv", env=env).stdout == "model,scifact\nbm25,0.6964\n"
+
+
+@pytest.mark.slow
+def test_the_leaderboard_is_rebuilt_from_the_stored_metrics(tmp_path_factory, tmp_path):
+    world = operated_world(tmp_path_factory).copy_to(tmp_path / "w")
+    board = world.root / "data" / "reports" / "leaderboard.md"
+    before = board.read_text()
+    board.unlink()
+    env = {"DAGSTER_HOME": str(world.dagster_home), "MEDBENCH_MODELS": str(world.models_file), "MEDBENCH_TASKS": str(world.root / "tasks.yaml"),
+           "MEDBENCH_DATA": str(world.root / "data"), "MEDBENCH_STATE": str(world.root / "state"), "MLFLOW_TRACKING_URI": f"sqlite:///{world.root / 'mlflow.db'}"}  # fmt: skip
+    assert medbench("leaderboard", env=env).returncode == 1
+    rebuilt = medbench("leaderboard", "--rebuild", env=env)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    table = [line for line in before.splitlines() if line.startswith("|")]  # the footer names the code version and git sha
+    assert [line for line in rebuilt.stdout.splitlines() if line.startswith("|")] == table and len(table) == 4
+    assert rebuilt.stdout == board.read_text()
 
 
 def test_release_commands_outside_a_checkout_exit_2(tmp_path):
