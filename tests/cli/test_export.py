@@ -7,7 +7,7 @@ import pytest
 from medbench_core.errors import DataError, IntegrityError
 from medbench_core.storage import verify_manifest
 from medbench_cli.export import export
-from tests.cli.test_cli import medbench
+from tests.cli.command import medbench
 from tests.orchestration.operating_env import operated_world
 
 pytestmark = pytest.mark.slow
