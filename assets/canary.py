@@ -20,12 +20,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets._shared import CODE_VERSION, require_gate
+from assets.stage import CODE_VERSION
 from medbench_core.pipeline import build_corpus_index, embed_corpus, flat_metrics, retrieve, score
-from medbench_core.provenance import environment_fingerprint, file_hash, git_sha
+from medbench_core.provenance import environment_fingerprint
+from medbench_core.layout import STAGES
+from medbench_core.run_record import canary_params, canary_tags, flat_fingerprint
 from medbench_core.storage import write_json_atomic
-from orchestration import settings
-from orchestration.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource
+from runtime.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource
 
 CANARY_CHECK = "metrics_within_tolerance"
 CANARY_EXPERIMENT = "medbench-canary"
@@ -43,7 +44,7 @@ class CanaryConfig(dg.Config):
 
 def rescore(spec, task, workdir: Path, device: str = "cpu") -> dict:
     """Encode, index, retrieve (top 100) and score ``task`` with ``spec`` in ``workdir``; returns score()'s result."""
-    dirs = {name: workdir / name for name in ("embeddings", "index", "run", "metrics")}
+    dirs = {stage: workdir / stage for stage in STAGES}
     for d in dirs.values():
         d.mkdir(parents=True)
     embed_corpus(spec, task, dirs["embeddings"], device=device)
@@ -65,15 +66,8 @@ def drift(baseline: dict[str, float], current: dict[str, float], tolerance: floa
     return out
 
 
-def flat_fingerprint(fp: dict) -> dict[str, str]:
-    """The environment fingerprint as flat MLflow params (``env.python``, ``env.pkg.numpy``, ...)."""
-    out = {f"env.{k}": str(v) for k, v in fp.items() if k != "packages"}
-    out.update({f"env.pkg.{k}": str(v) for k, v in fp.get("packages", {}).items()})
-    return out
-
-
 def baseline_path(store: ArtifactStoreResource, model: str, task: str) -> Path:
-    return store.reports_dir() / "canary" / f"{model}__{task}.baseline.json"
+    return store.layout.canary_baseline(model, task)
 
 
 def judge(baseline: dict, record: dict, tolerance: float) -> tuple[bool, str, dict]:
@@ -116,13 +110,13 @@ def drift_canary(
 ) -> dg.MaterializeResult:
     spec = registry.model(config.model)
     task = store.load_task(config.task)
-    require_gate(store, task)
+    store.layout.require_gate(task.name, task.content_hash())
     with tempfile.TemporaryDirectory(dir=store.scratch_dir("canary")) as tmp:
         result = rescore(spec, task, Path(tmp), device=compute.torch_device())
     record = {
         "model": spec.name, "task": task.name, "model_identity": spec.identity(), "task_content_hash": task.content_hash(),
         "metrics": {m: float(result["mean"][m]) for m in config.metrics}, "fingerprint": environment_fingerprint(),
-        "lock_hash": file_hash(settings.ROOT / "requirements.lock"), "git_sha": git_sha(settings.ROOT), "code_version": CODE_VERSION,
+        "lock_hash": registry.lock_hash(), "git_sha": registry.git_sha(), "code_version": CODE_VERSION,
         "dagster_run_id": context.run_id, "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }  # fmt: skip
     path = baseline_path(store, spec.name, task.name)
@@ -134,9 +128,9 @@ def drift_canary(
         CANARY_EXPERIMENT,
         f"canary:{context.run_id}",
         f"canary {spec.name}/{task.name}",
-        {**flat_fingerprint(record["fingerprint"]), **{k: record[k] for k in ("model", "task", "task_content_hash", "lock_hash", "git_sha", "code_version")}, "tolerance": config.tolerance},
+        canary_params(record, config.tolerance),
         {**flat_metrics(result), **{f"drift.{m}": d["delta"] for m, d in check_md["deltas"].data.items() if d["delta"] is not None}},
-        {"medbench.canary": "true", "medbench.verdict": "pass" if passed else "drift", "medbench.dagster_run_id": context.run_id},
+        canary_tags(passed, context.run_id),
         [],
     )
     return dg.MaterializeResult(

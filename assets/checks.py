@@ -8,32 +8,19 @@ later, separate run refuses a task whose gate failed: Dagster's ``blocking`` onl
 downstream assets inside the run that ran the check.
 """
 
-
 from pathlib import Path
 
 import dagster as dg
 
-from medbench_core.contracts import (
-    ContractResult,
-    gate_status_path,
-    overlap_gate_path,
-    read_gate,
-    record_gate,
-    record_overlap_gate,
-    validate_task,
-    validate_tasks,
-)
-from medbench_core.provenance import artifact_key, code_version
+from assets.tasks import CURATED_TASK
+from medbench_core.contracts import ContractResult, read_gate, record_gate, record_overlap_gate, validate_task, validate_tasks
 from medbench_core.errors import MedbenchError
 from medbench_core.licences import LicencePolicy
-from orchestration.partitions import task_partitions
-from orchestration.resources import ArtifactStoreResource, RegistryResource
+from medbench_core.provenance import artifact_key, code_version
+from runtime.resources import ArtifactStoreResource, RegistryResource
 
-CURATED_TASK = dg.AssetKey("curated_task")
 TASK_CHECK = "task_contract"
 OVERLAP_CHECK = "tasks_do_not_overlap"
-GATE_REPORTS = "gate"  # <task dir>/gate/: gx_results.json, contract.json, data_docs/
-OVERLAP_REPORTS = "_overlap"  # <tasks root>/_overlap/: no task name starts with "_"
 
 _MAX_ROWS = 50  # failing row ids per file kept in check metadata
 
@@ -90,10 +77,7 @@ def _unloadable(name: str, exc: Exception) -> ContractResult:
     return ContractResult(name=name, passed=False, outcomes=(), message=f"task {name}: cannot be judged: {exc}")
 
 
-def build_task_checks(
-    asset: dg.AssetKey | str = CURATED_TASK,
-    partitions_def: dg.PartitionsDefinition | None = task_partitions,
-) -> list[dg.AssetChecksDefinition]:
+def build_task_checks(partitions_def: dg.PartitionsDefinition, asset: dg.AssetKey | str = CURATED_TASK) -> list[dg.AssetChecksDefinition]:
     """The two blocking checks on the curated-task asset: per partition, and across all tasks."""
 
     @dg.asset_check(
@@ -107,7 +91,8 @@ def build_task_checks(
         name = context.partition_key
         catalog = registry.catalog()
         entry = catalog.task(name)
-        folder = store.task_dir(name)
+        layout = store.layout
+        folder = layout.task_dir(name)
         try:
             task = store.load_task(name)
         except MedbenchError as exc:
@@ -116,11 +101,11 @@ def build_task_checks(
         else:
             rules = artifact_key(allow=sorted(catalog.licence_allowlist), research_only=entry.research_only, code=code_version("contracts"))
             judged_with = f"{task.content_hash()}:{rules}"
-            gate = read_gate(gate_status_path(folder))
+            gate = read_gate(layout.gate_file(name))
             if gate and gate.get("judged_with") == judged_with:
-                return _reused(gate, gate_status_path(folder))
+                return _reused(gate, layout.gate_file(name))
             policy = LicencePolicy.from_config(catalog.licence_allowlist)
-            result = validate_task(task, folder / GATE_REPORTS, policy=policy, research_only=entry.research_only)
+            result = validate_task(task, layout.gate_reports_dir(name), policy=policy, research_only=entry.research_only)
         gate_file = record_gate(folder, result, judged_with=judged_with) if folder.exists() else None
         return dg.AssetCheckResult(passed=result.passed, metadata=check_metadata(result, gate_file), description=result.message.splitlines()[0])
 
@@ -137,15 +122,15 @@ def build_task_checks(
                 tasks.append(store.load_task(name))
             except MedbenchError:
                 not_curated.append(name)
-        root = store.root_path / "tasks"
+        layout = store.layout
         judged_with = artifact_key(tasks=sorted((t.name, t.content_hash()) for t in tasks), code=code_version("contracts"))
-        gate = read_gate(overlap_gate_path(root))
+        gate = read_gate(layout.overlap_gate_file())
         # The key names every task judged, so a verdict is reused only for exactly that set.
         if gate and gate.get("judged_with") == judged_with:
-            check = _reused(gate, overlap_gate_path(root))
+            check = _reused(gate, layout.overlap_gate_file())
         else:
-            result = validate_tasks(tasks, root / OVERLAP_REPORTS)
-            gate_file = record_overlap_gate(root, result, judged_with=judged_with)
+            result = validate_tasks(tasks, layout.overlap_reports_dir())
+            gate_file = record_overlap_gate(layout.tasks_root(), result, judged_with=judged_with)
             check = dg.AssetCheckResult(passed=result.passed, metadata=check_metadata(result, gate_file), description=result.message.splitlines()[0])
         if not not_curated:
             return check
@@ -153,8 +138,3 @@ def build_task_checks(
         return dg.AssetCheckResult(passed=check.passed, metadata={**check.metadata, "not_judged": ", ".join(not_curated)}, description=check.description)
 
     return [task_contract, tasks_do_not_overlap]
-
-
-task_checks = build_task_checks()
-
-__all__ = ["CURATED_TASK", "OVERLAP_CHECK", "TASK_CHECK", "build_task_checks", "check_metadata", "task_checks"]

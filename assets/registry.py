@@ -2,14 +2,17 @@
 
 Dagster marks a partition stale when an upstream data version changes. Model settings live in
 the registry file, not in any asset, so ``corpus_embeddings`` depends on ``model_spec``: a
-changed entry gets a new observed version (``assets._shared.model_version``) and exactly that
-model's partitions turn stale. The observations are recorded by the registry sensor, the nightly
-schedule and ``sync_model_partitions`` (orchestration/registry_sync.py), before any run uses them.
+changed entry gets a new observed version (:func:`model_version`) and exactly that model's
+partitions turn stale. The observations are recorded by the registry sensor, the nightly schedule
+and ``sync_model_partitions`` (orchestration/registry_sync.py), before any run uses them.
 """
 
 import dagster as dg
 
-from orchestration.partitions import model_partitions
+from medbench_core.encoders import cached_revision
+from medbench_core.models import ModelSpec
+from medbench_core.provenance import artifact_key
+from runtime.partitions import model_partitions
 
 MODEL_SPEC = dg.AssetKey("model_spec")
 
@@ -20,3 +23,12 @@ model_spec = dg.AssetSpec(
     kinds={"yaml"},
     description="One models.yaml entry per model partition; its data version hashes the model's identity and weights' revision.",
 )
+
+
+def model_version(spec: ModelSpec) -> str:
+    """Data version of a registered model: everything that changes its vectors (identity, weights' revision).
+
+    Recorded as observations of ``model_spec``, so that changing one model's settings marks
+    exactly that model's partitions stale (Dagster compares upstream data versions).
+    """
+    return artifact_key(model=spec.identity(), revision=cached_revision(spec))

@@ -1,24 +1,30 @@
 """Curated tasks: each source dataset read into the task data model and stored as Parquet."""
 
-
 import dagster as dg
 
-from medbench_core.provenance import code_version
 from medbench_core.catalog import build_task
-from medbench_core.model import TASK_FILES, save_task
+from medbench_core.provenance import code_version
+from medbench_core.model import save_task
 from medbench_core.storage import is_complete, read_manifest, replace_dir_atomic, write_manifest
-from orchestration.partitions import task_partitions
-from orchestration.resources import ArtifactStoreResource, RegistryResource
+from runtime.partitions import Partitions
+from runtime.resources import ArtifactStoreResource, RegistryResource
+
+CURATED_TASK = dg.AssetKey("curated_task")
 
 
-@dg.asset(
-    partitions_def=task_partitions,
-    code_version=code_version("curated_task"),
-    group_name="tasks",
-    kinds={"polars", "parquet"},
-    description="A source dataset curated into queries, corpus and graded qrels (Parquet), with licences on every record.",
-)
-def curated_task(context: dg.AssetExecutionContext, store: ArtifactStoreResource, registry: RegistryResource) -> dg.MaterializeResult:
+def build_curated_task(partitions: Partitions) -> dg.AssetsDefinition:
+    """The ``curated_task`` asset over the task partitions of ``partitions``."""
+    return dg.asset(
+        key=CURATED_TASK,
+        partitions_def=partitions.tasks,
+        code_version=code_version("curated_task"),
+        group_name="tasks",
+        kinds={"polars", "parquet"},
+        description="A source dataset curated into queries, corpus and graded qrels (Parquet), with licences on every record.",
+    )(curate)
+
+
+def curate(context: dg.AssetExecutionContext, store: ArtifactStoreResource, registry: RegistryResource) -> dg.MaterializeResult:
     entry = registry.task_entry(context.partition_key)
     task = build_task(entry, store.shared_data, store.scratch_dir("sources", entry.name))
     folder = store.task_dir(entry.name)
@@ -48,6 +54,3 @@ def curated_task(context: dg.AssetExecutionContext, store: ArtifactStoreResource
         },
         data_version=dg.DataVersion(digest[:16]),
     )
-
-
-__all__ = ["curated_task", "TASK_FILES"]

@@ -9,13 +9,13 @@ Measured in one run, each side in a fresh Python process, wall time from process
   corpus and the queries (batch 64, max length 256, normalised), FAISS exact inner-product top 100,
   pytrec_eval-terrier scores nDCG@10;
 - medbench cold: fresh data, state, MLflow store and DAGSTER_HOME; the main job as users run it
-  (``orchestration.main``, here ``--models all-MiniLM-L6-v2 --tasks liveqa_medquad``): MLflow store,
+  (``medbench run``, here ``--models all-MiniLM-L6-v2 --tasks liveqa_medquad``): MLflow store,
   curation with its GX contract gate, the overlap gate, the four assets of the partition
   (embeddings, index, run, metrics + MLflow run), the leaderboard;
 - medbench warm: the main job again right after, in the same process (all cache hits), and once
   more from a new process (imports included).
 
-With --main-job it also times `python -m orchestration.main` (every model x every task) cold, with
+With --main-job it also times `medbench run` (every model x every task) cold, with
 fresh data and state, and warm. That takes several minutes (MiniLM on SciFact).
 """
 
@@ -85,9 +85,9 @@ def medbench(launched: float, runs: int) -> dict:
     import contextlib
     import io
 
-    from orchestration.main import main as main_job
+    from medbench_cli.main import main as main_job
 
-    argv = ["--models", MODEL, "--tasks", TASK]
+    argv = ["run", "--models", MODEL, "--tasks", TASK]
     walls, logs = [], []
     for n in range(runs):
         t0 = time.time()
@@ -98,10 +98,10 @@ def medbench(launched: float, runs: int) -> dict:
             raise SystemExit(f"main job exit {code}:\n{out.getvalue()[-3000:]}")
         walls.append(time.time() - (launched if n == 0 else t0))
         logs.append([line for line in out.getvalue().splitlines() if line.startswith("[")])
-    from assets._shared import partition_keys
-    from orchestration.definitions import defs
+    from medbench_core.pipeline import partition_keys
+    from orchestration.definitions import default_resources
 
-    store, registry = defs.resources["store"], defs.resources["registry"]
+    store, registry = default_resources()["store"], default_resources()["registry"]
     keys = partition_keys(registry.model(MODEL), store.load_task(TASK))
     emb = json.loads((store.artifact_dir(MODEL, TASK, "embeddings", keys["embeddings"]) / "info.json").read_text())
     metrics = json.loads((store.artifact_dir(MODEL, TASK, "metrics", keys["metrics"]) / "metrics.json").read_text())
@@ -143,7 +143,7 @@ def main_job(base: Path) -> dict:
     out = {}
     for phase in ("cold", "warm"):
         t = time.time()
-        res = subprocess.run([sys.executable, "-m", "orchestration.main"], env=env, cwd=ROOT, capture_output=True, text=True)
+        res = subprocess.run([sys.executable, "-m", "medbench_cli", "run"], env=env, cwd=ROOT, capture_output=True, text=True)
         out[phase] = time.time() - t
         if res.returncode != 0:
             print(res.stdout[-3000:], res.stderr[-3000:], file=sys.stderr)

@@ -1,29 +1,27 @@
-"""The Dagster definitions that `dagster dev` loads (see [tool.dagster] in pyproject.toml)."""
+"""The Dagster definitions that `dagster dev` loads (see [tool.dagster] in pyproject.toml).
+
+Built when loaded, not at import: the task partitions come from tasks.yaml as it is then, and
+the resources from the settings (the one place that reads the environment).
+"""
 
 from __future__ import annotations
 
 import dagster as dg
 
-from assets.canary import drift_canary
-from assets.checks import task_checks
-from assets.embeddings import corpus_embeddings
-from assets.indices import corpus_index
-from assets.metrics import task_metrics
-from assets.registry import model_spec
-from assets.reports import leaderboard
-from assets.runs import retrieval_run
-from assets.tasks import curated_task
-from orchestration import settings
-from orchestration.jobs import check_overlap_job, curate_tasks_job, evaluate_partition_job, leaderboard_job
-from orchestration.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource
-from orchestration.schedules import drift_canary_job, nightly_drift_canary, nightly_evaluation
+from assets import build_assets
+from orchestration.jobs import ALL_JOBS
+from orchestration.schedules import nightly_drift_canary, nightly_evaluation
 from orchestration.sensors import model_registry_sensor
+from runtime import settings
+from runtime.partitions import Partitions
+from runtime.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource
 
 
 def default_resources() -> dict:
+    """The resources of this checkout, configured from the settings."""
     return {
         "store": ArtifactStoreResource(root=str(settings.DATA), shared_data=str(settings.SHARED / "data"), scratch=str(settings.STATE / "scratch")),
-        "registry": RegistryResource(models_file=str(settings.MODELS_FILE), tasks_file=str(settings.TASKS_FILE)),
+        "registry": RegistryResource(models_file=str(settings.MODELS_FILE), tasks_file=str(settings.TASKS_FILE), project_root=str(settings.ROOT)),
         "compute": ComputeResource(),
         "mlflow": MLflowResource(tracking_uri=settings.default_tracking_uri(), artifact_root=str(settings.STATE / "mlartifacts")),
     }
@@ -40,14 +38,21 @@ def executor():
     return None
 
 
-ALL_ASSETS = [model_spec, curated_task, corpus_embeddings, corpus_index, retrieval_run, task_metrics, leaderboard, drift_canary]
+def build_definitions(resources: dict | None = None) -> dg.Definitions:
+    """Assets, checks, jobs, schedules and the sensor over the catalogue's partitions; ``resources`` default to this checkout's."""
+    assets, checks = build_assets(Partitions.from_catalog(settings.TASKS_FILE))
+    return dg.Definitions(
+        assets=assets,
+        asset_checks=checks,
+        jobs=ALL_JOBS,
+        schedules=[nightly_evaluation, nightly_drift_canary],
+        sensors=[model_registry_sensor],
+        resources=resources if resources is not None else default_resources(),
+        executor=executor(),
+    )
 
-defs = dg.Definitions(
-    assets=ALL_ASSETS,
-    asset_checks=task_checks,
-    jobs=[curate_tasks_job, check_overlap_job, evaluate_partition_job, leaderboard_job, drift_canary_job],
-    schedules=[nightly_evaluation, nightly_drift_canary],
-    sensors=[model_registry_sensor],
-    resources=default_resources(),
-    executor=executor(),
-)
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """What `dagster dev -m orchestration.definitions`, the daemon and every run worker load."""
+    return build_definitions()

@@ -12,48 +12,56 @@ key did not change are cache hits.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import dagster as dg
 
-from medbench_core.storage import read_manifest
-from orchestration.partitions import partition_key, task_partitions
-from orchestration.resources import ArtifactStoreResource, RegistryResource
+from assets.stage import STAGE_KEYS
+from assets.tasks import CURATED_TASK
+from runtime.partitions import partition_key
+from runtime.resources import ArtifactStoreResource, RegistryResource
 
 # The model x task assets, upstream first (the evaluate_partition job).
-EVALUATION_ASSETS = tuple(dg.AssetKey(k) for k in ("corpus_embeddings", "corpus_index", "retrieval_run", "task_metrics"))
+EVALUATION_ASSETS = STAGE_KEYS
 
 
-def task_refusals(store: ArtifactStoreResource, registry: RegistryResource) -> dict[str, str | None]:
-    """For each catalogued task: None when models may be evaluated on it, else why not (not curated, gate failed)."""
-    known = set(task_partitions.get_partition_keys())
+def task_partition_keys(repository_def: dg.RepositoryDefinition) -> list[str]:
+    """The task partitions of the loaded code location (tasks.yaml as it was when it loaded)."""
+    return repository_def.asset_graph.get(CURATED_TASK).partitions_def.get_partition_keys()
+
+
+def task_refusals(store: ArtifactStoreResource, registry: RegistryResource, known: Collection[str] | None = None) -> dict[str, str | None]:
+    """For each catalogued task: None when models may be evaluated on it, else why not.
+
+    ``known``: the task partitions of the code location, when the caller has it loaded; a task
+    catalogued since is refused until the definitions are reloaded. The rest is the gate rule
+    (``Layout.task_refusal``: not curated, or refused by its gates).
+    """
     out: dict[str, str | None] = {}
     for name in registry.catalog().names:
-        folder = store.task_dir(name)
-        if name not in known:
+        if known is not None and name not in known:
             out[name] = f"task {name}: not a partition of this code location (tasks.yaml changed since it loaded); reload the definitions"
-        elif not (folder / "MANIFEST.json").exists():
-            out[name] = f"task {name}: not curated yet; materialise curated_task[{name}]"
         else:
-            out[name] = store.layout.gate_refusal(name, read_manifest(folder).get("content_hash", ""))
+            out[name] = store.layout.task_refusal(name)
     return out
 
 
-def usable_tasks(store: ArtifactStoreResource, registry: RegistryResource) -> list[str]:
+def usable_tasks(store: ArtifactStoreResource, registry: RegistryResource, known: Collection[str] | None = None) -> list[str]:
     """Catalogued tasks that are curated and passed their gates, in catalogue order."""
-    return [t for t, reason in task_refusals(store, registry).items() if reason is None]
+    return [t for t, reason in task_refusals(store, registry, known).items() if reason is None]
 
 
 def stale_status_resolver(instance: dg.DagsterInstance, asset_graph):
     """Dagster's stale-status resolver over ``asset_graph``, as the webserver builds it."""
-    # Private API: the UI and `RunRequest(stale_assets_only=...)` use the same class, but the
-    # latter ignores partitions, which is why medbench asks per partition itself.
+    # Private API, no public one exists: the UI and `RunRequest(stale_assets_only=...)` use this
+    # class, but the latter ignores partitions, which is why medbench asks per partition itself.
     from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
     from dagster._core.definitions.data_version import CachingStaleStatusResolver
-    from dagster._time import get_current_datetime
 
     view = AssetGraphView(
-        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+        temporal_context=TemporalContext(effective_dt=datetime.now(timezone.utc), last_event_id=None),
         instance=instance,
         asset_graph=asset_graph,
     )
@@ -75,7 +83,7 @@ class Due:
 
 def due_partitions(instance: dg.DagsterInstance, asset_graph, models: list[str], tasks: list[str]) -> list[Due]:
     """The partitions of ``models`` x ``tasks`` with a missing or stale evaluation asset, in that order."""
-    from dagster._core.definitions.data_version import StaleStatus
+    from dagster._core.definitions.data_version import StaleStatus  # private, as the resolver above
 
     resolver = stale_status_resolver(instance, asset_graph)
     due = []

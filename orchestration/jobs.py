@@ -1,26 +1,36 @@
-"""Jobs: curate tasks (with their gates), evaluate model x task partitions, build the leaderboard."""
+"""Jobs: curate tasks (with their gates), evaluate model x task partitions, build the leaderboard, re-score the canary.
+
+Each job's partitions are those of the assets it selects (Dagster infers them), so nothing here
+depends on the catalogue.
+"""
 
 from __future__ import annotations
 
 import dagster as dg
 
-from orchestration.partitions import model_task_partitions, task_partitions
+from assets.checks import OVERLAP_CHECK, TASK_CHECK
+from assets.stage import STAGE_KEYS
+from assets.tasks import CURATED_TASK
 
-CURATED = dg.AssetKey("curated_task")
-TASK_CHECK = dg.AssetCheckKey(CURATED, "task_contract")
-OVERLAP_CHECK = dg.AssetCheckKey(CURATED, "tasks_do_not_overlap")
+CURATE_JOB = "curate_tasks"
+OVERLAP_JOB = "check_overlap"
+EVALUATE_JOB = "evaluate_partition"
+LEADERBOARD_JOB = "build_leaderboard"
+CANARY_JOB = "rescore_canary"
 
 # Per task: curate and run its own contract. The cross-task overlap check runs once after all
 # tasks are curated (check_overlap); materialising curated_task from the UI runs both.
 curate_tasks_job = dg.define_asset_job(
-    "curate_tasks",
-    selection=dg.AssetSelection.assets(CURATED).without_checks() | dg.AssetSelection.checks(TASK_CHECK),
-    partitions_def=task_partitions,
+    CURATE_JOB,
+    selection=dg.AssetSelection.assets(CURATED_TASK).without_checks() | dg.AssetSelection.checks(dg.AssetCheckKey(CURATED_TASK, TASK_CHECK)),
 )
-check_overlap_job = dg.define_asset_job("check_overlap", selection=dg.AssetSelection.checks(OVERLAP_CHECK))
-evaluate_partition_job = dg.define_asset_job(
-    "evaluate_partition",
-    selection=dg.AssetSelection.assets("corpus_embeddings", "corpus_index", "retrieval_run", "task_metrics"),
-    partitions_def=model_task_partitions,
+check_overlap_job = dg.define_asset_job(OVERLAP_JOB, selection=dg.AssetSelection.checks(dg.AssetCheckKey(CURATED_TASK, OVERLAP_CHECK)))
+evaluate_partition_job = dg.define_asset_job(EVALUATE_JOB, selection=dg.AssetSelection.assets(*STAGE_KEYS))
+leaderboard_job = dg.define_asset_job(LEADERBOARD_JOB, selection=dg.AssetSelection.assets("leaderboard"))
+drift_canary_job = dg.define_asset_job(
+    CANARY_JOB,
+    selection=dg.AssetSelection.assets("drift_canary"),
+    description="Re-score the pinned reference model from scratch and compare with its recorded baseline.",
 )
-leaderboard_job = dg.define_asset_job("build_leaderboard", selection=dg.AssetSelection.assets("leaderboard"))
+
+ALL_JOBS = [curate_tasks_job, check_overlap_job, evaluate_partition_job, leaderboard_job, drift_canary_job]

@@ -1,15 +1,21 @@
-"""Keep the dynamic model partitions, and the observed model versions, in step with the registry file."""
+"""Keep the dynamic model partitions, and the observed model versions, in step with the registry file.
+
+Used by the registry sensor, the nightly schedule and the command line (``medbench run`` syncs
+before it evaluates; ``medbench models sync|retire``).
+"""
 
 from __future__ import annotations
 
 import dagster as dg
-from dagster._core.definitions.data_version import DATA_VERSION_TAG, extract_data_version_from_entry
 
-from assets._shared import model_version
-from assets.registry import MODEL_SPEC
+# Private constant, no public one: the tag under which Dagster reads an observation's data version
+# (AssetObservation takes no data_version argument).
+from dagster._core.definitions.data_version import DATA_VERSION_TAG
+
+from assets.registry import MODEL_SPEC, model_version
 from medbench_core.errors import MedbenchError
-from orchestration.partitions import MODEL_PARTITIONS_NAME
-from orchestration.resources import RegistryResource
+from runtime.partitions import MODEL_PARTITIONS_NAME
+from runtime.resources import RegistryResource
 
 
 def sync_model_partitions(instance: dg.DagsterInstance, registry: RegistryResource) -> list[str]:
@@ -28,11 +34,15 @@ def sync_model_partitions(instance: dg.DagsterInstance, registry: RegistryResour
     return new
 
 
+def observation_version(event: dg.AssetObservation) -> str:
+    """The model version an observation from :func:`model_observations` records."""
+    return event.tags[DATA_VERSION_TAG]
+
+
 def observed_model_version(instance: dg.DagsterInstance, model: str) -> str | None:
     """The last recorded data version of ``model_spec[model]`` (None before the first observation)."""
-    record = instance.get_latest_data_version_record(MODEL_SPEC, is_source=True, partition_key=model)
-    version = extract_data_version_from_entry(record.event_log_entry) if record else None
-    return version.value if version else None
+    records = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=MODEL_SPEC, asset_partitions=[model]), limit=1).records
+    return (records[0].event_log_entry.tags or {}).get(DATA_VERSION_TAG) if records else None
 
 
 def model_observations(instance: dg.DagsterInstance, registry: RegistryResource) -> list[dg.AssetObservation]:
@@ -70,26 +80,3 @@ def retire_model(instance: dg.DagsterInstance, registry: RegistryResource, name:
     if name not in instance.get_dynamic_partitions(MODEL_PARTITIONS_NAME):
         raise ValueError(f"model {name!r} is not a partition; known: {', '.join(instance.get_dynamic_partitions(MODEL_PARTITIONS_NAME))}")
     instance.delete_dynamic_partition(MODEL_PARTITIONS_NAME, name)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m orchestration.registry_sync [--retire NAME ...]``: sync partitions, or retire removed models."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m orchestration.registry_sync", description=main.__doc__)
-    parser.add_argument("--retire", nargs="+", default=[], metavar="NAME", help="delete the partition of a model removed from the registry")
-    args = parser.parse_args(argv)
-    from orchestration.definitions import defs
-
-    instance = dg.DagsterInstance.get()
-    registry = defs.resources["registry"]
-    for name in args.retire:
-        retire_model(instance, registry, name)
-        print(f"retired {name}: partition deleted; history, MLflow runs and artifacts kept")
-    if not args.retire:
-        print(f"added: {', '.join(sync_model_partitions(instance, registry)) or 'none'}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,24 +13,19 @@ from __future__ import annotations
 
 import dagster as dg
 
-from orchestration import settings
-from orchestration.freshness import due_partitions, usable_tasks
+from orchestration.freshness import due_partitions, task_partition_keys, usable_tasks
+from orchestration.jobs import EVALUATE_JOB, drift_canary_job
 from orchestration.registry_sync import sync_model_partitions
-from orchestration.resources import ArtifactStoreResource, RegistryResource
-from orchestration.sensors import EVALUATE_JOB, TRIGGER_TAG
-
-drift_canary_job = dg.define_asset_job(
-    "rescore_canary",
-    selection=dg.AssetSelection.assets("drift_canary"),
-    description="Re-score the pinned reference model from scratch and compare with its recorded baseline.",
-)
+from orchestration.sensors import TRIGGER_TAG
+from runtime import settings
+from runtime.resources import ArtifactStoreResource, RegistryResource
 
 
 def nightly_requests(context: dg.ScheduleEvaluationContext, registry: RegistryResource, store: ArtifactStoreResource) -> list[dg.RunRequest]:
     """One run request per registered model x usable task partition that is missing or stale."""
     sync_model_partitions(context.instance, registry)
     models = [m.name for m in registry.models()]
-    tasks = usable_tasks(store, registry)
+    tasks = usable_tasks(store, registry, task_partition_keys(context.repository_def))
     due = due_partitions(context.instance, context.repository_def.asset_graph, models, tasks)
     tick = context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else "manual"
     return [
@@ -44,16 +39,19 @@ def nightly_requests(context: dg.ScheduleEvaluationContext, registry: RegistryRe
     ]
 
 
+def _nightly(cron: str, timezone: str) -> dict:
+    """When both schedules tick, and that they run unless switched off."""
+    return {"cron_schedule": cron, "execution_timezone": timezone, "default_status": dg.DefaultScheduleStatus.RUNNING}
+
+
 def build_nightly_evaluation(cron: str = settings.NIGHTLY_CRON, timezone: str = settings.NIGHTLY_TIMEZONE) -> dg.ScheduleDefinition:
     """The nightly evaluation schedule at ``cron`` in ``timezone``."""
 
     @dg.schedule(
         name="nightly_evaluation",
-        cron_schedule=cron,
-        execution_timezone=timezone,
         job_name=EVALUATE_JOB,
-        default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Evaluates every registered model on every usable task where the partition is missing or stale.",
+        **_nightly(cron, timezone),
     )
     def nightly_evaluation(context: dg.ScheduleEvaluationContext, registry: RegistryResource, store: ArtifactStoreResource):
         requests = nightly_requests(context, registry, store)
@@ -70,10 +68,8 @@ def build_nightly_drift_canary(cron: str = settings.NIGHTLY_CRON, timezone: str 
     return dg.ScheduleDefinition(
         name="nightly_drift_canary",
         job=drift_canary_job,
-        cron_schedule=cron,
-        execution_timezone=timezone,
-        default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Re-scores the pinned reference model (BM25) and checks its metrics against the recorded baseline.",
+        **_nightly(cron, timezone),
     )
 
 

@@ -11,7 +11,7 @@ On each tick the sensor compares the registry with the ``models`` dynamic partit
 - a **removed model** keeps its partition, its Dagster history, its MLflow runs and its artifacts:
   results stay reproducible and nothing is deleted by editing a file. Its partitions are no
   longer evaluated (the schedule reads the registry) and leave the leaderboard. To drop the
-  partition on purpose: ``python -m orchestration.registry_sync --retire NAME``;
+  partition on purpose: ``medbench models retire NAME``;
 - a **renamed model** is a removal plus an addition: the name is part of the model's identity, so
   the new name is evaluated afresh and the old one is kept until retired.
 
@@ -20,28 +20,41 @@ A second tick with an unchanged registry launches nothing.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import dagster as dg
-from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
-from orchestration.freshness import usable_tasks
-from orchestration.partitions import MODEL_PARTITIONS_NAME, model_partitions, partition_key
-from orchestration.registry_sync import model_observations
-from orchestration.resources import ArtifactStoreResource, RegistryResource
+from assets.stage import STAGE_KEYS
+from orchestration.freshness import task_partition_keys, usable_tasks
+from orchestration.jobs import EVALUATE_JOB
+from orchestration.registry_sync import model_observations, observation_version
+from runtime.partitions import MODEL_PARTITIONS_NAME, model_partitions, partition_key
+from runtime.resources import ArtifactStoreResource, RegistryResource
 
-EVALUATE_JOB = "evaluate_partition"
 TRIGGER_TAG = "medbench/trigger"
+RETIRE_COMMAND = "medbench models retire NAME"
 
 
-def registry_tick(instance: dg.DagsterInstance, registry: RegistryResource, store: ArtifactStoreResource) -> dg.SensorResult:
-    """What one sensor tick does (see the module docstring), as a ``SensorResult``."""
+def _evaluated(instance: dg.DagsterInstance, model: str, task: str) -> bool:
+    """Has the last stage of this partition ever been materialised?"""
+    last = dg.AssetRecordsFilter(asset_key=STAGE_KEYS[-1], asset_partitions=[str(partition_key(model, task))])
+    return bool(instance.fetch_materializations(last, limit=1).records)
+
+
+def registry_tick(
+    instance: dg.DagsterInstance, registry: RegistryResource, store: ArtifactStoreResource, known_tasks: Collection[str] | None = None
+) -> dg.SensorResult:
+    """What one sensor tick does (see the module docstring), as a ``SensorResult``.
+
+    ``known_tasks``: the code location's task partitions (a task catalogued since is not requested).
+    """
     registered = [m.name for m in registry.models()]
     existing = set(instance.get_dynamic_partitions(MODEL_PARTITIONS_NAME))
     new = [m for m in registered if m not in existing]
     removed = sorted(existing - set(registered))
     observations = model_observations(instance, registry)
-    tasks = usable_tasks(store, registry) if new else []
-    done = instance.get_materialized_partitions(dg.AssetKey("task_metrics")) if new else set()
-    versions = {e.partition: e.tags[DATA_VERSION_TAG] for e in observations}
+    tasks = usable_tasks(store, registry, known_tasks) if new else []
+    versions = {e.partition: observation_version(e) for e in observations}
     requests = [
         dg.RunRequest(
             job_name=EVALUATE_JOB,
@@ -51,7 +64,7 @@ def registry_tick(instance: dg.DagsterInstance, registry: RegistryResource, stor
         )
         for m in new
         for t in tasks
-        if str(partition_key(m, t)) not in done
+        if not _evaluated(instance, m, t)
     ]
     notes = []
     if new:
@@ -60,7 +73,7 @@ def registry_tick(instance: dg.DagsterInstance, registry: RegistryResource, stor
     if changed:
         notes.append(f"changed entries {', '.join(changed)}: their partitions are now stale (the nightly schedule reruns them)")
     if removed:
-        notes.append(f"no longer registered (kept with their history; retire with `python -m orchestration.registry_sync --retire NAME`): {', '.join(removed)}")
+        notes.append(f"no longer registered (kept with their history; retire with `{RETIRE_COMMAND}`): {', '.join(removed)}")
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=[model_partitions.build_add_request(new)] if new else [],
@@ -77,7 +90,8 @@ def registry_tick(instance: dg.DagsterInstance, registry: RegistryResource, stor
     description="Adds models newly listed in models.yaml as partitions and evaluates them on every usable task.",
 )
 def model_registry_sensor(context: dg.SensorEvaluationContext, registry: RegistryResource, store: ArtifactStoreResource) -> dg.SensorResult:
-    result = registry_tick(context.instance, registry, store)
+    known = task_partition_keys(context.repository_def) if context.repository_def else None
+    result = registry_tick(context.instance, registry, store, known)
     if result.run_requests:
         context.log.info(f"requesting {len(result.run_requests)} runs: {', '.join(str(r.partition_key) for r in result.run_requests)}")
     return result

@@ -25,13 +25,45 @@ if [ ! -f "$VENV/.complete" ]; then
     || { grep -v "is ignored: it is neither" "$log" | tail -40 >&2; echo "medbench: install failed, see $log" >&2; exit 1; }
   # Installation-level, like the venv: the empty MLflow schema new stores are copied from
   # (built on first use otherwise).
-  PYTHONPATH="$MEDBENCH_ROOT" "$VENV/bin/python" -c 'from orchestration.resources import mlflow_schema; mlflow_schema()' >>"$log" 2>&1 \
+  PYTHONPATH="$MEDBENCH_ROOT" "$VENV/bin/python" -c 'from runtime.mlflow_store import mlflow_schema; mlflow_schema()' >>"$log" 2>&1 \
     || { tail -20 "$log" >&2; echo "medbench: cannot build the MLflow schema, see $log" >&2; exit 1; }
   touch "$VENV/.complete"
 fi
 ln -sfn "$VENV" "$MEDBENCH_ROOT/.venv"
 export PATH="$VENV/bin:$PATH"
 export PYTHONPATH="$MEDBENCH_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+# The console scripts of pyproject.toml ([project.scripts]: `medbench`), written into the venv as pip
+# would write them, without installing the project: several checkouts share one venv, and each runs
+# its own code (the one first on PYTHONPATH, set just above). Same bytes from every checkout, so
+# rewriting one (atomically) is harmless.
+"$VENV/bin/python" - "$MEDBENCH_ROOT/pyproject.toml" "$VENV/bin" <<'PY' \
+  || { echo "medbench: cannot write the console scripts into $VENV/bin" >&2; exit 1; }
+import os, sys, tomllib
+pyproject, bindir = sys.argv[1:3]
+for name, target in tomllib.load(open(pyproject, "rb"))["project"].get("scripts", {}).items():
+    module, func = target.split(":")
+    text = (
+        f"#!{os.path.join(bindir, 'python')}\n"
+        "# Written by scripts/setup.sh from [project.scripts]; runs the checkout first on PYTHONPATH.\n"
+        "import sys\n"
+        "try:\n"
+        f"    from {module} import {func}\n"
+        "except ModuleNotFoundError as exc:\n"
+        f"    if exc.name != {module.split('.')[0]!r}:\n"
+        "        raise\n"
+        f"    sys.exit(f\"{name}: {{exc}}; source scripts/setup.sh of a medbench checkout first\")\n"
+        f"sys.exit({func}())\n"
+    )
+    path = os.path.join(bindir, name)
+    if os.path.exists(path) and open(path).read() == text:
+        continue
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, path)
+PY
 
 # Test-only system packages: headless Chromium for the UI test, PostgreSQL for the production profile,
 # Redis as the celery broker of the distributed test.

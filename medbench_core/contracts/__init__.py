@@ -36,8 +36,8 @@ passes; the paths come back on the :class:`ContractResult`.
 
 The gate verdict of a task is recorded in ``<task dir>/GATE.json`` (:func:`record_gate`) and the
 cross-task verdict in ``<tasks root>/OVERLAP_GATE.json`` (:func:`record_overlap_gate`);
-:func:`gate_refusal` tells a downstream step whether it may build on a task, which makes a
-failed gate hold across separate runs.
+:func:`gate_refusal` tells a downstream step whether it may build on a task (through
+``Layout.gate_refusal``), which makes a failed gate hold across separate runs.
 """
 
 from medbench_core.contracts.gates import (
@@ -47,7 +47,6 @@ from medbench_core.contracts.gates import (
     read_gate,
     record_gate,
     record_overlap_gate,
-    require_gate,
 )
 from medbench_core.contracts.overlap import near_duplicates, normalise_query, validate_tasks
 from medbench_core.contracts.results import (
@@ -68,6 +67,6 @@ from medbench_core.contracts.task_suite import validate_task
 __all__ = [
     "ALL_TASKS", "CONTRACT_FILE", "DOCS_DIR", "GATE_FILE", "NEAR_DUPLICATE_THRESHOLD", "NGRAM_RANGE", "OVERLAP_GATE_FILE",
     "RESULTS_FILE", "ContractResult", "NearDuplicate", "Outcome", "gate_refusal", "gate_status_path", "near_duplicates",
-    "normalise_query", "overlap_gate_path", "read_gate", "record_gate", "record_overlap_gate", "require_gate",
+    "normalise_query", "overlap_gate_path", "read_gate", "record_gate", "record_overlap_gate",
     "validate_task", "validate_tasks",
 ]

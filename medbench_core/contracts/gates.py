@@ -1,4 +1,8 @@
-"""Gate records: what makes a failed gate hold across separate runs (``GATE.json``, ``OVERLAP_GATE.json``, :func:`gate_refusal`)."""
+"""Gate records: what makes a failed gate hold across separate runs (``GATE.json``, ``OVERLAP_GATE.json``, :func:`gate_refusal`).
+
+:func:`gate_refusal` is the one gate rule; :class:`medbench_core.layout.Layout` applies it at a
+project's paths (``gate_refusal``, ``require_gate``, ``task_refusal``).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from medbench_core.contracts.results import ALL_TASKS, GATE_FILE, OVERLAP_GATE_FILE, ContractResult
-from medbench_core.errors import ContractError
 from medbench_core.storage import write_json_atomic
 
 
@@ -107,10 +110,3 @@ def gate_refusal(task_dir: str | Path, content_hash: str, *, overlap_gate: str |
         if name in (over.get("failed_tasks") or []):
             return f"task {name}: cross-task overlap check failed for this task: {over.get('message', '')}"
     return None
-
-
-def require_gate(task_dir: str | Path, content_hash: str, *, overlap_gate: str | Path | None = None) -> None:
-    """Raise :class:`ContractError` with the reason from :func:`gate_refusal`, if any."""
-    reason = gate_refusal(task_dir, content_hash, overlap_gate=overlap_gate)
-    if reason:
-        raise ContractError(reason)

@@ -1,7 +1,7 @@
 """The data-contract asset checks on curated_task, run through Dagster on tiny BEIR folders.
 
 A failed gate must hold in a later, separate run: the check records GATE.json and the
-downstream precondition (assets._shared.require_gate) refuses the task.
+downstream precondition (Layout.require_gate, which every stage asset asks) refuses the task.
 """
 
 import json
@@ -10,13 +10,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from assets._shared import require_gate
-from assets.checks import OVERLAP_CHECK, TASK_CHECK, task_checks
-from assets.tasks import curated_task
+from assets.checks import OVERLAP_CHECK, TASK_CHECK
 from medbench_core.contracts import gate_refusal, overlap_gate_path
 from medbench_core.errors import ContractError
-from orchestration.partitions import task_partitions
-from orchestration.resources import ArtifactStoreResource, RegistryResource
+from runtime.resources import ArtifactStoreResource, RegistryResource
+from tests.assets.project import PARTITIONS, curated_task, task_checks
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +31,7 @@ def write_beir(folder: Path, queries: dict, docs: dict, qrels: list) -> None:
 @pytest.fixture
 def world(tmp_path):
     # Partition keys come from the real tasks.yaml; the entries behind them from a test catalogue.
-    assert {"scifact", "liveqa_medquad"} <= set(task_partitions.get_partition_keys())
+    assert {"scifact", "liveqa_medquad"} <= set(PARTITIONS.tasks.get_partition_keys())
     shared = tmp_path / "shared"
     write_beir(shared / "sci", {"1": "Aspirin reduces fever."}, {"d1": "aspirin trial", "d2": "other"}, [("1", "d1", 1)])
     write_beir(shared / "lq", {"1": "ASPIRIN reduces fever", "2": "what is gout?"}, {"a1": "gout", "a2": "asp"}, [("1", "a2", 1), ("2", "a1", 1)])
@@ -71,7 +69,7 @@ def test_gates_block_in_the_run_and_in_later_runs(world):
     assert Path(md["gx_results"].value).is_file() and md["data_docs"].value.startswith("file://")
     assert md["content_hash"].value == store.load_task("scifact").content_hash()
     assert checks[OVERLAP_CHECK].metadata["not_judged"].value == "liveqa_medquad"
-    require_gate(store, store.load_task("scifact"))
+    store.layout.require_gate("scifact", store.load_task("scifact").content_hash())
 
     # liveqa_medquad: unknown query licence, not research-only -> its own gate fails; and its
     # query 1 equals scifact's after normalisation -> the overlap gate fails for both.
@@ -87,7 +85,7 @@ def test_gates_block_in_the_run_and_in_later_runs(world):
     # A separate, later step on liveqa is refused by the recorded verdict.
     lq = store.load_task("liveqa_medquad")
     with pytest.raises(ContractError, match="data contract failed"):
-        require_gate(store, lq)
+        store.layout.require_gate("liveqa_medquad", lq.content_hash())
     over = overlap_gate_path(store.root_path / "tasks")
     assert "cross-task overlap check failed" in gate_refusal(store.task_dir("scifact"), store.load_task("scifact").content_hash(), overlap_gate=over)
 
@@ -98,7 +96,7 @@ def test_gates_block_in_the_run_and_in_later_runs(world):
     assert result.success, checks[TASK_CHECK].metadata["message"].value
     assert checks[TASK_CHECK].metadata["research_only"].value is True
     lq = store.load_task("liveqa_medquad")
-    require_gate(store, lq)
+    store.layout.require_gate("liveqa_medquad", lq.content_hash())
     assert gate_refusal(store.task_dir("liveqa_medquad"), lq.content_hash(), overlap_gate=over) is None
 
 
@@ -111,4 +109,4 @@ def test_gate_judged_other_content_is_refused(world):
     gate["content_hash"] = "0" * 64  # the gate judged some other version of the task
     (store.task_dir("scifact") / "GATE.json").write_text(json.dumps(gate))
     with pytest.raises(ContractError, match="re-run the checks"):
-        require_gate(store, old)
+        store.layout.require_gate("scifact", old.content_hash())

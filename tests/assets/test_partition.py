@@ -15,15 +15,10 @@ import dagster as dg
 import pytest
 import pytrec_eval
 
-from assets.checks import task_checks
-from assets.embeddings import corpus_embeddings
-from assets.indices import corpus_index
-from assets.metrics import task_metrics
-from assets.runs import retrieval_run
-from assets.tasks import curated_task
 from medbench_core.provenance import file_hash, git_sha
-from orchestration.partitions import MODEL_PARTITIONS_NAME, partition_key
-from orchestration.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource
+from runtime.partitions import MODEL_PARTITIONS_NAME, partition_key
+from runtime.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource
+from tests.assets.project import corpus_embeddings, corpus_index, curated_task, retrieval_run, task_checks, task_metrics
 
 pytestmark = pytest.mark.slow
 

@@ -29,11 +29,11 @@ from medbench_core.contracts import (
     read_gate,
     record_gate,
     record_overlap_gate,
-    require_gate,
     validate_task,
     validate_tasks,
 )
 from medbench_core.errors import ContractError
+from medbench_core.layout import Layout
 from medbench_core.licences import (
     DEFAULT_ALLOWLIST,
     LicencePolicy,
@@ -564,7 +564,9 @@ def test_record_gate_and_refusal(tmp_path):
     gate = read_gate(path)
     assert gate["passed"] is True and gate["content_hash"] == digest and gate["task"] == "t"
     assert gate_refusal(task_dir, digest) is None
-    require_gate(task_dir, digest)
+    # At a project's paths the cross-task verdict is asked for too, and there is none here.
+    with pytest.raises(ContractError, match="no cross-task overlap verdict"):
+        Layout(tmp_path).require_gate("t", digest)
     # The gate judged other content: refused until the checks run again.
     assert "re-run the checks" in gate_refusal(task_dir, "0" * 64)
 
@@ -575,7 +577,7 @@ def test_record_gate_and_refusal(tmp_path):
     reason = gate_refusal(task_dir, bad.content_hash)
     assert "data contract failed" in reason and "q1 -> d99" in reason
     with pytest.raises(ContractError, match="q1 -> d99"):
-        require_gate(task_dir, bad.content_hash)
+        Layout(tmp_path).require_gate("t", bad.content_hash)
 
 
 def test_overlap_gate_refuses_tasks_it_failed_or_never_judged(tmp_path):
@@ -604,7 +606,7 @@ def test_overlap_gate_refuses_tasks_it_failed_or_never_judged(tmp_path):
 
 
 def test_lead_gate_reader_accepts_record_gate_fields(tmp_path):
-    """assets/_shared.require_gate reads passed, content_hash and message."""
+    """The gate rule (contracts.gate_refusal, through Layout.gate_refusal) reads passed, content_hash and message."""
     res = validate_task(text_task())
     record_gate(tmp_path, res)
     gate = json.loads((tmp_path / "GATE.json").read_text())

@@ -40,7 +40,7 @@ def _with_settings(**change) -> ModelSpec:
 
 
 def _artifact_dir(root, spec, stage, keys):
-    from orchestration.resources import ArtifactStoreResource
+    from runtime.resources import ArtifactStoreResource
 
     store = ArtifactStoreResource(root=str(root), shared_data=str(root / "shared"), scratch=str(root / "scratch"))
     return store.artifact_dir(spec.name, "liveqa_medquad", stage, keys[stage])

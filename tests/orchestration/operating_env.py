@@ -70,7 +70,7 @@ class World:
         return self.root / "dagster_home"
 
     def resources(self) -> dict:
-        from orchestration.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource
+        from runtime.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource
 
         return {
             "store": ArtifactStoreResource(root=str(self.root / "data"), shared_data=str(self.shared), scratch=str(self.root / "scratch")),
@@ -80,11 +80,9 @@ class World:
         }
 
     def defs(self) -> dg.Definitions:
-        from orchestration.definitions import defs
+        from orchestration.definitions import build_definitions
 
-        return dg.Definitions(
-            assets=defs.assets, asset_checks=defs.asset_checks, jobs=defs.jobs, schedules=defs.schedules, sensors=defs.sensors, resources=self.resources()
-        )
+        return build_definitions(resources=self.resources())
 
     def instance(self) -> dg.DagsterInstance:
         return dg.DagsterInstance.from_config(str(self.dagster_home))
@@ -101,7 +99,7 @@ def new_world(root: Path, models: list[dict], real_data: bool = False) -> World:
     """
     root.mkdir(parents=True, exist_ok=True)
     if real_data:
-        from orchestration import settings
+        from runtime import settings
 
         (root / "shared").symlink_to(settings.SHARED / "data")
         shutil.copy(ROOT / "tasks.yaml", root / "tasks.yaml")
@@ -174,7 +172,7 @@ def operated_world(tmp_path_factory, models: tuple[str, ...] = ("bm25", "bm25-k1
     """A world where both tasks are curated and ``models`` evaluated on both (built once per test session)."""
     key = ",".join(models)
     if key not in _TEMPLATES:
-        from orchestration.partitions import partition_key
+        from runtime.partitions import partition_key
         from orchestration.registry_sync import sync_model_partitions
 
         specs = {"bm25": BM25, "bm25-k12": BM25_K12}

@@ -82,6 +82,9 @@ def test_a_run_killed_holding_the_encode_slot_does_not_block_the_next_run(tmp_pa
     def launch(job: str) -> None:
         subprocess.run([*dagster, "job", "launch", "-w", str(workspace), "-j", job], env=env, cwd=tmp_path, check=True, capture_output=True, timeout=120)
 
+    # The instance's SQLite storage is created here, once, before the daemon and the launcher open it:
+    # three processes creating it at once can leave two alembic heads ("more than one head present").
+    dg.DagsterInstance.from_config(str(home)).dispose()
     log = open(tmp_path / "daemon.log", "wb")
     daemon_cli = str(Path(sys.executable).parent / "dagster-daemon")
     daemon = subprocess.Popen([daemon_cli, "run", "-w", str(workspace)], env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -4,12 +4,13 @@ import dagster as dg
 import pytest
 
 from medbench_core.catalog import load_catalog
-from orchestration import settings
-from orchestration.definitions import defs
-from orchestration.partitions import MODEL_PARTITIONS_NAME, partition_key, split_key
+from runtime import settings
+from orchestration.definitions import build_definitions
+from runtime.partitions import MODEL_PARTITIONS_NAME, partition_key, split_key
 
 MODEL_TASK_ASSETS = ("corpus_embeddings", "corpus_index", "retrieval_run", "task_metrics")
 TASKS = load_catalog(settings.TASKS_FILE).names
+defs = build_definitions()
 
 
 def test_definitions_load_with_the_medbench_assets_checks_and_jobs():

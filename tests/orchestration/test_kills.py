@@ -26,8 +26,8 @@ import signal
 import dagster as dg
 import pytest
 
-from orchestration.partitions import partition_key
-from orchestration.versioning import verify_tree
+from runtime.partitions import partition_key
+from medbench_release.release import verify_tree
 from tests.orchestration.kill_env import (
     BM25_K09,
     BM25_K20,

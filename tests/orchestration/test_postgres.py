@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from orchestration.partitions import partition_key
+from runtime.partitions import partition_key
 from orchestration.registry_sync import sync_model_partitions
 from tests.orchestration.operating_env import BM25, ROOT, curate, evaluate, free_port, new_world
 
@@ -96,7 +96,8 @@ def test_a_partitioned_materialisation_against_the_production_profile(postgres, 
 
 
 def test_the_production_executor_is_dagsters_celery_executor(monkeypatch):
-    from orchestration import definitions, settings
+    from orchestration import definitions
+    from runtime import settings
 
     monkeypatch.setattr(settings, "EXECUTOR", "celery")
     monkeypatch.setattr(settings, "CELERY_BROKER", "pyamqp://medbench@mq.internal//")

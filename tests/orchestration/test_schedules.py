@@ -7,8 +7,8 @@ import dagster as dg
 import pytest
 from dagster._utils.schedules import cron_string_iterator
 
-from orchestration import settings
-from orchestration.definitions import defs as project_defs
+from runtime import settings
+from orchestration.definitions import build_definitions
 from orchestration.schedules import build_nightly_evaluation, nightly_evaluation
 from tests.orchestration.operating_env import BM25, BM25_K12, operated_world, write_models
 
@@ -18,7 +18,7 @@ def next_tick(schedule: dg.ScheduleDefinition, after: datetime) -> datetime:
 
 
 def test_the_schedules_tick_at_two_by_default():
-    repo = project_defs.get_repository_def()
+    repo = build_definitions().get_repository_def()
     for name in ("nightly_evaluation", "nightly_drift_canary"):
         schedule = repo.get_schedule_def(name)
         assert (schedule.cron_schedule, schedule.execution_timezone) == ("0 2 * * *", "UTC")

@@ -7,7 +7,7 @@ sensor definition and applied as the daemon applies them (events, partitions, th
 import dagster as dg
 import pytest
 
-from orchestration.definitions import defs as project_defs
+from orchestration.definitions import build_definitions
 from orchestration.registry_sync import retire_model
 from orchestration.sensors import model_registry_sensor, registry_tick
 from tests.orchestration.operating_env import BM25, BM25_K12, apply_sensor_result, materialization_ids, operated_world, write_models
@@ -29,7 +29,7 @@ def tick(world, instance, defs) -> dg.SensorResult:
 
 
 def test_the_sensor_is_registered_and_running_by_default():
-    sensor = project_defs.get_repository_def().get_sensor_def("model_registry_sensor")
+    sensor = build_definitions().get_repository_def().get_sensor_def("model_registry_sensor")
     assert sensor.job_name == "evaluate_partition"
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
 
@@ -87,7 +87,7 @@ def test_a_renamed_model_is_a_new_model_and_the_old_partition_keeps_its_history(
         quiet = registry_tick(instance, world.resources()["registry"], world.resources()["store"])
         assert quiet.run_requests == []
         assert quiet.skip_reason.skip_message == (
-            "no longer registered (kept with their history; retire with `python -m orchestration.registry_sync --retire NAME`): bm25"
+            "no longer registered (kept with their history; retire with `medbench models retire NAME`): bm25"
         )
 
         # retiring is deliberate: refused while registered, then the partition goes and the history stays

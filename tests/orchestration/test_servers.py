@@ -13,6 +13,7 @@ import urllib.request
 
 import pytest
 
+from medbench_cli.ui import commands
 from tests.orchestration.operating_env import ROOT, free_port, listening_addresses, server
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -27,6 +28,15 @@ def routable_address() -> str | None:
         except OSError:
             return None
     return None if addr.startswith("127.") else addr
+
+
+def other_address() -> str:
+    """An address of this host other than 127.0.0.1: its routable one, or 127.0.0.2 without a network.
+
+    A server bound to 127.0.0.1 refuses connections to either; one bound to every interface
+    (0.0.0.0) accepts both, so the check means something with or without a network.
+    """
+    return routable_address() or "127.0.0.2"
 
 
 def refused_on(addr: str, port: int) -> bool:
@@ -53,12 +63,12 @@ def test_the_dagster_webserver_listens_on_loopback_only_by_default(tmp_path):
     cmd = [sys.executable, "-m", "dagster_webserver", "-p", str(port), "-f", str(tmp_path / "defs.py")]  # no -h: the default
     with server(cmd, f"http://127.0.0.1:{port}/server_info", env={"DAGSTER_HOME": str(tmp_path / "home")}, log=tmp_path / "web.log"):
         assert listening_addresses(port) == {"127.0.0.1"}
-        addr = routable_address()
-        if addr:
-            assert refused_on(addr, port)
-    # and our own launcher asks for loopback explicitly
-    dev = (ROOT / "scripts" / "dev").read_text()
-    assert re.search(r"^exec dagster dev -h 127\.0\.0\.1 ", dev, re.M)
+        assert refused_on(other_address(), port)
+    # and our own launcher (`medbench ui`, which scripts/dev runs) asks for loopback explicitly
+    assert re.search(r"^exec medbench ui ", (ROOT / "scripts" / "dev").read_text(), re.M)
+    cmds = commands(3000, 5000, "sqlite:///x.db")
+    assert cmds["dagster"][cmds["dagster"].index("-h") + 1] == "127.0.0.1"
+    assert cmds["mlflow"][cmds["mlflow"].index("--host") + 1] == "127.0.0.1"
 
 
 def test_the_mlflow_server_listens_on_loopback_and_refuses_foreign_host_headers(tmp_path):
@@ -68,12 +78,21 @@ def test_the_mlflow_server_listens_on_loopback_and_refuses_foreign_host_headers(
            "--allowed-hosts", f"mlflow.medbench.internal:{port},localhost:{port},127.0.0.1:{port}"]  # fmt: skip
     with server(cmd, f"http://127.0.0.1:{port}/health", log=tmp_path / "mlflow.log"):
         assert listening_addresses(port) == {"127.0.0.1"}  # no --host: the default
-        addr = routable_address()
-        if addr:
-            assert refused_on(addr, port)
+        assert refused_on(other_address(), port)
         assert get(api, f"127.0.0.1:{port}") == 200
         assert get(api, f"mlflow.medbench.internal:{port}") == 200
         assert get(api, "evil.example.com") == 403
         assert get(api, f"evil.example.com:{port}") == 403
         assert get(api, f"10.0.0.5:{port}") == 403  # a private address is not in this allowlist
 
+
+def test_the_other_address_reaches_a_server_listening_on_every_interface():
+    """The check above would notice a server bound to 0.0.0.0, network or not."""
+    with socket.socket() as wildcard:
+        wildcard.bind(("0.0.0.0", 0))
+        wildcard.listen()
+        assert not refused_on(other_address(), wildcard.getsockname()[1])
+    with socket.socket() as loopback:
+        loopback.bind(("127.0.0.1", 0))
+        loopback.listen()
+        assert refused_on(other_address(), loopback.getsockname()[1])

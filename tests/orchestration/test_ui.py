@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from orchestration.partitions import partition_key
+from runtime.partitions import partition_key
 from tests.orchestration.operating_env import ROOT, curate, evaluate, free_port, operated_world, server
 
 pytestmark = [pytest.mark.ui, pytest.mark.server, pytest.mark.slow]

@@ -26,14 +26,9 @@ import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from assets.checks import task_checks
-from assets.embeddings import corpus_embeddings
-from assets.indices import corpus_index
-from assets.metrics import task_metrics
-from assets.runs import retrieval_run
-from assets.tasks import curated_task
-from orchestration.partitions import MODEL_PARTITIONS_NAME, partition_key
-from orchestration.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource, dagster_run_alive
+from runtime.partitions import MODEL_PARTITIONS_NAME, partition_key
+from runtime.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource, dagster_run_alive
+from tests.assets.project import corpus_embeddings, corpus_index, curated_task, retrieval_run, task_checks, task_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -154,7 +149,7 @@ LOG_RUN = textwrap.dedent(
     import os, sys, time
     from pathlib import Path
     from mlflow.tracking import MlflowClient
-    from orchestration.resources import MLflowResource
+    from runtime.resources import MLflowResource
 
     uri, artifacts, experiment, artifact, work, mode, key = sys.argv[1:8]
     upload = MlflowClient.log_artifact

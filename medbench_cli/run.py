@@ -1,6 +1,4 @@
-"""The main job: curate every task, evaluate every registered model on every task, print the leaderboard.
-
-    python -m orchestration.main [--models a,b] [--tasks x,y] [--force] [--prepare-only] [--serial]
+"""``medbench run``: curate every task, evaluate every registered model on every task, print the leaderboard.
 
 Each step is a real Dagster run on the project's instance (DAGSTER_HOME), so the UI shows
 them; partitions whose inputs are unchanged are cache hits and finish in a second.
@@ -24,60 +22,44 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
-from orchestration import settings
-
-STAGE_ASSETS = ("corpus_embeddings", "corpus_index", "retrieval_run", "task_metrics")
-
-
-def _prepare_environment() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if not os.environ.get("DAGSTER_HOME"):
-        home = settings.STATE / "dagster_home"
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "dagster.yaml").write_text((settings.ROOT / "dagster.yaml").read_text())
-        os.environ["DAGSTER_HOME"] = str(home)
-    warnings.filterwarnings("ignore")
+from medbench_cli.common import check_names, describe, prepare_environment, quiet_run_config
+from runtime import settings
 
 
-def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m orchestration.main", description=__doc__.splitlines()[0])
-    parser.add_argument("--models", help="comma-separated model names (default: every model in models.yaml)")
-    parser.add_argument("--tasks", help="comma-separated task names (default: every task in tasks.yaml)")
-    parser.add_argument("--force", action="store_true", help="recompute even when artifacts with the same provenance exist")
-    parser.add_argument("--prepare-only", action="store_true", help="curate and gate the tasks; evaluate nothing")
-    parser.add_argument("--report", type=Path, help="with --prepare-only: write what was prepared to this JSON file")
-    parser.add_argument("--serial", action="store_true", help="prepare in this process, without loading a model alongside")
-    return parser.parse_args(argv)
-
-
-def _quiet() -> dict:
-    return {"loggers": {"console": {"config": {"log_level": os.environ.get("MEDBENCH_LOG_LEVEL", "WARNING")}}}}
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="curate every task, evaluate every model on it, print the leaderboard", description=describe(__doc__))
+    p.add_argument("--models", help="comma-separated model names (default: every model in models.yaml)")
+    p.add_argument("--tasks", help="comma-separated task names (default: every task in tasks.yaml)")
+    p.add_argument("--force", action="store_true", help="recompute even when artifacts with the same provenance exist")
+    p.add_argument("--serial", action="store_true", help="prepare in this process, without loading a model alongside")
+    # Internal: the prepare phase as the child process runs it.
+    p.add_argument("--prepare-only", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--report", type=Path, help=argparse.SUPPRESS)
+    p.set_defaults(handler=main, parser=p)
 
 
 def prepare(defs, instance, tasks: list[str]) -> dict:
     """Model partitions, curated tasks and both gates. Returns usable, gated and failed tasks."""
+    from orchestration.jobs import CURATE_JOB, OVERLAP_JOB
     from orchestration.registry_sync import sync_model_partitions
 
     resources = defs.resources
     sync_model_partitions(instance, resources["registry"])
-    curate = defs.resolve_job_def("curate_tasks")
+    curate = defs.resolve_job_def(CURATE_JOB)
     failures: list[str] = []
     curated: list[str] = []
     for task in tasks:
         t = time.perf_counter()
-        res = curate.execute_in_process(instance=instance, partition_key=task, run_config=_quiet(), raise_on_error=False)
+        res = curate.execute_in_process(instance=instance, partition_key=task, run_config=quiet_run_config(), raise_on_error=False)
         print(f"[curate] {task:<22} {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t:.1f}s)", flush=True)
         if res.success:
             curated.append(task)
         else:
             failures.append(f"curated_task[{task}]")
     t = time.perf_counter()
-    defs.resolve_job_def("check_overlap").execute_in_process(instance=instance, run_config=_quiet(), raise_on_error=False)
+    defs.resolve_job_def(OVERLAP_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=False)
     print(f"[overlap] {len(curated)} tasks judged together ({time.perf_counter() - t:.1f}s)", flush=True)
     usable: list[str] = []
     gated: dict[str, str] = {}
@@ -100,6 +82,7 @@ def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) ->
     result: the evaluation decides again from the gated tasks.
     """
     from medbench_core.errors import MedbenchError
+    from medbench_core.layout import ENCODING_STAGES
     from medbench_core.pipeline import applicability, partition_keys
     from medbench_core.storage import is_complete
 
@@ -120,33 +103,30 @@ def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) ->
             if applicability(spec, stored[task]) or layout.gate_refusal(task, stored[task].content_hash()):
                 continue
             keys = partition_keys(spec, stored[task])
-            if not all(is_complete(layout.artifact_dir(spec.name, task, stage, keys[stage])) for stage in ("embeddings", "run")):
+            if not all(is_complete(layout.artifact_dir(spec.name, task, stage, keys[stage])) for stage in ENCODING_STAGES):
                 return spec.name
     return None
 
 
 def _plan(args: argparse.Namespace) -> tuple[list[str], list[str], str | None]:
-    """Models and tasks to run, and the model to load while preparing (None: prepare in this process)."""
+    """Models and tasks to run (validated), and the model to load while preparing (None: prepare in this process)."""
     from medbench_core.catalog import load_catalog
     from medbench_core.layout import Layout
     from medbench_core.models import load_registry
 
     registry = {spec.name: spec for spec in load_registry(settings.MODELS_FILE)}
-    models = [m for m in args.models.split(",") if m] if args.models else list(registry)
-    tasks = [t for t in args.tasks.split(",") if t] if args.tasks else load_catalog(settings.TASKS_FILE).names
-    unknown = [m for m in models if m not in registry]
-    if unknown or args.serial or args.prepare_only:
-        return models, tasks, None  # an unknown model fails its partitions, with Dagster's message
+    catalogue = load_catalog(settings.TASKS_FILE).names
+    models = check_names(args.parser, "model", args.models, list(registry), settings.MODELS_FILE)
+    tasks = check_names(args.parser, "task", args.tasks, catalogue, settings.TASKS_FILE)
+    if args.serial or args.prepare_only:
+        return models, tasks, None
     return models, tasks, model_to_warm([registry[m] for m in models], Layout(settings.DATA), tasks, args.force)
 
 
 def warm_up(defs, model: str) -> float:
     """Load ``model``'s encoder into this process's cache, as the evaluation assets will ask for it."""
-    from assets._shared import shared_encoder
-
     t = time.perf_counter()
-    spec = defs.resources["registry"].model(model)
-    shared_encoder(spec, defs.resources["compute"].torch_device(), False)
+    defs.resources["compute"].encoder(defs.resources["registry"].model(model))
     return time.perf_counter() - t
 
 
@@ -156,7 +136,7 @@ class _Preparation:
     def __init__(self, args: argparse.Namespace) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="medbench-prepare-")
         self.report = Path(self._tmp.name) / "report.json"
-        cmd = [sys.executable, "-m", "orchestration.main", "--prepare-only", "--report", str(self.report)]
+        cmd = [sys.executable, "-m", "medbench_cli", "run", "--prepare-only", "--report", str(self.report)]
         if args.tasks:
             cmd += ["--tasks", args.tasks]
         self.process = subprocess.Popen(cmd, env=os.environ.copy())
@@ -176,28 +156,29 @@ class _Preparation:
 
 def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool) -> list[str]:
     """Every model x task partition, in that order (one encoder is kept loaded at a time)."""
-    from orchestration.partitions import partition_key
+    from assets.stage import STAGE_ASSETS
+    from orchestration.jobs import EVALUATE_JOB
+    from runtime.partitions import partition_key
 
-    run_config: dict = _quiet()
+    run_config: dict = quiet_run_config()
     if force:
         run_config["ops"] = {a: {"config": {"force": True}} for a in STAGE_ASSETS}
-    job = defs.resolve_job_def("evaluate_partition")
+    job = defs.resolve_job_def(EVALUATE_JOB)
     failures: list[str] = []
     for model in models:
         for task in tasks:
             t = time.perf_counter()
             res = job.execute_in_process(instance=instance, partition_key=partition_key(model, task), run_config=run_config, raise_on_error=False)
             status = "ok" if res.success else "FAILED"
-            note = " (cached)" if _cache_hits(res) == 4 else " (n/a: model cannot read this task)" if _not_applicable(res) else ""
+            note = " (cached)" if _cache_hits(res) == len(STAGE_ASSETS) else " (n/a: model cannot read this task)" if _not_applicable(res) else ""
             print(f"[evaluate] {model:<24} x {task:<22} {status}{note} ({time.perf_counter() - t:.1f}s)", flush=True)
             if not res.success:
                 failures.append(f"{model}|{task}")
     return failures
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _arguments(argv)
-    _prepare_environment()
+def main(args: argparse.Namespace) -> int:
+    prepare_environment()
     t0 = time.perf_counter()
     models, tasks, model = _plan(args)
     # With a model to load, the child prepares (and creates a new instance's storage) while this
@@ -206,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import dagster as dg
 
-        from orchestration.definitions import defs
+        from orchestration.definitions import build_definitions
 
+        defs = build_definitions()
         if args.prepare_only:
             prepared = prepare(defs, dg.DagsterInstance.get(), tasks)
             if args.report:
@@ -229,8 +211,10 @@ def main(argv: list[str] | None = None) -> int:
             preparation.close()
     instance = dg.DagsterInstance.get()
     failures = prepared["failures"] + evaluate(defs, instance, models, prepared["usable"], args.force)
-    defs.resolve_job_def("build_leaderboard").execute_in_process(instance=instance, run_config=_quiet(), raise_on_error=True)
-    board = defs.resources["store"].reports_dir() / "leaderboard.md"
+    from orchestration.jobs import LEADERBOARD_JOB
+
+    defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=True)
+    board = defs.resources["store"].layout.leaderboard_file("md")
     print()
     print(board.read_text())
     print(f"saved to {board} (and .csv, .json); MLflow: {defs.resources['mlflow'].tracking_uri}")
@@ -258,7 +242,3 @@ def _cache_hits(result) -> int:
         if "cache_hit" in md and md["cache_hit"].value:
             n += 1
     return n
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,10 @@
-"""Resources: where artifacts live, the registries, the compute device and MLflow."""
+"""The MLflow store: one run per model x task partition, created safely, reused, reconciled.
+
+A new local SQLite store starts as a copy of an empty schema built once per MLflow version
+(:func:`mlflow_schema`), is created once before any parallel work (:meth:`MLflowResource.ensure_store`)
+and is written under per-run-key file locks; runs left RUNNING by killed processes are marked
+KILLED (RELIABILITY.md tests 11-13).
+"""
 
 from __future__ import annotations
 
@@ -11,94 +17,9 @@ from typing import Any, Callable
 
 import dagster as dg
 
-from medbench_core.catalog import Catalog, TaskEntry, load_catalog
-from medbench_core.errors import DataError
-from medbench_core.layout import Layout
-from medbench_core.model import Task
-from medbench_core.models import ModelSpec, load_registry
+from medbench_core.run_record import DAGSTER_RUN_TAG, RUN_KEY_TAG
 from medbench_core.storage import atomic_path, write_text_atomic
-from orchestration import settings
-
-
-class ArtifactStoreResource(dg.ConfigurableResource):
-    """The artifact tree under ``root`` (DVC-tracked ``data/``) and the source data folder.
-
-    data/tasks/<task>/                               curated task, MANIFEST.json, GATE.json
-    data/artifacts/<model>/<task>/<stage>/<key>/     one artifact per provenance key
-    data/reports/                                    leaderboard
-    """
-
-    root: str
-    shared_data: str
-    scratch: str
-
-    @property
-    def root_path(self) -> Path:
-        return Path(self.root)
-
-    @property
-    def layout(self) -> Layout:
-        return Layout(self.root_path)
-
-    def task_dir(self, task: str) -> Path:
-        return self.layout.task_dir(task)
-
-    def artifact_dir(self, model: str, task: str, stage: str, key: str) -> Path:
-        return self.layout.artifact_dir(model, task, stage, key)
-
-    def reports_dir(self) -> Path:
-        return self.layout.reports_dir()
-
-    def load_task(self, task: str) -> Task:
-        """The curated task, after verifying its manifest."""
-        return self.layout.load_task(task)
-
-    def scratch_dir(self, *parts: str) -> Path:
-        p = Path(self.scratch).joinpath(*parts)
-        p.mkdir(parents=True, exist_ok=True)
-        return p
-
-
-class RegistryResource(dg.ConfigurableResource):
-    """The model registry (models.yaml) and the task catalogue (tasks.yaml)."""
-
-    models_file: str
-    tasks_file: str
-
-    def models(self) -> list[ModelSpec]:
-        return load_registry(self.models_file)
-
-    def model(self, name: str) -> ModelSpec:
-        for m in self.models():
-            if m.name == name:
-                return m
-        raise DataError(f"model {name!r} is a partition but not in {self.models_file}; add it back or delete the partition")
-
-    def catalog(self) -> Catalog:
-        return load_catalog(self.tasks_file)
-
-    def task_entry(self, name: str) -> TaskEntry:
-        return self.catalog().task(name)
-
-
-class ComputeResource(dg.ConfigurableResource):
-    """Device for encoders (``auto`` picks CUDA when present) and FAISS GPU use."""
-
-    device: str = "auto"
-    faiss_gpu: str = "auto"  # auto | never | always
-
-    def torch_device(self) -> str:
-        if self.device != "auto":
-            return self.device
-        try:
-            import torch
-
-            return "cuda" if torch.cuda.is_available() else "cpu"
-        except ImportError:
-            return "cpu"
-
-    def use_gpu_for_faiss(self) -> bool | None:
-        return {"auto": None, "never": False, "always": True}[self.faiss_gpu]
+from runtime import settings
 
 
 class MLflowResource(dg.ConfigurableResource):
@@ -185,7 +106,7 @@ class MLflowResource(dg.ConfigurableResource):
 
     def find_runs(self, experiment: str, run_key: str) -> list[Any]:
         exp_id = self.experiment_id(experiment)
-        return self.client().search_runs([exp_id], filter_string=f"tags.`medbench.run_key` = '{run_key}'", max_results=100)
+        return self.client().search_runs([exp_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{run_key}'", max_results=100)
 
     def finished_run(self, experiment: str, run_key: str) -> Any | None:
         for r in self.find_runs(experiment, run_key):
@@ -215,7 +136,7 @@ class MLflowResource(dg.ConfigurableResource):
                     return r.info.run_id, True
             for r in existing:
                 client.delete_run(r.info.run_id)
-            run = client.create_run(self.experiment_id(experiment), run_name=run_name, tags={**tags, "medbench.run_key": run_key})
+            run = client.create_run(self.experiment_id(experiment), run_name=run_name, tags={**tags, RUN_KEY_TAG: run_key})
             run_id = run.info.run_id
             try:
                 now = int(time.time() * 1000)
@@ -262,7 +183,7 @@ class MLflowResource(dg.ConfigurableResource):
         now_ms = time.time() * 1000
         stale = []
         for r in client.search_runs([exp.experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000):
-            dagster_run = r.data.tags.get("medbench.dagster_run_id")
+            dagster_run = r.data.tags.get(DAGSTER_RUN_TAG)
             dead = is_alive is not None and dagster_run is not None and not is_alive(dagster_run)
             if dead or now_ms - (r.info.start_time or 0) > older_than_seconds * 1000:
                 client.set_terminated(r.info.run_id, status=RunStatus.to_string(RunStatus.KILLED))
@@ -299,6 +220,7 @@ def mlflow_schema() -> Path:
     Built the way MLflow builds a new store (initial tables, then every migration) into a
     temporary file and renamed into place, so a killed build leaves nothing half-made.
     """
+    # Installation-level (MEDBENCH_CACHE), read when called: tests point it elsewhere.
     path = settings.CACHE / "mlflow-schema" / f"mlflow-{_mlflow_version()}.db"
     if path.is_file():
         return path

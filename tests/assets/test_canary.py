@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 
 from assets.canary import CANARY_CHECK, CANARY_EXPERIMENT, baseline_path, drift, judge
-from orchestration import settings
+from runtime import settings
 from tests.orchestration.operating_env import BM25, QUIET, curate, new_world
 
 PUBLISHED_NDCG10 = 0.6964

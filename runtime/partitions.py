@@ -1,22 +1,39 @@
-"""Partitions: tasks are static (from tasks.yaml), models dynamic (added from the registry)."""
+"""Partitions: tasks are static (from a task catalogue), models dynamic (added from the registry).
+
+Nothing is read at import: :class:`Partitions` is built from a catalogue's task names when the
+definitions are (orchestration/definitions.py), and the asset factories take it.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
 
 import dagster as dg
 
 from medbench_core.catalog import load_catalog
-from orchestration import settings
 
 MODEL_PARTITIONS_NAME = "models"
 
-task_partitions = dg.StaticPartitionsDefinition(load_catalog(settings.TASKS_FILE).names)
 model_partitions = dg.DynamicPartitionsDefinition(name=MODEL_PARTITIONS_NAME)
-model_task_partitions = dg.MultiPartitionsDefinition({"model": model_partitions, "task": task_partitions})
 
 # A model x task partition reads the curated task of its own task.
 task_of_partition = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="task")
 # ... and the registry entry (model_spec) of its own model.
 model_of_partition = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="model")
+
+
+class Partitions:
+    """The partitions of one task catalogue: ``tasks`` (static), ``models`` (dynamic) and ``model_task``."""
+
+    def __init__(self, task_names: Sequence[str]) -> None:
+        self.tasks = dg.StaticPartitionsDefinition(list(task_names))
+        self.models = model_partitions
+        self.model_task = dg.MultiPartitionsDefinition({"model": model_partitions, "task": self.tasks})
+
+    @classmethod
+    def from_catalog(cls, tasks_file: str | Path) -> Partitions:
+        return cls(load_catalog(tasks_file).names)
 
 
 def split_key(key: str | dg.MultiPartitionKey) -> tuple[str, str]:

@@ -1,7 +1,7 @@
 """Benchmark versions end to end, on a real (small) benchmark in a temporary git repository.
 
 The module fixture copies the project into a temporary git repository, runs the real main job
-(`python -m orchestration.main`, bm25 and tiny-clip-random on LiveQA-MedQuAD, ~40 s), and
+(`medbench run`, bm25 and tiny-clip-random on LiveQA-MedQuAD, ~40 s), and
 releases it as `v1` to a temporary local DVC remote. Each test then works on fresh `git clone`s
 and, where it damages the remote, on its own copy of it. RELIABILITY.md tests 7, 8, 9 and 10.
 """
@@ -23,14 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestration import settings
-from orchestration.versioning import leftover_temp_files, missing_on_remote, rehash_objects, verify_tree
+from runtime import settings
+from medbench_release.gc import leftover_temp_files, missing_on_remote, rehash_objects
+from medbench_release.release import verify_tree
 
 pytestmark = [pytest.mark.dvc, pytest.mark.slow, pytest.mark.timeout(900)]
 
 PROJECT = Path(__file__).resolve().parents[2]
 COPY = [
-    "medbench_core", "orchestration", "assets", "tasks.yaml", "models.yaml", "dagster.yaml", "pyproject.toml",
+    "medbench_core", "runtime", "assets", "orchestration", "medbench_cli", "medbench_release", "tasks.yaml", "models.yaml", "dagster.yaml", "pyproject.toml",
     "requirements.lock", ".gitignore", ".dvcignore", ".dvc/config", ".dvc/.gitignore",
 ]
 MODELS = ("bm25", "tiny-clip-random")
@@ -74,8 +75,8 @@ class Bench:
     def run(self, repo: Path, *args: str, remote: Path | None = None, db: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, *args], cwd=repo, env=self.env(repo, remote, db), capture_output=True, text=True, timeout=timeout)
 
-    def versioning(self, repo: Path, *args: str, **kw) -> subprocess.CompletedProcess:
-        return self.run(repo, "-m", "orchestration.versioning", *args, **kw)
+    def medbench(self, repo: Path, *args: str, **kw) -> subprocess.CompletedProcess:
+        return self.run(repo, "-m", "medbench_cli", *args, **kw)
 
     def dvc(self, repo: Path, *args: str, **kw) -> subprocess.CompletedProcess:
         return self.run(repo, "-m", "dvc", *args, **kw)
@@ -125,8 +126,8 @@ def bench(tmp_path_factory) -> Bench:
     _git(origin, "add", "-A")
     _git(origin, "commit", "-q", "-m", "code")
     b = Bench(base, origin, base / "remote", base / "state" / "mlflow.db", settings.SHARED.resolve(), "", {})
-    _ok(b.run(origin, "-m", "orchestration.main", "--models", ",".join(MODELS), "--tasks", TASK, timeout=600))
-    _ok(b.versioning(origin, "release", "v1"))
+    _ok(b.run(origin, "-m", "medbench_cli", "run", "--models", ",".join(MODELS), "--tasks", TASK, timeout=600))
+    _ok(b.medbench(origin, "release", "v1"))
     b.record = json.loads((origin / "versions" / "v1.json").read_text())
     b.version = b.record["data_version"]
     return b
@@ -204,7 +205,7 @@ def test_fresh_clone_pulls_and_reproduces_every_metric_bit_identically(bench):
     clone = bench.clone("clone-reproduce")
     assert not (clone / "data").exists()
 
-    proc = _ok(bench.versioning(clone, "reproduce", "v1", "--require-mlflow"))
+    proc = _ok(bench.medbench(clone, "reproduce", "v1", "--require-mlflow"))
 
     runs = _mlflow_runs(bench.db)
     out = proc.stdout
@@ -221,14 +222,14 @@ def test_fresh_clone_pulls_and_reproduces_every_metric_bit_identically(bench):
 
 def test_a_metric_that_differs_from_mlflow_or_a_damaged_index_gives_a_nonzero_exit_naming_it(bench):
     clone = bench.clone("clone-differs")
-    _ok(bench.versioning(clone, "pull"))
+    _ok(bench.medbench(clone, "data", "pull"))
     db = bench.copy_db("differs.db")
     bm25 = _mlflow_runs(db)["bm25"]
     from mlflow.tracking import MlflowClient
 
     MlflowClient(tracking_uri=f"sqlite:///{db}").log_metric(bm25.info.run_id, "ndcg_at_10", 0.5, step=1)
 
-    proc = bench.versioning(clone, "reproduce", "v1", "--no-pull", db=db)
+    proc = bench.medbench(clone, "reproduce", "v1", "--no-pull", db=db)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     want = bm25.data.metrics["ndcg_at_10"]
     assert f"DIFFERS bm25 x {TASK}: ndcg_at_10: MLflow run {bm25.info.run_id} 0.5 != recomputed {want!r}" in proc.stderr
@@ -239,7 +240,7 @@ def test_a_metric_that_differs_from_mlflow_or_a_damaged_index_gives_a_nonzero_ex
     raw = bytearray(index.read_bytes())
     raw[-3] ^= 0xFF
     index.write_bytes(bytes(raw))
-    proc = bench.versioning(clone, "reproduce", "v1", "--no-pull")
+    proc = bench.medbench(clone, "reproduce", "v1", "--no-pull")
     assert proc.returncode == 1
     assert f"DIFFERS tiny-clip-random x {TASK}: {index}: sha256" in proc.stderr and "does not match manifest" in proc.stderr
     assert f"[reproduce] tiny-clip-random x {TASK}: refused" in proc.stdout
@@ -261,7 +262,7 @@ def test_an_object_corrupted_on_the_remote_fails_the_pull_and_nothing_is_scored(
     # Someone turned verification off in this checkout; the wrapper turns it back on.
     _ok(bench.dvc(clone, "remote", "modify", "--local", "medbench", "verify", "false"))
 
-    proc = bench.versioning(clone, "reproduce", "v1", remote=remote)
+    proc = bench.medbench(clone, "reproduce", "v1", remote=remote)
 
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "`dvc pull -r medbench data.dvc` failed" in proc.stderr and "Nothing was scored" in proc.stderr
@@ -278,7 +279,7 @@ def test_an_object_missing_on_the_remote_fails_cleanly_and_a_rerun_completes_onc
     _object(remote, listing[rel]).unlink()
     clone = bench.clone("clone-missing")
 
-    proc = bench.versioning(clone, "reproduce", "v1", remote=remote)
+    proc = bench.medbench(clone, "reproduce", "v1", remote=remote)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert listing[rel] in proc.stderr and "Nothing was scored" in proc.stderr
     assert _workspace_matches_listing(clone, listing) == []  # no half files
@@ -287,20 +288,20 @@ def test_an_object_missing_on_the_remote_fails_cleanly_and_a_rerun_completes_onc
     assert rehash_objects(clone / ".dvc" / "cache")[1] == []
 
     # DVC's own push skips a folder whose directory object is on the remote; the wrapper checks file by file.
-    _ok(bench.versioning(bench.origin, "remote", str(remote)))
+    _ok(bench.medbench(bench.origin, "data", "remote", str(remote)))
     _ok(bench.dvc(bench.origin, "push", "-r", "medbench", "data.dvc"))
     assert missing_on_remote(bench.origin, remote, {"v1": bench.version}) != []
-    proc = _ok(bench.versioning(bench.origin, "push", remote=remote))
+    proc = _ok(bench.medbench(bench.origin, "data", "push", remote=remote))
     assert f"the remote lacks 1 file(s) of {bench.version} (e.g. data/{rel})" in proc.stdout
     assert missing_on_remote(bench.origin, remote, {"v1": bench.version}) == []
-    _ok(bench.versioning(clone, "pull", remote=remote))
+    _ok(bench.medbench(clone, "data", "pull", remote=remote))
     assert json.loads(_ok(bench.dvc(clone, "status", "--json", "data.dvc")).stdout) == {}
     assert _tree_digest(clone / "data") == _tree_digest(bench.origin / "data")
 
 
 def test_a_pull_killed_midway_leaves_no_half_file_and_a_rerun_completes(bench):
     clone = bench.clone("clone-killed")
-    _ok(bench.versioning(clone, "remote", str(bench.remote)))
+    _ok(bench.medbench(clone, "data", "remote", str(bench.remote)))
     listing = _dir_listing(bench.remote, bench.version)
     total = len(set(listing.values())) + 1
     cache = clone / ".dvc" / "cache" / "files" / "md5"
@@ -326,9 +327,9 @@ def test_a_pull_killed_midway_leaves_no_half_file_and_a_rerun_completes(bench):
     # A transfer cut short stays under DVC's temporary name (``.<token>.tmp``), never an object's.
     assert all(p.name.endswith(".tmp") for p in leftover_temp_files(clone / ".dvc" / "cache"))
     assert _workspace_matches_listing(clone, listing) == []
-    _ok(bench.versioning(clone, "pull"))
+    _ok(bench.medbench(clone, "data", "pull"))
     assert _tree_digest(clone / "data") == _tree_digest(bench.origin / "data")
-    _ok(bench.versioning(clone, "gc"))
+    _ok(bench.medbench(clone, "gc"))
     assert rehash_objects(clone / ".dvc" / "cache") == (total, [])
     assert leftover_temp_files(clone / ".dvc" / "cache") == []
     assert json.loads(_ok(bench.dvc(clone, "status", "--json", "data.dvc")).stdout) == {}
@@ -339,7 +340,7 @@ def test_a_pull_killed_midway_leaves_no_half_file_and_a_rerun_completes(bench):
 
 def test_parallel_pulls_and_adds_succeed_or_fail_cleanly_then_succeed(bench):
     clone = bench.clone("clone-parallel")
-    _ok(bench.versioning(clone, "remote", str(bench.remote)))
+    _ok(bench.medbench(clone, "data", "remote", str(bench.remote)))
 
     def raw(args):
         return bench.dvc(clone, *args)
@@ -366,7 +367,7 @@ def test_parallel_pulls_and_adds_succeed_or_fail_cleanly_then_succeed(bench):
     # Through the wrapper, which retries on the lock, parallel pulls in separate clones all succeed.
     clones = [bench.clone(f"clone-parallel-{i}") for i in range(2)]
     with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda c: bench.versioning(c, "pull"), clones))
+        results = list(pool.map(lambda c: bench.medbench(c, "data", "pull"), clones))
     for c, r in zip(clones, results):
         _ok(r)
         assert _tree_digest(c / "data") == _tree_digest(bench.origin / "data")
@@ -379,11 +380,11 @@ def test_gc_through_the_wrapper_keeps_every_tagged_version_fetchable(bench):
     remote = bench.copy_remote("remote-gc")
     db = bench.copy_db("gc.db")
     repo = bench.clone("repo-gc", tag="main")
-    _ok(bench.versioning(repo, "pull", remote=remote))
+    _ok(bench.medbench(repo, "data", "pull", remote=remote))
 
     # v2: v1 plus a note; then an untagged state that is pushed and then abandoned.
     (repo / "data" / "reports" / "v2-note.txt").write_text("second version\n")
-    _ok(bench.versioning(repo, "release", "v2", remote=remote, db=db))
+    _ok(bench.medbench(repo, "release", "v2", remote=remote, db=db))
     v2 = json.loads((repo / "versions" / "v2.json").read_text())["data_version"]
     assert v2 != bench.version
     (repo / "data" / "scratch.txt").write_text("abandoned experiment\n")
@@ -402,7 +403,7 @@ def test_gc_through_the_wrapper_keeps_every_tagged_version_fetchable(bench):
     _ok(bench.dvc(other, "gc", "--workspace", "--cloud", "--force", "-r", "medbench"))
     assert missing_on_remote(other, control, {"v1": bench.version}) != []
 
-    proc = _ok(bench.versioning(repo, "gc", "--cloud", remote=remote, db=db))
+    proc = _ok(bench.medbench(repo, "gc", "--cloud", remote=remote, db=db))
     assert "every tagged version (v1, v2) is complete" in proc.stdout
     assert not _object(remote, scratch).exists()
     assert not _object(repo / ".dvc" / "cache", scratch).exists()
@@ -410,10 +411,10 @@ def test_gc_through_the_wrapper_keeps_every_tagged_version_fetchable(bench):
 
     # Each tagged version, pulled into a fresh clone from the collected remote, is all there.
     v1 = bench.clone("repo-gc-v1", source=repo, tag="v1")
-    _ok(bench.versioning(v1, "pull", remote=remote))
+    _ok(bench.medbench(v1, "data", "pull", remote=remote))
     assert _tree_digest(v1 / "data") == _tree_digest(bench.origin / "data")
     c2 = bench.clone("repo-gc-v2", source=repo, tag="v2")
-    _ok(bench.versioning(c2, "pull", remote=remote))
+    _ok(bench.medbench(c2, "data", "pull", remote=remote))
     assert _tree_digest(c2 / "data") == {**_tree_digest(bench.origin / "data"), "reports/v2-note.txt": hashlib.sha256(b"second version\n").hexdigest()}
     assert verify_tree(c2 / "data") == 9
     runs = _mlflow_runs(db)
@@ -421,7 +422,7 @@ def test_gc_through_the_wrapper_keeps_every_tagged_version_fetchable(bench):
     assert {r.data.tags["medbench.data_version"] for r in runs.values()} == {v2}
 
     # A tag is never moved to other data, and a version is reproduced only at its own commit.
-    proc = bench.versioning(repo, "release", "v1", remote=remote, db=db)
+    proc = bench.medbench(repo, "release", "v1", remote=remote, db=db)
     assert proc.returncode == 2 and f"tag v1 already names data {bench.version}; choose a new tag" in proc.stderr
-    proc = bench.versioning(repo, "reproduce", "v1", remote=remote, db=db)
+    proc = bench.medbench(repo, "reproduce", "v1", remote=remote, db=db)
     assert proc.returncode == 2 and "run `git checkout v1` first" in proc.stderr

@@ -8,7 +8,9 @@ MEDBENCH_EXECUTOR (``multiprocess``, the default, or ``celery`` for the producti
 MEDBENCH_CELERY_BROKER / MEDBENCH_CELERY_BACKEND (the celery broker and result backend URLs),
 MEDBENCH_DVC_REMOTE (the DVC remote of benchmark versions; default ~/.cache/medbench/dvc-remote),
 MEDBENCH_CACHE (what an installation builds once and every project state reuses, such as the empty
-MLflow schema; default ~/.cache/medbench).
+MLflow schema; default ~/.cache/medbench), DAGSTER_HOME (the Dagster instance; default
+<state>/dagster_home, set up by the command line), MEDBENCH_LOG_LEVEL (Dagster's console log level in
+`medbench run`; default WARNING), MEDBENCH_UI_PORT (`medbench ui`; default 3000).
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ NIGHTLY_TIMEZONE = os.environ.get("MEDBENCH_NIGHTLY_TZ") or "UTC"
 EXECUTOR = os.environ.get("MEDBENCH_EXECUTOR") or "multiprocess"
 CELERY_BROKER = os.environ.get("MEDBENCH_CELERY_BROKER") or "pyamqp://guest@localhost//"
 CELERY_BACKEND = os.environ.get("MEDBENCH_CELERY_BACKEND") or "rpc://"
-DVC_REMOTE = os.environ.get("MEDBENCH_DVC_REMOTE") or ""
-CACHE = Path(os.environ.get("MEDBENCH_CACHE") or Path.home() / ".cache" / "medbench")  # empty: the url in .dvc/config(.local)
+DVC_REMOTE = os.environ.get("MEDBENCH_DVC_REMOTE") or ""  # empty: the url in .dvc/config(.local)
+CACHE = Path(os.environ.get("MEDBENCH_CACHE") or Path.home() / ".cache" / "medbench")
+DAGSTER_HOME = os.environ.get("DAGSTER_HOME") or ""  # empty: the project's, <state>/dagster_home
+LOG_LEVEL = os.environ.get("MEDBENCH_LOG_LEVEL") or "WARNING"
+UI_PORT = int(os.environ.get("MEDBENCH_UI_PORT") or 3000)
 
 
 def default_tracking_uri() -> str:

@@ -1,0 +1,66 @@
+"""What several subcommands share: the process environment, name validation, a quiet Dagster log."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import re
+import warnings
+from pathlib import Path
+
+from runtime import settings
+
+
+def describe(doc: str) -> str:
+    """A command's --help description: the first paragraph of its module docstring, without the ````medbench x````: label."""
+    first = doc.strip().split("\n\n")[0]
+    text = re.sub(r"^``medbench [^`]*``: ", "", " ".join(first.split()))
+    return text[:1].upper() + text[1:]
+
+
+def add_command(sub, name: str, help: str, **kwargs) -> argparse.ArgumentParser:
+    """A subcommand whose --help description is its one-line help, as a sentence."""
+    return sub.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".", **kwargs)
+
+
+def prepare_environment() -> None:
+    """Offline model loading, and the project's Dagster instance unless DAGSTER_HOME names another."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if not settings.DAGSTER_HOME:
+        home = settings.STATE / "dagster_home"
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "dagster.yaml").write_text((settings.ROOT / "dagster.yaml").read_text())
+        os.environ["DAGSTER_HOME"] = str(home)
+    warnings.filterwarnings("ignore")
+
+
+def quiet_run_config() -> dict:
+    return {"loggers": {"console": {"config": {"log_level": settings.LOG_LEVEL}}}}
+
+
+def unknown_names(kind: str, given: list[str], known: list[str], source: str | Path) -> str | None:
+    """Why some of ``given`` are not ``known`` (with the closest known name for a near miss); None when all are."""
+    lines = []
+    for name in given:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        lines.append(f"unknown {kind} {name!r}{hint}")
+    if not lines:
+        return None
+    return "; ".join(lines) + f" ({source} has: {', '.join(known)})"
+
+
+def check_names(parser: argparse.ArgumentParser, kind: str, value: str | None, known: list[str], source: str | Path) -> list[str]:
+    """The comma-separated names in ``value`` (default: all of ``known``); a name not in ``known`` exits 2 before any work."""
+    if not value:
+        return list(known)
+    given = [n for n in value.split(",") if n]
+    problem = unknown_names(kind, given, known, source)
+    if problem:
+        parser.error(problem)  # exit code 2, with the usage line
+    return given

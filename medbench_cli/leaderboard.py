@@ -1,0 +1,36 @@
+"""``medbench leaderboard``: print the saved leaderboard (nDCG@10, model x task); ``--rebuild`` first rebuilds it from the stored metrics."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from medbench_cli.common import describe
+from runtime import settings
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("leaderboard", help="print the saved leaderboard (nDCG@10, model x task)", description=describe(__doc__))
+    p.add_argument("--rebuild", action="store_true", help="rebuild it from the stored metrics first (the build_leaderboard job; nothing is evaluated)")
+    p.add_argument("--format", choices=("md", "csv", "json"), default="md", help="which saved form to print (default: md)")
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from medbench_core.layout import Layout
+
+    path = Layout(settings.DATA).leaderboard_file(args.format)
+    if args.rebuild:
+        import dagster as dg
+
+        from medbench_cli.common import prepare_environment, quiet_run_config
+        from orchestration.definitions import build_definitions
+        from orchestration.jobs import LEADERBOARD_JOB
+
+        prepare_environment()
+        build_definitions().resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=dg.DagsterInstance.get(), run_config=quiet_run_config())
+    if not path.is_file():
+        print(f"no leaderboard at {path}; run `medbench run` (evaluates), or `medbench leaderboard --rebuild` (from stored metrics)", file=sys.stderr)
+        return 1
+    print(path.read_text(), end="")
+    return 0

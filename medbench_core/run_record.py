@@ -1,0 +1,101 @@
+"""What one evaluation run records in MLflow (params and tags), and what a release reads back from it.
+
+One home for the names, so that the writer (the ``task_metrics`` asset), the MLflow store (which
+finds a partition's run by its key) and the release tool (which reads the keys back) agree.
+Pure dictionaries: no MLflow here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from medbench_core.model import Task
+from medbench_core.models import ModelSpec
+
+RUN_KEY_TAG = "medbench.run_key"  # the metrics stage's provenance key: one FINISHED run per key
+DAGSTER_RUN_TAG = "medbench.dagster_run_id"  # which Dagster run logged it (stale-run reconciliation)
+# Upstream stage -> the param holding its provenance key (the metrics key is the run key tag).
+STAGE_KEY_PARAMS = {"embeddings": "embeddings_key", "index": "index_key", "run": "run_key"}
+
+
+def evaluation_params(
+    spec: ModelSpec,
+    task: Task,
+    *,
+    revision: str,
+    keys: dict[str, str],
+    k: int,
+    code_version: str,
+    code_version_metrics: str,
+    git_sha: str,
+    lock_hash: str,
+) -> dict[str, Any]:
+    """The params of a model x task run: model, task, code and upstream stage keys.
+
+    The benchmark version (the data.dvc hash) is added as tag ``medbench.data_version`` at release.
+    """
+    return {
+        "model": spec.name,
+        "model_id": spec.path or spec.kind,
+        "model_kind": spec.kind,
+        "model_revision": revision,
+        "model_settings": json.dumps(spec.settings, sort_keys=True),
+        "task": task.name,
+        "task_content_hash": task.content_hash(),
+        "task_licences": ",".join(task.meta.licences),
+        "research_only": task.meta.research_only,
+        "code_version": code_version,
+        "code_version_metrics": code_version_metrics,
+        "git_sha": git_sha,
+        "lock_hash": lock_hash,
+        "k": k,
+        **{param: keys[stage] for stage, param in STAGE_KEY_PARAMS.items()},
+    }
+
+
+def evaluation_tags(model: str, task: Task, benchmark: str, dagster_run_id: str) -> dict[str, str]:
+    """The tags of a model x task run (the run key tag is added by the store when it logs)."""
+    return {
+        "medbench.model": model,
+        "medbench.task": task.name,
+        "medbench.benchmark": benchmark,
+        "medbench.research_only": str(task.meta.research_only).lower(),
+        DAGSTER_RUN_TAG: dagster_run_id,
+    }
+
+
+def flat_fingerprint(fp: dict) -> dict[str, str]:
+    """The environment fingerprint as flat MLflow params (``env.python``, ``env.pkg.numpy``, ...)."""
+    out = {f"env.{k}": str(v) for k, v in fp.items() if k != "packages"}
+    out.update({f"env.pkg.{k}": str(v) for k, v in fp.get("packages", {}).items()})
+    return out
+
+
+def canary_params(record: dict[str, Any], tolerance: float) -> dict[str, Any]:
+    """The params of a drift canary run: the environment fingerprint, what was re-scored, the tolerance."""
+    return {
+        **flat_fingerprint(record["fingerprint"]),
+        **{k: record[k] for k in ("model", "task", "task_content_hash", "lock_hash", "git_sha", "code_version")},
+        "tolerance": tolerance,
+    }
+
+
+def canary_tags(verdict_passed: bool, dagster_run_id: str) -> dict[str, str]:
+    """The tags of a drift canary run."""
+    return {"medbench.canary": "true", "medbench.verdict": "pass" if verdict_passed else "drift", DAGSTER_RUN_TAG: dagster_run_id}
+
+
+def release_entry(run_id: str, params: dict[str, str], tags: dict[str, str], metrics: dict[str, float]) -> dict[str, Any]:
+    """A release record's entry for one logged evaluation run; KeyError names what it lacks."""
+    return {
+        "model": tags["medbench.model"],
+        "task": tags["medbench.task"],
+        "mlflow_run_id": run_id,
+        "keys": {**{stage: params[param] for stage, param in STAGE_KEY_PARAMS.items()}, "metrics": tags[RUN_KEY_TAG]},
+        "model_kind": params["model_kind"],
+        "model_id": params.get("model_id", ""),
+        "model_settings": json.loads(params.get("model_settings") or "{}"),
+        "task_content_hash": params["task_content_hash"],
+        "metrics": dict(sorted(metrics.items())),
+    }

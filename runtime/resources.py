@@ -1,0 +1,143 @@
+"""Resources: where artifacts live, the registries, the compute device and MLflow (runtime/mlflow_store.py).
+
+Configured in one place (orchestration/definitions.py, from runtime/settings.py); assets and
+tests receive them as Dagster resources.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from medbench_core.catalog import Catalog, TaskEntry, load_catalog
+from medbench_core.errors import DataError
+from medbench_core.layout import Layout
+from medbench_core.model import Task
+from medbench_core.models import ModelSpec, load_registry
+from medbench_core.provenance import file_hash, git_sha
+from runtime.mlflow_store import MLflowResource, dagster_run_alive
+
+__all__ = ["ArtifactStoreResource", "ComputeResource", "MLflowResource", "RegistryResource", "dagster_run_alive"]
+
+# The checkout this code was imported from: the default project root (settings.ROOT says the same
+# unless MEDBENCH_ROOT points elsewhere, and definitions.py passes that).
+_CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+class ArtifactStoreResource(dg.ConfigurableResource):
+    """The artifact tree under ``root`` (DVC-tracked ``data/``) and the source data folder.
+
+    data/tasks/<task>/                               curated task, MANIFEST.json, GATE.json
+    data/artifacts/<model>/<task>/<stage>/<key>/     one artifact per provenance key
+    data/reports/                                    leaderboard, canary baselines
+    Every path comes from :class:`medbench_core.layout.Layout`.
+    """
+
+    root: str
+    shared_data: str
+    scratch: str
+
+    @property
+    def root_path(self) -> Path:
+        return Path(self.root)
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.root_path)
+
+    def task_dir(self, task: str) -> Path:
+        return self.layout.task_dir(task)
+
+    def artifact_dir(self, model: str, task: str, stage: str, key: str) -> Path:
+        return self.layout.artifact_dir(model, task, stage, key)
+
+    def reports_dir(self) -> Path:
+        return self.layout.reports_dir()
+
+    def load_task(self, task: str) -> Task:
+        """The curated task, after verifying its manifest."""
+        return self.layout.load_task(task)
+
+    def scratch_dir(self, *parts: str) -> Path:
+        p = Path(self.scratch).joinpath(*parts)
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+
+
+class RegistryResource(dg.ConfigurableResource):
+    """The model registry (models.yaml), the task catalogue (tasks.yaml) and the code that runs them.
+
+    ``project_root`` is the checkout whose code and lock file produce the results (git sha and
+    lock hash in every MLflow run); empty means the checkout this module was imported from.
+    """
+
+    models_file: str
+    tasks_file: str
+    project_root: str = ""
+
+    def models(self) -> list[ModelSpec]:
+        return load_registry(self.models_file)
+
+    def model(self, name: str) -> ModelSpec:
+        for m in self.models():
+            if m.name == name:
+                return m
+        raise DataError(f"model {name!r} is a partition but not in {self.models_file}; add it back or delete the partition")
+
+    def catalog(self) -> Catalog:
+        return load_catalog(self.tasks_file)
+
+    def task_entry(self, name: str) -> TaskEntry:
+        return self.catalog().task(name)
+
+    def checkout(self) -> Path:
+        return Path(self.project_root) if self.project_root else _CHECKOUT
+
+    def git_sha(self) -> str:
+        return git_sha(self.checkout())
+
+    def lock_hash(self) -> str:
+        return file_hash(self.checkout() / "requirements.lock")
+
+
+_ENCODER: dict[str, object] = {}
+
+
+class ComputeResource(dg.ConfigurableResource):
+    """Device for encoders (``auto`` picks CUDA when present), FAISS GPU use, and the loaded encoder."""
+
+    device: str = "auto"
+    faiss_gpu: str = "auto"  # auto | never | always
+
+    def torch_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        try:
+            import torch
+
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        except ImportError:
+            return "cpu"
+
+    def use_gpu_for_faiss(self) -> bool | None:
+        return {"auto": None, "never": False, "always": True}[self.faiss_gpu]
+
+    def encoder(self, spec: ModelSpec, progress: bool = False):
+        """The dense encoder of ``spec``, loaded once per process (None for BM25).
+
+        Under the in-process executor corpus_embeddings and retrieval_run of a partition run in
+        one process; loading the model twice cost seconds per partition (bench/bench_overhead.py).
+        One model is kept at a time. The main job loads it early, while the tasks are prepared.
+        """
+        if spec.kind == "bm25":
+            return None
+        device = self.torch_device()
+        key = json.dumps([spec.to_dict(), device, progress], sort_keys=True, default=str)
+        if key not in _ENCODER:
+            from medbench_core.retrieval import load_encoder
+
+            _ENCODER.clear()
+            _ENCODER[key] = load_encoder(spec, device=device, progress=progress)
+        return _ENCODER[key]

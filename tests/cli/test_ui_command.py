@@ -1,0 +1,54 @@
+"""``medbench ui``: both servers up on loopback with their URLs printed, both gone after Ctrl-C."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.orchestration.operating_env import BM25, ROOT, free_port, listening_addresses, new_world
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+
+def answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=2)
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def test_ui_serves_dagster_and_mlflow_on_loopback_and_ctrl_c_stops_both(tmp_path):
+    world = new_world(tmp_path / "w", [BM25])
+    port, mlflow_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDBENCH_")}
+    env.update(
+        PYTHONPATH=str(ROOT), DAGSTER_HOME=str(world.dagster_home), MLFLOW_TRACKING_URI=f"sqlite:///{world.root / 'mlflow.db'}",
+        MEDBENCH_DATA=str(world.root / "data"), MEDBENCH_STATE=str(world.root / "state"),
+        MEDBENCH_MODELS=str(world.models_file), MEDBENCH_TASKS=str(world.root / "tasks.yaml"),
+    )  # fmt: skip
+    log = open(tmp_path / "ui.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "medbench_cli", "ui", "--port", str(port), "--mlflow-port", str(mlflow_port)],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not (answers(f"http://127.0.0.1:{port}/server_info") and answers(f"http://127.0.0.1:{mlflow_port}/health")):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "ui.log").read_text()[-3000:]
+            time.sleep(1)
+        assert listening_addresses(port) == {"127.0.0.1"} and listening_addresses(mlflow_port) == {"127.0.0.1"}
+        printed = (tmp_path / "ui.log").read_text()
+        assert f"Dagster UI: http://127.0.0.1:{port}" in printed and f"MLflow UI:  http://127.0.0.1:{mlflow_port}" in printed
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the command (the servers run in their own groups)
+        assert proc.wait(timeout=60) == 0
+        assert listening_addresses(port) == set() and listening_addresses(mlflow_port) == set()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
