@@ -386,7 +386,7 @@ def _check_expanded(specs: list[ModelSpec], doc: dict[str, Any], path: Path) -> 
             raise DataError(f"{path}: model {s.name!r}: retriever {s.retriever!r} must be another, non-expanded entry of 'models:'")
         if s.expansion not in expansions:
             raise DataError(f"{path}: model {s.name!r}: expansion {s.expansion!r} is not in 'expansions:' (known: {sorted(expansions)})")
-        from medbench_core.expansion.combine import resolve_combine
+        from medbench_core.expansion.rules import resolve_combine
 
         try:
             resolve_combine(s, r, expansions[s.expansion].method)  # refuses a combination the retriever cannot do

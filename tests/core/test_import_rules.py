@@ -186,3 +186,9 @@ def test_the_checks_would_notice_a_circle_and_a_layer_violation(tmp_path):
 @pytest.mark.parametrize("name", ["orchestration.definitions", "assets.stage", "medbench_cli.run", "medbench_release.release"])
 def test_the_module_map_knows_the_layers(name):
     assert name in modules()
+
+
+def test_test_file_names_are_unique_across_folders():
+    """The test folders are not packages: two test files with one basename stop the whole collection."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
