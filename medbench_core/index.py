@@ -6,6 +6,7 @@ manifest (:mod:`medbench_core.storage`) before :func:`load_index`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,22 @@ def gpu_available() -> bool:
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
 
 
-def build_index(emb: np.ndarray, spec: dict[str, Any] | None = None, use_gpu: bool | None = None) -> tuple[Any, dict[str, Any]]:
+def build_index(
+    emb: np.ndarray,
+    spec: dict[str, Any] | None = None,
+    use_gpu: bool | None = None,
+    add_blocks: Callable[[], Iterable[np.ndarray]] | None = None,
+) -> tuple[Any, dict[str, Any]]:
     """Build an inner-product index over ``emb``; returns ``(cpu_index, info)``.
 
     ``spec``: ``{"type": "flat"}``, ``{"type": "ivf", "nlist": 64, "nprobe": 8}`` or
     ``{"type": "hnsw", "m": 32, "ef_search": 128}``. With a GPU (``use_gpu`` None means
     "if present") flat and IVF are built there and copied back with ``index_gpu_to_cpu``;
     HNSW has no GPU build in FAISS and is always built on the CPU. ``info`` records the choice.
+
+    ``add_blocks`` (optional) yields ``emb``'s rows again, block by block, for a CPU flat or IVF
+    index to add them that way (same index bytes; ``emb`` may then be a memory map that only
+    IVF training reads). HNSW adds all rows at once: blocks would change its graph.
     """
     import faiss
 
@@ -66,7 +76,13 @@ def build_index(emb: np.ndarray, spec: dict[str, Any] | None = None, use_gpu: bo
     else:
         if kind == "ivf":
             index.train(emb)
-        index.add(emb)
+        if add_blocks is not None and kind != "hnsw":
+            for block in add_blocks():
+                index.add(np.ascontiguousarray(block, dtype=np.float32))
+            if index.ntotal != n:
+                raise DataError(f"index blocks held {index.ntotal} vectors for {n} embeddings")
+        else:
+            index.add(emb)
     info = {"type": kind, "params": spec, "built_on": "gpu" if on_gpu else "cpu", "ntotal": int(index.ntotal), "dim": dim, "faiss_version": faiss.__version__}
     return index, info
 
@@ -78,14 +94,18 @@ def save_index(index: Any, path: str | Path) -> None:
         faiss.write_index(index, str(tmp))
 
 
-def load_index(path: str | Path) -> Any:
+def load_index(path: str | Path, mmap: bool = False) -> Any:
+    """Read a FAISS index; with ``mmap`` its stored vectors stay in the file, paged in as searched.
+
+    Map only a file whose manifest was verified: a mapped file truncated later faults on access.
+    """
     import faiss
 
     path = Path(path)
     if not path.exists():
         raise DataError(f"{path}: index file not found")
     try:
-        return faiss.read_index(str(path))
+        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC) if mmap else faiss.read_index(str(path))
     except RuntimeError as exc:
         raise DataError(f"{path}: FAISS could not read the index ({str(exc).splitlines()[0]})") from exc
 

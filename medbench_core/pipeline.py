@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,14 @@ import polars as pl
 from medbench_core import bm25
 from medbench_core.errors import DataError
 from medbench_core.layout import STAGES
-from medbench_core.metrics import DEFAULT_METRICS, breakdown, cross_lingual_gap, evaluate, qrels_to_dict, run_to_dict
+from medbench_core.metrics import DEFAULT_METRICS, breakdown, cross_lingual_gap, evaluate_frame
 from medbench_core.model import Task
 from medbench_core.models import ModelSpec
 from medbench_core.ranking import write_trec
 from medbench_core.retrieval import candidate_pools, encode_side, load_encoder
 
 BREAKDOWN_COLUMNS = ("language", "discipline", "tier")
+MemoryBudget = int | Callable[[], int] | None  # bytes available, or a function returning them; None: ask the OS
 DEFAULT_K = 100  # documents retrieved per query
 
 
@@ -46,8 +48,15 @@ def _read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
 
 
-def embed_corpus(spec: ModelSpec, task: Task, out: Path, *, device: str = "cpu", progress: bool = False, encoder=None) -> dict[str, Any]:
-    """Represent the corpus: dense vectors (``corpus.npy``) or a bm25s index. Returns info."""
+def embed_corpus(
+    spec: ModelSpec, task: Task, out: Path, *, device: str = "cpu", progress: bool = False, encoder=None, available: MemoryBudget = None
+) -> dict[str, Any]:
+    """Represent the corpus: dense vectors (``corpus.npy``) or a bm25s index. Returns info.
+
+    Dense vectors are written batch by batch into the file; a corpus whose index would not fit
+    in ``available`` memory (bytes, or a function returning them; default: what the OS reports)
+    is refused before it is encoded (:mod:`medbench_core.vectors`).
+    """
     t0 = time.perf_counter()
     doc_ids = task.corpus["doc_id"].to_list()
     _write_json(out / "doc_ids.json", doc_ids)
@@ -57,11 +66,12 @@ def embed_corpus(spec: ModelSpec, task: Task, out: Path, *, device: str = "cpu",
         files = bm25.save(retriever, out)
         info = {"representation": "bm25s-sparse", "n_docs": len(doc_ids), "settings": analyzer}
     else:
+        from medbench_core.vectors import encode_side_to
+
         encoder = encoder or load_encoder(spec, device=device, progress=progress)
-        emb = encode_side(encoder, task, "passage")
-        np.save(out / "corpus.npy", emb, allow_pickle=False)
+        _, dim = encode_side_to(out / "corpus.npy", encoder, task, "passage", before_encoding=lambda n, d: _require_memory(task.name, n, d, spec, available))
         files = ["corpus.npy"]
-        info = {"representation": "dense", "n_docs": len(doc_ids), "dim": int(emb.shape[1]), "dtype": str(emb.dtype)}
+        info = {"representation": "dense", "n_docs": len(doc_ids), "dim": dim, "dtype": "float32"}
     info["seconds"] = round(time.perf_counter() - t0, 3)
     info["files"] = ["doc_ids.json", *files]
     _write_json(out / "info.json", info)
@@ -74,24 +84,34 @@ def task_language(task: Task) -> str | None:
     return langs.pop() if len(langs) == 1 else None
 
 
+def _require_memory(task: str, n: int, dim: int, spec: ModelSpec, available: MemoryBudget) -> None:
+    from medbench_core.vectors import check_memory, corpus_bytes
+
+    needed, what = corpus_bytes(n, dim, spec.index)
+    check_memory(task, what, needed, available=available)
+
+
 def load_corpus_embeddings(folder: Path) -> tuple[list[str], np.ndarray]:
+    """Doc ids and the corpus vectors, memory-mapped (rows are read from the file when touched)."""
     doc_ids = _read_json(folder / "doc_ids.json")
-    emb = np.load(folder / "corpus.npy", allow_pickle=False)
+    emb = np.load(folder / "corpus.npy", mmap_mode="r", allow_pickle=False)
     if emb.shape[0] != len(doc_ids):
         raise DataError(f"{folder}: corpus.npy has {emb.shape[0]} rows for {len(doc_ids)} doc ids")
     return doc_ids, emb
 
 
-def build_corpus_index(spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None = None) -> dict[str, Any]:
-    """FAISS index over the corpus vectors (``index.faiss``); BM25 needs none."""
+def build_corpus_index(spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None = None, available: MemoryBudget = None) -> dict[str, Any]:
+    """FAISS index over the corpus vectors (``index.faiss``), filled block by block; BM25 needs none."""
     from medbench_core.index import build_index, save_index
+    from medbench_core.vectors import iter_blocks, npy_shape
 
     t0 = time.perf_counter()
     if spec.kind == "bm25":
         info: dict[str, Any] = {"type": "bm25s-sparse", "built_on": "cpu", "files": []}
     else:
+        _require_memory(Path(emb_dir).parents[1].name, *npy_shape(Path(emb_dir) / "corpus.npy"), spec, available)  # .../<task>/embeddings/<key>
         _, emb = load_corpus_embeddings(emb_dir)
-        index, info = build_index(emb, spec.index, use_gpu=use_gpu)
+        index, info = build_index(emb, spec.index, use_gpu=use_gpu, add_blocks=lambda: (block for _, block in iter_blocks(Path(emb_dir) / "corpus.npy")))
         save_index(index, out / "index.faiss")
         info["files"] = ["index.faiss"]
     info["seconds"] = round(time.perf_counter() - t0, 3)
@@ -110,8 +130,12 @@ def retrieve(
     device: str = "cpu",
     progress: bool = False,
     encoder=None,
+    available: MemoryBudget = None,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Rank the top ``k`` documents per query; writes ``run.parquet``, ``run.trec`` (and query vectors)."""
+    """Rank the top ``k`` documents per query; writes ``run.parquet``, ``run.trec`` (and query vectors).
+
+    The index is memory-mapped; a corpus whose index would not fit in memory is refused before the queries are encoded.
+    """
     t0 = time.perf_counter()
     doc_ids = _read_json(emb_dir / "doc_ids.json")
     if doc_ids != task.corpus["doc_id"].to_list():
@@ -125,13 +149,15 @@ def retrieve(
         run = bm25.search(retriever, query_ids, task.queries["text"].fill_null("").to_list(), doc_ids, k, analyzer, candidates=pools)
     else:
         from medbench_core.index import load_index, search
+        from medbench_core.vectors import npy_shape
 
+        _require_memory(task.name, *npy_shape(Path(emb_dir) / "corpus.npy"), spec, available)
         encoder = encoder or load_encoder(spec, device=device, progress=progress)
         q = encode_side(encoder, task, "query")
         np.save(out / "query_embeddings.npy", q, allow_pickle=False)
         files.append("query_embeddings.npy")
         _, demb = load_corpus_embeddings(emb_dir) if pools is not None else (None, None)
-        index = load_index(index_dir / "index.faiss")
+        index = load_index(index_dir / "index.faiss", mmap=True)  # its manifest was verified by the caller
         run = search(index, q, query_ids, doc_ids, k, doc_emb=demb, candidates=pools)
     run.write_parquet(out / "run.parquet", statistics=False)
     (out / "run.trec").write_text(write_trec(run, f"medbench-{spec.name}"))
@@ -142,7 +168,7 @@ def retrieve(
 
 def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = DEFAULT_METRICS) -> dict[str, Any]:
     """Per-query and mean metrics, and breakdowns by language, discipline and tier."""
-    ev = evaluate(qrels_to_dict(task.qrels), run_to_dict(run), metrics)
+    ev = evaluate_frame(task.qrels, run, metrics)
     per_query = ev.per_query_frame()
     per_query.write_parquet(out / "per_query.parquet", statistics=False)
     result: dict[str, Any] = {"mean": ev.mean, "n_queries": len(ev.per_query), "breakdowns": {}}

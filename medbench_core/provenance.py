@@ -28,9 +28,9 @@ SCORING_PACKAGES = (
 # hashes only these, so editing (say) the contracts does not re-encode every corpus.
 STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "curated_task": ("model", "readers", "catalog", "images", "licences", "storage"),
-    "embeddings": ("model", "retrieval", "encoders", "clip", "images", "bm25", "pipeline", "storage"),
-    "index": ("index", "pipeline", "storage"),
-    "run": ("model", "ranking", "index", "bm25", "retrieval", "encoders", "clip", "images", "pipeline", "storage"),
+    "embeddings": ("model", "retrieval", "encoders", "clip", "images", "bm25", "pipeline", "storage", "vectors"),
+    "index": ("index", "pipeline", "storage", "vectors"),
+    "run": ("model", "ranking", "index", "bm25", "retrieval", "encoders", "clip", "images", "pipeline", "storage", "vectors"),
     "metrics": ("metrics", "pipeline", "storage"),
     "leaderboard": ("leaderboard", "pipeline"),
     "contracts": ("contracts", "licences", "model", "images"),
