@@ -49,6 +49,7 @@ def build_index(
     kind = spec.get("type", "flat")
     if kind not in INDEX_TYPES:
         raise DataError(f"index type {kind!r} unknown; use one of {INDEX_TYPES}")
+    source = emb  # a memory map (np.load(mmap_mode="r")) stays one: see _drop_mapped_pages
     emb = np.ascontiguousarray(emb, dtype=np.float32)
     if emb.ndim != 2 or emb.shape[0] == 0:
         raise DataError(f"cannot index embeddings of shape {emb.shape}")
@@ -76,7 +77,11 @@ def build_index(
     else:
         if kind == "ivf":
             index.train(emb)
+            _drop_mapped_pages(source)
         if add_blocks is not None and kind != "hnsw":
+            if kind == "flat":  # room for every vector at once: growing block by block would copy them (peak 2x)
+                index.codes.resize(n * index.code_size)
+                index.codes.resize(0)
             for block in add_blocks():
                 index.add(np.ascontiguousarray(block, dtype=np.float32))
             if index.ntotal != n:
@@ -85,6 +90,16 @@ def build_index(
             index.add(emb)
     info = {"type": kind, "params": spec, "built_on": "gpu" if on_gpu else "cpu", "ntotal": int(index.ntotal), "dim": dim, "faiss_version": faiss.__version__}
     return index, info
+
+
+def _drop_mapped_pages(emb: Any) -> None:
+    """Give back the file pages IVF training read through a read-only memory map (they are charged to
+    this process until unmapped); the blocks added next are read anew, one at a time."""
+    import mmap
+
+    handle = getattr(emb, "_mmap", None)  # numpy.memmap keeps its mmap object here
+    if handle is not None and hasattr(mmap, "MADV_DONTNEED"):
+        handle.madvise(mmap.MADV_DONTNEED)
 
 
 def save_index(index: Any, path: str | Path) -> None:
