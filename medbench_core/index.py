@@ -160,7 +160,17 @@ def search(
     k2 = min(n, k + 32)
     scores, idx = index.search(queries, k2)
     exact = isinstance(index, faiss.IndexFlat)
+    # Rows FAISS filled whose k-th score is not tied with the margin's last: one row-wise sort for
+    # all of them (score descending, then the doc id order), as topk sorts each.
+    easy = (idx >= 0).all(axis=1)
+    if exact and k <= k2 < n:
+        easy &= scores[:, -1] != scores[:, k - 1]
+    order = np.lexsort((tie[np.maximum(idx, 0)], -scores), axis=-1)[:, :k]
+    top_i, top_s = np.take_along_axis(idx, order, axis=1), np.take_along_axis(scores, order, axis=1)
     for qi in range(len(query_ids)):
+        if easy[qi]:
+            hits.append((top_i[qi], top_s[qi]))
+            continue
         sc, ix = scores[qi], idx[qi]
         valid = ix >= 0
         sc, ix = sc[valid], ix[valid]

@@ -40,3 +40,39 @@ def test_run_frame_equals_the_loop():
     for query_ids in (["q1", "q2", "q3", "q4"], ["q1", "q2"], ["q1", "q2", "q3", "q4", "q5"]):
         assert run_frame(query_ids, hits, doc_ids).equals(loop_run_frame(query_ids, hits, doc_ids))
     assert run_frame([], [], doc_ids).equals(loop_run_frame([], [], doc_ids))
+
+
+def loop_search(index, queries, query_ids, doc_ids, k):
+    """index.search as it was: one query at a time through ranking.topk."""
+    import faiss
+
+    from medbench_core.ranking import topk
+
+    n, tie, hits = len(doc_ids), loop_doc_order(doc_ids), []
+    k2 = min(n, k + 32)
+    scores, idx = index.search(np.ascontiguousarray(queries, dtype=np.float32), k2)
+    exact = isinstance(index, faiss.IndexFlat)
+    for qi in range(len(query_ids)):
+        sc, ix = scores[qi], idx[qi]
+        sc, ix = sc[ix >= 0], ix[ix >= 0]
+        if exact and k2 < n and len(sc) >= k and sc[-1] == sc[min(k, len(sc)) - 1]:
+            full_s, full_i = index.search(queries[qi : qi + 1], n)
+            sc, ix = full_s[0], full_i[0]
+        sel = topk(sc, tie[ix], k)
+        hits.append((ix[sel], sc[sel]))
+    return loop_run_frame(query_ids, hits, doc_ids)
+
+
+def test_search_equals_the_per_query_loop_with_ties_and_short_rows():
+    from medbench_core.index import build_index, search
+
+    rng = np.random.default_rng(3)
+    docs = np.round(rng.standard_normal((3000, 8)), 0).astype(np.float32)  # coarse values: many equal scores
+    docs[1000:1400] = docs[0]  # 400 identical documents: ties far past k + 32
+    queries = np.concatenate([docs[:5], np.round(rng.standard_normal((40, 8)), 0)]).astype(np.float32)
+    doc_ids = [f"d{(i * 7919) % 3000:04d}" for i in range(3000)]  # id order unrelated to row order
+    qids = [f"q{i}" for i in range(len(queries))]
+    for spec in ({"type": "flat"}, {"type": "ivf", "nlist": 64, "nprobe": 1}):  # IVF nprobe 1: rows FAISS cannot fill (-1)
+        index, _ = build_index(docs, spec, use_gpu=False)
+        for k in (10, 100):
+            assert search(index, queries, qids, doc_ids, k).equals(loop_search(index, queries, qids, doc_ids, k)), (spec, k)
