@@ -145,9 +145,9 @@ def search(
 
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     n = len(doc_ids)
-    tie = doc_order(doc_ids)
     hits: list[tuple[np.ndarray, np.ndarray]] = []
     if candidates is not None:
+        tie = doc_order(doc_ids)
         if doc_emb is None:
             raise DataError("candidate-set search needs the document embeddings")
         for qi, qid in enumerate(query_ids):
@@ -165,8 +165,15 @@ def search(
     easy = (idx >= 0).all(axis=1)
     if exact and k <= k2 < n:
         easy &= scores[:, -1] != scores[:, k - 1]
-    order = np.lexsort((tie[np.maximum(idx, 0)], -scores), axis=-1)[:, :k]
+    # Tie keys for the returned documents only: their rank among themselves by descending id
+    # orders any two of them as the whole corpus's doc_order does, without sorting n ids.
+    returned, where = np.unique(np.maximum(idx, 0), return_inverse=True)
+    names = pl.Series([doc_ids[i] for i in returned.tolist()], dtype=pl.Utf8)
+    local = np.empty(len(returned), dtype=np.int64)
+    local[names.arg_sort(descending=True).to_numpy()] = np.arange(len(returned))
+    order = np.lexsort((local[where].reshape(idx.shape), -scores), axis=-1)[:, :k]
     top_i, top_s = np.take_along_axis(idx, order, axis=1), np.take_along_axis(scores, order, axis=1)
+    tie = None
     for qi in range(len(query_ids)):
         if easy[qi]:
             hits.append((top_i[qi], top_s[qi]))
@@ -177,6 +184,9 @@ def search(
         if exact and k2 < n and len(sc) >= k and sc[-1] == sc[min(k, len(sc)) - 1]:
             full_s, full_i = index.search(queries[qi : qi + 1], n)
             sc, ix = full_s[0], full_i[0]
-        sel = topk(sc, tie[ix], k)
+            tie = doc_order(doc_ids) if tie is None else tie  # a tie past the margin: every id may matter
+            sel = topk(sc, tie[ix], k)
+        else:
+            sel = topk(sc, local[np.searchsorted(returned, ix)], k)
         hits.append((ix[sel], sc[sel]))
     return run_frame(query_ids, hits, doc_ids)

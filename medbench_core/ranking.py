@@ -48,7 +48,7 @@ def run_frame(query_ids: list[str], hits: list[tuple[np.ndarray, np.ndarray]], d
     return pl.DataFrame(
         {
             "query_id": pl.Series(query_ids[: len(hits)], dtype=pl.Utf8).gather(np.repeat(np.arange(len(hits)), counts)),
-            "doc_id": pl.Series(doc_ids, dtype=pl.Utf8).gather(idx),
+            "doc_id": pl.Series([doc_ids[i] for i in idx.tolist()], dtype=pl.Utf8),  # not all n ids: runs are k per query
             "score": score,
             "rank": (np.arange(total) - first + 1).astype(np.int32),
         },
