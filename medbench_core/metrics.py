@@ -162,8 +162,9 @@ def _at_or_above_depth(run_q: np.ndarray, score: np.ndarray, depth: int) -> np.n
     width = len(run_q) // len(starts)
     if len(starts) == np.count_nonzero(sizes) and width * len(starts) == len(run_q) and (sizes[sizes > 0] == width).all():
         # Rows grouped by query, as many per query (a run file cut at one depth): one partition per row.
-        threshold = -np.partition(-score.reshape(-1, width), depth - 1, axis=1)[:, depth - 1]
-        return np.flatnonzero(score >= np.repeat(threshold, width))
+        rows = score.reshape(-1, width)
+        threshold = -np.partition(-rows, depth - 1, axis=1)[:, depth - 1]
+        return np.flatnonzero(rows >= threshold[:, None])
     cut = pl.DataFrame({"qi": run_q, "score": score}).group_by("qi").agg(pl.col("score").top_k(depth).min())
     threshold = np.full(len(sizes), np.inf)
     threshold[cut.get_column("qi").to_numpy()] = cut.get_column("score").to_numpy()
