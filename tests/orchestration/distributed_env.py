@@ -310,8 +310,8 @@ def start_celery_bed(world: World, log_dir: Path, env: dict, celery_yaml: Path) 
 # --- what a test reads back -------------------------------------------------------------------
 
 
-def celery_steps(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, str]]:
-    """(step key, celery worker hostname) of every step execution a worker reported, in order.
+def celery_steps(instance: dg.DagsterInstance, run_id: str, with_time: bool = False) -> list[tuple]:
+    """(step key, celery worker hostname[, wall-clock time]) of every step execution a worker reported, in order.
 
     dagster-celery's task logs "[CeleryExecutor] Executing steps <key> in celery worker" with the
     worker's hostname as metadata when it starts a step, before the step's own events.
@@ -320,5 +320,6 @@ def celery_steps(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, s
     for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
         found = re.search(r"Executing steps (\S+) in celery worker$", e.message or "")
         if found:
-            out.append((found.group(1), e.dagster_event.event_specific_data.metadata["Celery worker"].value))
+            host = e.dagster_event.event_specific_data.metadata["Celery worker"].value
+            out.append((found.group(1), host, e.timestamp) if with_time else (found.group(1), host))
     return out

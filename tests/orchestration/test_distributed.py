@@ -152,16 +152,17 @@ def test_a_worker_killed_mid_step_has_its_step_redelivered_to_the_other_and_the_
     (held,) = mlflow_runs(bed.world)[(model, task)]
     assert held.info.status == "RUNNING" and held.data.tags["medbench.dagster_run_id"] == run_id
     assert celery_steps(instance, run_id)[-1] == ("task_metrics", bed.hostname(victim))
-    killed_at = time.monotonic()
     assert step_pid in bed.kill_worker(victim)
 
     run = finished(instance, run_id, bed)
     assert run.status == dg.DagsterRunStatus.SUCCESS, failures(instance, run_id)
-    assert time.monotonic() - killed_at < RUN_TIMEOUT
     steps = celery_steps(instance, run_id)
     # Same run, no retry run: task_metrics ran twice, first on the killed worker, then on the survivor.
     assert [s for s, _ in steps] == [*STEPS, "task_metrics"], steps
     assert steps[3] == ("task_metrics", bed.hostname(victim)) and steps[4] == ("task_metrics", bed.hostname(survivor))
+    # Handed out again by Redis once the unacknowledged message was VISIBILITY_TIMEOUT old (swept every 2 s).
+    first, again = (t for s, _, t in celery_steps(instance, run_id, with_time=True)[3:5])
+    assert VISIBILITY_TIMEOUT - 5 <= again - first <= VISIBILITY_TIMEOUT + 90, again - first
     assert child_runs(instance, run_id) == []
     started = [e.step_key for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)]
     assert started == [*STEPS, "task_metrics"]
@@ -196,13 +197,15 @@ def test_a_killed_pool_process_mid_write_is_resent_at_once_and_leaves_only_its_t
     (partial,) = (bed.data / "artifacts" / model / task / "embeddings").iterdir()
     assert partial.name.startswith(".") and partial.name.endswith(".tmp") and not (partial / "MANIFEST.json").exists()
 
-    killed_at = time.monotonic()
+    killed_at = time.time()
     os.kill(step_pid, signal.SIGKILL)  # the pool process only; its celery parent survives
     run = finished(instance, run_id, bed)
     assert run.status == dg.DagsterRunStatus.SUCCESS, failures(instance, run_id)
-    assert time.monotonic() - killed_at < VISIBILITY_TIMEOUT  # resent by the parent, not by Redis' timeout
     assert bed.workers[worker].poll() is None and bed.hostname(worker) in bed.alive_workers()
 
+    # Resent by the surviving celery parent at once (a retry 1 s later), not by Redis' visibility timeout.
+    again = celery_steps(instance, run_id, with_time=True)[1]
+    assert again[0] == "corpus_embeddings" and again[2] - killed_at < VISIBILITY_TIMEOUT - 10, again[2] - killed_at
     steps = celery_steps(instance, run_id)
     assert [s for s, _ in steps] == ["corpus_embeddings", *STEPS], steps
     assert steps[0] == ("corpus_embeddings", bed.hostname(worker))
