@@ -165,14 +165,19 @@ def search(
     easy = (idx >= 0).all(axis=1)
     if exact and k <= k2 < n:
         easy &= scores[:, -1] != scores[:, k - 1]
-    # Tie keys for the returned documents only: their rank among themselves by descending id
-    # orders any two of them as the whole corpus's doc_order does, without sorting n ids.
-    returned, where = np.unique(np.maximum(idx, 0), return_inverse=True)
-    names = pl.Series([doc_ids[i] for i in returned.tolist()], dtype=pl.Utf8)
+    # FAISS returns each row by descending score: a row with no two equal scores within its first
+    # k + 1 is already in the final order. Rows with ties are sorted again with tie keys: the
+    # returned documents' rank among themselves by descending id, which orders any two of them as
+    # the whole corpus's doc_order does, without sorting all n ids.
+    head = min(k + 1, k2)
+    tied = (scores[:, 1:head] == scores[:, : head - 1]).any(axis=1) | ~easy
+    returned, where = np.unique(np.maximum(idx[tied], 0), return_inverse=True)
     local = np.empty(len(returned), dtype=np.int64)
-    local[names.arg_sort(descending=True).to_numpy()] = np.arange(len(returned))
-    order = np.lexsort((local[where].reshape(idx.shape), -scores), axis=-1)[:, :k]
-    top_i, top_s = np.take_along_axis(idx, order, axis=1), np.take_along_axis(scores, order, axis=1)
+    local[pl.Series([doc_ids[i] for i in returned.tolist()], dtype=pl.Utf8).arg_sort(descending=True).to_numpy()] = np.arange(len(returned))
+    top_i, top_s = idx[:, :k].copy(), scores[:, :k].copy()
+    if tied.any():
+        order = np.lexsort((local[where].reshape(-1, k2), -scores[tied]), axis=-1)[:, :k]
+        top_i[tied], top_s[tied] = np.take_along_axis(idx[tied], order, axis=1), np.take_along_axis(scores[tied], order, axis=1)
     tie = None
     for qi in range(len(query_ids)):
         if easy[qi]:
