@@ -206,6 +206,17 @@ class SentenceTransformerEncoder:
         )
         return np.ascontiguousarray(emb, dtype=np.float32)
 
+    def batch_plan(self, texts: list[str], *, role: str, languages: list[str] | None = None) -> list[np.ndarray]:
+        """The batches :meth:`encode` of all ``texts`` forms: positions, longest (prefixed) text first.
+
+        sentence-transformers sorts its inputs by character length, then batches; encoding these
+        batches one at a time gives the very same vectors (tests/core/test_vectors.py).
+        """
+        prefixed = apply_prefixes(texts, self.spec.settings, role, languages)
+        order = np.argsort([-len(t) for t in prefixed])  # as SentenceTransformer._inference orders them
+        bs = self.spec.batch_size
+        return [order[i : i + bs] for i in range(0, len(order), bs)]
+
 
 class TransformersEncoder:
     """Plain transformers AutoModel with mean or CLS pooling."""
@@ -255,6 +266,11 @@ class TransformersEncoder:
                 out.append(vec.float().cpu().numpy())
         dim = self.model.config.hidden_size
         return np.ascontiguousarray(np.concatenate(out) if out else np.zeros((0, dim)), dtype=np.float32)
+
+    def batch_plan(self, texts: list[str], *, role: str, languages: list[str] | None = None) -> list[np.ndarray]:
+        """The batches :meth:`encode` of all ``texts`` forms: consecutive positions."""
+        bs = self.spec.batch_size
+        return [np.arange(i, min(i + bs, len(texts))) for i in range(0, len(texts), bs)]
 
 
 def load_text_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None) -> TextEncoder:

@@ -6,6 +6,7 @@ manifest (:mod:`medbench_core.storage`) before :func:`load_index`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,13 @@ def gpu_available() -> bool:
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
 
 
-def build_index(emb: np.ndarray, spec: dict[str, Any] | None = None, use_gpu: bool | None = None, progress: bool | None = False) -> tuple[Any, dict[str, Any]]:
+def build_index(
+    emb: np.ndarray,
+    spec: dict[str, Any] | None = None,
+    use_gpu: bool | None = None,
+    progress: bool | None = False,
+    add_blocks: Callable[[], Iterable[np.ndarray]] | None = None,
+) -> tuple[Any, dict[str, Any]]:
     """Build an inner-product index over ``emb``; returns ``(cpu_index, info)``.
 
     ``spec``: ``{"type": "flat"}``, ``{"type": "ivf", "nlist": 64, "nprobe": 8}`` or
@@ -44,6 +51,10 @@ def build_index(emb: np.ndarray, spec: dict[str, Any] | None = None, use_gpu: bo
     "if present") flat and IVF are built there and copied back with ``index_gpu_to_cpu``;
     HNSW has no GPU build in FAISS and is always built on the CPU. ``info`` records the choice.
     ``progress``: a bar over the vectors added (see :mod:`medbench_core.progress`).
+
+    ``add_blocks`` (optional) yields ``emb``'s rows again, block by block, for a CPU flat or IVF
+    index to add them that way (same index bytes; ``emb`` may then be a memory map that only
+    IVF training reads). HNSW adds all rows at once: blocks would change its graph.
     """
     import faiss
 
@@ -51,6 +62,7 @@ def build_index(emb: np.ndarray, spec: dict[str, Any] | None = None, use_gpu: bo
     kind = spec.get("type", "flat")
     if kind not in INDEX_TYPES:
         raise DataError(f"index type {kind!r} unknown; use one of {INDEX_TYPES}")
+    source = emb  # a memory map (np.load(mmap_mode="r")) stays one: see _drop_mapped_pages
     emb = np.ascontiguousarray(emb, dtype=np.float32)
     if emb.ndim != 2 or emb.shape[0] == 0:
         raise DataError(f"cannot index embeddings of shape {emb.shape}")
@@ -78,9 +90,29 @@ def build_index(emb: np.ndarray, spec: dict[str, Any] | None = None, use_gpu: bo
     else:
         if kind == "ivf":
             index.train(emb)
-        _add(index, emb, kind, progress)
+            _drop_mapped_pages(source)
+        if add_blocks is not None and kind != "hnsw":
+            if kind == "flat":  # room for every vector at once: growing block by block would copy them (peak 2x)
+                index.codes.resize(n * index.code_size)
+                index.codes.resize(0)
+            for block in bar(add_blocks(), desc=f"faiss {kind} add", unit="block", progress=progress):
+                index.add(np.ascontiguousarray(block, dtype=np.float32))
+            if index.ntotal != n:
+                raise DataError(f"index blocks held {index.ntotal} vectors for {n} embeddings")
+        else:
+            _add(index, emb, kind, progress)
     info = {"type": kind, "params": spec, "built_on": "gpu" if on_gpu else "cpu", "ntotal": int(index.ntotal), "dim": dim, "faiss_version": faiss.__version__}
     return index, info
+
+
+def _drop_mapped_pages(emb: Any) -> None:
+    """Give back the file pages IVF training read through a read-only memory map (they are charged to
+    this process until unmapped); the blocks added next are read anew, one at a time."""
+    import mmap
+
+    handle = getattr(emb, "_mmap", None)  # numpy.memmap keeps its mmap object here
+    if handle is not None and hasattr(mmap, "MADV_DONTNEED"):
+        handle.madvise(mmap.MADV_DONTNEED)
 
 
 def save_index(index: Any, path: str | Path) -> None:
@@ -90,14 +122,18 @@ def save_index(index: Any, path: str | Path) -> None:
         faiss.write_index(index, str(tmp))
 
 
-def load_index(path: str | Path) -> Any:
+def load_index(path: str | Path, mmap: bool = False) -> Any:
+    """Read a FAISS index; with ``mmap`` its stored vectors stay in the file, paged in as searched.
+
+    Map only a file whose manifest was verified: a mapped file truncated later faults on access.
+    """
     import faiss
 
     path = Path(path)
     if not path.exists():
         raise DataError(f"{path}: index file not found")
     try:
-        return faiss.read_index(str(path))
+        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC) if mmap else faiss.read_index(str(path))
     except RuntimeError as exc:
         raise DataError(f"{path}: FAISS could not read the index ({str(exc).splitlines()[0]})") from exc
 
@@ -125,9 +161,9 @@ def search(
 
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     n = len(doc_ids)
-    tie = doc_order(doc_ids)
     hits: list[tuple[np.ndarray, np.ndarray]] = []
     if candidates is not None:
+        tie = doc_order(doc_ids)
         if doc_emb is None:
             raise DataError("candidate-set search needs the document embeddings")
         for qi, qid in enumerate(bar(query_ids, desc="search", unit="query", progress=progress)):
@@ -140,13 +176,38 @@ def search(
     k2 = min(n, k + 32)
     scores, idx = index.search(queries, k2)
     exact = isinstance(index, faiss.IndexFlat)
+    # Rows FAISS filled whose k-th score is not tied with the margin's last: one row-wise sort for
+    # all of them (score descending, then the doc id order), as topk sorts each.
+    easy = (idx >= 0).all(axis=1)
+    if exact and k <= k2 < n:
+        easy &= scores[:, -1] != scores[:, k - 1]
+    # FAISS returns each row by descending score: a row with no two equal scores within its first
+    # k + 1 is already in the final order. Rows with ties are sorted again with tie keys: the
+    # returned documents' rank among themselves by descending id, which orders any two of them as
+    # the whole corpus's doc_order does, without sorting all n ids.
+    head = min(k + 1, k2)
+    tied = (scores[:, 1:head] == scores[:, : head - 1]).any(axis=1) | ~easy
+    returned, where = np.unique(np.maximum(idx[tied], 0), return_inverse=True)
+    local = np.empty(len(returned), dtype=np.int64)
+    local[pl.Series([doc_ids[i] for i in returned.tolist()], dtype=pl.Utf8).arg_sort(descending=True).to_numpy()] = np.arange(len(returned))
+    top_i, top_s = idx[:, :k].copy(), scores[:, :k].copy()
+    if tied.any():
+        order = np.lexsort((local[where].reshape(-1, k2), -scores[tied]), axis=-1)[:, :k]
+        top_i[tied], top_s[tied] = np.take_along_axis(idx[tied], order, axis=1), np.take_along_axis(scores[tied], order, axis=1)
+    tie = None
     for qi in bar(range(len(query_ids)), desc="rank", unit="query", progress=progress):
+        if easy[qi]:
+            hits.append((top_i[qi], top_s[qi]))
+            continue
         sc, ix = scores[qi], idx[qi]
         valid = ix >= 0
         sc, ix = sc[valid], ix[valid]
         if exact and k2 < n and len(sc) >= k and sc[-1] == sc[min(k, len(sc)) - 1]:
             full_s, full_i = index.search(queries[qi : qi + 1], n)
             sc, ix = full_s[0], full_i[0]
-        sel = topk(sc, tie[ix], k)
+            tie = doc_order(doc_ids) if tie is None else tie  # a tie past the margin: every id may matter
+            sel = topk(sc, tie[ix], k)
+        else:
+            sel = topk(sc, local[np.searchsorted(returned, ix)], k)
         hits.append((ix[sel], sc[sel]))
     return run_frame(query_ids, hits, doc_ids)

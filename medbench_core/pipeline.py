@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,14 @@ import polars as pl
 from medbench_core import bm25, chunking, instructions
 from medbench_core.errors import DataError
 from medbench_core.layout import STAGES
-from medbench_core.metrics import DEFAULT_METRICS, breakdown, cross_lingual_gap, evaluate, qrels_to_dict, run_to_dict
+from medbench_core.metrics import DEFAULT_METRICS, breakdown, cross_lingual_gap, evaluate_frame
 from medbench_core.model import Task
 from medbench_core.models import ModelSpec
 from medbench_core.ranking import rank_scores, write_trec
 from medbench_core.retrieval import candidate_pools, encode_chunks, encode_side, load_encoder
 
 BREAKDOWN_COLUMNS = ("language", "discipline", "tier")
+MemoryBudget = int | Callable[[], int] | None  # bytes available, or a function returning them; None: ask the OS
 DEFAULT_K = 100  # documents retrieved per query
 
 
@@ -58,12 +60,16 @@ def long_text_info(spec: ModelSpec, encoder=None) -> dict[str, Any]:
 
 
 def embed_corpus(
-    spec: ModelSpec, task: Task, out: Path, *, device: str = "cpu", progress: bool = False, encoder=None, online: bool = False
+    spec: ModelSpec, task: Task, out: Path, *, device: str = "cpu", progress: bool = False, encoder=None, online: bool = False,
+    available: MemoryBudget = None,
 ) -> dict[str, Any]:
     """Represent the corpus: dense vectors (``corpus.npy``) or a bm25s index. Returns info.
 
     With ``long_text: chunk`` the vectors are those of the passages' chunks and ``chunk_doc.npy``
-    maps each chunk to its document's position. ``online`` lets a hub model download.
+    maps each chunk to its document's position. ``online`` lets a hub model download. Dense
+    vectors are written batch by batch into the file; a corpus whose index would not fit in
+    ``available`` memory (bytes, or a function returning them; default: what the OS reports) is
+    refused before it is encoded (:mod:`medbench_core.vectors`).
     """
     t0 = time.perf_counter()
     doc_ids = task.corpus["doc_id"].to_list()
@@ -79,14 +85,20 @@ def embed_corpus(
         files = ["corpus.npy"]
         if lt.mode == "chunk":
             emb, owner = encode_chunks(encoder, task, lt)
+            _require_memory(task.name, emb.shape[0], emb.shape[1], spec, available)
+            np.save(out / "corpus.npy", emb, allow_pickle=False)
             np.save(out / "chunk_doc.npy", owner, allow_pickle=False)
             files.append("chunk_doc.npy")
+            n_rows, dim = emb.shape
         else:
-            emb = encode_side(encoder, task, "passage")
-        np.save(out / "corpus.npy", emb, allow_pickle=False)
-        info = {"representation": "dense", "n_docs": len(doc_ids), "dim": int(emb.shape[1]), "dtype": str(emb.dtype), **long_text_info(spec, encoder)}
+            from medbench_core.vectors import encode_side_to
+
+            n_rows, dim = encode_side_to(
+                out / "corpus.npy", encoder, task, "passage", before_encoding=lambda n, d: _require_memory(task.name, n, d, spec, available)
+            )
+        info = {"representation": "dense", "n_docs": len(doc_ids), "dim": int(dim), "dtype": "float32", **long_text_info(spec, encoder)}
         if lt.mode == "chunk":
-            info["n_chunks"] = int(emb.shape[0])
+            info["n_chunks"] = int(n_rows)
     info["seconds"] = round(time.perf_counter() - t0, 3)
     info["files"] = ["doc_ids.json", *files]
     _write_json(out / "info.json", info)
@@ -99,10 +111,17 @@ def task_language(task: Task) -> str | None:
     return langs.pop() if len(langs) == 1 else None
 
 
+def _require_memory(task: str, n: int, dim: int, spec: ModelSpec, available: MemoryBudget) -> None:
+    from medbench_core.vectors import check_memory, corpus_bytes
+
+    needed, what = corpus_bytes(n, dim, spec.index)
+    check_memory(task, what, needed, available=available)
+
+
 def load_corpus_embeddings(folder: Path) -> tuple[list[str], np.ndarray]:
-    """Doc ids and the corpus vectors (one per document, or one per chunk with ``chunk_doc.npy``)."""
+    """Doc ids and the corpus vectors, memory-mapped (one per document, or one per chunk with ``chunk_doc.npy``)."""
     doc_ids = _read_json(folder / "doc_ids.json")
-    emb = np.load(folder / "corpus.npy", allow_pickle=False)
+    emb = np.load(folder / "corpus.npy", mmap_mode="r", allow_pickle=False)
     owner = load_chunk_map(folder)
     rows = len(doc_ids) if owner is None else len(owner)
     if emb.shape[0] != rows:
@@ -117,9 +136,12 @@ def load_chunk_map(folder: Path) -> np.ndarray | None:
     return np.load(path, allow_pickle=False) if path.exists() else None
 
 
-def build_corpus_index(spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None = None, progress: bool | None = False) -> dict[str, Any]:
-    """FAISS index over the corpus vectors (``index.faiss``); BM25 needs none. ``progress``: a bar while adding."""
+def build_corpus_index(
+    spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None = None, progress: bool | None = False, available: MemoryBudget = None
+) -> dict[str, Any]:
+    """FAISS index over the corpus vectors (``index.faiss``), filled block by block; BM25 needs none. ``progress``: a bar while adding."""
     from medbench_core.index import build_index, save_index
+    from medbench_core.vectors import iter_blocks, npy_shape
 
     t0 = time.perf_counter()
     if spec.kind == "bm25":
@@ -127,8 +149,10 @@ def build_corpus_index(spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bo
     else:
         if load_chunk_map(emb_dir) is not None and (spec.index or {}).get("type", "flat") != "flat":
             raise DataError(f"model {spec.name}: long_text: chunk is searched exactly; use index type flat, not {spec.index.get('type')!r}")
+        _require_memory(Path(emb_dir).parents[1].name, *npy_shape(Path(emb_dir) / "corpus.npy"), spec, available)  # .../<task>/embeddings/<key>
         _, emb = load_corpus_embeddings(emb_dir)
-        index, info = build_index(emb, spec.index, use_gpu=use_gpu, progress=progress)
+        blocks = lambda: (block for _, block in iter_blocks(Path(emb_dir) / "corpus.npy"))  # noqa: E731
+        index, info = build_index(emb, spec.index, use_gpu=use_gpu, progress=progress, add_blocks=blocks)
         save_index(index, out / "index.faiss")
         info["files"] = ["index.faiss"]
     info["seconds"] = round(time.perf_counter() - t0, 3)
@@ -148,12 +172,14 @@ def retrieve(
     progress: bool = False,
     encoder=None,
     online: bool = False,
+    available: MemoryBudget = None,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Rank the top ``k`` documents per query; writes ``run.parquet``, ``run.trec`` (and query vectors).
 
     Queries carry the model's instruction for this task (:mod:`.instructions`); a chunked corpus
     is scored chunk by chunk and pooled per document (:mod:`.chunking`). info.json records both
-    (``query_prompt``, ``long_text``).
+    (``query_prompt``, ``long_text``). The index is memory-mapped; a corpus whose index would not
+    fit in memory is refused before the queries are encoded.
     """
     t0 = time.perf_counter()
     doc_ids = _read_json(emb_dir / "doc_ids.json")
@@ -169,12 +195,14 @@ def retrieve(
         run = bm25.search(retriever, query_ids, task.queries["text"].fill_null("").to_list(), doc_ids, k, analyzer, candidates=pools, progress=progress)
     else:
         from medbench_core.index import load_index, search
+        from medbench_core.vectors import npy_shape
 
+        _require_memory(task.name, *npy_shape(Path(emb_dir) / "corpus.npy"), spec, available)
         encoder = encoder or load_encoder(spec, device=device, progress=progress, online=online)
         q = encode_side(encoder, task, "query", prompt=prompt)
         np.save(out / "query_embeddings.npy", q, allow_pickle=False)
         files.append("query_embeddings.npy")
-        index = load_index(index_dir / "index.faiss")
+        index = load_index(index_dir / "index.faiss", mmap=True)  # its manifest was verified by the caller
         owner = load_chunk_map(emb_dir)
         if owner is not None:
             lt = chunking.long_text(spec.settings, spec.name, spec.kind)
@@ -195,7 +223,7 @@ def retrieve(
 
 def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = DEFAULT_METRICS) -> dict[str, Any]:
     """Per-query and mean metrics, and breakdowns by language, discipline and tier."""
-    ev = evaluate(qrels_to_dict(task.qrels), run_to_dict(run), metrics)
+    ev = evaluate_frame(task.qrels, run, metrics)
     per_query = ev.per_query_frame()
     per_query.write_parquet(out / "per_query.parquet", statistics=False)
     result: dict[str, Any] = {"mean": ev.mean, "n_queries": len(ev.per_query), "breakdowns": {}}

@@ -28,9 +28,9 @@ SCORING_PACKAGES = (
 # hashes only these, so editing (say) the contracts does not re-encode every corpus.
 STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "curated_task": ("model", "readers", "catalog", "images", "licences", "storage", "hub"),
-    "embeddings": ("model", "retrieval", "encoders", "clip", "images", "bm25", "pipeline", "storage", "chunking"),
-    "index": ("index", "pipeline", "storage"),
-    "run": ("model", "ranking", "index", "bm25", "retrieval", "encoders", "clip", "images", "pipeline", "storage", "chunking", "instructions"),
+    "embeddings": ("model", "retrieval", "encoders", "clip", "images", "bm25", "pipeline", "storage", "chunking", "vectors"),
+    "index": ("index", "pipeline", "storage", "vectors"),
+    "run": ("model", "ranking", "index", "bm25", "retrieval", "encoders", "clip", "images", "pipeline", "storage", "chunking", "instructions", "vectors"),
     "metrics": ("metrics", "pipeline", "storage"),
     "leaderboard": ("leaderboard", "pipeline"),
     # Runs built from upstream runs (fusion, cross-encoder reranking); see medbench_core/derived.py.
@@ -41,7 +41,7 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
     # Kept apart so that editing how expansions are combined does not regenerate them.
     "expansion": ("expansion/spec", "expansion/frame", "expansion/files", "expansion/generate", "expansion/stage", "model", "storage"),
     "expansion_contract": ("expansion/contract", "contracts/gx", "contracts/results"),
-    "expanded_run": ("expansion/combine", "expansion/frame", "model", "ranking", "index", "bm25", "retrieval", "encoders", "pipeline", "storage"),
+    "expanded_run": ("expansion/combine", "expansion/rules", "expansion/frame", "model", "ranking", "index", "bm25", "retrieval", "encoders", "pipeline", "storage"),
 }
 
 

@@ -59,6 +59,11 @@ class TextOnly:
             raise DataError(f"model {self.model_name} reads text only, but {len(missing)} {role} record(s) have no text (e.g. {first})")
         return self.encoder.encode(list(texts), role=role, languages=list(languages))
 
+    def batch_plan(self, texts, languages, role) -> list[np.ndarray] | None:
+        """The wrapped encoder's batches (see :mod:`medbench_core.vectors`), or None when it has no plan."""
+        plan = getattr(self.encoder, "batch_plan", None)
+        return plan([t or "" for t in texts], role=role, languages=list(languages)) if plan else None
+
 
 def load_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False) -> RecordEncoder:
     """The encoder for a dense model spec (sentence-transformers, transformers or open_clip); ``progress``: bars while encoding.

@@ -28,13 +28,22 @@ def default_resources() -> dict:
 
 
 def executor():
-    """None (Dagster's multiprocess default), or the celery executor of the production profile (MEDBENCH_EXECUTOR=celery)."""
+    """None (Dagster's multiprocess default), the celery executor of the production profile
+    (MEDBENCH_EXECUTOR=celery; deploy/production/celery.yaml) or dagster-k8s' job executor (k8s; deploy/k8s)."""
     if settings.EXECUTOR == "celery":
+        import yaml
         from dagster_celery import celery_executor
 
-        return celery_executor.configured({"broker": settings.CELERY_BROKER, "backend": settings.CELERY_BACKEND}, name="celery")
+        # The workers' own YAML: both sides must agree on acks_late, retries and the visibility timeout.
+        source = yaml.safe_load(settings.CELERY_CONFIG.read_text())["execution"]["config"].get("config_source") or {}
+        config = {"broker": settings.CELERY_BROKER, "backend": settings.CELERY_BACKEND, "config_source": source}
+        return celery_executor.configured(config, name="celery")
+    if settings.EXECUTOR == "k8s":
+        from dagster_k8s import k8s_job_executor
+
+        return k8s_job_executor  # image, namespace, env and kubeconfig from the instance's K8sRunLauncher
     if settings.EXECUTOR != "multiprocess":
-        raise ValueError(f"MEDBENCH_EXECUTOR={settings.EXECUTOR!r}: expected 'multiprocess' or 'celery'")
+        raise ValueError(f"MEDBENCH_EXECUTOR={settings.EXECUTOR!r}: expected 'multiprocess', 'celery' or 'k8s'")
     return None
 
 

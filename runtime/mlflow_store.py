@@ -135,6 +135,8 @@ class MLflowResource(dg.ConfigurableResource):
                 if r.info.status == "FINISHED" and not replace:
                     return r.info.run_id, True
             for r in existing:
+                if r.info.status == "RUNNING":  # a killed attempt's: ended first, so no deleted run stays RUNNING either
+                    client.set_terminated(r.info.run_id, status="KILLED")
                 client.delete_run(r.info.run_id)
             run = client.create_run(self.experiment_id(experiment), run_name=run_name, tags={**tags, RUN_KEY_TAG: run_key})
             run_id = run.info.run_id

@@ -4,8 +4,10 @@ MEDBENCH_ROOT (the checkout), MEDBENCH_SHARED (the folder holding data/, default
 MEDBENCH_DATA (artifact root, default <root>/data), MEDBENCH_STATE (run state: mlflow store,
 caches; default <root>/.medbench), MLFLOW_TRACKING_URI (default: SQLite in the state folder),
 MEDBENCH_NIGHTLY_CRON / MEDBENCH_NIGHTLY_TZ (nightly evaluation and drift canary; default 02:00 UTC),
-MEDBENCH_EXECUTOR (``multiprocess``, the default, or ``celery`` for the production profile) and
-MEDBENCH_CELERY_BROKER / MEDBENCH_CELERY_BACKEND (the celery broker and result backend URLs),
+MEDBENCH_EXECUTOR (``multiprocess``, the default, ``celery`` for the production profile, or ``k8s``:
+one Kubernetes Job per step), MEDBENCH_CELERY_BROKER / MEDBENCH_CELERY_BACKEND (the celery broker and
+result backend URLs) and MEDBENCH_CELERY_CONFIG (the workers' celery YAML, whose config_source the
+executor sends with; default deploy/production/celery.yaml),
 MEDBENCH_DVC_REMOTE (the DVC remote of benchmark versions; default ~/.cache/medbench/dvc-remote),
 MEDBENCH_CACHE (what an installation builds once and every project state reuses, such as the empty
 MLflow schema; default ~/.cache/medbench), DAGSTER_HOME (the Dagster instance; default
@@ -29,6 +31,7 @@ NIGHTLY_TIMEZONE = os.environ.get("MEDBENCH_NIGHTLY_TZ") or "UTC"
 EXECUTOR = os.environ.get("MEDBENCH_EXECUTOR") or "multiprocess"
 CELERY_BROKER = os.environ.get("MEDBENCH_CELERY_BROKER") or "pyamqp://guest@localhost//"
 CELERY_BACKEND = os.environ.get("MEDBENCH_CELERY_BACKEND") or "rpc://"
+CELERY_CONFIG = Path(os.environ.get("MEDBENCH_CELERY_CONFIG") or ROOT / "deploy" / "production" / "celery.yaml")
 DVC_REMOTE = os.environ.get("MEDBENCH_DVC_REMOTE") or ""  # empty: the url in .dvc/config(.local)
 CACHE = Path(os.environ.get("MEDBENCH_CACHE") or Path.home() / ".cache" / "medbench")
 DAGSTER_HOME = os.environ.get("DAGSTER_HOME") or ""  # empty: the project's, <state>/dagster_home

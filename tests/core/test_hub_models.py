@@ -197,10 +197,10 @@ def test_instructions_reach_the_encoder_for_queries_only(tmp_path, recording, ta
     embed_corpus(spec, task, tmp_path / "emb", encoder=enc)
     build_corpus_index(spec, tmp_path / "emb", tmp_path / "idx")
     _, info = retrieve(spec, task, tmp_path / "emb", tmp_path / "idx", tmp_path / "run", k=2, encoder=enc)
-    assert seen == [
-        ["Phototaxis in insects", "Gout and urate"],
-        [f"Instruct: {instruction}\nQuery: why do insects fly to light", f"Instruct: {instruction}\nQuery: gout {{toe}}"],
-    ]
+    # The corpus goes in as it is (the block writer may probe with its first record), the queries with the instruction.
+    *passages, queries = seen
+    assert {text for call in passages for text in call} == {"Phototaxis in insects", "Gout and urate"}
+    assert queries == [f"Instruct: {instruction}\nQuery: why do insects fly to light", f"Instruct: {instruction}\nQuery: gout {{toe}}"]
     assert info["query_prompt"] == {"template": "Instruct: {instruction}\nQuery: {query}", "instruction": instruction}
     assert run_params(spec, task)["query_instruction"] == instruction
 

@@ -6,59 +6,26 @@ dagster.yaml with DAGSTER_PG_* pointing at it: one partitioned materialisation, 
 evaluation (dynamic partitions in PostgreSQL), read back with a plain PostgreSQL client.
 """
 
-import os
 import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from runtime.partitions import partition_key
 from orchestration.registry_sync import sync_model_partitions
-from tests.orchestration.operating_env import BM25, ROOT, curate, evaluate, free_port, new_world
+from tests.orchestration.distributed_env import PG_DB, PG_PASSWORD, PG_USER, postgres_server
+from tests.orchestration.operating_env import BM25, ROOT, curate, evaluate, new_world
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
-USER, PASSWORD, DB = "dagster", "medbench-test-pw", "medbench"
-
-
-def postgres_bin() -> Path:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
-    if not found:
-        pytest.fail("PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin; install Debian's postgresql (scripts/setup.sh --test does)")
-    return found[-1].parent
+USER, PASSWORD, DB = PG_USER, PG_PASSWORD, PG_DB
 
 
 @pytest.fixture
 def postgres():
     """A PostgreSQL cluster on 127.0.0.1:<free port> with database ``medbench``; stopped and removed afterwards."""
-    bin_dir = postgres_bin()
-    base = Path(tempfile.mkdtemp(prefix="medbench-pg-"))
-    as_user = []
-    if os.geteuid() == 0:
-        shutil.chown(base, "postgres", "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    (base / "pw").write_text(PASSWORD)
-    if as_user:
-        shutil.chown(base / "pw", "postgres", "postgres")
-    data, port = base / "data", free_port()
-
-    def pg(*args, **kw):
-        return subprocess.run([*as_user, *map(str, args)], check=True, capture_output=True, text=True, timeout=60, **kw)
-
-    started = False
-    try:
-        pg(bin_dir / "initdb", "-D", data, "-U", USER, f"--pwfile={base / 'pw'}", "--auth=scram-sha-256", "--no-sync")
-        pg(bin_dir / "pg_ctl", "-D", data, "-l", base / "server.log", "-w", "-t", "30", "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
-        started = True
-        pg(bin_dir / "createdb", "-h", "127.0.0.1", "-p", port, "-U", USER, DB, env={**os.environ, "PGPASSWORD": PASSWORD})
-        yield {"host": "127.0.0.1", "port": port, "base": base}
-    finally:
-        if started:
-            pg(bin_dir / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
-        shutil.rmtree(base, ignore_errors=True)
+    with postgres_server() as pg:
+        yield pg
 
 
 def test_a_partitioned_materialisation_against_the_production_profile(postgres, tmp_path, monkeypatch):
@@ -106,5 +73,7 @@ def test_the_production_executor_is_dagsters_celery_executor(monkeypatch):
     monkeypatch.setattr(settings, "EXECUTOR", "multiprocess")
     assert definitions.executor() is None  # Dagster's default multiprocess executor
     monkeypatch.setattr(settings, "EXECUTOR", "k8s")
-    with pytest.raises(ValueError, match="MEDBENCH_EXECUTOR='k8s'"):
+    assert definitions.executor().name == "k8s"  # dagster-k8s' k8s_job_executor (tests/orchestration/test_k8s_profile.py)
+    monkeypatch.setattr(settings, "EXECUTOR", "dask")
+    with pytest.raises(ValueError, match="MEDBENCH_EXECUTOR='dask'"):
         definitions.executor()
