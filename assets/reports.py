@@ -86,6 +86,7 @@ def task_cells(
             "task_content_hash": task.content_hash(),
             "model_revision": revision,
             "dataset_revision": task.meta.source_revision or None,
+            "split": split,
             **run_params(spec, task),
         }
         if spec.derived:
