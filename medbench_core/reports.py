@@ -324,7 +324,7 @@ def heatmap_png(board: pl.DataFrame, path: str | Path, *, metric: str = "ndcg_at
             ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if not math.isnan(v) and v < 0.6 else "black")
     ax.set_title(f"{METRIC_LABELS.get(metric, metric)} by model and task", fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.04)
-    fig.subplots_adjust(left=0.3, right=0.95, bottom=0.3, top=0.85)
+    fig.subplots_adjust(left=0.3, right=min(0.95, 1 - 70 / w), bottom=0.3, top=0.85)  # room for the colour bar's labels
     return _save(fig, Path(path))
 
 
