@@ -101,7 +101,7 @@ def test_a_model_that_cannot_load_fails_its_partitions_not_the_preparation(tmp_p
     assert "x scifact                FAILED" in out.stdout and "[evaluate] bm25                     x scifact                ok" in out.stdout
     assert out.stderr.rstrip().endswith("FAILED: broken-folder|scifact, broken-folder|liveqa_medquad"), out.stderr[-2000:]
     board = (world.root / "data" / "reports" / "leaderboard.md").read_text()
-    assert "| broken-folder | - | - |" in board and "| bm25 | 1.0000 |" in board, board
+    assert "| broken-folder | - | - | - |" in board and "| bm25 | 1.0000 [1.00, 1.00] | 1.0000 [1.00, 1.00] | 1.0000 |" in board, board
 
 
 def _run_on_a_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
