@@ -528,6 +528,25 @@ def expanded_markdown(rows: pl.DataFrame, sig: Significance) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ci_only(cells: Iterable[Cell], stats: pl.DataFrame, tasks: list[str], sig: Significance) -> pl.DataFrame:
+    """Rows for the cells :func:`significance` left out (their task has no baseline values, e.g. an
+    image task BM25 cannot read): the mean and its bootstrap CI, no baseline and no test."""
+    from medbench_core.stats import STATS_SCHEMA, bootstrap_ci
+
+    done = set(zip(stats["model"].to_list(), stats["task"].to_list()))
+    rows = []
+    for c in cells:
+        if not c.applicable or c.per_query is None or c.task not in tasks or (c.model, c.task) in done or sig.metric not in c.per_query.columns:
+            continue
+        v = c.per_query[sig.metric].cast(pl.Float64).to_numpy()
+        if len(v) == 0:
+            continue
+        lo, hi = bootstrap_ci(v, n_resamples=sig.n_resamples, seed=sig.seed)
+        rows.append({"task": c.task, "model": c.model, "baseline": None, "metric": sig.metric, "n_queries": len(v), "mean": float(v.mean()),
+                     "ci_low": lo, "ci_high": hi, "diff": None, "p_ttest": None, "p_perm": None, "p_holm": None, "significant": False})  # fmt: skip
+    return pl.DataFrame(rows, schema=STATS_SCHEMA) if rows else pl.DataFrame(schema=STATS_SCHEMA)
+
+
 def write_leaderboard(
     cells: list[Cell],
     models: list[str],
@@ -556,11 +575,15 @@ def write_leaderboard(
     metric = sig.metric
     board = leaderboard(cells, models, tasks, metric)
     stats = significance(cells, sig.baseline, tasks, metric, test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed)
+    stats = pl.concat([stats, _ci_only(cells, stats, tasks, sig)])
     na = {(c.model, c.task) for c in cells if not c.applicable}
     md = leaderboard_markdown(
         board, stats, metric=metric, research_only=research_only, not_applicable=na, baseline=sig.baseline,
         test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed,
     )  # fmt: skip
+    untested = sorted(set(stats.filter(pl.col("baseline").is_null())["task"].to_list()), key=tasks.index)
+    if untested:
+        md += f"No test on {', '.join(untested)}: {sig.baseline} has no result there (CIs only).\n"
     if footer:
         md += f"\n{footer}\n"
     sections: dict[str, Any] = {}
