@@ -9,7 +9,6 @@ import polars as pl
 from assets.stage import CODE_VERSION, CODE_VERSIONS, Stage, StageRun
 from medbench_core.pipeline import flat_metrics, score
 from medbench_core.run_record import evaluation_params, evaluation_tags
-from medbench_core.stats import partition_ci
 from medbench_core.storage import verify_manifest
 from runtime.resources import dagster_run_alive
 
@@ -19,11 +18,10 @@ def build(run: StageRun, tmp: Path) -> list[str]:
 
 
 def finish(run: StageRun) -> dict:
-    """Log (or reuse) the partition's MLflow run: the means, breakdowns and each mean's 95% bootstrap CI; the means as metadata."""
+    """Log (or reuse) the partition's MLflow run: the means, each mean's 95% bootstrap CI and the breakdowns; the means as metadata."""
     p, registry, mlflow = run.partition, run.resources.registry, run.resources.mlflow
     verify_manifest(run.dir("metrics"))
     result = json.loads((run.dir("metrics") / "metrics.json").read_text())
-    ci = partition_ci(pl.read_parquet(run.dir("metrics") / "per_query.parquet"), list(result["mean"]))
     benchmark = registry.catalog().benchmark
     params = evaluation_params(
         p.spec, p.task, revision=p.revision, keys=p.keys, k=run.config.k, code_version=CODE_VERSION,
@@ -36,15 +34,15 @@ def finish(run: StageRun) -> dict:
         p.keys["metrics"],
         f"{p.model}/{p.task_name}",
         params,
-        flat_metrics(result) | ci,
+        flat_metrics(result),
         evaluation_tags(p.model, p.task, benchmark, run.context.run_id),
         [run.dir("run") / "run.trec", run.dir("metrics") / "per_query.parquet", run.dir("metrics") / "metrics.json"],
         replace=run.config.force,
     )
     main = p.task.meta.main_metric
     shown = {k: dg.MetadataValue.float(v) for k, v in result["mean"].items()}
-    if f"ci_low.{main}" in ci:
-        shown[f"{main}_ci95"] = f"[{ci[f'ci_low.{main}']:.4f}, {ci[f'ci_high.{main}']:.4f}]"
+    if main in result.get("ci", {}):
+        shown[f"{main}_ci95"] = "[{:.4f}, {:.4f}]".format(*result["ci"][main])
     return {"mlflow_run_id": run_id, "mlflow_run_reused": reused, **shown}
 
 

@@ -4,7 +4,8 @@ Reads what the stages stored (metrics.json, per_query.parquet, the run's info.js
 current registry and catalogue (each cell at its current provenance key, so a changed model shows
 '-' until it is re-evaluated), writes the reports under data/reports (medbench_core.reports:
 leaderboard.{md,csv,json}, stats.csv, heatmap.png, diff/<task>.png) and logs them as one MLflow
-run tagged ``medbench.kind=leaderboard``, reused while its inputs are unchanged.
+run tagged ``medbench.kind=leaderboard`` in the experiment ``<benchmark>-leaderboard``, reused while
+its inputs are unchanged.
 """
 
 import json
@@ -30,6 +31,11 @@ from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryRes
 
 CODE_VERSION = code_version("reports")
 KIND_TAG = "medbench.kind"
+
+
+def leaderboard_experiment(benchmark: str) -> str:
+    """The MLflow experiment of the leaderboard runs: beside the benchmark's, whose runs are one per model x task (a release lists them)."""
+    return f"{benchmark}-leaderboard"
 
 
 class LeaderboardConfig(dg.Config):
@@ -142,7 +148,7 @@ def leaderboard(
     )  # fmt: skip
     md = written["markdown"]
     context.log.info("\n" + md)
-    run_id, reused = log_leaderboard(context, mlflow, catalog.benchmark, sig, provenance, copies, written, out)
+    run_id, reused = log_leaderboard(context, mlflow, leaderboard_experiment(catalog.benchmark), sig, provenance, copies, written, out)
     heatmap = out / "heatmap.png"
     plots = {f"diff_{Path(f).stem}": dg.MetadataValue.path(str(out / f)) for f in written["files"] if f.startswith("diff/")}
     return dg.MaterializeResult(

@@ -31,7 +31,7 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "embeddings": ("model", "retrieval", "encoders", "clip", "images", "bm25", "pipeline", "storage", "chunking"),
     "index": ("index", "pipeline", "storage"),
     "run": ("model", "ranking", "index", "bm25", "retrieval", "encoders", "clip", "images", "pipeline", "storage", "chunking", "instructions"),
-    "metrics": ("metrics", "pipeline", "storage"),
+    "metrics": ("metrics", "pipeline", "storage", "stats"),  # stats: each mean's bootstrap CI
     "leaderboard": ("leaderboard", "pipeline"),
     # Runs built from upstream runs (fusion, cross-encoder reranking); see medbench_core/derived.py.
     "derived_run": ("derived", "models", "model", "ranking", "encoders", "storage"),

@@ -244,18 +244,3 @@ def mlflow_metrics(row: Mapping[str, object]) -> dict[str, float]:
         out[f"significant.vs_{base}.{m}"] = 1.0 if row["significant"] else 0.0
     return out
 
-
-def partition_ci(
-    per_query: pl.DataFrame, metrics: Sequence[str], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
-) -> dict[str, float]:
-    """One model x task on its own: the 95% bootstrap CI of each of ``metrics`` present in ``per_query``,
-    as MLflow keys (``ci_low.ndcg_at_10``, ``ci_high.ndcg_at_10``, ...; see :func:`mlflow_metrics`).
-
-    The same seed and resamples as :func:`compare`, so the leaderboard shows the same interval.
-    """
-    out: dict[str, float] = {}
-    for m in metrics:
-        if m in per_query.columns and per_query.height:
-            lo, hi = bootstrap_ci(per_query[m].cast(pl.Float64).to_numpy(), n_resamples=n_resamples, seed=seed)
-            out |= mlflow_metrics({"metric": m, "baseline": "", "ci_low": lo, "ci_high": hi})
-    return out

@@ -37,8 +37,8 @@ pytestmark = pytest.mark.slow
 def leaderboard_runs(resources) -> list:
     mlflow = resources["mlflow"]
     client = mlflow.client()
-    exp = client.get_experiment_by_name(resources["registry"].catalog().benchmark)
-    return client.search_runs([exp.experiment_id], filter_string="tags.`medbench.kind` = 'leaderboard'")
+    exp = client.get_experiment_by_name(resources["registry"].catalog().benchmark + "-leaderboard")
+    return client.search_runs([exp.experiment_id], filter_string="tags.`medbench.kind` = 'leaderboard'") if exp else []
 
 
 def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_one_mlflow_run(tmp_path_factory, tmp_path):

@@ -10,7 +10,10 @@ import subprocess
 import sys
 
 import dagster as dg
+import numpy as np
+import polars as pl
 import pytest
+from scipy.stats import bootstrap
 
 from medbench_core.layout import Layout
 from tests.cli.test_run import _main_env
@@ -50,11 +53,15 @@ def test_a_catalogue_entry_alone_runs_an_mteb_folder_to_mlflow_and_the_leaderboa
     saved = json.loads((world.root / "data" / "reports" / "leaderboard.json").read_text())
     cell = saved["cells"]["bm25/mteb_fixture"]
     assert cell["dataset_revision"] == revision and cell["long_text"] == "whole" and cell["metrics_key"] == run.data.tags["medbench.run_key"]
-    stored = json.loads((world.root / "data" / "artifacts" / "bm25" / "mteb_fixture" / "metrics" / cell["metrics_key"] / "metrics.json").read_text())
+    metrics_dir = world.root / "data" / "artifacts" / "bm25" / "mteb_fixture" / "metrics" / cell["metrics_key"]
+    stored = json.loads((metrics_dir / "metrics.json").read_text())
     assert run.data.metrics["ndcg_at_10"] == stored["mean"]["ndcg_at_10"]
     # The partition's bootstrap CI is in its MLflow run, around the mean, and in the leaderboard cell.
     low, high = run.data.metrics["ci_low.ndcg_at_10"], run.data.metrics["ci_high.ndcg_at_10"]
-    assert low <= stored["mean"]["ndcg_at_10"] <= high and low < high
+    assert low <= stored["mean"]["ndcg_at_10"] <= high and low < high and stored["ci"]["ndcg_at_10"] == [low, high]
+    per_query = pl.read_parquet(metrics_dir / "per_query.parquet")["ndcg_at_10"].to_numpy()
+    ci = bootstrap((per_query,), np.mean, n_resamples=10_000, vectorized=True, method="percentile", rng=np.random.default_rng(0)).confidence_interval
+    assert (low, high) == (ci.low, ci.high)  # scipy called directly on the stored per-query values
     board = (world.root / "data" / "reports" / "leaderboard.md").read_text()
     assert "mteb_fixture (research-only)" in board
     assert f"{stored['mean']['ndcg_at_10']:.4f} [{low:.2f}, {high:.2f}]" in board

@@ -30,7 +30,7 @@ def test_the_mlflow_ui_shows_the_latest_leaderboards_heatmap(tmp_path_factory, t
     with world.instance() as instance:
         assert dg.materialize([leaderboard], resources=resources, instance=instance).success
     client = resources["mlflow"].client()
-    exp = client.get_experiment_by_name("medbench-test")
+    exp = client.get_experiment_by_name("medbench-test-leaderboard")
     runs = client.search_runs([exp.experiment_id], filter_string="tags.`medbench.kind` = 'leaderboard'", order_by=["attributes.start_time DESC"])
     assert len(runs) == 2  # the world's own (two models) and this one (three)
     latest = runs[0]
