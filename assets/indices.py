@@ -8,7 +8,7 @@ from medbench_core.pipeline import build_corpus_index
 
 
 def build(run: StageRun, tmp: Path) -> list[str]:
-    info = build_corpus_index(run.partition.spec, run.dir("embeddings"), tmp, use_gpu=run.resources.compute.use_gpu_for_faiss())
+    info = build_corpus_index(run.partition.spec, run.dir("embeddings"), tmp, use_gpu=run.resources.compute.use_gpu_for_faiss(), progress=run.config.progress)
     return [*info["files"], "info.json"]
 
 

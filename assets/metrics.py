@@ -18,7 +18,7 @@ def build(run: StageRun, tmp: Path) -> list[str]:
 
 
 def finish(run: StageRun) -> dict:
-    """Log (or reuse) the partition's MLflow run; the means as metadata."""
+    """Log (or reuse) the partition's MLflow run: the means, each mean's 95% bootstrap CI and the breakdowns; the means as metadata."""
     p, registry, mlflow = run.partition, run.resources.registry, run.resources.mlflow
     verify_manifest(run.dir("metrics"))
     result = json.loads((run.dir("metrics") / "metrics.json").read_text())
@@ -39,7 +39,11 @@ def finish(run: StageRun) -> dict:
         [run.dir("run") / "run.trec", run.dir("metrics") / "per_query.parquet", run.dir("metrics") / "metrics.json"],
         replace=run.config.force,
     )
-    return {"mlflow_run_id": run_id, "mlflow_run_reused": reused, **{k: dg.MetadataValue.float(v) for k, v in result["mean"].items()}}
+    main = p.task.meta.main_metric
+    shown = {k: dg.MetadataValue.float(v) for k, v in result["mean"].items()}
+    if main in result.get("ci", {}):
+        shown[f"{main}_ci95"] = "[{:.4f}, {:.4f}]".format(*result["ci"][main])
+    return {"mlflow_run_id": run_id, "mlflow_run_reused": reused, **shown}
 
 
 STAGE = Stage(

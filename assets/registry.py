@@ -25,10 +25,12 @@ model_spec = dg.AssetSpec(
 )
 
 
-def model_version(spec: ModelSpec) -> str:
+def model_version(spec: ModelSpec, revision: str | None = None) -> str:
     """Data version of a registered model: everything that changes its vectors (identity, weights' revision).
 
     Recorded as observations of ``model_spec``, so that changing one model's settings marks
     exactly that model's partitions stale (Dagster compares upstream data versions).
+    ``revision``: the commit sha a hub model's revision was pinned to at registration (a moved
+    branch then gives a new version); by default the revision the stages key their artifacts by.
     """
-    return artifact_key(model=spec.identity(), revision=cached_revision(spec))
+    return artifact_key(model=spec.identity(), revision=revision or cached_revision(spec))

@@ -1,57 +1,193 @@
-"""The leaderboard: nDCG@10 of every registered model on every task, printed and saved."""
+"""The leaderboard: every registered model on every task, with CIs and paired tests against the baseline.
+
+Reads what the stages stored (metrics.json, per_query.parquet, the run's info.json) for the
+current registry and catalogue (each cell at its current provenance key, so a changed model shows
+'-' until it is re-evaluated), writes the reports under data/reports (medbench_core.reports:
+leaderboard.{md,csv,json}, stats.csv, heatmap.png, diff/<task>.png) and logs them as one MLflow
+run tagged ``medbench.kind=leaderboard`` in the experiment ``<benchmark>-leaderboard``, reused while
+its inputs are unchanged.
+"""
 
 import json
+from pathlib import Path
 
 import dagster as dg
 
-from assets.stage import ASSET_OF_STAGE, CODE_VERSION
+from assets.stage import ASSET_OF_STAGE
+from medbench_core.derived import applicability, derived_revision, registry_partition_keys
 from medbench_core.encoders import cached_revision
 from medbench_core.errors import MedbenchError
-from medbench_core.leaderboard import Entry, table, to_markdown
-from medbench_core.pipeline import applicability, partition_keys
-from medbench_core.storage import is_complete, write_json_atomic, write_text_atomic
-from runtime.resources import ArtifactStoreResource, RegistryResource
+from medbench_core.expansion.contract import GATE_FILE
+from medbench_core.expansion.spec import load_expansions
+from medbench_core.model import Task
+from medbench_core.models import ModelSpec
+from medbench_core.pipeline import run_params
+from medbench_core.provenance import artifact_key, code_version
+from medbench_core.reports import Cell, Significance, load_cell, write_leaderboard
+from medbench_core.run_record import DAGSTER_RUN_TAG
+from medbench_core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
+from medbench_core.storage import is_complete
+from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryResource
+
+CODE_VERSION = code_version("reports")
+KIND_TAG = "medbench.kind"
+
+
+def leaderboard_experiment(benchmark: str) -> str:
+    """The MLflow experiment of the leaderboard runs: beside the benchmark's, whose runs are one per model x task (a release lists them)."""
+    return f"{benchmark}-leaderboard"
+
+
+class LeaderboardConfig(dg.Config):
+    """How cells are compared with the baseline (``baseline:`` of models.yaml, default bm25)."""
+
+    metric: str = "ndcg_at_10"
+    test: str = "permutation"  # or "ttest": the test Holm's correction and the stars follow (both p-values are reported)
+    alpha: float = 0.05
+    resamples: int = DEFAULT_RESAMPLES  # sign flips of the randomisation test, and bootstrap resamples of the CI
+    seed: int = DEFAULT_SEED
+
+
+def expansion_copies(store: ArtifactStoreResource, spec: ModelSpec, task: str, keys: dict[str, str]) -> int:
+    """How many of an expanded model's expansions copy a relevant passage, from its expansion's EXPANSION_GATE.json (0 when none recorded)."""
+    if spec.kind != "expanded" or "expansion" not in keys:
+        return 0
+    gate = store.layout.expansion_dir(spec.expansion, task, keys["expansion"]) / GATE_FILE
+    try:
+        doc = json.loads(gate.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0
+    return int((doc.get("leakage") or {}).get("n_copies") or 0) if doc.get("key") == keys["expansion"] else 0
+
+
+def task_cells(
+    store: ArtifactStoreResource, specs: list[ModelSpec], task: Task, expansions: list, *, split: str = "test", online: bool = False
+) -> tuple[list[Cell], dict[tuple[str, str], int]]:
+    """The cell of every model on ``task`` at its current keys, and the expanded models' copied passages.
+
+    A model that cannot read the task is ``n/a``; a derived model (fusion, reranker, expanded) is
+    judged by its upstream models, not by its own embeddings or index, which it does not have.
+    """
+    by_name = {s.name: s for s in specs}
+    cells, copies = [], {}
+    for spec in specs:
+        if applicability(spec, task, by_name):
+            cells.append(Cell(spec.name, task.name, applicable=False, research_only=task.meta.research_only))
+            continue
+        try:
+            keys = registry_partition_keys(specs, task, names=[spec.name], expansions=expansions, online=online)[spec.name]
+        except MedbenchError:  # e.g. its model folder or expansion file is gone: no result for the current entry
+            cells.append(Cell(spec.name, task.name, research_only=task.meta.research_only))
+            continue
+        metrics = store.artifact_dir(spec.name, task.name, "metrics", keys["metrics"])
+        if not is_complete(metrics):  # verifies every file against the manifest
+            cells.append(Cell(spec.name, task.name, research_only=task.meta.research_only))
+            continue
+        run = store.artifact_dir(spec.name, task.name, "run", keys["run"])
+        own = [] if spec.derived else [store.artifact_dir(spec.name, task.name, s, keys[s]) for s in ("embeddings", "index")]
+        revision = derived_revision(spec) if spec.kind == "cross-encoder" else "" if spec.derived else cached_revision(spec)
+        provenance = {
+            "metrics_key": keys["metrics"],
+            "run_key": keys["run"],
+            "task_content_hash": task.content_hash(),
+            "model_revision": revision,
+            "dataset_revision": task.meta.source_revision or None,
+            "split": split,
+            **run_params(spec, task),
+        }
+        if spec.derived:
+            provenance["upstream"] = list(spec.upstream)
+        if "expansion" in keys:
+            provenance["expansion_key"] = keys["expansion"]
+        cells.append(
+            load_cell(
+                spec.name, task, metrics_dir=metrics, run_dir=run if (run / "info.json").exists() else None, model_revision=revision,
+                split=split, stage_dirs=[d for d in own if d.is_dir()], provenance=provenance,
+            )  # fmt: skip
+        )
+        copies[(spec.name, task.name)] = expansion_copies(store, spec, task.name, keys)
+    return cells, copies
 
 
 @dg.asset(
     deps=[ASSET_OF_STAGE["metrics"]],
     code_version=CODE_VERSION,
     group_name="reports",
-    kinds={"markdown"},
-    description="Model x task table of nDCG@10 for the current registry and catalogue, saved under data/reports.",
+    kinds={"markdown", "mlflow"},
+    description=(
+        "Model x task table of nDCG@10 with 95% bootstrap CIs and paired tests against the baseline (Holm per task), "
+        "average, breakdowns, heatmap and per-query difference plots; saved under data/reports and logged to MLflow."
+    ),
 )
-def leaderboard(context: dg.AssetExecutionContext, store: ArtifactStoreResource, registry: RegistryResource) -> dg.MaterializeResult:
-    models = registry.models()
+def leaderboard(
+    context: dg.AssetExecutionContext, config: LeaderboardConfig, store: ArtifactStoreResource, registry: RegistryResource, mlflow: MLflowResource
+) -> dg.MaterializeResult:
+    if config.test not in TESTS:
+        raise dg.Failure(f"leaderboard config: test {config.test!r} unknown; use one of {TESTS}")
+    specs = registry.models()
+    sig = Significance(registry.baseline(), config.metric, config.test, config.alpha, config.resamples, config.seed)  # refuses an unknown baseline before anything is written
+    expansions = load_expansions(registry.models_file)
     catalog = registry.catalog()
-    entries: list[Entry] = []
-    provenance: dict[str, dict] = {}
-    research_only = {t.name for t in catalog.tasks if t.research_only}
+    cells: list[Cell] = []
+    copies: dict[tuple[str, str], int] = {}
     for t in catalog.tasks:
         try:
             task = store.load_task(t.name)
         except MedbenchError:
-            continue
-        for m in models:
-            try:
-                keys = partition_keys(m, task)
-            except MedbenchError:  # e.g. its model folder is gone: no result for the current entry
-                entries.append(Entry(m.name, t.name, None, t.name in research_only, True))
-                continue
-            folder = store.artifact_dir(m.name, t.name, "metrics", keys["metrics"])
-            value = None
-            applicable = applicability(m, task) is None
-            if applicable and is_complete(folder):
-                value = json.loads((folder / "metrics.json").read_text())["mean"]["ndcg_at_10"]
-                provenance[f"{m.name}/{t.name}"] = {"metrics_key": keys["metrics"], "task_content_hash": task.content_hash(), "model_revision": cached_revision(m)}
-            entries.append(Entry(m.name, t.name, value, t.name in research_only, applicable))
-    df = table(entries, [m.name for m in models], catalog.names)
-    md = to_markdown(df, research_only, not_applicable={(e.model, e.task) for e in entries if not e.applicable})
-    md += f"\ncode version {CODE_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json\n"
-    layout = store.layout
-    write_text_atomic(layout.leaderboard_file("md"), md)
-    write_text_atomic(layout.leaderboard_file("csv"), df.write_csv())
-    write_json_atomic(layout.leaderboard_file("json"), {"benchmark": catalog.benchmark, "metric": "ndcg_at_10", "cells": provenance, "table": df.to_dicts()})
+            continue  # not curated: its column shows '-'
+        got, leaks = task_cells(store, specs, task, expansions, split=str(t.options.get("split") or "test"), online=registry.online)
+        cells += got
+        copies |= leaks
+    research_only = [t.name for t in catalog.tasks if t.research_only]
+    provenance = {f"{c.model}/{c.task}": c.provenance for c in cells if c.metrics is not None}
+    out = store.reports_dir()
+    written = write_leaderboard(
+        cells, [s.name for s in specs], catalog.names, sig, out, research_only=research_only, specs=specs, copies=copies,
+        footer=f"code version {CODE_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
+        extra_json={"benchmark": catalog.benchmark, "cells": provenance},
+    )  # fmt: skip
+    md = written["markdown"]
     context.log.info("\n" + md)
+    run_id, reused = log_leaderboard(context, mlflow, leaderboard_experiment(catalog.benchmark), sig, provenance, copies, written, out)
+    heatmap = out / "heatmap.png"
+    plots = {f"diff_{Path(f).stem}": dg.MetadataValue.path(str(out / f)) for f in written["files"] if f.startswith("diff/")}
     return dg.MaterializeResult(
-        metadata={"leaderboard": dg.MetadataValue.md(md), "path": dg.MetadataValue.path(str(layout.leaderboard_file("md"))), "cells_filled": len(provenance)},
+        metadata={
+            "leaderboard": dg.MetadataValue.md(md),
+            "path": dg.MetadataValue.path(str(out / "leaderboard.md")),
+            "heatmap": dg.MetadataValue.path(str(heatmap)),
+            # Markdown links render as clickable in the UI; the images themselves are in the MLflow run.
+            "plots": dg.MetadataValue.md("\n".join(f"- [{f}]({(out / f).resolve().as_uri()})" for f in written["files"] if f.endswith(".png"))),
+            **plots,
+            "baseline": sig.baseline,
+            "significant_cells": int(written["stats"]["significant"].sum()) if written["stats"].height else 0,
+            "cells_filled": len(provenance),
+            "mlflow_run_id": run_id,
+            "mlflow_run_reused": reused,
+            "mlflow_heatmap": f"runs:/{run_id}/heatmap.png",
+        },
     )
+
+
+def log_leaderboard(context, mlflow: MLflowResource, experiment: str, sig: Significance, provenance: dict, copies: dict, written: dict, out: Path) -> tuple[str, bool]:
+    """One MLflow run holding the reports and the significance table; the same inputs reuse it."""
+    stats = written["stats"]
+    run_key = artifact_key(
+        kind="leaderboard", code=CODE_VERSION, significance=sig.describe(), cells={k: v["metrics_key"] for k, v in provenance.items()},
+        table=written["board"].columns + written["board"]["model"].to_list(), copies={f"{m}/{t}": n for (m, t), n in copies.items()},
+    )  # fmt: skip
+    params = {**{f"significance.{k}": v for k, v in sig.describe().items()}, "cells": len(provenance), "code_version": CODE_VERSION}
+    metrics: dict[str, float] = {}
+    for r in stats.iter_rows(named=True):
+        prefix = "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"{r['task']}/{r['model']}")
+        for col in ("mean", "ci_low", "ci_high", "diff", "p_ttest", "p_perm", "p_holm"):
+            if r[col] is not None:
+                metrics[f"{prefix}/{col}"] = float(r[col])
+        if r["p_holm"] is not None:
+            metrics[f"{prefix}/significant"] = 1.0 if r["significant"] else 0.0
+    files = [out / f for f in written["files"] if not f.startswith("diff/")]
+    if (out / "diff").is_dir() and any((out / "diff").iterdir()):
+        files.append(out / "diff")  # logged as the folder diff/
+    return mlflow.log_run(
+        experiment, run_key, "leaderboard", params, metrics, {KIND_TAG: "leaderboard", DAGSTER_RUN_TAG: context.run_id}, files,
+    )  # fmt: skip

@@ -26,7 +26,8 @@ def build_curated_task(partitions: Partitions) -> dg.AssetsDefinition:
 
 def curate(context: dg.AssetExecutionContext, store: ArtifactStoreResource, registry: RegistryResource) -> dg.MaterializeResult:
     entry = registry.task_entry(context.partition_key)
-    task = build_task(entry, store.shared_data, store.scratch_dir("sources", entry.name))
+    # Online (MEDBENCH_ONLINE), a hub dataset downloads at its pinned revision; offline it is read from the local hub cache.
+    task = build_task(entry, store.shared_data, store.scratch_dir("sources", entry.name), online=registry.online)
     folder = store.task_dir(entry.name)
     digest = task.content_hash()
     unchanged = is_complete(folder) and read_manifest(folder).get("content_hash") == digest
@@ -49,6 +50,9 @@ def curate(context: dg.AssetExecutionContext, store: ArtifactStoreResource, regi
             "research_only": entry.research_only,
             "query_modality": task.meta.query_modality,
             "doc_modality": task.meta.doc_modality,
+            # Where the data came from: dataset (hub id or catalogue path), dataset_revision (hub commit
+            # sha, or sha256: of a local folder's files), subset, task_type; empty for the bundled tasks.
+            **task.meta.provenance(),
             "rewritten": not unchanged,
             "path": dg.MetadataValue.path(str(folder)),
         },

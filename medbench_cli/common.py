@@ -25,9 +25,10 @@ def add_command(sub, name: str, help: str, **kwargs) -> argparse.ArgumentParser:
 
 
 def prepare_environment() -> None:
-    """Offline model loading, and the project's Dagster instance unless DAGSTER_HOME names another."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    """Offline model loading (unless MEDBENCH_ONLINE), and the project's Dagster instance unless DAGSTER_HOME names another."""
+    if not settings.ONLINE:
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+            os.environ.setdefault(name, "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if not settings.DAGSTER_HOME:
         home = settings.STATE / "dagster_home"

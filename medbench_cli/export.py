@@ -1,9 +1,13 @@
-"""``medbench export --to DIR``: the saved leaderboard and the metrics behind each of its cells, as one folder.
+"""``medbench export --to DIR``: the saved leaderboard, the metrics behind each of its cells, and each cell
+as an MTEB results JSON and a TREC run, in one folder.
 
-DIR/leaderboard.{md,csv,json} and DIR/results/<model>/<task>/{metrics.json, per_query.parquet},
-with a sha256 MANIFEST.json over every file. Each metrics artifact is verified against its own
-manifest before it is copied; the folder is built aside and swapped in whole. DIR must not exist,
-or hold an earlier export (which is replaced). Nothing is computed: run ``medbench run`` first.
+DIR/leaderboard.{md,csv,json}, stats.csv, heatmap.png, diff/<task>.png (the reports as saved);
+DIR/results/<model>/<task>/{metrics.json, per_query.parquet}; DIR/mteb/<model>/<revision>/<task>.json
+(+ model_meta.json: the layout and fields of MTEB's results repository) and DIR/trec/<model>/<task>.trec
+(medbench_core.reports.export, index.json lists them); a sha256 MANIFEST.json over every file. Each
+metrics and run artifact is verified against its own manifest before it is read; the folder is built
+aside and swapped in whole. DIR must not exist, or hold an earlier export (which is replaced).
+Nothing is computed: run ``medbench run`` first.
 """
 
 from __future__ import annotations
@@ -19,10 +23,14 @@ from runtime import settings
 
 MARK = "medbench-export"
 METRIC_FILES = ("metrics.json", "per_query.parquet")
+REPORT_FILES = ("stats.csv", "heatmap.png")  # beside leaderboard.{md,csv,json}, when the leaderboard wrote them
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("export", help="copy the leaderboard and the metrics behind it into a folder, with a sha256 manifest", description=describe(__doc__))
+    p = sub.add_parser(
+        "export", help="write the leaderboard, each cell's metrics, MTEB results JSON and TREC runs into a folder, with a sha256 manifest",
+        description=describe(__doc__),
+    )  # fmt: skip
     p.add_argument("--to", required=True, type=Path, metavar="DIR", help="the folder to write (new, or an earlier export)")
     p.set_defaults(handler=main)
 
@@ -31,6 +39,9 @@ def export(data_root: Path, dest: Path) -> int:
     """Write the export of the project at ``data_root`` to ``dest``; returns the number of cells."""
     from medbench_core.errors import DataError
     from medbench_core.layout import Layout
+    from medbench_core.provenance import code_version
+    from medbench_core.reports import export as export_results
+    from medbench_core.reports import load_cell
     from medbench_core.storage import MANIFEST, read_manifest, replace_dir_atomic, verify_manifest, write_manifest
 
     layout = Layout(data_root)
@@ -41,23 +52,39 @@ def export(data_root: Path, dest: Path) -> int:
         if not (dest / MANIFEST).is_file() or read_manifest(dest).get("kind") != MARK:
             raise DataError(f"{dest} exists and is not an earlier medbench export; name a new folder")
     saved = json.loads(board.read_text())
-    cells = []
-    for cell, prov in sorted(saved["cells"].items()):
-        model, task = cell.split("/", 1)
+    cells, sources = [], []
+    tasks: dict = {}
+    for name, prov in sorted(saved["cells"].items()):
+        model, task = name.split("/", 1)
+        if "run_key" not in prov:
+            raise DataError(f"{board}: cell {name} names no run; it was saved by an older medbench: `medbench leaderboard --rebuild` first")
         source = layout.artifact_dir(model, task, "metrics", prov["metrics_key"])
+        run = layout.artifact_dir(model, task, "run", prov["run_key"])
         verify_manifest(source, list(METRIC_FILES))
-        cells.append((model, task, source))
+        verify_manifest(run)
+        if task not in tasks:
+            tasks[task] = layout.load_task(task)
+        cells.append(load_cell(model, tasks[task], metrics_dir=source, run_dir=run, model_revision=prov.get("model_revision", ""),
+                               split=prov.get("split") or "test", provenance=prov))  # fmt: skip
+        sources.append((model, task, source))
+    reports = [f for f in REPORT_FILES if (layout.reports_dir() / f).is_file()]
+    plots = sorted(p.name for p in (layout.reports_dir() / "diff").glob("*.png")) if saved.get("plots") else []
 
     def build(tmp: Path) -> None:
-        files = []
         for suffix in ("md", "csv", "json"):
             shutil.copyfile(layout.leaderboard_file(suffix), tmp / f"leaderboard.{suffix}")
-            files.append(f"leaderboard.{suffix}")
-        for model, task, source in cells:
+        for f in reports:
+            shutil.copyfile(layout.reports_dir() / f, tmp / f)
+        if plots:
+            (tmp / "diff").mkdir()
+            for f in plots:
+                shutil.copyfile(layout.reports_dir() / "diff" / f, tmp / "diff" / f)
+        for model, task, source in sources:
             (tmp / "results" / model / task).mkdir(parents=True)
             for name in METRIC_FILES:
                 shutil.copyfile(source / name, tmp / "results" / model / task / name)
-                files.append(f"results/{model}/{task}/{name}")
+        export_results(cells, tmp, code_version=code_version("reports"))
+        files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
         write_manifest(tmp, files, {"kind": MARK, "benchmark": saved.get("benchmark"), "metric": saved.get("metric"), "cells": saved["cells"]})
 
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -73,5 +100,8 @@ def main(args: argparse.Namespace) -> int:
     except MedbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"exported the leaderboard and {n} cells' metrics to {args.to} (MANIFEST.json lists every file's sha256)")
+    print(
+        f"exported the leaderboard and {n} cells to {args.to}: metrics (results/), MTEB results JSON (mteb/), TREC runs (trec/); "
+        "MANIFEST.json lists every file's sha256"
+    )
     return 0

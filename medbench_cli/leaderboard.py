@@ -1,4 +1,4 @@
-"""``medbench leaderboard``: print the saved leaderboard (nDCG@10, model x task); ``--rebuild`` first rebuilds it from the stored metrics."""
+"""``medbench leaderboard``: print the saved leaderboard (nDCG@10, model x task, with CIs and paired tests against the baseline); ``--rebuild`` first rebuilds it from the stored metrics."""
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ def main(args: argparse.Namespace) -> int:
         from orchestration.jobs import LEADERBOARD_JOB
 
         prepare_environment()
-        build_definitions().resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=dg.DagsterInstance.get(), run_config=quiet_run_config())
+        defs = build_definitions()
+        defs.resources["mlflow"].ensure_store()  # the leaderboard is logged as an MLflow run
+        defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=dg.DagsterInstance.get(), run_config=quiet_run_config())
     if not path.is_file():
         print(f"no leaderboard at {path}; run `medbench run` (evaluates), or `medbench leaderboard --rebuild` (from stored metrics)", file=sys.stderr)
         return 1

@@ -2,6 +2,8 @@
 
 A model added to models.yaml becomes a partition (the registry sensor and ``medbench run`` do
 this too); a removed one keeps its partition, history, MLflow runs and artifacts until retired.
+``sync`` also resolves each hub model's revision (a branch such as ``main``) to the commit sha it
+names now and records it, without rewriting models.yaml (see orchestration/registry_sync.py).
 """
 
 from __future__ import annotations
@@ -32,10 +34,16 @@ def _instance_and_registry():
 
 
 def sync(args: argparse.Namespace) -> int:
-    from orchestration.registry_sync import sync_model_partitions
+    from orchestration.registry_sync import pin_revisions, sync_model_partitions
 
     instance, registry = _instance_and_registry()
-    print(f"added: {', '.join(sync_model_partitions(instance, registry)) or 'none'}")
+    pins = pin_revisions(registry)
+    print(f"added: {', '.join(sync_model_partitions(instance, registry, pins)) or 'none'}")
+    if pins:
+        where = "the hub" if registry.online else "the local hub cache (MEDBENCH_ONLINE=1 asks the hub)"
+        print(f"hub revisions, resolved by {where}; recorded in the model_spec observations and each run's MLflow params, models.yaml unchanged:")
+        for pin in pins.values():
+            print(f"  {pin.describe()}")
     return 0
 
 

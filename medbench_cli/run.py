@@ -123,10 +123,10 @@ def _plan(args: argparse.Namespace) -> tuple[list[str], list[str], str | None]:
     return models, tasks, model_to_warm([registry[m] for m in models], Layout(settings.DATA), tasks, args.force)
 
 
-def warm_up(defs, model: str) -> float:
-    """Load ``model``'s encoder into this process's cache, as the evaluation assets will ask for it."""
+def warm_up(defs, model: str, progress: bool = False) -> float:
+    """Load ``model``'s encoder into this process's cache, as the evaluation assets will ask for it (same ``progress``)."""
     t = time.perf_counter()
-    defs.resources["compute"].encoder(defs.resources["registry"].model(model))
+    defs.resources["compute"].encoder(defs.resources["registry"].model(model), progress)
     return time.perf_counter() - t
 
 
@@ -154,15 +154,27 @@ class _Preparation:
         self._tmp.cleanup()
 
 
-def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool) -> list[str]:
-    """Every model x task partition, in that order (one encoder is kept loaded at a time)."""
+def stage_run_config(force: bool, progress: bool) -> dict:
+    """The evaluation job's run config: quiet Dagster logs, and each stage's ``force`` and ``progress``."""
+    from assets.stage import STAGE_ASSETS
+
+    run_config: dict = quiet_run_config()
+    knobs = {k: v for k, v in (("force", force), ("progress", progress)) if v}
+    if knobs:
+        run_config["ops"] = {a: {"config": knobs} for a in STAGE_ASSETS}
+    return run_config
+
+
+def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool, progress: bool = False) -> list[str]:
+    """Every model x task partition, in that order (one encoder is kept loaded at a time).
+
+    ``progress``: bars on stderr for encoding, index building and search (see :func:`main`).
+    """
     from assets.stage import STAGE_ASSETS
     from orchestration.jobs import EVALUATE_JOB
     from runtime.partitions import partition_key
 
-    run_config: dict = quiet_run_config()
-    if force:
-        run_config["ops"] = {a: {"config": {"force": True}} for a in STAGE_ASSETS}
+    run_config = stage_run_config(force, progress)
     job = defs.resolve_job_def(EVALUATE_JOB)
     failures: list[str] = []
     for model in models:
@@ -178,8 +190,12 @@ def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool) -
 
 
 def main(args: argparse.Namespace) -> int:
+    from medbench_core.progress import want_progress
+
     prepare_environment()
     t0 = time.perf_counter()
+    # Decided once: bars in an interactive terminal, none in CI or when stderr goes to a log.
+    progress = want_progress(sys.stderr.isatty(), os.environ)
     models, tasks, model = _plan(args)
     # With a model to load, the child prepares (and creates a new instance's storage) while this
     # process imports Dagster and loads the model; it opens the instance after the child is done.
@@ -200,7 +216,7 @@ def main(args: argparse.Namespace) -> int:
             prepared = prepare(defs, dg.DagsterInstance.get(), tasks)
         else:
             try:
-                seconds = warm_up(defs, model)
+                seconds = warm_up(defs, model, progress)
                 print(f"[warm-up] {model} loaded while the tasks are prepared ({seconds:.1f}s)", flush=True)
             except Exception as exc:  # its partitions fail with the full error, in Dagster
                 print(f"[warm-up] {model} could not be loaded: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}", flush=True)
@@ -210,7 +226,7 @@ def main(args: argparse.Namespace) -> int:
         if preparation is not None:
             preparation.close()
     instance = dg.DagsterInstance.get()
-    failures = prepared["failures"] + evaluate(defs, instance, models, prepared["usable"], args.force)
+    failures = prepared["failures"] + evaluate(defs, instance, models, prepared["usable"], args.force, progress)
     from orchestration.jobs import LEADERBOARD_JOB
 
     defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=True)

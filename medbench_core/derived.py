@@ -355,12 +355,25 @@ def derived_partition_keys(spec: ModelSpec, task: Task, upstream_run_keys: Mappi
     )
 
 
-def registry_partition_keys(specs: list[ModelSpec], task: Task, k: int = DEFAULT_K, names: list[str] | None = None) -> dict[str, dict[str, str]]:
+def registry_partition_keys(
+    specs: list[ModelSpec],
+    task: Task,
+    k: int = DEFAULT_K,
+    names: list[str] | None = None,
+    *,
+    expansions: list[Any] | None = None,
+    prompts_dir: str | Path | None = None,
+    online: bool = False,
+) -> dict[str, dict[str, str]]:
     """Stage keys of every model (or of ``names`` and what they are built from) on ``task``.
 
-    Retrievers get :func:`medbench_core.pipeline.partition_keys`; derived models
+    Retrievers get :func:`medbench_core.pipeline.partition_keys`; fusion and cross-encoder models
     :func:`derived_partition_keys` over their upstreams' run keys, computed first
-    (:func:`medbench_core.models.evaluation_order`).
+    (:func:`medbench_core.models.evaluation_order`); an expanded model
+    :func:`medbench_core.expansion.combine.expanded_stage_keys`, whose ``expansion`` key names the
+    expansion artifact it reads (``expansions``: the registry's ``expansions:`` entries; the
+    expansion's key reads its file's hash or its generator's revision and prompt, and a LameR
+    expansion's upstream run key).
     """
     from medbench_core.models import evaluation_order, upstream_order
     from medbench_core.pipeline import partition_keys
@@ -374,11 +387,37 @@ def registry_partition_keys(specs: list[ModelSpec], task: Task, k: int = DEFAULT
         if wanted is not None and name not in wanted:
             continue
         spec = by_name[name]
-        if spec.derived:
+        if spec.kind == "expanded":
+            keys[name] = _expanded_partition_keys(spec, by_name, task, keys, k, expansions, prompts_dir, online)
+        elif spec.derived:
             keys[name] = derived_partition_keys(spec, task, {u: keys[u]["run"] for u in spec.upstream}, k)
         else:
             keys[name] = partition_keys(spec, task, k)
     return keys
+
+
+def _expanded_partition_keys(
+    spec: ModelSpec, by_name: Mapping[str, ModelSpec], task: Task, keys: Mapping[str, dict[str, str]], k: int,
+    expansions: list[Any] | None, prompts_dir: str | Path | None, online: bool,
+) -> dict[str, str]:
+    from medbench_core.encoders import cached_revision
+    from medbench_core.expansion.combine import expanded_stage_keys
+    from medbench_core.expansion.rules import resolve_combine
+    from medbench_core.expansion.spec import find_expansion
+    from medbench_core.expansion.stage import expansion_stage_key
+    from medbench_core.pipeline import stage_code_versions
+    from medbench_core.provenance import code_version
+
+    if expansions is None:
+        raise DataError(f"model {spec.name}: the keys of an expanded model need the registry's 'expansions:' entries")
+    exp = find_expansion(list(expansions), spec.expansion)
+    upstream_run = keys[spec.expansion_upstream]["run"] if spec.expansion_upstream else None
+    ekey = expansion_stage_key(exp, task, prompts_dir=prompts_dir, upstream_run_key=upstream_run, online=online)
+    retriever = by_name[spec.retriever]
+    codes = {**stage_code_versions(), "expanded_run": code_version("expanded_run")}
+    return expanded_stage_keys(
+        spec, retriever, task.content_hash(), cached_revision(retriever), ekey, resolve_combine(spec, retriever, exp.method), k, codes
+    )
 
 
 def applicability(spec: ModelSpec, task: Task, registry: Mapping[str, ModelSpec]) -> str | None:

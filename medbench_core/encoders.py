@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from medbench_core.errors import DataError
-from medbench_core.hub import is_repo_id, resolve_revision, snapshot
+from medbench_core.hub import is_commit_sha, is_repo_id, resolve_revision, snapshot
 from medbench_core.models import ModelSpec
 from medbench_core.progress import bar as progress_bar
 from medbench_core.progress import library_bars
@@ -81,7 +81,10 @@ def cached_revision(spec: ModelSpec) -> str:
     """:func:`effective_revision`, hashed once per process and model identity (a folder's hash takes a moment)."""
     key = json.dumps(spec.identity(), sort_keys=True, default=str)
     if key not in _REVISIONS:
-        _REVISIONS[key] = effective_revision(spec)
+        revision = effective_revision(spec)
+        if spec.hub_id and not is_commit_sha(revision):
+            return revision  # a branch the cache cannot resolve yet: ask again (a registry sync may pin it meanwhile)
+        _REVISIONS[key] = revision
     return _REVISIONS[key]
 
 

@@ -82,6 +82,21 @@ def resolve_revision(
     return str(info.sha)
 
 
+def record_ref(repo_id: str, revision: str, sha: str, *, repo_type: str = "model", cache_dir: str | Path | None = None) -> Path:
+    """Write ``refs/<revision>`` = ``sha`` into the local hub cache, as huggingface_hub does when it downloads a branch.
+
+    After a revision was resolved on the hub, offline lookups (:func:`resolve_revision` with
+    ``online=False``) then give the same commit.
+    """
+    if not is_commit_sha(sha):
+        raise DataError(f"{repo_type} {repo_id}: {sha!r} is not a commit sha; refusing to record it as refs/{revision}")
+    from medbench_core.storage import write_text_atomic
+
+    ref = repo_folder(repo_id, repo_type, cache_dir) / "refs" / revision
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    return write_text_atomic(ref, sha)
+
+
 def snapshot(
     repo_id: str,
     revision: str,

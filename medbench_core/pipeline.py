@@ -222,11 +222,19 @@ def retrieve(
 
 
 def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = DEFAULT_METRICS) -> dict[str, Any]:
-    """Per-query and mean metrics, and breakdowns by language, discipline and tier."""
+    """Per-query and mean metrics, each mean's 95% bootstrap CI, and breakdowns by language, discipline and tier.
+
+    The CIs (``ci``: metric -> [low, high]; :func:`medbench_core.stats.bootstrap_ci`, 10,000
+    resamples of the queries, seed 0) are deterministic, so re-scoring a run reproduces them bit for bit.
+    """
+    from medbench_core.stats import bootstrap_ci
+
     ev = evaluate_frame(task.qrels, run, metrics)
     per_query = ev.per_query_frame()
     per_query.write_parquet(out / "per_query.parquet", statistics=False)
     result: dict[str, Any] = {"mean": ev.mean, "n_queries": len(ev.per_query), "breakdowns": {}}
+    if per_query.height:
+        result["ci"] = {m: list(bootstrap_ci(per_query[m].cast(pl.Float64).to_numpy())) for m in ev.mean if m in per_query.columns}
     for col in BREAKDOWN_COLUMNS:
         groups = task.queries.select("query_id", col)
         if groups[col].drop_nulls().n_unique() >= 1:
@@ -240,8 +248,11 @@ def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = D
 
 
 def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
-    """MLflow-ready metric keys: ``ndcg_at_10``, ``language.fr.ndcg_at_10``, ``gap.language.ja.ndcg_at_10``."""
+    """MLflow-ready metric keys: ``ndcg_at_10``, ``ci_low.ndcg_at_10`` / ``ci_high.ndcg_at_10`` (the mean's 95% CI),
+    ``language.fr.ndcg_at_10``, ``gap.language.ja.ndcg_at_10``."""
     out = {k: float(v) for k, v in result["mean"].items()}
+    for m, (low, high) in result.get("ci", {}).items():
+        out[f"ci_low.{m}"], out[f"ci_high.{m}"] = float(low), float(high)
     for col, groups in result.get("breakdowns", {}).items():
         for value, vals in groups.items():
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(value))

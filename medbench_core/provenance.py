@@ -31,7 +31,7 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "embeddings": ("model", "retrieval", "encoders", "clip", "images", "bm25", "pipeline", "storage", "chunking", "vectors"),
     "index": ("index", "pipeline", "storage", "vectors"),
     "run": ("model", "ranking", "index", "bm25", "retrieval", "encoders", "clip", "images", "pipeline", "storage", "chunking", "instructions", "vectors"),
-    "metrics": ("metrics", "pipeline", "storage"),
+    "metrics": ("metrics", "pipeline", "storage", "stats"),  # stats: each mean's bootstrap CI
     "leaderboard": ("leaderboard", "pipeline"),
     # Runs built from upstream runs (fusion, cross-encoder reranking); see medbench_core/derived.py.
     "derived_run": ("derived", "models", "model", "ranking", "encoders", "storage"),

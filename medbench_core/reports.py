@@ -99,7 +99,7 @@ def load_cell(
         per_query=pl.read_parquet(pq) if pq.exists() else None,
         run_dir=Path(run_dir) if run_dir else None,
         model_revision=model_revision,
-        task_revision=task.content_hash(),
+        task_revision=task.meta.source_revision or task.content_hash(),
         languages=tuple(task.meta.languages),
         split=split,
         seconds=round(seconds, 3) if found else None,
@@ -179,11 +179,17 @@ def leaderboard_markdown(
     research_only: Iterable[str] = (),
     not_applicable: Iterable[tuple[str, str]] = (),
     baseline: str | None = None,
+    test: str = "permutation",
+    alpha: float = 0.05,
+    n_resamples: int | None = None,
+    seed: int | None = None,
 ) -> str:
     """The leaderboard as Markdown: ``0.6602 [0.63, 0.69] *`` cells where ``stats`` has the cell.
 
     '-' is not evaluated, 'n/a' a model that cannot read the task. The notes under the table say
-    what the brackets, the star and the average are.
+    what the brackets, the star and the average are: the test (``test`` as in
+    :func:`medbench_core.stats.compare`), ``alpha``, the correction, and, when given, the resamples
+    and seed of the randomisation test and the bootstrap.
     """
     tasks = [c for c in board.columns if c not in ("model", "average", "averaged_over")]
     research_only, not_applicable = set(research_only), set(not_applicable)
@@ -208,9 +214,12 @@ def leaderboard_markdown(
     notes = [""]
     if st:
         any_row = next(iter(st.values()))
+        name = "paired randomisation test" if test == "permutation" else "paired t-test"
+        draws = f", {n_resamples} resamples, seed {seed}" if n_resamples is not None else ""
+        flips = f", {n_resamples} sign-flip resamples, seed {seed}" if test == "permutation" and n_resamples is not None else ""
         notes.append(
-            f"[low, high]: 95% bootstrap CI of the mean over queries (percentile). *: differs from {baseline or any_row['baseline']} "
-            "(paired randomisation test, Holm-Bonferroni across the task's models, p < 0.05)."
+            f"[low, high]: 95% bootstrap CI of the mean over queries (percentile{draws}). *: differs from {baseline or any_row['baseline']} "
+            f"({name}, Holm-Bonferroni across the task's models, p < {alpha:g}; two-sided{flips})."
         )
     notes.append("average: mean over the tasks each model can read: " + "; ".join(f"{r['model']}: {r['averaged_over'] or 'none'}" for r in board.iter_rows(named=True)) + ".")
     return "\n".join(lines + notes) + "\n"
@@ -315,7 +324,7 @@ def heatmap_png(board: pl.DataFrame, path: str | Path, *, metric: str = "ndcg_at
             ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if not math.isnan(v) and v < 0.6 else "black")
     ax.set_title(f"{METRIC_LABELS.get(metric, metric)} by model and task", fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.04)
-    fig.subplots_adjust(left=0.3, right=0.95, bottom=0.3, top=0.85)
+    fig.subplots_adjust(left=0.3, right=min(0.95, 1 - 70 / w), bottom=0.3, top=0.85)  # room for the colour bar's labels
     return _save(fig, Path(path))
 
 
@@ -369,7 +378,8 @@ def _safe(name: str) -> str:
 def mteb_result(cell: Cell, code_version: str = "") -> dict[str, Any]:
     """The cell in the format of MTEB's results repository (``TaskResult``), one ``default`` subset.
 
-    ``dataset_revision`` is the curated task's content hash; ``mteb_version`` is null because MTEB
+    ``dataset_revision`` is the source dataset's revision when the task records one (a hub commit
+    sha, or ``sha256:`` of a local folder's files), else the curated task's content hash; ``mteb_version`` is null because MTEB
     did not compute these numbers (``medbench`` records what did); ``kg_co2_emissions`` is null
     (not measured). Scores carry every metric of metrics.json under MTEB's names and
     ``main_score`` = the task's main metric.
@@ -439,3 +449,189 @@ def export(cells: Iterable[Cell], out_dir: str | Path, *, code_version: str = ""
         write_json_atomic(out / "mteb" / _safe(model) / rev / "model_meta.json", meta)
     write_json_atomic(out / "index.json", index)
     return index
+
+
+# --- the leaderboard bundle ---------------------------------------------------------------
+
+BREAKDOWNS = ("tier", "language", "discipline")
+
+
+@dataclass(frozen=True)
+class Significance:
+    """How cells are compared with the baseline (see :func:`medbench_core.stats.compare`)."""
+
+    baseline: str
+    metric: str = "ndcg_at_10"
+    test: str = "permutation"
+    alpha: float = 0.05
+    n_resamples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SEED
+
+    def describe(self) -> dict[str, Any]:
+        """What the leaderboard's legend, its JSON and the MLflow run state about the tests."""
+        return {
+            "baseline": self.baseline,
+            "metric": self.metric,
+            "test": "paired randomisation test (sign flips), two-sided" if self.test == "permutation" else "paired t-test, two-sided",
+            "also_reported": "paired t-test (p_ttest)" if self.test == "permutation" else "paired randomisation test (p_perm)",
+            "alpha": self.alpha,
+            "correction": "Holm-Bonferroni across the comparisons of one task",
+            "ci": "95% percentile bootstrap of the mean over queries",
+            "resamples": self.n_resamples,
+            "seed": self.seed,
+        }
+
+
+def expanded_beside(cells: Iterable[Cell], board: pl.DataFrame, specs: list[Any], sig: Significance, copies: Mapping[tuple[str, str], int] | None = None) -> pl.DataFrame:
+    """Every expanded model beside its plain retriever, task by task (:func:`medbench_core.expansion.report.beside_retriever`),
+    with the paired test of the expanded model against its retriever on the same queries.
+
+    Per task, the expanded models of one retriever are one family for Holm's correction.
+    ``copies``: (model, task) -> expansions flagged as copying a relevant passage (EXPANSION_GATE.json).
+    """
+    from medbench_core.expansion.report import beside_retriever
+
+    tasks = [c for c in board.columns if c not in ("model", "average", "averaged_over")]
+    rows = beside_retriever(board.select("model", *tasks), specs, dict(copies or {}))
+    if rows.height == 0:
+        return rows.with_columns(pl.lit(None, pl.Float64).alias("p_perm"), pl.lit(None, pl.Float64).alias("p_ttest"), pl.lit(None, pl.Float64).alias("p_holm"), pl.lit(None, pl.Boolean).alias("significant"))
+    pq = {(c.model, c.task): c.per_query for c in cells if c.applicable and c.per_query is not None}
+    tested: dict[tuple[str, str], dict[str, Any]] = {}
+    for (retriever, task), group in rows.group_by(["retriever", "task"], maintain_order=True):
+        have = {m: pq[(m, task)] for m in [retriever, *group["model"].to_list()] if (m, task) in pq}
+        if retriever not in have or len(have) < 2:
+            continue
+        res = compare(have, retriever, task=task, metric=sig.metric, test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, n_boot=sig.n_resamples, seed=sig.seed)
+        for r in res.filter(pl.col("model") != retriever).iter_rows(named=True):
+            tested[(r["model"], task)] = r
+    cols = {k: [tested.get((m, t), {}).get(k) for m, t in zip(rows["model"], rows["task"])] for k in ("p_perm", "p_ttest", "p_holm", "significant")}
+    return rows.with_columns(
+        *[pl.Series(k, v, dtype=pl.Float64) for k, v in cols.items() if k != "significant"],
+        pl.Series("significant", cols["significant"], dtype=pl.Boolean),
+    )
+
+
+def expanded_markdown(rows: pl.DataFrame, sig: Significance) -> str:
+    """Markdown of :func:`expanded_beside`: ``0.5734 (bm25 0.1919, +0.3815) *``, a warning on copied passages."""
+    label = METRIC_LABELS.get(sig.metric, sig.metric)
+    lines = [f"{label} of expanded models beside their retrievers", "", "| model | task | expanded | retriever | difference | p (Holm) |", "|---|---|---|---|---|---|"]
+
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:.4f}"
+
+    for r in rows.iter_rows(named=True):
+        delta = "-" if r["delta"] is None else f"{r['delta']:+.4f}" + (" *" if r["significant"] else "")
+        warn = f" (warning: {r['copies']} expansion(s) copy a relevant passage)" if r["copies"] else ""
+        lines.append(f"| {r['model']} | {r['task']} | {fmt(r['value'])}{warn} | {r['retriever']} {fmt(r['retriever_value'])} | {delta} | {fmt(r['p_holm'])} |")
+    lines.append("")
+    lines.append(f"*: the expanded model differs from its retriever ({sig.describe()['test']}, Holm-Bonferroni across the expanded models of one retriever on a task, p < {sig.alpha:g}).")
+    return "\n".join(lines) + "\n"
+
+
+def _ci_only(cells: Iterable[Cell], stats: pl.DataFrame, tasks: list[str], sig: Significance) -> pl.DataFrame:
+    """Rows for the cells :func:`significance` left out (their task has no baseline values, e.g. an
+    image task BM25 cannot read): the mean and its bootstrap CI, no baseline and no test."""
+    from medbench_core.stats import STATS_SCHEMA, bootstrap_ci
+
+    done = set(zip(stats["model"].to_list(), stats["task"].to_list()))
+    rows = []
+    for c in cells:
+        if not c.applicable or c.per_query is None or c.task not in tasks or (c.model, c.task) in done or sig.metric not in c.per_query.columns:
+            continue
+        v = c.per_query[sig.metric].cast(pl.Float64).to_numpy()
+        if len(v) == 0:
+            continue
+        lo, hi = bootstrap_ci(v, n_resamples=sig.n_resamples, seed=sig.seed)
+        rows.append({"task": c.task, "model": c.model, "baseline": None, "metric": sig.metric, "n_queries": len(v), "mean": float(v.mean()),
+                     "ci_low": lo, "ci_high": hi, "diff": None, "p_ttest": None, "p_perm": None, "p_holm": None, "significant": False})  # fmt: skip
+    return pl.DataFrame(rows, schema=STATS_SCHEMA) if rows else pl.DataFrame(schema=STATS_SCHEMA)
+
+
+def write_leaderboard(
+    cells: list[Cell],
+    models: list[str],
+    tasks: list[str],
+    sig: Significance,
+    out_dir: str | Path,
+    *,
+    research_only: Iterable[str] = (),
+    specs: list[Any] | None = None,
+    copies: Mapping[tuple[str, str], int] | None = None,
+    footer: str = "",
+    extra_json: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Every report of the leaderboard, written into ``out_dir``; returns what was written.
+
+    ``leaderboard.md`` (the table with CIs and markers, its legend, breakdowns by tier, language
+    and discipline, the cross-lingual gap, expanded models beside their retrievers),
+    ``leaderboard.csv`` (means, average, which tasks it is over), ``leaderboard.json`` (all of it
+    plus ``extra_json``), ``stats.csv`` (one row per model x task compared with the baseline),
+    ``heatmap.png`` and ``diff/<task>.png`` (per-query differences from the baseline). Files are
+    written atomically; ``diff/`` is replaced whole.
+    """
+    from medbench_core.storage import replace_dir_atomic, write_json_atomic, write_text_atomic
+
+    out = Path(out_dir)
+    metric = sig.metric
+    board = leaderboard(cells, models, tasks, metric)
+    stats = significance(cells, sig.baseline, tasks, metric, test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed)
+    stats = pl.concat([stats, _ci_only(cells, stats, tasks, sig)])
+    na = {(c.model, c.task) for c in cells if not c.applicable}
+    md = leaderboard_markdown(
+        board, stats, metric=metric, research_only=research_only, not_applicable=na, baseline=sig.baseline,
+        test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed,
+    )  # fmt: skip
+    untested = sorted(set(stats.filter(pl.col("baseline").is_null())["task"].to_list()), key=tasks.index)
+    if untested:
+        md += f"No test on {', '.join(untested)}: {sig.baseline} has no result there (CIs only).\n"
+    if footer:
+        md += f"\n{footer}\n"
+    sections: dict[str, Any] = {}
+    label = METRIC_LABELS.get(metric, metric)
+    for by in BREAKDOWNS:
+        long = breakdown_table(cells, by, metric)
+        sections[by] = long.to_dicts()
+        # A task with one group (one language, one discipline) repeats its column of the main table.
+        several = long.group_by("task").agg(pl.col(by).n_unique().alias("n")).filter(pl.col("n") > 1)["task"].to_list()
+        table = wide(long.filter(pl.col("task").is_in(several)), by, metric, models)
+        if table.width > 1:
+            md += "\n" + frame_markdown(table, f"{label} by {by} (task/{by}; tasks with more than one {by})")
+    gaps = gap_table(cells)
+    sections["cross_lingual_gap"] = gaps.to_dicts()
+    if gaps.height:
+        md += "\n" + frame_markdown(gaps, "Cross-lingual gap: the best language's nDCG@10 minus each language's")
+    beside = expanded_beside(cells, board, specs or [], sig, copies)
+    if beside.height:
+        md += "\n" + expanded_markdown(beside, sig)
+    plots: list[str] = []
+    by_task: dict[str, dict[str, pl.DataFrame]] = {}
+    for c in cells:
+        if c.applicable and c.per_query is not None:
+            by_task.setdefault(c.task, {})[c.model] = c.per_query
+    compared = [t for t in tasks if sig.baseline in by_task.get(t, {}) and len(by_task[t]) > 1]
+
+    def draw(tmp: Path) -> None:
+        for t in compared:
+            ordered = {m: by_task[t][m] for m in models if m in by_task[t]}
+            diff_plot_png(ordered, sig.baseline, tmp / f"{_safe(t)}.png", task=t, metric=metric)
+
+    replace_dir_atomic(out / "diff", draw)
+    plots = [f"diff/{_safe(t)}.png" for t in compared]
+    heatmap_png(board, out / "heatmap.png", metric=metric, not_applicable=na)
+    write_text_atomic(out / "leaderboard.md", md)
+    write_text_atomic(out / "leaderboard.csv", board.write_csv())
+    write_text_atomic(out / "stats.csv", stats.write_csv())
+    doc = {
+        **dict(extra_json or {}),
+        "metric": metric,
+        "significance": sig.describe(),
+        "table": board.to_dicts(),
+        "stats": stats.to_dicts(),
+        "breakdowns": {k: v for k, v in sections.items() if k in BREAKDOWNS},
+        "cross_lingual_gap": sections["cross_lingual_gap"],
+        "expanded": beside.to_dicts(),
+        "plots": {"heatmap": "heatmap.png", "diff": plots},
+    }
+    write_json_atomic(out / "leaderboard.json", doc)
+    files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *plots]
+    return {"markdown": md, "board": board, "stats": stats, "expanded": beside, "files": files}

@@ -33,9 +33,20 @@ def evaluation_params(
 ) -> dict[str, Any]:
     """The params of a model x task run: model, task, code and upstream stage keys.
 
+    Beside them, :func:`medbench_core.pipeline.run_params`: the dataset's source and revision
+    (``dataset``, ``dataset_revision``, ``subset``, ``task_type``), what the model does with long
+    text (``long_text``, chunk settings, ``max_length``), its query prompt, ``dtype`` and
+    ``trust_remote_code``. ``model_revision`` is the weights' resolved revision (a hub branch
+    pinned to its commit sha, a local folder's content hash); ``model_revision_requested`` is the
+    entry's own ``revision:`` when that differs (e.g. ``main``).
     The benchmark version (the data.dvc hash) is added as tag ``medbench.data_version`` at release.
     """
+    from medbench_core.pipeline import run_params  # the whole pipeline: not for every importer of the tag names
+
+    requested = {"model_revision_requested": spec.revision} if spec.revision and spec.revision != revision else {}
     return {
+        **run_params(spec, task),
+        **requested,
         "model": spec.name,
         "model_id": spec.path or spec.kind,
         "model_kind": spec.kind,

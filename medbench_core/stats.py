@@ -243,3 +243,4 @@ def mlflow_metrics(row: Mapping[str, object]) -> dict[str, float]:
     if row.get("p_holm") is not None:
         out[f"significant.vs_{base}.{m}"] = 1.0 if row["significant"] else 0.0
     return out
+

@@ -21,8 +21,10 @@ def default_resources() -> dict:
     """The resources of this checkout, configured from the settings."""
     return {
         "store": ArtifactStoreResource(root=str(settings.DATA), shared_data=str(settings.SHARED / "data"), scratch=str(settings.STATE / "scratch")),
-        "registry": RegistryResource(models_file=str(settings.MODELS_FILE), tasks_file=str(settings.TASKS_FILE), project_root=str(settings.ROOT)),
-        "compute": ComputeResource(),
+        "registry": RegistryResource(
+            models_file=str(settings.MODELS_FILE), tasks_file=str(settings.TASKS_FILE), project_root=str(settings.ROOT), online=settings.ONLINE
+        ),
+        "compute": ComputeResource(online=settings.ONLINE),
         "mlflow": MLflowResource(tracking_uri=settings.default_tracking_uri(), artifact_root=str(settings.STATE / "mlartifacts")),
     }
 

@@ -15,7 +15,7 @@ from medbench_core.catalog import Catalog, TaskEntry, load_catalog
 from medbench_core.errors import DataError
 from medbench_core.layout import Layout
 from medbench_core.model import Task
-from medbench_core.models import ModelSpec, load_registry
+from medbench_core.models import ModelSpec, load_baseline, load_registry
 from medbench_core.provenance import file_hash, git_sha
 from runtime.mlflow_store import MLflowResource, dagster_run_alive
 
@@ -71,14 +71,21 @@ class RegistryResource(dg.ConfigurableResource):
 
     ``project_root`` is the checkout whose code and lock file produce the results (git sha and
     lock hash in every MLflow run); empty means the checkout this module was imported from.
+    ``online`` (MEDBENCH_ONLINE) lets hub datasets download and hub revisions resolve on the hub;
+    offline, both come from the local hub cache.
     """
 
     models_file: str
     tasks_file: str
     project_root: str = ""
+    online: bool = False
 
     def models(self) -> list[ModelSpec]:
         return load_registry(self.models_file)
+
+    def baseline(self) -> str:
+        """The model every other is tested against (``baseline:`` of models.yaml, default bm25); DataError naming the file otherwise."""
+        return load_baseline(self.models_file)
 
     def model(self, name: str) -> ModelSpec:
         for m in self.models():
@@ -106,10 +113,15 @@ _ENCODER: dict[str, object] = {}
 
 
 class ComputeResource(dg.ConfigurableResource):
-    """Device for encoders (``auto`` picks CUDA when present), FAISS GPU use, and the loaded encoder."""
+    """Device for encoders (``auto`` picks CUDA when present), FAISS GPU use, and the loaded encoder.
+
+    ``online`` (MEDBENCH_ONLINE) lets a hub model's weights download; offline they come from the
+    local hub cache at the pinned revision.
+    """
 
     device: str = "auto"
     faiss_gpu: str = "auto"  # auto | never | always
+    online: bool = False
 
     def torch_device(self) -> str:
         if self.device != "auto":
@@ -134,10 +146,10 @@ class ComputeResource(dg.ConfigurableResource):
         if spec.kind == "bm25":
             return None
         device = self.torch_device()
-        key = json.dumps([spec.to_dict(), device, progress], sort_keys=True, default=str)
+        key = json.dumps([spec.to_dict(), device, progress, self.online], sort_keys=True, default=str)
         if key not in _ENCODER:
             from medbench_core.retrieval import load_encoder
 
             _ENCODER.clear()
-            _ENCODER[key] = load_encoder(spec, device=device, progress=progress)
+            _ENCODER[key] = load_encoder(spec, device=device, progress=progress, online=self.online)
         return _ENCODER[key]

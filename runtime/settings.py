@@ -12,7 +12,10 @@ MEDBENCH_DVC_REMOTE (the DVC remote of benchmark versions; default ~/.cache/medb
 MEDBENCH_CACHE (what an installation builds once and every project state reuses, such as the empty
 MLflow schema; default ~/.cache/medbench), DAGSTER_HOME (the Dagster instance; default
 <state>/dagster_home, set up by the command line), MEDBENCH_LOG_LEVEL (Dagster's console log level in
-`medbench run`; default WARNING), MEDBENCH_UI_PORT (`medbench ui`; default 3000).
+`medbench run`; default WARNING), MEDBENCH_UI_PORT (`medbench ui`; default 3000), MEDBENCH_ONLINE
+(``1`` lets hub models and datasets download and resolves hub revisions on the hub; default off:
+everything is read from local folders and the local hub cache, and scripts/setup.sh keeps the
+HF_*_OFFLINE switches set).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ CACHE = Path(os.environ.get("MEDBENCH_CACHE") or Path.home() / ".cache" / "medbe
 DAGSTER_HOME = os.environ.get("DAGSTER_HOME") or ""  # empty: the project's, <state>/dagster_home
 LOG_LEVEL = os.environ.get("MEDBENCH_LOG_LEVEL") or "WARNING"
 UI_PORT = int(os.environ.get("MEDBENCH_UI_PORT") or 3000)
+ONLINE = (os.environ.get("MEDBENCH_ONLINE") or "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 def default_tracking_uri() -> str:

@@ -83,9 +83,15 @@ if [ "${1:-}" = "--test" ]; then
   fi
 fi
 
-# Everything runs offline: models come from local folders or installed packages. MLflow's
+# Offline by default: models come from local folders, installed packages or the local hub cache.
+# MEDBENCH_ONLINE=1 (runtime/settings.py) lets hub models and datasets download: the HF_*_OFFLINE
+# switches are then cleared, since huggingface_hub would refuse every request under them. MLflow's
 # telemetry would start threads that try the network on first use of every process.
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+case "${MEDBENCH_ONLINE:-0}" in
+  1|true|yes|on) unset HF_HUB_OFFLINE TRANSFORMERS_OFFLINE HF_DATASETS_OFFLINE ;;
+  *) export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 ;;
+esac
+export TOKENIZERS_PARALLELISM=false
 export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1
 export MEDBENCH_SHARED="${MEDBENCH_SHARED:-$(cd "$MEDBENCH_ROOT/.." && pwd)/shared}"
 export DAGSTER_HOME="${DAGSTER_HOME:-$MEDBENCH_ROOT/.medbench/dagster_home}"

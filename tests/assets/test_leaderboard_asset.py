@@ -1,18 +1,47 @@
-"""The leaderboard asset (assets/reports.py) on the small operated world: bm25 and bm25-k12 on two tiny tasks."""
+"""The leaderboard asset (assets/reports.py).
+
+On the small operated world (bm25 and bm25-k12 evaluated on two tiny tasks): each cell's stored
+metric, its provenance, the reports and the MLflow leaderboard run (reused for the same inputs).
+On a fixture world whose metrics artifacts are written here with per-query values chosen by hand
+(12 queries: the randomisation test is exact, 2^12 sign patterns <= 10,000 resamples): the CIs,
+paired tests and Holm-corrected stars equal scipy called directly, a fusion model (no embeddings
+or index of its own) is a cell like any other, and an expanded model sits beside its retriever with
+the difference, its paired test and the copied-passage warning of its EXPANSION_GATE.json.
+"""
 
 import json
+from pathlib import Path
 
 import dagster as dg
+import numpy as np
+import polars as pl
 import pytest
+import yaml
+from PIL import Image
+from scipy.stats import bootstrap, permutation_test, ttest_rel
 
+from medbench_core.derived import registry_partition_keys
+from medbench_core.errors import DataError
+from medbench_core.expansion.contract import GATE_FILE
+from medbench_core.expansion.spec import load_expansions
+from medbench_core.model import TaskMeta, make_task, save_task
+from medbench_core.models import load_registry
 from medbench_core.pipeline import partition_keys
+from medbench_core.storage import write_manifest
 from tests.assets.project import leaderboard
 from tests.orchestration.operating_env import BM25, BM25_K12, operated_world, write_models
 
 pytestmark = pytest.mark.slow
 
 
-def test_the_leaderboard_shows_each_cells_stored_metric_and_its_provenance(tmp_path_factory, tmp_path):
+def leaderboard_runs(resources) -> list:
+    mlflow = resources["mlflow"]
+    client = mlflow.client()
+    exp = client.get_experiment_by_name(resources["registry"].catalog().benchmark + "-leaderboard")
+    return client.search_runs([exp.experiment_id], filter_string="tags.`medbench.kind` = 'leaderboard'") if exp else []
+
+
+def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_one_mlflow_run(tmp_path_factory, tmp_path):
     world = operated_world(tmp_path_factory).copy_to(tmp_path / "w")
     never = {**BM25, "name": "bm25-b05", "settings": {**BM25["settings"], "b": 0.5}}  # registered, never evaluated
     write_models(world.models_file, [BM25, BM25_K12, never])
@@ -29,13 +58,181 @@ def test_the_leaderboard_shows_each_cells_stored_metric_and_its_provenance(tmp_p
             keys = partition_keys(registry.model(model), store.load_task(task))
             metrics = json.loads((store.artifact_dir(model, task, "metrics", keys["metrics"]) / "metrics.json").read_text())
             expected[(model, task)] = round(metrics["mean"]["ndcg_at_10"], 4)
-            assert saved["cells"][f"{model}/{task}"]["metrics_key"] == keys["metrics"]
+            cell = saved["cells"][f"{model}/{task}"]
+            assert cell["metrics_key"] == keys["metrics"] and cell["run_key"] == keys["run"]
+            # The bundled-style tasks record no source revision; BM25 reads whole documents.
+            assert cell["dataset_revision"] is None and cell["long_text"] == "whole"
     assert expected[("bm25", "scifact")] == 1.0  # three claims, each with its one abstract ranked first
     assert md["cells_filled"].value == 4 and set(saved["cells"]) == {f"{m}/{t}" for m, t in expected}
     rows = {r["model"]: r for r in saved["table"]}
     assert {(m, t): rows[m][t] for m, t in expected} == expected
     assert rows["bm25-b05"]["scifact"] is None and rows["bm25-b05"]["liveqa_medquad"] is None
     board = (reports / "leaderboard.md").read_text()
-    assert "| bm25-b05 | - | - |" in board
-    assert f"| bm25 | {expected[('bm25', 'scifact')]:.4f} | {expected[('bm25', 'liveqa_medquad')]:.4f} |" in board
-    assert (reports / "leaderboard.csv").read_text().splitlines()[0] == "model,scifact,liveqa_medquad"
+    # Every query of both tasks scores 1 for both models: CIs collapse to the mean, no difference is significant.
+    assert "| bm25 | 1.0000 [1.00, 1.00] | 1.0000 [1.00, 1.00] | 1.0000 |" in board
+    assert "| bm25-k12 | 1.0000 [1.00, 1.00] | 1.0000 [1.00, 1.00] | 1.0000 |" in board
+    assert "| bm25-b05 | - | - | - |" in board
+    assert "*: differs from bm25 (paired randomisation test, Holm-Bonferroni across the task's models, p < 0.05; two-sided, 10000 sign-flip resamples, seed 0)" in board
+    assert (reports / "leaderboard.csv").read_text().splitlines()[0] == "model,scifact,liveqa_medquad,average,averaged_over"
+    stats = pl.read_csv(reports / "stats.csv")
+    assert stats.filter(pl.col("model") == "bm25-k12")["p_perm"].to_list() == [1.0, 1.0] and not stats["significant"].any()
+    assert saved["significance"]["baseline"] == "bm25" and saved["significance"]["resamples"] == 10000 and saved["significance"]["seed"] == 0
+    with Image.open(reports / "heatmap.png") as im:
+        assert im.format == "PNG" and im.size == (260 + 120 * 2, 140 + 40 * 3)
+    assert sorted(p.name for p in (reports / "diff").iterdir()) == ["liveqa_medquad.png", "scifact.png"]
+    # The Markdown and the plots are in the asset's metadata (what the Dagster UI shows).
+    assert md["leaderboard"].value.startswith("nDCG@10 by model and task") and md["heatmap"].value == str(reports / "heatmap.png")
+    assert md["diff_scifact"].value == str(reports / "diff" / "scifact.png") and md["baseline"].value == "bm25"
+
+    # One MLflow run holds the reports and the significance table ...
+    runs = leaderboard_runs(resources)  # the world's own build (two models) and this one (three)
+    (run,) = [r for r in runs if r.info.run_id == md["mlflow_run_id"].value]
+    assert run.data.tags["medbench.kind"] == "leaderboard" and len(runs) == 2
+    client = resources["mlflow"].client()
+    names = {a.path for a in client.list_artifacts(run.info.run_id)} | {a.path for a in client.list_artifacts(run.info.run_id, "diff")}
+    assert {"heatmap.png", "leaderboard.md", "leaderboard.json", "stats.csv", "diff/scifact.png", "diff/liveqa_medquad.png"} <= names
+    assert run.data.metrics["scifact/bm25-k12/p_perm"] == 1.0 and run.data.metrics["scifact/bm25-k12/significant"] == 0.0
+    assert run.data.params["significance.baseline"] == "bm25"
+    # ... and the same inputs reuse it.
+    with world.instance() as instance:
+        again = dg.materialize([leaderboard], resources=resources, instance=instance).asset_materializations_for_node("leaderboard")[0].metadata
+    assert again["mlflow_run_reused"].value is True and again["mlflow_run_id"].value == run.info.run_id
+    assert len(leaderboard_runs(resources)) == 2
+
+
+@pytest.mark.parametrize("baseline", ["bm25-missing", None], ids=["named", "default-bm25-absent"])
+def test_a_baseline_not_in_the_registry_is_refused_naming_models_yaml_and_nothing_is_stored(tmp_path_factory, tmp_path, baseline):
+    world = operated_world(tmp_path_factory).copy_to(tmp_path / "w")
+    reports = world.root / "data" / "reports"
+    for f in reports.glob("leaderboard.*"):
+        f.unlink()
+    before = {p: p.read_bytes() for p in reports.rglob("*") if p.is_file()}
+    runs = len(leaderboard_runs(world.resources()))
+    world.models_file.write_text(yaml.safe_dump({"models": [BM25_K12], **({"baseline": baseline} if baseline else {})}))
+    with world.instance() as instance, pytest.raises(DataError, match=rf"{world.models_file}: baseline 'bm25(-missing)?' is not a registered model"):
+        dg.materialize([leaderboard], resources=world.resources(), instance=instance)
+    assert {p: p.read_bytes() for p in reports.rglob("*") if p.is_file()} == before
+    assert len(leaderboard_runs(world.resources())) == runs
+
+
+# --- a fixture world with hand-chosen per-query values ----------------------------------------
+
+QIDS = [f"q{i:02d}" for i in range(12)]
+# nDCG@10 per query (a plausible spread; exact values matter only through scipy below).
+VALUES = {
+    "bm25": [1.0, 0.5, 0.0, 1.0, 0.63, 0.0, 0.5, 1.0, 0.0, 0.39, 1.0, 0.2],
+    "bm25-k12": [1.0, 0.5, 0.0, 1.0, 0.63, 0.1, 0.5, 1.0, 0.0, 0.39, 1.0, 0.2],  # one query slightly better: not significant
+    "hybrid": [1.0, 1.0, 0.63, 1.0, 1.0, 0.5, 1.0, 1.0, 0.39, 0.63, 1.0, 0.5],  # better on 8 queries, worse on none
+    "bm25+hyde": [1.0, 1.0, 1.0, 1.0, 1.0, 0.63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+}
+
+
+def write_fixture(root: Path) -> tuple[dict, Path]:
+    """Registry, catalogue, a curated task, and a metrics + run artifact per model at its current keys."""
+    expansions = root / "expansions_src"
+    expansions.mkdir(parents=True)
+    (expansions / "fx.jsonl").write_text("".join(json.dumps({"id": q, "expansion": f"passage for {q}"}) + "\n" for q in QIDS))
+    models = root / "models.yaml"
+    models.write_text(yaml.safe_dump({
+        "baseline": "bm25",
+        "models": [
+            BM25, BM25_K12,
+            {"name": "hybrid", "kind": "fusion", "fusion": {"method": "rrf", "runs": ["bm25", "bm25-k12"]}},
+            {"name": "bm25+hyde", "kind": "expanded", "retriever": "bm25", "expansion": "hyde-fx"},
+        ],
+        "expansions": [{"name": "hyde-fx", "method": "hyde", "source": "file", "generator": "gpt4", "path": str(expansions), "format": "jsonl"}],
+    }))  # fmt: skip
+    (root / "tasks.yaml").write_text("benchmark: fx\ntasks:\n  - {name: fx, reader: beir, path: fx, research_only: true}\n")
+    task = make_task(
+        TaskMeta(name="fx", source="fixture", research_only=True, dataset="fixture/fx", source_revision="sha256:0123456789abcdef"),
+        pl.DataFrame({"query_id": QIDS, "text": [f"question {q}" for q in QIDS]}),
+        pl.DataFrame({"doc_id": [f"d{q}" for q in QIDS], "text": [f"answer {q}" for q in QIDS]}),
+        pl.DataFrame({"query_id": QIDS, "doc_id": [f"d{q}" for q in QIDS], "relevance": [1] * len(QIDS)}),
+    )
+    folder = root / "data" / "tasks" / "fx"
+    folder.mkdir(parents=True)
+    write_manifest(folder, save_task(task, folder), {"content_hash": task.content_hash(), "task": "fx"})
+    specs = load_registry(models)
+    keys = registry_partition_keys(specs, task, expansions=load_expansions(models))
+    for model, values in VALUES.items():
+        met = root / "data" / "artifacts" / model / "fx" / "metrics" / keys[model]["metrics"]
+        run = root / "data" / "artifacts" / model / "fx" / "run" / keys[model]["run"]
+        for d in (met, run):
+            d.mkdir(parents=True)
+        pl.DataFrame({"query_id": QIDS, "ndcg_at_10": values}).write_parquet(met / "per_query.parquet")
+        (met / "metrics.json").write_text(json.dumps({"mean": {"ndcg_at_10": float(np.mean(values))}, "n_queries": len(QIDS), "breakdowns": {}}))
+        write_manifest(met, ["per_query.parquet", "metrics.json"])
+        (run / "info.json").write_text(json.dumps({"k": 100, "seconds": 0.5}))
+        (run / "run.trec").write_text("".join(f"{q} Q0 d{q} 1 1.0 medbench-{model}\n" for q in QIDS))
+        write_manifest(run, ["info.json", "run.trec"])
+    # The expansion's recorded verdict: passed, with two expansions copying a relevant passage.
+    gate = root / "data" / "expansions" / "hyde-fx" / "fx" / keys["bm25+hyde"]["expansion"]
+    gate.mkdir(parents=True)
+    (gate / GATE_FILE).write_text(json.dumps({"key": keys["bm25+hyde"]["expansion"], "passed": True, "leakage": {"n_copies": 2, "copied_query_ids": ["q02", "q08"]}}))
+    return keys, models
+
+
+def exact_perm_p(x, y) -> float:
+    d = np.asarray(x) - np.asarray(y)
+    res = permutation_test((np.asarray(x), np.asarray(y)), lambda a, b, axis=-1: np.mean(a, axis=axis) - np.mean(b, axis=axis),
+                           permutation_type="samples", vectorized=True, n_resamples=10_000, alternative="two-sided",
+                           rng=np.random.default_rng(0))  # fmt: skip
+    assert len(d) == 12  # 2^12 = 4096 patterns <= 10,000: scipy enumerates them all, the seed does not matter
+    return float(res.pvalue)
+
+
+def test_ci_stars_fusion_and_expanded_models_on_hand_chosen_values(tmp_path):
+    from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryResource
+
+    keys, models = write_fixture(tmp_path)
+    resources = {
+        "store": ArtifactStoreResource(root=str(tmp_path / "data"), shared_data=str(tmp_path), scratch=str(tmp_path / "scratch")),
+        "registry": RegistryResource(models_file=str(models), tasks_file=str(tmp_path / "tasks.yaml")),
+        "mlflow": MLflowResource(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", artifact_root=str(tmp_path / "mlartifacts")),
+    }
+    resources["mlflow"].ensure_store()
+    res = dg.materialize([leaderboard], resources=resources, instance=dg.DagsterInstance.ephemeral())
+    assert res.success
+    reports = tmp_path / "data" / "reports"
+    saved = json.loads((reports / "leaderboard.json").read_text())
+    board = (reports / "leaderboard.md").read_text()
+    base = VALUES["bm25"]
+    # Paired tests against bm25, by scipy directly; Holm over the three comparisons of the task.
+    p = {m: exact_perm_p(VALUES[m], base) for m in ("bm25-k12", "hybrid", "bm25+hyde")}
+    order = sorted(p, key=p.get)
+    holm, running = {}, 0.0
+    for rank, m in enumerate(order):
+        running = max(running, min(1.0, (3 - rank) * p[m]))
+        holm[m] = running
+    stats = {r["model"]: r for r in saved["stats"]}
+    for m in p:
+        assert stats[m]["p_perm"] == pytest.approx(p[m], abs=1e-12)
+        assert stats[m]["p_ttest"] == pytest.approx(ttest_rel(VALUES[m], base).pvalue, abs=1e-12)
+        assert stats[m]["p_holm"] == pytest.approx(holm[m], abs=1e-12)
+    # hybrid: 8 of 12 differences positive, none negative; the exact two-sided p is 2 x (patterns with a sum
+    # at least as large) / 4096, far below 0.05 even after multiplying by 3.
+    assert stats["hybrid"]["significant"] and stats["bm25+hyde"]["significant"] and not stats["bm25-k12"]["significant"]
+    assert stats["bm25-k12"]["p_perm"] == 1.0  # one non-zero difference: both signs give |mean| the same size
+    for m, values in VALUES.items():
+        ci = bootstrap((np.asarray(values),), np.mean, n_resamples=10_000, vectorized=True, confidence_level=0.95,
+                       method="percentile", rng=np.random.default_rng(0)).confidence_interval  # fmt: skip
+        star = " *" if m in ("hybrid", "bm25+hyde") else ""
+        assert f"| {m} | {np.mean(values):.4f} [{ci.low:.2f}, {ci.high:.2f}]{star} | {np.mean(values):.4f} |" in board, m
+    # The fusion model has no embeddings or index artifact of its own, and is a cell like any other (not n/a).
+    assert not (tmp_path / "data" / "artifacts" / "hybrid" / "fx" / "embeddings").exists()
+    assert saved["cells"]["hybrid/fx"]["upstream"] == ["bm25", "bm25-k12"] and "n/a" not in board
+    # Provenance names the dataset revision and the long-text policy.
+    assert saved["cells"]["bm25/fx"]["dataset_revision"] == "sha256:0123456789abcdef" and saved["cells"]["bm25/fx"]["long_text"] == "whole"
+    assert saved["cells"]["bm25+hyde/fx"]["expansion_key"] == keys["bm25+hyde"]["expansion"]
+    # The expanded model beside bm25: its value, the difference, its own paired test against bm25 (a family of one) and the warning.
+    (row,) = saved["expanded"]
+    hyde, plain = np.mean(VALUES["bm25+hyde"]), np.mean(base)
+    assert row["model"] == "bm25+hyde" and row["retriever"] == "bm25" and row["copies"] == 2
+    assert row["value"] == round(hyde, 4) and row["delta"] == round(round(hyde, 4) - round(plain, 4), 4)
+    assert row["p_perm"] == pytest.approx(p["bm25+hyde"], abs=1e-12) and row["p_holm"] == pytest.approx(p["bm25+hyde"], abs=1e-12)
+    assert (
+        f"| bm25+hyde | fx | {round(hyde, 4):.4f} (warning: 2 expansion(s) copy a relevant passage) | bm25 {round(plain, 4):.4f} | {row['delta']:+.4f} * |"
+        in board
+    )
+    with Image.open(reports / "diff" / "fx.png") as im:
+        assert im.size == (800, 80 + 220 * 3)  # one panel per model compared with bm25

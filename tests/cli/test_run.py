@@ -101,4 +101,55 @@ def test_a_model_that_cannot_load_fails_its_partitions_not_the_preparation(tmp_p
     assert "x scifact                FAILED" in out.stdout and "[evaluate] bm25                     x scifact                ok" in out.stdout
     assert out.stderr.rstrip().endswith("FAILED: broken-folder|scifact, broken-folder|liveqa_medquad"), out.stderr[-2000:]
     board = (world.root / "data" / "reports" / "leaderboard.md").read_text()
-    assert "| broken-folder | - | - |" in board and "| bm25 | 1.0000 |" in board, board
+    assert "| broken-folder | - | - | - |" in board and "| bm25 | 1.0000 [1.00, 1.00] | 1.0000 [1.00, 1.00] | 1.0000 |" in board, board
+
+
+def _run_on_a_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run ``argv`` with its stderr on a pseudo-terminal (as in an interactive shell); returns (exit code, what stderr showed)."""
+    import pty
+    import threading
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO once the child has closed its end
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    code = proc.wait(timeout=600)
+    reader.join(timeout=10)
+    os.close(master)
+    return code, b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_bars_show_in_a_terminal_and_not_in_ci_or_a_log(tmp_path):
+    from medbench_core.progress import CI_VARIABLES
+
+    world = new_world(tmp_path / "w", [BM25])
+    env = {k: v for k, v in _main_env(world, tmp_path).items() if k not in CI_VARIABLES} | {"TERM": "xterm"}
+    argv = [sys.executable, "-m", "medbench_cli", "run", "--tasks", "scifact", "--force"]
+    code, shown = _run_on_a_terminal(argv, env)
+    assert code == 0 and "bm25 search" in shown and "query/s" in shown, shown[-2000:]  # tqdm's bar over the queries
+    code, shown = _run_on_a_terminal(argv, env | {"CI": "true"})
+    assert code == 0 and "bm25 search" not in shown and "it/s" not in shown, shown[-2000:]
+    logged = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)  # stderr to a pipe, as in a log
+    assert logged.returncode == 0 and "bm25 search" not in logged.stderr and "it/s" not in logged.stderr, logged.stderr[-2000:]
+
+
+def test_the_stage_run_config_carries_force_and_progress_to_every_stage():
+    from assets.stage import STAGE_ASSETS
+    from medbench_cli.run import stage_run_config
+
+    assert "ops" not in stage_run_config(False, False)
+    assert stage_run_config(True, True)["ops"] == {a: {"config": {"force": True, "progress": True}} for a in STAGE_ASSETS}
+    assert stage_run_config(False, True)["ops"][STAGE_ASSETS[0]] == {"config": {"progress": True}}

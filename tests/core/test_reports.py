@@ -203,3 +203,20 @@ def test_export_writes_mteb_json_and_trec_runs(world, tmp_path):
     # TREC runs: the run files as the stages wrote them.
     assert (tmp_path / "out" / "trec/dense/t2.trec").read_bytes() == (root / "dense" / "t2" / "run" / "run.trec").read_bytes()
     assert json.loads((tmp_path / "out" / "index.json").read_text()) == index
+
+
+def test_a_task_without_baseline_results_gets_cis_but_no_test(world, tmp_path):
+    from medbench_core.reports import Significance, write_leaderboard
+    from medbench_core.stats import bootstrap_ci
+
+    _, _, cells = world
+    values = [0.0, 0.5, 1.0, 0.25, 0.75]
+    img = Cell("dense", "img", metrics={"mean": {"ndcg_at_10": 0.5}}, per_query=pl.DataFrame({"query_id": list("vwxyz"), "ndcg_at_10": values}))
+    cells = [c for c in cells if (c.model, c.task) != ("dense", "img") and c.model != "late"] + [img]
+    out = write_leaderboard(cells, ["bm25", "dense"], ["t1", "t2", "img"], Significance("bm25", n_resamples=1000), tmp_path)
+    row = out["stats"].filter((pl.col("task") == "img") & (pl.col("model") == "dense")).row(0, named=True)
+    lo, hi = bootstrap_ci(values, n_resamples=1000, seed=0)
+    assert (row["mean"], row["ci_low"], row["ci_high"]) == (0.5, lo, hi) and row["baseline"] is None and row["p_perm"] is None
+    assert f"| {format_cell(0.5, lo, hi)} |" in out["markdown"] and "| n/a |" in out["markdown"]
+    assert "No test on img: bm25 has no result there (CIs only)." in out["markdown"]
+    assert sorted(out["files"]) == sorted(["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", "diff/t1.png", "diff/t2.png"])

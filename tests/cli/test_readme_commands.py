@@ -1,0 +1,61 @@
+"""The commands the README shows are real: every ``medbench`` line parses with the command's own parser
+(subcommand and options), and every line of the "Evaluate R2MED" section's shell blocks is a
+medbench command, an installed executable with that subcommand, or setup.sh."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+
+import pytest
+
+from medbench_cli.main import parser
+from tests.orchestration.operating_env import ROOT
+
+README = (ROOT / "README.md").read_text()
+
+
+def shell_lines(text: str) -> list[str]:
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
+        for line in block.splitlines():
+            line = line.split("  #")[0].split(" # ")[0].strip()
+            if line and not line.startswith("#"):
+                out.append(line)
+    return out
+
+
+def r2med_section() -> str:
+    start = README.index("## Evaluate R2MED (or any MTEB-format dataset)")
+    return README[start : README.index("\n## ", start + 10)]
+
+
+def test_every_medbench_line_parses():
+    lines = [line for line in shell_lines(README) if line.startswith("medbench ") and not re.search(r"[\[|]", line)]
+    assert len(lines) >= 8
+    for line in lines:
+        try:
+            parser().parse_args(shlex.split(line)[1:])
+        except SystemExit as exc:  # argparse exits on an unknown subcommand or option
+            pytest.fail(f"README command does not parse: {line!r} (exit {exc.code})")
+
+
+def test_every_r2med_section_command_is_real():
+    lines = shell_lines(r2med_section())
+    assert any(line.startswith("medbench run --tasks r2med_biology") for line in lines)
+    for line in lines:
+        words = shlex.split(line)
+        if words[0] == "medbench":
+            parser().parse_args(words[1:])
+        elif words[0] == "export":
+            assert all(re.fullmatch(r"MEDBENCH_[A-Z_]+=\S+", w) for w in words[1:]), line
+        elif words[0] == "source":
+            assert (ROOT / words[1]).is_file(), line
+        else:
+            exe = shutil.which(words[0])
+            assert exe, f"{words[0]} is not installed: {line!r}"
+            help_ = subprocess.run([exe, words[1], "--help"], capture_output=True, text=True, timeout=60)
+            assert help_.returncode == 0, line
+            assert all(w.split("=")[0] in help_.stdout for w in words[2:] if w.startswith("--")), line
