@@ -94,11 +94,11 @@ def _tracking_uri(args: argparse.Namespace) -> str:
 
 def _release(args: argparse.Namespace, root: Path) -> int:
     """Release data/ as benchmark version TAG: verify manifests, `dvc add` + push, commit data.dvc, tag, tag every MLflow run."""
+    import datetime as dt
+
     from medbench_core.catalog import load_catalog
     from medbench_release.release import release
     from medbench_release.vcs import DATA, VersioningError
-
-    import datetime as dt
 
     if settings.ROOT.resolve() == root:
         for var, value, own in (("MEDBENCH_DATA", settings.DATA, root / DATA), ("MEDBENCH_MODELS", settings.MODELS_FILE, root / "models.yaml"),

@@ -288,9 +288,8 @@ def first_difference(results: list[ArtifactResult], record: dict[str, Any], rebu
     upstream = []
     for k in sorted(bad.upstream, key=lambda k: list(NAMES).index(k) if k in NAMES else len(NAMES)):
         v = bad.upstream[k]
-        if v in (None, ""):
-            if not bad.rebuilt_upstream.get(k):
-                continue
+        if v in (None, "") and not bad.rebuilt_upstream.get(k):
+            continue
         name = NAMES.get(k, k)
         if k in bad.moved:
             extra = f" ({', '.join(changes)})" if k in ("model_entry", "task_entry") and changes else ""

@@ -179,6 +179,11 @@ def run_main_job(choice: CodeChoice, record: dict[str, Any], work: Path, *, cwd:
             if line.startswith(("[curate]", "[overlap]", "[gate]", "[evaluate]", "[warm-up]", "FAILED", "total", "error")):
                 log(f"[rebuild]   {line.rstrip()}")
         code = proc.wait()
+    if code != 0:
+        tail = log_path.read_text().strip().splitlines()[-5:]
+        log(f"[rebuild] the main job exited {code}; the end of its log ({log_path}):")
+        for line in tail:
+            log(f"[rebuild]   {line}")
     return code, log_path
 
 

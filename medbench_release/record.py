@@ -217,6 +217,23 @@ def stage_rank(artifact: dict[str, Any]) -> int:
     return ARTIFACT_STAGES.index(artifact["stage"])
 
 
+def dumps_version(record: dict[str, Any]) -> str:
+    """The version file's text: indented, but one line per file of an artifact (a task may hold thousands of images)."""
+    files: list[str] = []
+    shallow = dict(record)
+    shallow["artifacts"] = []
+    for a in record.get("artifacts", []):
+        entries = {}
+        for name, f in a["files"].items():
+            entries[name] = f"@@file{len(files)}@@"
+            files.append(json.dumps(f, sort_keys=True, separators=(", ", ": ")))
+        shallow["artifacts"].append({**a, "files": entries})
+    text = json.dumps(shallow, indent=1, default=str)  # the record's own order: what a reader looks for first
+    for i, f in enumerate(files):
+        text = text.replace(f'"@@file{i}@@"', f, 1)
+    return text + "\n"
+
+
 # --- checks ---------------------------------------------------------------------------------
 
 

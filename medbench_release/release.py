@@ -22,11 +22,12 @@ from typing import Any
 from medbench_core.errors import IntegrityError, MedbenchError
 from medbench_core.layout import STAGES, Layout
 from medbench_core.run_record import release_entry
-from medbench_core.storage import MANIFEST, read_manifest, verify_manifest, write_json_atomic
+from medbench_core.storage import MANIFEST, read_manifest, verify_manifest, write_text_atomic
 from medbench_release.record import (
     FORMAT,
     artifact_record,
     catalogue_entries,
+    dumps_version,
     model_upstream,
     registry_entries,
     task_upstream,
@@ -328,7 +329,7 @@ def release(
         "runs": runs,
     }
     rel = f"{VERSIONS}/{tag}.json"
-    write_json_atomic(root / rel, record)
+    write_text_atomic(root / rel, dumps_version(record))
     paths = ["data.dvc", rel]
     if git(root, "status", "--porcelain", "--", ".gitignore").strip():
         paths.append(".gitignore")

@@ -308,14 +308,14 @@ def reproduce(
     metrics, problem = _mlflow_metrics(tracking_uri, [e["mlflow_run_id"] for e in record["runs"]])
     if problem:
         log(f"[reproduce] warning: {problem}")
+    absent = [e for e in record["runs"] if e["mlflow_run_id"] not in metrics]
+    if absent and not require_mlflow:
+        which = f"{absent[0]['model']} x {absent[0]['task']}'s {absent[0]['mlflow_run_id']}" if len(absent) == 1 else f"{len(absent)} of {len(record['runs'])}"
+        log(f"[reproduce] warning: MLflow run(s) not found at {tracking_uri} ({which}); comparing those with metrics.json and {VERSIONS}/{tag}.json only")
     for entry in record["runs"]:
         logged = metrics.get(entry["mlflow_run_id"])
-        if logged is None:
-            msg = f"{entry['model']} x {entry['task']}: MLflow run {entry['mlflow_run_id']} not found at {tracking_uri}"
-            if require_mlflow:
-                out.differences.append(msg)
-            else:
-                log(f"[reproduce] warning: {msg}; comparing with metrics.json and {VERSIONS}/{tag}.json only")
+        if logged is None and require_mlflow:
+            out.differences.append(f"{entry['model']} x {entry['task']}: MLflow run {entry['mlflow_run_id']} not found at {tracking_uri}")
         line, diffs = reproduce_entry(root / DATA, entry, tag, logged)
         out.lines.append(line)
         out.differences.extend(diffs)

@@ -11,10 +11,10 @@ import json
 import numpy as np
 import pytest
 
+from medbench_core.storage import sha256_file
 from medbench_release.compare import compare_file, compare_vectors, entry_changes
 from medbench_release.record import ARRAY_TOLERANCE, array_probe, describe_file, file_rule, stable_json_sha256
 from medbench_release.remote import config_credentials, public_url
-from medbench_core.storage import sha256_file
 
 
 def _vectors(rows: int = 20, dim: int = 8) -> np.ndarray:
@@ -125,3 +125,16 @@ def test_credentials_are_found_by_option_and_never_recorded_in_a_url():
 def test_array_probe_keeps_few_rows():
     probe = array_probe(np.zeros((5183, 384), dtype=np.float32))
     assert probe["rows"] == [0, 1727, 3455, 5182] and len(probe["values"]) == 4 * 384 * 4 * 4 // 3  # base64 of 4 float32 rows
+
+
+def test_the_version_file_text_reads_back_and_gives_each_file_one_line():
+    from medbench_release.record import dumps_version
+
+    files = {f"images/{i:04d}.png": {"sha256": f"{i:064x}", "size": i, "rule": "exact"} for i in range(3)}
+    record = {"format": 2, "tag": "v1", "artifacts": [{"stage": "curated_task", "model": None, "task": "t", "path": "tasks/t", "key": "k", "files": files}], "runs": []}
+    text = dumps_version(record)
+    assert json.loads(text) == record
+    assert [ln.strip() for ln in text.splitlines() if "images/" in ln] == [
+        f'"images/{i:04d}.png": {{"rule": "exact", "sha256": "{i:064x}", "size": {i}}}' + ("," if i < 2 else "") for i in range(3)
+    ]
+    assert text.index('"format"') < text.index('"artifacts"')  # the record's own order, not sorted

@@ -32,7 +32,7 @@ def world(tmp_path_factory) -> VersionWorld:
 
 
 def _report(proc) -> dict:
-    path = re.search(r"^report: (.+)$", proc.stdout + proc.stderr, re.M).group(1)
+    path = re.search(r"^report: (.+)$", proc.stdout + proc.stderr, re.MULTILINE).group(1)
     return json.loads(Path(path).read_text())
 
 
@@ -62,7 +62,7 @@ def test_a_clone_whose_remote_was_deleted_rebuilds_the_version_and_every_partiti
     assert f"the code of commit {world.record['code_commit'][:12]} (a temporary git worktree)" in proc.stdout
     assert f"version v1 (data {world.record['data_version']}) reproduced from sources: 8 partitions, 26 artifacts identical" in proc.stdout
     for partition in ["task scifact", "task liveqa_medquad", *(f"{m} x {t}" for m in ("bm25", "bm25-k12", "tiny-clip-random") for t in TASKS)]:
-        assert re.search(rf"^{re.escape(partition)}\s.*\sreproduced$", proc.stdout, re.M), partition
+        assert re.search(rf"^{re.escape(partition)}\s.*\sreproduced$", proc.stdout, re.MULTILINE), partition
 
     report = _report(proc)
     assert report["reproduced"] is True and report["path"] == "rebuilt from sources" and report["first_difference"] is None
@@ -96,7 +96,7 @@ def world_dvc(world: VersionWorld, repo: Path, *args: str):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=repo, env=world.env(repo), capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=repo, env=world.env(repo), capture_output=True, text=True, check=False)
 
 
 def test_a_corrupted_remote_object_is_refused_and_nothing_is_scored_or_rebuilt(world):
@@ -171,7 +171,7 @@ def test_a_shallow_clone_without_the_versions_commit_rebuilds_with_its_own_code_
     shallow = world.base / "clone-shallow"
     git(world.base, "clone", "-q", "--depth", "1", f"file://{world.origin}", str(shallow))
     record = json.loads((shallow / "versions" / "v1.json").read_text())
-    kw = dict(mode="pinned", models_file=shallow / "models.yaml", tasks_file=shallow / "tasks.yaml", venv_root=tmp_path, scratch=tmp_path, log=print)
+    kw = {"mode": "pinned", "models_file": shallow / "models.yaml", "tasks_file": shallow / "tasks.yaml", "venv_root": tmp_path, "scratch": tmp_path, "log": print}
 
     choice = choose_code(shallow, record, **kw)
     assert choice.code_dir == shallow and choice.worktree is None
@@ -231,3 +231,33 @@ def test_release_refuses_a_credential_in_the_tracked_dvc_config_and_records_no_s
     assert "not-a-real-secret-0042" not in proc.stdout + proc.stderr
     assert git(repo, "rev-parse", "HEAD") == head and git(repo, "tag") == ""
     assert not (repo / "versions" / "v2.json").exists()
+
+
+def test_release_keeps_only_runs_current_for_its_commit_and_prune_moves_the_rest_out_of_the_version(world):
+    import sqlite3
+
+    repo = world.clone("clone-stale")
+    ok(world.medbench(repo, "data", "pull"))
+    db = world.base / "stale.db"
+    with sqlite3.connect(world.origin / ".medbench" / "mlflow.db") as src, sqlite3.connect(db) as dst:
+        src.backup(dst)
+    # A registry change committed after v1: bm25-k12's runs are stale for this commit.
+    registry = json.loads((repo / "models.yaml").read_text())
+    next(m for m in registry["models"] if m["name"] == "bm25-k12")["settings"]["k1"] = 1.3
+    (repo / "models.yaml").write_text(json.dumps(registry, indent=1))
+    git(repo, "commit", "-q", "-am", "bm25-k12: k1 1.3")
+    stray = repo / "data" / "artifacts" / "bm25" / "scifact" / "index" / "0123456789abcdef0123"
+    shutil.copytree(repo / "data" / next(a["path"] for a in world.record["artifacts"] if a["stage"] == "index" and a["model"] == "bm25"), stray)
+
+    proc = ok(world.medbench(repo, "release", "v2", "--prune", "--tracking-uri", f"sqlite:///{db}"))
+
+    stale = [ln for ln in proc.stdout.splitlines() if "left out" in ln]
+    assert len(stale) == 2 and all("bm25-k12 x" in ln and "stale for this code, registry or curated task (embeddings, index, run, metrics key(s) differ)" in ln for ln in stale)
+    assert "9 folder(s) no run of the version uses moved to" in proc.stdout  # bm25-k12's 8 and the stray one
+    record = json.loads((repo / "versions" / "v2.json").read_text())
+    assert sorted({r["model"] for r in record["runs"]}) == ["bm25", "tiny-clip-random"] and len(record["artifacts"]) == 18
+    assert [a["path"] for a in record["artifacts"]] == [a["path"] for a in world.record["artifacts"] if a["model"] != "bm25-k12"]
+    assert not stray.exists() and not (repo / "data" / "artifacts" / "bm25-k12").exists()
+    pruned = list((repo / ".medbench" / "pruned").glob("*/artifacts/bm25/scifact/index/0123456789abcdef0123"))
+    assert len(pruned) == 1 and (pruned[0] / "MANIFEST.json").exists()  # moved, not deleted
+    assert check_version(record, (repo / "data.dvc").read_text()) == []

@@ -18,7 +18,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.orchestration.operating_env import BM25, BM25_K12, LQ_DOCS, LQ_QRELS, LQ_QUERIES, SCI_DOCS, SCI_QRELS, SCI_QUERIES, write_beir
+from tests.orchestration.operating_env import (
+    BM25,
+    BM25_K12,
+    LQ_DOCS,
+    LQ_QRELS,
+    LQ_QUERIES,
+    SCI_DOCS,
+    SCI_QRELS,
+    SCI_QUERIES,
+    write_beir,
+)
 
 PROJECT = Path(__file__).resolve().parents[2]
 COPY = [
@@ -79,7 +89,9 @@ class VersionWorld:
         return env
 
     def medbench(self, repo: Path, *args: str, timeout: int = 600, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "medbench_cli", *args], cwd=repo, env=self.env(repo, **kw), capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "medbench_cli", *args], cwd=repo, env=self.env(repo, **kw), capture_output=True, text=True, timeout=timeout, check=False
+        )
 
     def clone(self, name: str) -> Path:
         """A fresh clone of the origin at main (which holds data.dvc and versions/v1.json), without its tags."""
