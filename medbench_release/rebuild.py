@@ -230,14 +230,15 @@ def rebuild(
         shutil.rmtree(work / sub, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="medbench-rebuild-"))
-    choice = choose_code(root, record, mode=code, models_file=models_file, tasks_file=tasks_file, venv_root=venv_root, scratch=scratch, log=log)
+    choice = None
     try:
+        choice = choose_code(root, record, mode=code, models_file=models_file, tasks_file=tasks_file, venv_root=venv_root, scratch=scratch, log=log)
         log(f"[rebuild] {record['tag']}: from the sources in {shared}, with {choice.how}")
         versions = code_versions_of(choice.code_dir, choice.python)
         exit_code, log_path = run_main_job(choice, record, work, cwd=root, shared=shared, log=log)
         lock = _lock_hash(choice.code_dir / "requirements.lock")
     finally:
-        if choice.worktree is not None:
+        if choice is not None and choice.worktree is not None:
             git(root, "worktree", "remove", "--force", str(choice.worktree), check=False)
             git(root, "worktree", "prune", check=False)
         shutil.rmtree(scratch, ignore_errors=True)
