@@ -1,8 +1,8 @@
 """``medbench release|reproduce|gc`` and ``medbench data remote|pull|push|check``: benchmark versions (medbench_release).
 
     medbench data remote [PATH]    show or set the DVC remote of this checkout
-    medbench release TAG           after `medbench run`
-    medbench reproduce [TAG]       in a clone checked out at TAG
+    medbench release TAG [--prune] after `medbench run`
+    medbench reproduce [TAG]       pull and re-score; rebuild from the sources when the remote cannot give it
     medbench gc [--cloud]          never removes what a tagged version needs
     medbench data check            cache objects re-hash to their names; tags complete on the remote
     medbench data pull | push
@@ -30,10 +30,21 @@ def add_parser(sub) -> None:
     p = sub.add_parser("release", parents=[common], help="commit data/ to DVC, push, commit data.dvc, tag, tag the MLflow runs", description=_release.__doc__)
     p.add_argument("tag")
     p.add_argument("--allow-dirty", action="store_true", help="release although tracked code differs from HEAD")
+    p.add_argument("--prune", action="store_true", help="first move the folders in data/ that no run of the version uses to <state>/pruned/")
     p.set_defaults(handler=_guarded(_release))
-    p = sub.add_parser("reproduce", parents=[common], help="pull a version and re-score it; non-zero exit naming any difference", description=_reproduce.__doc__)
-    p.add_argument("tag", nargs="?", help="the version (default: the released tag at HEAD)")
-    p.add_argument("--no-pull", action="store_true", help="use data/ as it is")
+    p = sub.add_parser(
+        "reproduce", parents=[common], help="pull a version and re-score it, or rebuild it from the sources; non-zero exit naming any difference",
+        description=_reproduce.__doc__,
+    )
+    p.add_argument("tag", nargs="?", help="the version: versions/TAG.json (default: the version whose data data.dvc names)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--no-pull", action="store_true", help="use data/ as it is")
+    how.add_argument("--from-sources", action="store_true", help="rebuild from the sources even when the remote holds the version")
+    how.add_argument("--no-rebuild", action="store_true", help="only pull: fail (exit 3) when the remote cannot give the version")
+    p.add_argument("--code", choices=("pinned", "current"), default="pinned",
+                   help="rebuild with the code of the version's commit (default) or this checkout's code and registry")
+    p.add_argument("--report", type=Path, help="where the rebuild's JSON report goes (default: <state>/reproduce/TAG/report.json)")
+    p.add_argument("--tolerance", type=float, help="largest absolute difference accepted in rebuilt embeddings and index vectors (default 1e-5)")
     p.add_argument("--require-mlflow", action="store_true", help="a run missing from MLflow is a difference")
     p.set_defaults(handler=_guarded(_reproduce))
     p = sub.add_parser("gc", parents=[common], help="garbage-collect DVC objects, keeping every tag, branch and the workspace", description=_gc.__doc__)
@@ -83,23 +94,46 @@ def _tracking_uri(args: argparse.Namespace) -> str:
 
 def _release(args: argparse.Namespace, root: Path) -> int:
     """Release data/ as benchmark version TAG: verify manifests, `dvc add` + push, commit data.dvc, tag, tag every MLflow run."""
+    import datetime as dt
+
     from medbench_core.catalog import load_catalog
     from medbench_release.release import release
     from medbench_release.vcs import DATA, VersioningError
 
-    if settings.DATA.resolve() != root / DATA and settings.ROOT.resolve() == root:
-        raise VersioningError(f"MEDBENCH_DATA points at {settings.DATA}, but a version holds {root / DATA}; unset MEDBENCH_DATA and rerun the main job")
-    tasks = settings.TASKS_FILE if root == settings.ROOT.resolve() else root / "tasks.yaml"
-    benchmark = load_catalog(tasks).benchmark
-    release(root, args.tag, tracking_uri=_tracking_uri(args), benchmark=benchmark, remote=_remote_url(args), allow_dirty=args.allow_dirty)
+    if settings.ROOT.resolve() == root:
+        for var, value, own in (("MEDBENCH_DATA", settings.DATA, root / DATA), ("MEDBENCH_MODELS", settings.MODELS_FILE, root / "models.yaml"),
+                                ("MEDBENCH_TASKS", settings.TASKS_FILE, root / "tasks.yaml")):
+            if Path(value).resolve() != own:
+                raise VersioningError(f"{var} points at {value}, but a version holds {own} (its commit pins it); unset {var} and rerun the main job")
+    benchmark = load_catalog(root / "tasks.yaml").benchmark
+    pruned = settings.STATE / "pruned" / dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") if args.prune else None
+    release(
+        root, args.tag, tracking_uri=_tracking_uri(args), benchmark=benchmark, remote=_remote_url(args), allow_dirty=args.allow_dirty,
+        models_file=root / "models.yaml", tasks_file=root / "tasks.yaml", shared_data=settings.SHARED / "data", prune_to=pruned,
+    )
     return 0
 
 
 def _reproduce(args: argparse.Namespace, root: Path) -> int:
-    """Reproduce a benchmark version in a checkout at its tag: dvc pull, re-search the stored indices, re-score; exit 0 only if bit-identical."""
-    from medbench_release.reproduce import reproduce
+    """Reproduce a benchmark version. When the remote holds it: dvc pull, verify, re-search the stored indices and re-score
+    (exit 0 only if every metric is bit-identical). When the remote is missing or unreachable: rebuild every artifact from
+    the sources with the version's code, models and settings, compare each with the version file, print a table and save
+    a JSON report (exit 0 only if the version reproduced). Exit 1 names what differs, 3 when a pull fails."""
+    from medbench_release.record import ARRAY_TOLERANCE
+    from medbench_release.reproduce import _tag_at_head, reproduce_version
 
-    rep = reproduce(root, args.tag, tracking_uri=_tracking_uri(args), remote=_remote_url(args), pull=not args.no_pull, require_mlflow=args.require_mlflow)
+    tag = args.tag or _tag_at_head(root)
+    mode = "local" if args.no_pull else "sources" if args.from_sources else "pull" if args.no_rebuild else "auto"
+    options = {
+        "work": settings.STATE / "reproduce" / tag, "shared": settings.SHARED, "models_file": settings.MODELS_FILE, "tasks_file": settings.TASKS_FILE,
+        "venv_root": settings.VENV_ROOT, "code": args.code, "report_path": args.report, "tolerance": args.tolerance or ARRAY_TOLERANCE,
+    }
+    out = reproduce_version(
+        root, tag, tracking_uri=_tracking_uri(args), remote=_remote_url(args), mode=mode, require_mlflow=args.require_mlflow, rebuild_options=options
+    )
+    if out.rebuild is not None:
+        return _rebuilt(out.rebuild)
+    rep = out.reproduction
     if not rep.identical:
         print(f"version {rep.tag} NOT reproduced: {len(rep.differences)} difference(s)", file=sys.stderr)
         for d in rep.differences:
@@ -107,6 +141,21 @@ def _reproduce(args: argparse.Namespace, root: Path) -> int:
         return 1
     print(f"version {rep.tag} (data {rep.data_version}) reproduced: {len(rep.lines)} model x task, every metric bit-identical")
     return 0
+
+
+def _rebuilt(res) -> int:
+    counts = res.report["counts"]
+    n = len(res.rows)
+    if res.reproduced:
+        tol = f", {counts['within_tolerance']} within tolerance" if counts["within_tolerance"] else ""
+        print(f"version {res.tag} (data {res.data_version}) reproduced from sources: {n} partitions, {counts['identical']} artifacts identical{tol}")
+        print(f"report: {res.report_path}")
+        return 0
+    bad = [r["partition"] for r in res.rows if not r["reproduced"]]
+    print(f"version {res.tag} NOT reproduced from sources: {len(bad)} of {n} partitions differ ({', '.join(bad[:8])}{', ...' if len(bad) > 8 else ''})", file=sys.stderr)
+    print(res.first["message"], file=sys.stderr)
+    print(f"report: {res.report_path}", file=sys.stderr)
+    return 1
 
 
 def _gc(args: argparse.Namespace, root: Path) -> int:

@@ -69,7 +69,11 @@ def fit(corpus_texts: list[str], settings: dict[str, Any] | None = None, progres
     if not any(tokens):
         raise DataError("BM25: no document has indexable text (an image-only corpus, or only stopwords); BM25 cannot rank it")
     retriever = bm25s.BM25(k1=float(s["k1"]), b=float(s["b"]), method=s["method"])
-    retriever.index(tokens, show_progress=resolve_progress(progress))
+    # bm25s numbers the vocabulary in the iteration order of a set of strings, which changes with
+    # each process's hash seed: the saved index would differ from one build to the next (same
+    # scores, other bytes). Numbering the sorted vocabulary ourselves makes it the same every time.
+    vocab = {token: i for i, token in enumerate(sorted({t for doc in tokens for t in doc}))}
+    retriever.index(([[vocab[t] for t in doc] for doc in tokens], vocab), show_progress=resolve_progress(progress))
     return retriever
 
 

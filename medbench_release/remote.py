@@ -91,3 +91,106 @@ def push(root: Path, log: Log = print) -> None:
         raise VersioningError(f"after `dvc push`, the remote still lacks {len(missing)} file(s), e.g. {missing[:5]}; is the local cache complete (`dvc status`)?")
 
 
+
+
+# --- credentials never reach a tracked file ---------------------------------------------------
+
+# DVC remote options that hold a secret (S3, GCS, Azure, SSH, HTTP, WebDAV, Google Drive). They
+# belong in .dvc/config.local (`dvc remote modify --local`) or the environment, never .dvc/config.
+CREDENTIAL_OPTIONS = frozenset({
+    "password", "passphrase", "secret_access_key", "access_key_id", "session_token", "sas_token", "account_key",
+    "connection_string", "client_secret", "gdrive_client_secret", "gdrive_service_account_json_file_path", "token",
+    "custom_auth_header",
+})
+
+
+def public_url(url: str) -> str:
+    """``url`` without a password (``ssh://user:secret@host/p`` -> ``ssh://user@host/p``): what may be recorded."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if "://" not in url:
+        return url
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    netloc = f"{parts.username}@{host}" if parts.username else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def config_credentials(text: str, where: str) -> list[str]:
+    """Credentials in a DVC config text, named by section and option (never by value)."""
+    found, section = [], ""
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("[") and s.endswith("]"):
+            section = s[1:-1].strip().replace("'", "").replace('"', "")
+            continue
+        key, sep, value = s.partition("=")
+        key = key.strip().lower()
+        if not sep or s.startswith(("#", ";")):
+            continue
+        if key in CREDENTIAL_OPTIONS:
+            found.append(f"{where}: [{section}] {key}")
+        elif key == "url" and public_url(value.strip()) != value.strip():
+            found.append(f"{where}: [{section}] url carries a password")
+    return found
+
+
+def tracked_credentials(root: Path) -> list[str]:
+    """Credentials in the tracked DVC config, as committed at HEAD and as in the workspace."""
+    from medbench_release.vcs import git
+
+    found = config_credentials((root / ".dvc" / "config").read_text(), ".dvc/config") if (root / ".dvc" / "config").exists() else []
+    committed = git(root, "show", "HEAD:.dvc/config", check=False)
+    found += [f for f in config_credentials(committed, ".dvc/config at HEAD") if f.replace(" at HEAD", "") not in found]
+    return found
+
+
+# --- is the version on the remote? -------------------------------------------------------------
+
+_PROBE = """
+import json, sys
+from dvc.repo import Repo
+root, remote, oid = sys.argv[1:4]
+try:
+    with Repo(root) as repo:
+        odb = repo.cloud.get_remote_odb(remote, command="pull")
+        print(json.dumps({"state": "present" if odb.fs.exists(odb.oid_to_path(oid)) else "absent"}))
+except Exception as exc:
+    print(json.dumps({"state": "unreachable", "why": (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]}))
+"""
+
+
+def version_on_remote(root: Path, url: str, version: str, timeout: float = 120) -> tuple[str, str]:
+    """Whether the remote holds version ``version`` (its directory object): ``present``, ``absent`` or ``unreachable``, and why.
+
+    A local folder is looked at directly; another url through DVC (its filesystem for the scheme,
+    which needs the matching extra: ``dvc[s3]``, ``dvc[gs]``, ``dvc[ssh]``), given ``timeout`` seconds.
+    Only the directory object is looked for: a remote that has it but lacks a file of the version
+    is damaged, and `dvc pull` says which file.
+    """
+    import subprocess
+    import sys
+
+    folder = local_remote_path(root, url)
+    if folder is not None:
+        if not folder.is_dir():
+            return "unreachable", f"remote folder {folder} does not exist"
+        obj = folder / "files" / "md5" / version[:2] / version[2:]
+        return ("present", "") if obj.exists() else ("absent", f"remote folder {folder} does not hold data {version}")
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE, str(root), REMOTE, version], cwd=root, capture_output=True, check=False, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "unreachable", f"remote {public_url(url)} did not answer in {timeout:.0f}s"
+    try:
+        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return "unreachable", f"remote {public_url(url)}: {(proc.stderr.strip().splitlines() or ['no answer'])[-1][:300]}"
+    if answer["state"] == "absent":
+        return "absent", f"remote {public_url(url)} does not hold data {version}"
+    if answer["state"] == "unreachable":
+        return "unreachable", f"remote {public_url(url)} unreachable: {answer.get('why', '')}"
+    return "present", ""

@@ -1,8 +1,13 @@
-"""Reproduce a benchmark version in a checkout at its tag: pull, re-search, re-score, compare bit for bit.
+"""Reproduce a benchmark version: pull it and re-score it, or rebuild it from the sources when the remote cannot give it.
 
-Reproduce pulls the data, re-searches each stored index with the stored query vectors (nothing
-is re-encoded), re-scores each stored run and compares every metric with MLflow, the stored
-``metrics.json`` and the release record.
+:func:`reproduce_version` decides. When the remote holds the version (its directory object), the
+data is pulled (the remote has ``verify = true``: a corrupted or missing object fails the pull
+and nothing is scored), each stored index is re-searched with the stored query vectors (nothing
+is re-encoded), each stored run re-scored, and every metric compared with MLflow, the stored
+``metrics.json`` and the version file, whose sha256 of every artifact file is checked too
+(:func:`reproduce`). When the remote is missing, unreachable or does not hold the version, one
+line says so and every artifact is rebuilt from the sources and compared with the version file
+(:mod:`medbench_release.rebuild`).
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from medbench_core.errors import IntegrityError, MedbenchError
-from medbench_core.layout import STAGES, Layout
+from medbench_core.layout import Layout
 from medbench_core.storage import verify_manifest
 from medbench_release.release import artifact_dirs
-from medbench_release.remote import configure_remote
+from medbench_release.remote import configure_remote, public_url, version_on_remote
 from medbench_release.vcs import (
     DATA,
     REMOTE,
@@ -104,6 +109,8 @@ def _research(entry: dict[str, Any], task, dirs: dict[str, Path], out: Path):
         path="" if entry["model_id"] in ("", kind) else entry["model_id"],
         settings=entry["model_settings"],
     )
+    if "embeddings" not in dirs:
+        return None, "run built from upstream runs (re-scored, not re-searched)"
     k = json.loads((dirs["run"] / "info.json").read_text())["k"]
     label = f"{entry['model']} x {entry['task']}"
     if kind == "bm25":
@@ -129,8 +136,8 @@ def reproduce_entry(data_dir: Path, entry: dict[str, Any], tag: str, mlflow_metr
     dirs = artifact_dirs(data_dir, entry)
     try:
         verify_manifest(task_dir)
-        for stage in STAGES:
-            verify_manifest(dirs[stage])
+        for d in dirs.values():
+            verify_manifest(d)
     except IntegrityError as exc:
         return f"{label}: refused", [f"{label}: {exc}"]
     task = load_task(task_dir)
@@ -186,16 +193,82 @@ def _mlflow_metrics(tracking_uri: str | None, run_ids: list[str]) -> tuple[dict[
         return {}, f"MLflow at {tracking_uri} unreachable ({str(exc).splitlines()[0][:200]})"
 
 
+def find_record(root: Path, tag: str) -> tuple[dict[str, Any], str]:
+    """The version file of ``tag`` and where it was found: this checkout's ``versions/``, the tag, or the commit that added it.
+
+    Git tags need not travel with a clone: the file alone names the version.
+    """
+    path = root / VERSIONS / f"{tag}.json"
+    if path.exists():
+        return json.loads(path.read_text()), f"{VERSIONS}/{tag}.json"
+    if tag_commit(root, tag):
+        return version_record(root, tag), f"tag {tag}"
+    commit = git(root, "log", "--all", "-1", "--format=%H", "--", f"{VERSIONS}/{tag}.json", check=False).strip()
+    text = git(root, "show", f"{commit}:{VERSIONS}/{tag}.json", check=False) if commit else ""
+    if text:
+        return json.loads(text), f"commit {commit[:12]}"
+    raise VersioningError(f"no benchmark version {tag!r} here: no {VERSIONS}/{tag}.json, no tag {tag}, no commit that added it (known: {', '.join(known_versions(root)) or 'none'})")
+
+
+def known_versions(root: Path) -> list[str]:
+    folder = root / VERSIONS
+    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+
+
+def release_commit(root: Path, tag: str) -> str | None:
+    """The commit that added ``versions/<tag>.json`` (the version's data.dvc is the one committed with it)."""
+    if tag_commit(root, tag):
+        return tag_commit(root, tag)
+    out = git(root, "log", "--all", "--diff-filter=A", "-1", "--format=%H", "--", f"{VERSIONS}/{tag}.json", check=False).strip()
+    return out or None
+
+
 def _tag_at_head(root: Path) -> str:
     tags = [t for t in git(root, "tag", "--points-at", "HEAD").split() if t]
     released = [t for t in tags if _has_record(root, t)]
-    if len(released) != 1:
-        raise VersioningError(f"HEAD carries {len(released)} released version tags ({', '.join(released) or 'none'}); name the tag to reproduce")
-    return released[0]
+    if len(released) == 1:
+        return released[0]
+    if not released and (root / "data.dvc").exists():
+        here = data_version(root)
+        matching = [t for t in known_versions(root) if json.loads((root / VERSIONS / f"{t}.json").read_text()).get("data_version") == here]
+        if len(matching) == 1:
+            return matching[0]
+    raise VersioningError(f"HEAD carries {len(released)} released version tags ({', '.join(released) or 'none'}); name the version to reproduce (known: {', '.join(known_versions(root)) or 'none'})")
 
 
 def _has_record(root: Path, tag: str) -> bool:
     return subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{tag}:{VERSIONS}/{tag}.json"], capture_output=True).returncode == 0
+
+
+def verify_against_record(data_dir: Path, record: dict[str, Any]) -> list[str]:
+    """Files of the version's artifacts that are missing or whose sha256 is not the one the version file records."""
+    from medbench_core.storage import sha256_file
+
+    problems = []
+    for a in record.get("artifacts", []):
+        for name, f in a["files"].items():
+            p = data_dir / a["path"] / name
+            if not p.exists():
+                problems.append(f"{a['path']}/{name}: missing (the version file lists it)")
+            elif sha256_file(p) != f["sha256"]:
+                problems.append(f"{a['path']}/{name}: sha256 differs from the version file's {f['sha256'][:12]}")
+    return problems
+
+
+def _check_checkout(root: Path, tag: str, record: dict[str, Any]) -> None:
+    """The workspace's data.dvc must name the version's data (a pull checks out what data.dvc names)."""
+    version = record["data_version"]
+    if tag_commit(root, tag):
+        at_tag = data_version(root, rev=tag)
+        if at_tag != version:
+            raise VersioningError(f"{tag}: data.dvc says {at_tag} but {VERSIONS}/{tag}.json says {version}", exit_code=1)
+    here = data_version(root) if (root / "data.dvc").exists() else None
+    if here != version:
+        where = tag if tag_commit(root, tag) else (release_commit(root, tag) or tag)
+        raise VersioningError(
+            f"{root}/data.dvc names data {here or '(none)'}, not {tag}'s {version}; run `git checkout {where}` first "
+            "(or rebuild from the sources: --from-sources)"
+        )
 
 
 def reproduce(
@@ -208,27 +281,21 @@ def reproduce(
     require_mlflow: bool = False,
     log: Log = print,
 ) -> Reproduction:
-    """Reproduce version ``tag`` in a checkout at that tag: pull, re-search, re-score, compare.
+    """Reproduce version ``tag`` from its data: pull, verify, re-search, re-score, compare.
 
-    Raises PullError when `dvc pull` fails (corrupted or missing objects on the remote): nothing
-    is scored then. Every other difference is collected in the returned Reproduction.
+    The workspace's data.dvc must name the version's data. Raises PullError when `dvc pull`
+    fails (corrupted or missing objects on the remote): nothing is scored then. Every other
+    difference is collected in the returned Reproduction.
     """
     root = repo_root(root)
     tag = tag or _tag_at_head(root)
     check_tag(tag)
-    commit = tag_commit(root, tag)
-    if commit is None:
-        raise VersioningError(f"tag {tag} not found in {root}; `git fetch --tags` or name an existing tag")
-    head = git(root, "rev-parse", "HEAD").strip()
-    if head != commit:
-        raise VersioningError(f"{root} is at {head[:12]}, not at {tag} ({commit[:12]}); run `git checkout {tag}` first")
-    record = version_record(root, tag)
-    version = data_version(root, rev=tag)
-    if version != record["data_version"]:
-        raise VersioningError(f"{tag}: data.dvc says {version} but {VERSIONS}/{tag}.json says {record['data_version']}", exit_code=1)
+    record, _ = find_record(root, tag)
+    _check_checkout(root, tag, record)
+    version = record["data_version"]
     if pull:
         url = configure_remote(root, remote)
-        log(f"[reproduce] {tag}: pulling data {version} from {url}")
+        log(f"[reproduce] {tag}: pulling data {version} from {public_url(url)}")
         try:
             dvc(root, "pull", "-r", REMOTE, "data.dvc")
         except VersioningError as exc:
@@ -237,19 +304,75 @@ def reproduce(
         if status not in ("", "{}"):
             raise PullError(f"after `dvc pull`, data/ still differs from data.dvc: {status[:500]}; nothing was scored")
     out = Reproduction(tag, version)
+    out.differences.extend(f"{tag}: {p}" for p in verify_against_record(root / DATA, record))
     metrics, problem = _mlflow_metrics(tracking_uri, [e["mlflow_run_id"] for e in record["runs"]])
     if problem:
         log(f"[reproduce] warning: {problem}")
+    absent = [e for e in record["runs"] if e["mlflow_run_id"] not in metrics]
+    if absent and not require_mlflow:
+        which = f"{absent[0]['model']} x {absent[0]['task']}'s {absent[0]['mlflow_run_id']}" if len(absent) == 1 else f"{len(absent)} of {len(record['runs'])}"
+        log(f"[reproduce] warning: MLflow run(s) not found at {tracking_uri} ({which}); comparing those with metrics.json and {VERSIONS}/{tag}.json only")
     for entry in record["runs"]:
         logged = metrics.get(entry["mlflow_run_id"])
-        if logged is None:
-            msg = f"{entry['model']} x {entry['task']}: MLflow run {entry['mlflow_run_id']} not found at {tracking_uri}"
-            if require_mlflow:
-                out.differences.append(msg)
-            else:
-                log(f"[reproduce] warning: {msg}; comparing with metrics.json and {VERSIONS}/{tag}.json only")
+        if logged is None and require_mlflow:
+            out.differences.append(f"{entry['model']} x {entry['task']}: MLflow run {entry['mlflow_run_id']} not found at {tracking_uri}")
         line, diffs = reproduce_entry(root / DATA, entry, tag, logged)
         out.lines.append(line)
         out.differences.extend(diffs)
         log(f"[reproduce] {line}")
     return out
+
+
+@dataclass
+class Outcome:
+    """What ``medbench reproduce`` did: ``pulled`` (or ``local`` with --no-pull) and re-scored, or ``rebuilt`` from sources."""
+
+    path: str
+    tag: str
+    reproduction: Reproduction | None = None
+    rebuild: Any = None  # medbench_release.rebuild.RebuildResult
+
+    @property
+    def reproduced(self) -> bool:
+        return self.reproduction.identical if self.reproduction is not None else bool(self.rebuild and self.rebuild.reproduced)
+
+
+def reproduce_version(
+    root: str | Path,
+    tag: str | None = None,
+    *,
+    tracking_uri: str | None,
+    remote: str | None = None,
+    mode: str = "auto",
+    require_mlflow: bool = False,
+    rebuild_options: dict[str, Any] | None = None,
+    log: Log = print,
+) -> Outcome:
+    """Reproduce ``tag`` the way ``mode`` says: ``auto`` (pull when the remote holds the version, else rebuild),
+    ``pull`` (never rebuild), ``local`` (the data/ already here), ``sources`` (always rebuild).
+
+    ``rebuild_options`` are :func:`medbench_release.rebuild.rebuild`'s keyword arguments (work,
+    shared, models_file, tasks_file, venv_root, code, report_path, tolerance).
+    """
+    root = repo_root(root)
+    tag = tag or _tag_at_head(root)
+    check_tag(tag)
+    record, where = find_record(root, tag)
+    if mode in ("pull", "local"):
+        return Outcome("pulled" if mode == "pull" else "local", tag, reproduce(root, tag, tracking_uri=tracking_uri, remote=remote, pull=mode == "pull", require_mlflow=require_mlflow, log=log))
+    if mode == "auto":
+        try:
+            url = configure_remote(root, remote)
+            state, why = version_on_remote(root, url, record["data_version"])
+        except VersioningError as exc:
+            state, why = "unreachable", str(exc).splitlines()[0]
+        if state == "present":
+            return Outcome("pulled", tag, reproduce(root, tag, tracking_uri=tracking_uri, remote=remote, pull=True, require_mlflow=require_mlflow, log=log))
+        log(f"[reproduce] {tag}: {why}; rebuilding every artifact of the version from the sources instead")
+    elif mode != "sources":
+        raise VersioningError(f"unknown reproduction mode {mode!r}")
+    if record.get("format", 1) < 2:
+        raise VersioningError(f"{where}: a version file of format {record.get('format', 1)} lists no artifacts; it can be reproduced only from its remote")
+    from medbench_release.rebuild import rebuild
+
+    return Outcome("rebuilt", tag, rebuild=rebuild(root, record, log=log, **(rebuild_options or {})))

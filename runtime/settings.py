@@ -10,7 +10,8 @@ result backend URLs) and MEDBENCH_CELERY_CONFIG (the workers' celery YAML, whose
 executor sends with; default deploy/production/celery.yaml),
 MEDBENCH_DVC_REMOTE (the DVC remote of benchmark versions; default ~/.cache/medbench/dvc-remote),
 MEDBENCH_CACHE (what an installation builds once and every project state reuses, such as the empty
-MLflow schema; default ~/.cache/medbench), DAGSTER_HOME (the Dagster instance; default
+MLflow schema; default ~/.cache/medbench), MEDBENCH_VENV_ROOT (the virtual environments scripts/setup.sh
+builds, one per requirements.lock hash; default ~/.cache/medbench/venvs), DAGSTER_HOME (the Dagster instance; default
 <state>/dagster_home, set up by the command line), MEDBENCH_LOG_LEVEL (Dagster's console log level in
 `medbench run`; default WARNING), MEDBENCH_UI_PORT (`medbench ui`; default 3000), MEDBENCH_ONLINE
 (``1`` lets hub models and datasets download and resolves hub revisions on the hub; default off:
@@ -37,6 +38,7 @@ CELERY_BACKEND = os.environ.get("MEDBENCH_CELERY_BACKEND") or "rpc://"
 CELERY_CONFIG = Path(os.environ.get("MEDBENCH_CELERY_CONFIG") or ROOT / "deploy" / "production" / "celery.yaml")
 DVC_REMOTE = os.environ.get("MEDBENCH_DVC_REMOTE") or ""  # empty: the url in .dvc/config(.local)
 CACHE = Path(os.environ.get("MEDBENCH_CACHE") or Path.home() / ".cache" / "medbench")
+VENV_ROOT = Path(os.environ.get("MEDBENCH_VENV_ROOT") or Path.home() / ".cache" / "medbench" / "venvs")
 DAGSTER_HOME = os.environ.get("DAGSTER_HOME") or ""  # empty: the project's, <state>/dagster_home
 LOG_LEVEL = os.environ.get("MEDBENCH_LOG_LEVEL") or "WARNING"
 UI_PORT = int(os.environ.get("MEDBENCH_UI_PORT") or 3000)

@@ -123,3 +123,45 @@ def test_ties_by_doc_id_and_stopword_only_queries():
     # A query of stopwords only matches nothing: every score 0, ranked by doc id descending.
     q2 = run.filter(run["query_id"] == "q2")
     assert q2["doc_id"].to_list() == ["d3", "d2", "d1"] and q2["score"].to_list() == [0.0, 0.0, 0.0]
+
+
+_SAVE_INDEX = """
+import sys
+from pathlib import Path
+from medbench_core import bm25
+docs = ["Aspirin lowers the risk of a second heart attack.", "Statins reduce LDL cholesterol.", "Gout is caused by uric acid crystals.",
+        "Vitamin D supplements did not reduce fractures.", "Exercise lowers resting blood pressure and cholesterol."]
+bm25.save(bm25.fit(docs), Path(sys.argv[1]))
+"""
+
+
+def test_the_saved_index_is_the_same_bytes_whatever_the_hash_seed(tmp_path):
+    """bm25s numbers its vocabulary in a set's order, which follows the process's hash seed; ours is sorted.
+
+    Two builds in processes with other seeds give byte-identical files (a rebuilt benchmark
+    version compares them by sha256), and the same scores as bm25s's own numbering.
+    """
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    digests = []
+    for seed in ("1", "2", "3"):
+        out = tmp_path / seed
+        out.mkdir()
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
+        subprocess.run([sys.executable, "-c", _SAVE_INDEX, str(out)], env=env, check=True)
+        digests.append({f: hashlib.sha256((out / f).read_bytes()).hexdigest() for f in bm25.FILES})
+    assert digests[0] == digests[1] == digests[2]
+    vocab = json.loads((tmp_path / "1" / "vocab.index.json").read_text())
+    assert list(vocab) == sorted(t for t in vocab if t) + [""]  # sorted tokens, bm25s's empty token last
+
+    import bm25s
+
+    docs = ["aspirin fever", "gout in the toe", "aspirin for gout", "fever and chills"]
+    theirs = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    theirs.index(bm25.tokenize(docs, bm25.DEFAULTS), show_progress=False)
+    ours = bm25.fit(docs)
+    for query in (["aspirin"], ["gout", "fever"], ["chill"]):
+        assert ours.get_scores(query).tolist() == theirs.get_scores(query).tolist()
