@@ -23,7 +23,8 @@ def shell_lines(text: str) -> list[str]:
         for line in block.splitlines():
             line = line.split("  #")[0].split(" # ")[0].strip()
             if line and not line.startswith("#"):
-                out.append(line)
+                # a compound line is several commands; each is checked on its own
+                out.extend(part.strip() for part in re.split(r"&&|;", line) if part.strip())
     return out
 
 
