@@ -6,7 +6,7 @@ partition is stale when its code version changed or an upstream data version cha
 was materialised. Dagster flags only the first asset whose inputs moved (``corpus_embeddings``
 after a task or model change; ``task_metrics`` after a metrics code change); the assets below it
 follow when it is rematerialised with a new data version. A partition is therefore due when any
-of its four assets is missing or stale, and the whole partition is run: stages whose provenance
+of its assets is missing or stale, and the whole partition is run: stages whose provenance
 key did not change are cache hits.
 """
 
@@ -18,13 +18,13 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
-from assets.stage import STAGE_KEYS
+from assets.stage import PARTITION_KEYS
 from assets.tasks import CURATED_TASK
 from runtime.partitions import partition_key
 from runtime.resources import ArtifactStoreResource, RegistryResource
 
 # The model x task assets, upstream first (the evaluate_partition job).
-EVALUATION_ASSETS = STAGE_KEYS
+EVALUATION_ASSETS = PARTITION_KEYS
 
 
 def task_partition_keys(repository_def: dg.RepositoryDefinition) -> list[str]:

@@ -12,8 +12,7 @@ import dagster as dg
 # (AssetObservation takes no data_version argument).
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
-from assets.registry import MODEL_SPEC, model_version
-from medbench_core.errors import MedbenchError
+from assets.registry import MODEL_SPEC, model_versions
 from runtime.partitions import MODEL_PARTITIONS_NAME
 from runtime.resources import RegistryResource
 
@@ -52,11 +51,13 @@ def model_observations(instance: dg.DagsterInstance, registry: RegistryResource)
     recorded after the one a materialisation consumed.
     """
     events = []
-    for spec in registry.models():
-        try:
-            version = model_version(spec)
-        except MedbenchError:
-            continue  # e.g. a missing model folder: its partitions fail with that error when run
+    specs = registry.models()
+    # A model left out (e.g. a missing model folder) fails with that error when its partitions run.
+    versions = model_versions(specs, registry.expansions(), registry.catalog().names)
+    for spec in specs:
+        version = versions.get(spec.name)
+        if version is None:
+            continue
         if observed_model_version(instance, spec.name) != version:
             events.append(
                 dg.AssetObservation(
