@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from assets.stage import Stage, StageRun
-from medbench_core.derived import build_derived_run, check_inputs
+from medbench_core.derived import build_derived_run, check_inputs, inputs
 from medbench_core.pipeline import retrieve
 
 
@@ -47,7 +47,8 @@ def finish(run: StageRun) -> dict:
     info = json.loads((run.dir("run") / "info.json").read_text())
     shown = {"k": info["k"], "rows": info["n_rows"], "seconds": info["seconds"]}
     if run.partition.spec.derived:
-        shown["upstream"] = ", ".join(f"{name} {key}" for name, key in info.get("upstream", {}).items())
+        ups = info.get("upstream", {})
+        shown["upstream"] = ", ".join(f"{name} {ups.get(name, '')}" for name in inputs(run.partition.spec))
     return shown
 
 

@@ -514,16 +514,25 @@ def registry_partition_keys(
         if wanted is not None and name not in wanted:
             continue
         spec = by_name[name]
-        if spec.kind == "expanded":
-            if spec.expansion not in by_expansion:
-                raise DataError(f"model {name}: expansion {spec.expansion!r} is not among the registry's expansions {sorted(by_expansion)}")
-            e = by_expansion[spec.expansion]
-            up = keys[e.upstream]["run"] if e.upstream and e.source == "generate" else None
-            keys[name] = expanded_partition_keys(spec, by_name[spec.retriever], keys[spec.retriever], e, task, k, upstream_run_key=up)
-        elif spec.derived:
-            keys[name] = derived_partition_keys(spec, task, {u: keys[u]["run"] for u in spec.upstream}, k)
-        else:
-            keys[name] = partition_keys(spec, task, k)
+        try:
+            if spec.kind == "expanded":
+                if spec.expansion not in by_expansion:
+                    raise DataError(f"model {name}: expansion {spec.expansion!r} is not among the registry's expansions {sorted(by_expansion)}")
+                e = by_expansion[spec.expansion]
+                up = keys[e.upstream]["run"] if e.upstream and e.source == "generate" else None
+                keys[name] = expanded_partition_keys(spec, by_name[spec.retriever], keys[spec.retriever], e, task, k, upstream_run_key=up)
+            elif spec.derived:
+                keys[name] = derived_partition_keys(spec, task, {u: keys[u]["run"] for u in spec.upstream}, k)
+            else:
+                keys[name] = partition_keys(spec, task, k)
+        except DataError as exc:
+            if names is None or name in names:
+                raise
+            users = [n for n in names if name in upstream_order(n, specs)]
+            raise DataError(
+                f"model {', '.join(users)}: upstream model {name!r} cannot be resolved on task {task.name} ({exc}); "
+                f"fix its entry, then evaluate it: medbench run --models {name} --tasks {task.name}"
+            ) from exc
     return keys
 
 
