@@ -134,7 +134,7 @@ def log_expansion_run(context: dg.AssetCheckExecutionContext, p, gate: dict) -> 
         {
             "medbench.expansion": spec.name, "medbench.task": p.task_name, "medbench.benchmark": benchmark,
             "medbench.expansion_gate": "pass" if gate["passed"] else "fail",
-            "medbench.leakage_warning": "true" if leakage["n_copies"] else "false", DAGSTER_RUN_TAG: context.run_id,
+            "medbench.leakage_warning": "true" if leakage["n_copies"] else "false", DAGSTER_RUN_TAG: context.run.run_id,
         },  # fmt: skip
         artifacts,
     )
