@@ -17,7 +17,7 @@ import json
 
 import dagster as dg
 
-from assets.stage import EXPANSION_ASSET, EXPANSION_STAGE, RetrievalConfig, no_artifact_result, open_partition, provenance_metadata
+from assets.stage import EXPANSION_ASSET, EXPANSION_STAGE, RetrievalConfig, fails_at_once, no_artifact_result, open_partition, provenance_metadata
 from medbench_core.derived import load_upstream_run
 from medbench_core.errors import DataError
 from medbench_core.expansion.contract import GATE_FILE, record_expansion_gate, validate_expansion
@@ -39,6 +39,11 @@ GATE_DIR = "gate"  # GX results, data docs, leakage and the logged sample, besid
 
 def expand(context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.MaterializeResult:
     """Read or generate the partition's expansion unless a complete one exists for its key."""
+    with fails_at_once():  # a bad published file is refused at once, naming file, line and id
+        return _expand(context, config)
+
+
+def _expand(context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.MaterializeResult:
     r = context.resources
     p = open_partition(context.partition_key, r.store, r.registry, config.k)
     skip = p.no_artifact(EXPANSION_STAGE)

@@ -14,6 +14,7 @@ say why, with a label other than ``n/a``), and its run stage reads what its upst
 """
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -298,8 +299,23 @@ class Stage:
         ]
 
 
+@contextmanager
+def fails_at_once():
+    """A DataError (a bad file or entry, a missing or failed upstream) fails the step without the
+    retries meant for a dying worker: running it again cannot fix it. The message is kept."""
+    try:
+        yield
+    except DataError as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from exc
+
+
 def run_stage(stage: Stage, context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.MaterializeResult:
     """The shared body of every stage asset (see the module docstring)."""
+    with fails_at_once():
+        return _run_stage(stage, context, config)
+
+
+def _run_stage(stage: Stage, context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.MaterializeResult:
     p = open_partition(context.partition_key, context.resources.store, context.resources.registry, config.k)
     skip = p.no_artifact(stage.name)
     if skip is not None:

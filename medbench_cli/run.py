@@ -199,13 +199,12 @@ def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool) -
             t = time.perf_counter()
             res = job.execute_in_process(instance=instance, partition_key=partition_key(model, task), run_config=run_config, raise_on_error=False)
             status = "ok" if res.success else "FAILED"
-            note = " (n/a: model cannot read this task)" if _not_applicable(res) else " (cached)" if _all_cached(res) else ""
+            note = "" if not res.success else " (n/a: model cannot read this task)" if _not_applicable(res) else " (cached)" if _all_cached(res) else ""
             print(f"[evaluate] {model:<24} x {task:<22} {status}{note} ({time.perf_counter() - t:.1f}s)", flush=True)
             if not res.success:
                 failures.append(f"{model}|{task}")
-                reason = _failure(res)
-                if reason:
-                    print(f"           {reason}", flush=True)
+                for line in _failure(res).splitlines():
+                    print(f"           {line}", flush=True)
     return failures
 
 
@@ -280,12 +279,19 @@ def _all_cached(result) -> bool:
     return True
 
 
-def _failure(result) -> str:
-    """The first line of the error that failed a partition's run (what a user reads first)."""
+def _failure(result, max_lines: int = 12) -> str:
+    """The error that failed a partition's run, as its first failed step raised it (the problems a
+    bad expansion file lists are one a line, each naming file, line and id)."""
     for ev in result.all_events:
         if ev.is_step_failure and ev.step_failure_data and ev.step_failure_data.error:
             err = ev.step_failure_data.error
-            while err.cause is not None and (err.cls_name or "").startswith("Dagster"):  # Dagster's wrapper: the cause is ours
+            # Dagster's wrappers (step execution, retries exhausted): the cause is ours.
+            while err.cause is not None and ((err.cls_name or "").startswith("Dagster") or err.cls_name == "RetryRequestedFromPolicy"):
                 err = err.cause
-            return f"{ev.step_key}: {err.message.strip().splitlines()[0][:500]}" if err.message.strip() else ev.step_key
+            text = err.message.strip()
+            head = text.split(": ", 1)
+            if len(head) == 2 and err.cls_name and head[0].endswith(err.cls_name):  # "medbench_core.errors.DataError: ..."
+                text = head[1]
+            lines = [line[:500] for line in text.splitlines()[:max_lines]]
+            return f"{ev.step_key}: " + "\n".join(lines) if lines else ev.step_key
     return ""

@@ -108,11 +108,11 @@ def materialization_metadata(result: dg.ExecuteInProcessResult) -> dict[str, dic
     }
 
 
-def mlflow_runs(world: World, model: str | None = None, experiment: str = "medbench-test") -> list:
-    """The MLflow runs (not deleted) of ``experiment``, of ``model`` when given."""
+def mlflow_runs(world: World, model: str | None = None, experiment: str = "medbench-test", tracking_uri: str | None = None) -> list:
+    """The MLflow runs (not deleted) of ``experiment``, of ``model`` when given; in the world's store, or ``tracking_uri``."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=world.resources()["mlflow"].tracking_uri)
+    client = MlflowClient(tracking_uri=tracking_uri or world.resources()["mlflow"].tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return []
