@@ -70,3 +70,28 @@ def test_a_stage_says_what_is_its_own_and_the_factory_does_the_rest():
     first = {d.asset_key for d in corpus_embeddings.specs_by_key[corpus_embeddings.key].deps}
     assert first == {dg.AssetKey("curated_task"), dg.AssetKey("model_spec")}
     assert calls == []  # nothing runs when an asset is defined
+
+
+def test_the_bundled_fusion_is_na_where_an_upstream_is_and_writes_nothing(tmp_path):
+    """bm25-minilm-rrf on PneumoniaMNIST: its text upstreams cannot read images, so neither can it (n/a, not a failure)."""
+    import yaml
+
+    from tests.orchestration.derived_env import write_registry
+    from tests.orchestration.operating_env import ROOT
+
+    bundled = {m["name"]: m for m in yaml.safe_load((ROOT / "models.yaml").read_text())["models"]}
+    world = new_world(tmp_path / "w", [BM25], real_data=True)
+    write_registry(world.models_file, [BM25, bundled["all-MiniLM-L6-v2"], bundled["bm25-minilm-rrf"]])
+    defs = world.defs()
+    with world.instance() as instance:
+        instance.add_dynamic_partitions(MODEL_PARTITIONS_NAME, ["bm25", "all-MiniLM-L6-v2", "bm25-minilm-rrf"])
+        curate(world, instance, defs, ["pneumoniamnist"])
+        res = defs.resolve_job_def("evaluate_partition").execute_in_process(
+            instance=instance, partition_key=partition_key("bm25-minilm-rrf", "pneumoniamnist"), run_config=QUIET
+        )
+    events = {e.asset_key.to_user_string(): e.materialization.metadata for e in res.get_asset_materialization_events()}
+    assert set(events) == set(PARTITION_ASSETS)
+    for md in events.values():
+        assert md["applicable"].value is False and md["label"].value == "n/a"
+        assert md["reason"].value.startswith("bm25-minilm-rrf builds on bm25: bm25 reads text only and ")
+    assert not (world.root / "data" / "artifacts").exists()
