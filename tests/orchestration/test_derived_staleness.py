@@ -20,9 +20,10 @@ import json
 
 import pytest
 
+from medbench_core.derived import registry_partition_keys
 from orchestration.freshness import EVALUATION_ASSETS, due_partitions, stale_status_resolver
 from orchestration.registry_sync import sync_model_partitions
-from tests.orchestration.derived_env import BM25_K12, evaluate, failure_message, tiny_cross_encoder, tiny_generator, write_prompts, write_registry
+from tests.orchestration.derived_env import BM25_K12, evaluate, failure_message, mlflow_runs, tiny_cross_encoder, tiny_generator, write_prompts, write_registry
 from tests.orchestration.operating_env import BM25, World, curate, materialization_ids, new_world
 
 pytestmark = pytest.mark.slow
@@ -126,6 +127,16 @@ def test_a_built_world_is_fresh(world):
         (key,) = expansion_folders(world, name)
         gate = json.loads((world.root / "data" / "expansions" / name / "scifact" / key / "EXPANSION_GATE.json").read_text())
         assert gate["passed"] and gate["key"] == key
+    # One MLflow run per expansion x task, with the generation's figures; LameR's names its upstream run.
+    runs = {r.data.tags["medbench.expansion"]: r for r in mlflow_runs(world, experiment="medbench-test-expansions")}
+    assert sorted(runs) == ["hyde-g", "lamer-g"]
+    for r in runs.values():
+        assert r.data.metrics["expansion.generated_tokens"] > 0 and r.data.metrics["expansion.tokens_per_second"] > 0
+        assert r.data.params["expansion.decoding.seed"] == "1" and r.data.params["expansion.source"] == "generate"
+    store, registry = world.resources()["store"], world.resources()["registry"]
+    keys = registry_partition_keys(registry.models(), store.load_task("scifact"), names=["bm25+lamer"], expansions=registry.expansions())
+    assert runs["lamer-g"].data.params["expansion.upstream_run"] == keys["bm25-k12"]["run"]
+    assert runs["lamer-g"].data.params["expansion.key"] == keys["bm25+lamer"]["expansion"] == expansion_folders(world, "lamer-g").pop()
 
 
 def test_changing_bm25_makes_bm25_the_fusion_and_the_reranker_stale(world):
