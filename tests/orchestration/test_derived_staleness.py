@@ -170,3 +170,39 @@ def test_changing_lamers_upstream_run_makes_it_and_what_is_built_on_that_run_sta
     models["models"][1]["settings"]["k1"] = 1.1
     (world.root / "models.yaml").write_text(json.dumps(models))
     observe_and_rerun(world, {"bm25-k12", "rrf", "bm25+lamer"})
+
+
+def nightly(world: World, instance, defs) -> list[str]:
+    from datetime import datetime, timezone
+
+    import dagster as dg
+
+    from orchestration.schedules import nightly_evaluation
+
+    context = dg.build_schedule_context(
+        instance=instance, resources=world.resources(), repository_def=defs.get_repository_def(), scheduled_execution_time=datetime(2026, 11, 24, 2, tzinfo=timezone.utc)
+    )
+    return [str(r.partition_key) for r in nightly_evaluation.evaluate_tick(context).run_requests or [] if r.partition_key.keys_by_dimension["task"] == "scifact"]
+
+
+def test_the_nightly_runs_a_fusion_and_a_reranker_after_their_stale_upstream(world):
+    registry(world.root, bm25={**BM25, "settings": {**BM25["settings"], "k1": 1.3}})
+    defs = world.defs()
+    with world.instance() as instance:
+        # bm25 first: the fusion and the reranker would otherwise start before its new run exists.
+        assert nightly(world, instance, defs) == ["bm25|scifact"]
+        assert evaluate(instance, defs, "bm25", "scifact").success
+        assert nightly(world, instance, defs) == ["rrf|scifact", "rerank|scifact"]
+
+
+def test_the_sensor_requests_a_new_fusion_after_its_new_upstream(world):
+    from orchestration.sensors import registry_tick
+
+    models = json.loads((world.root / "models.yaml").read_text())
+    models["models"] += [{**BM25, "name": "bm25-k09", "settings": {**BM25["settings"], "k1": 0.9}},
+                         {"name": "rrf-new", "kind": "fusion", "fusion": {"method": "rrf", "runs": ["bm25", "bm25-k09"]}}]  # fmt: skip
+    (world.root / "models.yaml").write_text(json.dumps(models))
+    with world.instance() as instance:
+        tick = registry_tick(instance, world.resources()["registry"], world.resources()["store"])
+    # Its upstream now; the fusion once bm25-k09 is evaluated (then it is missing, and the nightly requests it).
+    assert sorted(str(r.partition_key) for r in tick.run_requests) == ["bm25-k09|liveqa_medquad", "bm25-k09|scifact"]
