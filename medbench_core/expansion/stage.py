@@ -46,9 +46,9 @@ def expansion_identity(
 
         path = locate_file(spec, task, online=online)
         return file_identity(spec, file_sha256=sha256_file(path), task_folder=spec.task_folders.get(task, task))
-    from medbench_core.expansion.generate import generator_revision
+    from medbench_core.expansion.generate import cached_generator_revision
 
-    revision = revision or generator_revision(spec)
+    revision = revision or cached_generator_revision(spec)
     return generation_identity(spec, revision=revision, prompt=prompt_text(spec, task, prompts_dir), upstream_run_key=upstream_run_key)
 
 
@@ -64,10 +64,10 @@ def expansion_fingerprint(
 
     revision = None
     if spec.source == "generate":
-        from medbench_core.expansion.generate import generator_revision
+        from medbench_core.expansion.generate import cached_generator_revision
 
         try:
-            revision = generator_revision(spec)
+            revision = cached_generator_revision(spec)
         except MedbenchError as exc:
             return {"unavailable": str(exc)}
     out: dict[str, Any] = {}
