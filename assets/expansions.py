@@ -17,7 +17,15 @@ import json
 
 import dagster as dg
 
-from assets.stage import EXPANSION_ASSET, EXPANSION_STAGE, RetrievalConfig, fails_at_once, no_artifact_result, open_partition, provenance_metadata
+from assets.stage import (
+    EXPANSION_ASSET,
+    EXPANSION_STAGE,
+    RetrievalConfig,
+    fails_at_once,
+    no_artifact_result,
+    open_partition,
+    provenance_metadata,
+)
 from medbench_core.derived import load_upstream_run
 from medbench_core.errors import DataError
 from medbench_core.expansion.contract import GATE_FILE, record_expansion_gate, validate_expansion
@@ -74,7 +82,7 @@ def _expand(context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.Ma
         metadata={
             **provenance_metadata(p, EXPANSION_STAGE), "cache_hit": hit, "expansion": spec.name, "source": spec.source,
             "method": spec.method, "generator": spec.generator, **shown, "sample": dg.MetadataValue.md(sample),
-        },  # fmt: skip
+        },
         data_version=dg.DataVersion(key),
     )
 
@@ -140,7 +148,7 @@ def log_expansion_run(context: dg.AssetCheckExecutionContext, p, gate: dict) -> 
             "medbench.expansion": spec.name, "medbench.task": p.task_name, "medbench.benchmark": benchmark,
             "medbench.expansion_gate": "pass" if gate["passed"] else "fail",
             "medbench.leakage_warning": "true" if leakage["n_copies"] else "false", DAGSTER_RUN_TAG: context.run.run_id,
-        },  # fmt: skip
+        },
         artifacts,
     )
     return run_id

@@ -21,7 +21,15 @@ from typing import Any
 
 import dagster as dg
 
-from medbench_core.derived import Upstream, expansion_input, load_upstream_corpus, load_upstream_expansion, load_upstream_run, model_revision, registry_partition_keys
+from medbench_core.derived import (
+    Upstream,
+    expansion_input,
+    load_upstream_corpus,
+    load_upstream_expansion,
+    load_upstream_run,
+    model_revision,
+    registry_partition_keys,
+)
 from medbench_core.derived import applicability as derived_applicability
 from medbench_core.errors import DataError, IntegrityError, MedbenchError
 from medbench_core.layout import ENCODING_STAGES, STAGES

@@ -22,7 +22,16 @@ from medbench_core.derived import ranked, registry_partition_keys
 from medbench_core.metrics import qrels_to_dict, run_to_dict
 from orchestration.registry_sync import sync_model_partitions
 from tests.orchestration.derived_env import (
-    BM25_K12, MINILM, evaluate, failure_message, materialization_metadata, mlflow_runs, run_frame, tiny_cross_encoder, write_registry, write_scifact_small,
+    BM25_K12,
+    MINILM,
+    evaluate,
+    failure_message,
+    materialization_metadata,
+    mlflow_runs,
+    run_frame,
+    tiny_cross_encoder,
+    write_registry,
+    write_scifact_small,
 )  # fmt: skip
 from tests.orchestration.operating_env import BM25, curate, new_world
 
@@ -76,8 +85,8 @@ def test_rrf_partition_equals_ranx_fuse_scored_by_pytrec_eval(world):
     md = materialization_metadata(world.results["rrf"])
     assert md["task_metrics"]["ndcg_at_10"] == pytest.approx(reference, abs=1e-9)
     ours = run_to_dict(run_frame(world, "rrf", "scifact", keys["rrf"]["run"]))
-    for q in theirs:
-        assert set(ours[q]) == set(theirs[q]) and max(abs(ours[q][d] - theirs[q][d]) for d in theirs[q]) < 1e-12, q
+    for q, docs in theirs.items():
+        assert set(ours[q]) == set(docs) and max(abs(ours[q][d] - s) for d, s in docs.items()) < 1e-12, q
     # A fusion, not one of its inputs.
     inputs_ndcg = [materialization_metadata(world.results[m])["task_metrics"]["ndcg_at_10"] for m in RRF["fusion"]["runs"]]
     assert all(abs(reference - v) > 1e-4 for v in inputs_ndcg)
@@ -122,9 +131,9 @@ def test_rerank_partition_scores_equal_cross_encoder_predict(world):
         want.setdefault(q, {})[d] = s
     got = run_to_dict(run_frame(world, "rerank", "scifact", keys["rerank"]["run"]))
     assert set(got) == set(want)
-    for q in want:
-        assert set(got[q]) == set(want[q])
-        assert max(abs(got[q][d] - want[q][d]) for d in want[q]) < 1e-6, q
+    for q, docs in want.items():
+        assert set(got[q]) == set(docs)
+        assert max(abs(got[q][d] - s) for d, s in docs.items()) < 1e-6, q
     run = run_frame(world, "rerank", "scifact", keys["rerank"]["run"])
     assert run.group_by("query_id").len()["len"].max() == 20
     md = materialization_metadata(world.results["rerank"])

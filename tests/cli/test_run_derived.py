@@ -30,7 +30,13 @@ from medbench_core.metrics import qrels_to_dict, run_to_dict
 from tests.cli.test_run import _main_env
 from tests.core._expansion_fixtures import leaky_query
 from tests.orchestration.derived_env import (
-    MINILM, R2MED_FOLDER, file_expansion, mlflow_runs, write_r2med_expansions, write_registry, write_scifact_small,
+    MINILM,
+    R2MED_FOLDER,
+    file_expansion,
+    mlflow_runs,
+    write_r2med_expansions,
+    write_registry,
+    write_scifact_small,
 )  # fmt: skip
 from tests.orchestration.operating_env import BM25, ROOT, new_world
 
@@ -44,7 +50,7 @@ EXPANDED = [
 
 def medbench_run(world, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "medbench_cli", "run", "--tasks", "scifact", *args]
-    return subprocess.run(argv, env=_main_env(world, tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    return subprocess.run(argv, env=_main_env(world, tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
 
 
 def cli_runs(world, model: str | None = None, experiment: str = "medbench-test") -> list:

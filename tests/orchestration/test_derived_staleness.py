@@ -17,13 +17,23 @@ nothing else. Running exactly the due partitions rematerialises only them and le
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 import pytest
 
 from medbench_core.derived import registry_partition_keys
 from orchestration.freshness import EVALUATION_ASSETS, due_partitions, stale_status_resolver
 from orchestration.registry_sync import sync_model_partitions
-from tests.orchestration.derived_env import BM25_K12, evaluate, failure_message, mlflow_runs, tiny_cross_encoder, tiny_generator, write_prompts, write_registry
+from tests.orchestration.derived_env import (
+    BM25_K12,
+    evaluate,
+    failure_message,
+    mlflow_runs,
+    tiny_cross_encoder,
+    tiny_generator,
+    write_prompts,
+    write_registry,
+)
 from tests.orchestration.operating_env import BM25, World, curate, materialization_ids, new_world
 
 pytestmark = pytest.mark.slow
@@ -173,14 +183,14 @@ def test_changing_lamers_upstream_run_makes_it_and_what_is_built_on_that_run_sta
 
 
 def nightly(world: World, instance, defs) -> list[str]:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     import dagster as dg
 
     from orchestration.schedules import nightly_evaluation
 
     context = dg.build_schedule_context(
-        instance=instance, resources=world.resources(), repository_def=defs.get_repository_def(), scheduled_execution_time=datetime(2026, 11, 24, 2, tzinfo=timezone.utc)
+        instance=instance, resources=world.resources(), repository_def=defs.get_repository_def(), scheduled_execution_time=datetime(2026, 11, 24, 2, tzinfo=UTC)
     )
     return [str(r.partition_key) for r in nightly_evaluation.evaluate_tick(context).run_requests or [] if r.partition_key.keys_by_dimension["task"] == "scifact"]
 
