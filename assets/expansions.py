@@ -23,6 +23,7 @@ from assets.stage import (
     RetrievalConfig,
     fails_at_once,
     no_artifact_result,
+    no_expansion,
     open_partition,
     provenance_metadata,
 )
@@ -36,7 +37,7 @@ from medbench_core.pipeline import DEFAULT_K
 from medbench_core.provenance import code_version
 from medbench_core.run_record import DAGSTER_RUN_TAG
 from medbench_core.storage import is_complete, write_json_atomic
-from runtime.partitions import Partitions, model_of_partition, task_of_partition
+from runtime.partitions import Partitions, model_of_partition, split_key, task_of_partition
 from runtime.resources import dagster_run_alive
 
 QUERY_EXPANSION = dg.AssetKey(EXPANSION_ASSET)
@@ -53,6 +54,13 @@ def expand(context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.Mat
 
 def _expand(context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.MaterializeResult:
     r = context.resources
+    model, task = split_key(context.partition_key)
+    if r.registry.model(model).kind != "expanded":  # most partitions: say so at once, with one constant data version
+        skip = no_expansion(model)
+        return dg.MaterializeResult(
+            metadata={"model": model, "task": task, "applicable": skip.applicable, "reason": skip.reason, "label": skip.label},
+            data_version=dg.DataVersion(skip.label),
+        )
     p = open_partition(context.partition_key, r.store, r.registry, config.k)
     skip = p.no_artifact(EXPANSION_STAGE)
     if skip is not None:
@@ -90,6 +98,9 @@ def _expand(context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.Ma
 def judge(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     """The expansion contract on the stored expansion (a recorded verdict on the same texts and rules is reused), logged to MLflow."""
     r = context.resources
+    model, _ = split_key(context.partition_key)
+    if r.registry.model(model).kind != "expanded":
+        return dg.AssetCheckResult(passed=True, metadata={"reason": no_expansion(model).reason})
     p = open_partition(context.partition_key, r.store, r.registry, DEFAULT_K)
     skip = p.no_artifact(EXPANSION_STAGE)
     if skip is not None:

@@ -34,7 +34,7 @@ from medbench_core.derived import applicability as derived_applicability
 from medbench_core.errors import DataError, IntegrityError, MedbenchError
 from medbench_core.layout import ENCODING_STAGES, STAGES
 from medbench_core.model import Task
-from medbench_core.models import ModelSpec
+from medbench_core.models import ModelSpec, upstream_order
 from medbench_core.pipeline import DEFAULT_K, stage_code_versions
 from medbench_core.provenance import artifact_key, code_version
 from medbench_core.storage import MANIFEST, is_complete, replace_dir_atomic, verify_manifest, write_manifest
@@ -129,7 +129,7 @@ class Partition:
         if self.not_applicable:
             return NoArtifact(self.not_applicable)
         if stage == EXPANSION_STAGE:
-            return None if self.spec.kind == "expanded" else NoArtifact(f"{self.model} reads the task's own queries (no expansion)", "none")
+            return None if self.spec.kind == "expanded" else no_expansion(self.model)
         if self.spec.derived and stage in ("embeddings", "index"):
             asset = ASSET_OF_STAGE[stage]
             if self.spec.kind == "expanded":
@@ -218,12 +218,14 @@ def open_partition(partition_key: str, store: ArtifactStoreResource, registry: R
     upstreams'.
     """
     model, task_name = split_key(partition_key)
-    spec = registry.model(model)
-    by_name = {s.name: s for s in registry.models()}
+    specs = registry.models()
+    by_name = {s.name: s for s in specs}
+    spec = by_name.get(model) or registry.model(model)  # the latter says what to do about a model no longer registered
     task = store.load_task(task_name)
     store.layout.require_gate(task_name, task.content_hash())
     not_applicable = derived_applicability(spec, task, by_name)
-    expansions = registry.expansions()
+    chain = [*upstream_order(model, specs), model]
+    expansions = registry.expansions() if any(by_name[n].kind == "expanded" for n in chain) else []
     try:
         keys = registry_partition_keys(list(by_name.values()), task, k, names=[model], expansions=expansions)
     except MedbenchError:
@@ -336,6 +338,11 @@ def _run_stage(stage: Stage, context: dg.AssetExecutionContext, config: Retrieva
         metadata={**provenance_metadata(p, stage.name), "cache_hit": hit, **stage.finish(run)},
         data_version=dg.DataVersion(p.keys[stage.name]),
     )
+
+
+def no_expansion(model: str) -> NoArtifact:
+    """Why a model that is not of kind expanded has no ``query_expansion``: it reads the task's own queries."""
+    return NoArtifact(f"{model} reads the task's own queries (no expansion)", "none")
 
 
 def no_artifact_result(p: Partition, stage: str, skip: NoArtifact) -> dg.MaterializeResult:

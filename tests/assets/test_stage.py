@@ -48,12 +48,15 @@ def test_a_text_model_on_an_image_task_writes_nothing_and_says_why(tmp_path):
     keys = partition_keys(world.resources()["registry"].model("bm25"), task)
     events = {e.asset_key.to_user_string(): e for e in res.get_asset_materialization_events()}
     assert set(events) == set(PARTITION_ASSETS)
-    for stage, asset in [*ASSET_OF_STAGE.items(), ("expansion", "query_expansion")]:
+    for stage, asset in ASSET_OF_STAGE.items():
         md = {k: v.value for k, v in events[asset].materialization.metadata.items()}
         assert md["applicable"] is False and md["model"] == "bm25" and md["task"] == "pneumoniamnist"
         assert md["reason"].startswith("bm25 reads text only and ") and "of pneumoniamnist have no text" in md["reason"]
-        # BM25 has no expansion: that stage's data version carries the run key.
-        assert events[asset].materialization.tags["dagster/data_version"] == f"n/a-{keys.get(stage, keys['run'])}"
+        assert events[asset].materialization.tags["dagster/data_version"] == f"n/a-{keys[stage]}"
+    # BM25 has no expansion on any task: one constant data version, whatever else holds.
+    md = {k: v.value for k, v in events["query_expansion"].materialization.metadata.items()}
+    assert md["label"] == "none" and md["reason"] == "bm25 reads the task's own queries (no expansion)"
+    assert events["query_expansion"].materialization.tags["dagster/data_version"] == "none"
     assert not (world.root / "data" / "artifacts").exists()
 
 
@@ -91,6 +94,7 @@ def test_the_bundled_fusion_is_na_where_an_upstream_is_and_writes_nothing(tmp_pa
         )
     events = {e.asset_key.to_user_string(): e.materialization.metadata for e in res.get_asset_materialization_events()}
     assert set(events) == set(PARTITION_ASSETS)
+    assert events.pop("query_expansion")["label"].value == "none"
     for md in events.values():
         assert md["applicable"].value is False and md["label"].value == "n/a"
         assert md["reason"].value.startswith("bm25-minilm-rrf builds on bm25: bm25 reads text only and ")
