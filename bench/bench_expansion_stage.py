@@ -114,7 +114,8 @@ def main() -> int:
     print(f"task {args.task}, {args.repeats} warm runs each (first runs: {', '.join(f'{m} {cold[m]:.2f}s' for m in models)})")
     print("| step | " + " | ".join(models) + " |")
     print("|---|" + "---:|" * len(models))
-    names = sorted({k for m in models for k in steps[m]}, key=lambda k: [m for m in ("corpus_embeddings", "corpus_index", "query_expansion", "retrieval_run", "task_metrics") if k.startswith(m)][:1] or [k])
+    order = ("corpus_embeddings", "corpus_index", "query_expansion", "retrieval_run", "task_metrics")
+    names = sorted({k for m in models for k in steps[m]}, key=lambda k: (next((i for i, a in enumerate(order) if k.startswith(a)), len(order)), len(k)))
     for k in names:
         cells = [f"{statistics.median(steps[m][k]) * 1000:.0f} ms" if k in steps[m] else "-" for m in models]
         print(f"| {k} | " + " | ".join(cells) + " |")
