@@ -1,14 +1,31 @@
-"""Retrieval runs per model x task: the top k documents for every query, in TREC format."""
+"""Retrieval runs per model x task: the top k documents for every query, in TREC format.
+
+A retriever searches its own index. A model built from upstreams (fusion, cross-encoder rerank,
+a retriever on expanded queries) builds its run from what they stored
+(:func:`medbench_core.derived.build_derived_run`); its inputs are loaded and verified before
+anything is written, so a missing or failed upstream stores nothing.
+"""
 
 import json
 from pathlib import Path
 
 from assets.stage import Stage, StageRun
+from medbench_core.derived import build_derived_run, check_inputs, inputs
 from medbench_core.pipeline import retrieve
+
+
+def check(run: StageRun) -> None:
+    """A derived model's inputs, each verified; DataError naming the upstream, the task and what to run otherwise."""
+    p = run.partition
+    if p.spec.derived:
+        run.inputs = p.load_inputs()
+        check_inputs(p.spec, p.task, run.inputs)  # e.g. a rerank depth beyond the upstream's k
 
 
 def build(run: StageRun, tmp: Path) -> list[str]:
     p, compute, config = run.partition, run.resources.compute, run.config
+    if p.spec.derived:
+        return build_derived(run, tmp)
     encoder = compute.encoder(p.spec, config.progress)
     _, info = retrieve(
         p.spec, p.task, run.dir("embeddings"), run.dir("index"), tmp,
@@ -17,12 +34,26 @@ def build(run: StageRun, tmp: Path) -> list[str]:
     return [*info["files"], "info.json"]
 
 
+def build_derived(run: StageRun, tmp: Path) -> list[str]:
+    p, compute, config = run.partition, run.resources.compute, run.config
+    # The model kept loaded in this process: the cross-encoder, or an expanded model's retriever's encoder.
+    loaded = p.registry[p.spec.retriever] if p.spec.kind == "expanded" else p.spec
+    model = compute.encoder(loaded, config.progress) if loaded.kind != "fusion" else None
+    _, info = build_derived_run(p.spec, p.task, run.inputs, tmp, k=config.k, device=compute.torch_device(), progress=config.progress, model=model)
+    return [*info["files"], "info.json"]
+
+
 def finish(run: StageRun) -> dict:
     info = json.loads((run.dir("run") / "info.json").read_text())
-    return {"k": info["k"], "rows": info["n_rows"], "seconds": info["seconds"]}
+    shown = {"k": info["k"], "rows": info["n_rows"], "seconds": info["seconds"]}
+    if run.partition.spec.derived:
+        ups = info.get("upstream", {})
+        shown["upstream"] = ", ".join(f"{name} {ups.get(name, '')}" for name in inputs(run.partition.spec))
+    return shown
 
 
 STAGE = Stage(
-    "run", build, finish, group="retrieval", kinds=("parquet",), needs=("embeddings", "index"), resources=("compute",),
-    description="Top-k ranking per query (ties by doc id, as trec_eval orders them), query vectors kept for re-scoring.",
+    "run", build, finish, group="retrieval", kinds=("parquet",), needs=("embeddings", "index"), resources=("compute",), check=check,
+    description="Top-k ranking per query (ties by doc id, as trec_eval orders them), query vectors kept for re-scoring; "
+    "a fusion, reranker or expanded model builds it from its upstreams' stored runs, corpus and expansion.",
 )

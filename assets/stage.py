@@ -6,22 +6,38 @@ asset, and its body does the rest the same way for every stage: resolve the part
 and curated task, refuse a task whose gates failed, say why when the stage has no artifact of its
 own for this partition, reuse a complete artifact with the same provenance key or build one
 atomically with its manifest, and return the provenance as metadata and data version.
+
+Keys are resolved registry-wide (:func:`medbench_core.derived.registry_partition_keys`): a model
+built from upstreams (fusion, cross-encoder, expanded; :data:`medbench_core.models.DERIVED_KINDS`)
+has keys over its upstreams' keys, writes no corpus embeddings or index of its own (the stages
+say why, with a label other than ``n/a``), and its run stage reads what its upstreams stored.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from medbench_core.encoders import cached_revision
+from medbench_core.derived import (
+    Upstream,
+    expansion_input,
+    load_upstream_corpus,
+    load_upstream_expansion,
+    load_upstream_run,
+    model_revision,
+    registry_partition_keys,
+)
+from medbench_core.derived import applicability as derived_applicability
+from medbench_core.errors import DataError, IntegrityError, MedbenchError
 from medbench_core.layout import ENCODING_STAGES, STAGES
 from medbench_core.model import Task
-from medbench_core.models import ModelSpec
-from medbench_core.pipeline import DEFAULT_K, applicability, partition_keys, stage_code_versions
-from medbench_core.provenance import code_version
-from medbench_core.storage import is_complete, replace_dir_atomic, verify_manifest, write_manifest
+from medbench_core.models import ModelSpec, upstream_order
+from medbench_core.pipeline import DEFAULT_K, stage_code_versions
+from medbench_core.provenance import artifact_key, code_version
+from medbench_core.storage import MANIFEST, is_complete, replace_dir_atomic, verify_manifest, write_manifest
 from runtime.partitions import Partitions, model_of_partition, split_key, task_of_partition
 from runtime.resources import ArtifactStoreResource, RegistryResource
 
@@ -33,6 +49,12 @@ CODE_VERSIONS = stage_code_versions()
 ASSET_OF_STAGE = dict(zip(STAGES, ("corpus_embeddings", "corpus_index", "retrieval_run", "task_metrics"), strict=True))
 STAGE_ASSETS = tuple(ASSET_OF_STAGE.values())
 STAGE_KEYS = tuple(dg.AssetKey(name) for name in STAGE_ASSETS)
+# The expansion of a model's queries (assets/expansions.py), between the curated task and the run.
+EXPANSION_ASSET = "query_expansion"
+EXPANSION_STAGE = "expansion"
+# Every asset of one model x task partition, upstream first: what the evaluate_partition job runs.
+PARTITION_ASSETS = (*STAGE_ASSETS[:2], EXPANSION_ASSET, *STAGE_ASSETS[2:])
+PARTITION_KEYS = tuple(dg.AssetKey(name) for name in PARTITION_ASSETS)
 
 _RETRY = dg.RetryPolicy(max_retries=2, delay=1)
 
@@ -49,18 +71,28 @@ class RetrievalConfig(dg.Config):
 class NoArtifact:
     """Why a stage writes no artifact of its own for a partition; ``label`` prefixes its data version.
 
-    Today the one case is ``n/a``: the model cannot read the task's records. A derived model (a
-    reranker, a fusion of runs, a retriever on expanded queries) will say here that it reuses its
-    upstream's embeddings or index, naming the upstream's key.
+    ``n/a``: the model cannot read the task's records. A model built from upstreams writes no
+    corpus embeddings or index: ``reused`` (an expanded model searches its retriever's stored
+    corpus, named with its key) or ``derived`` (fusion, rerank: built from upstream runs).
+    ``none``: a model that reads the task's own queries has no expansion.
     """
 
     reason: str
     label: str = "n/a"
 
+    @property
+    def applicable(self) -> bool:
+        return self.label != "n/a"
+
 
 @dataclass
 class Partition:
-    """One model x task partition: its model spec, curated task and the provenance key of each stage."""
+    """One model x task partition: its model spec, curated task and the provenance key of each stage.
+
+    ``upstream_keys`` holds the stage keys of every model it is built from (empty for a
+    retriever), ``registry`` every registered model, ``expansion`` an expanded model's
+    expansion entry.
+    """
 
     model: str
     task_name: str
@@ -70,29 +102,104 @@ class Partition:
     keys: dict[str, str]
     store: ArtifactStoreResource
     not_applicable: str | None = None
+    upstream_keys: dict[str, dict[str, str]] = field(default_factory=dict)
+    registry: dict[str, ModelSpec] = field(default_factory=dict)
+    expansion: Any = None  # ExpansionSpec of an expanded model
 
     def dir(self, stage: str) -> Path:
+        if stage == EXPANSION_STAGE:
+            return self.store.layout.expansion_dir(self.expansion.name, self.task_name, self.keys[EXPANSION_STAGE])
+        if self.spec.kind == "expanded" and stage in ("embeddings", "index"):
+            return self.upstream_dir(self.spec.retriever, stage)  # the same key: its retriever's corpus
         return self.store.artifact_dir(self.model, self.task_name, stage, self.keys[stage])
+
+    def upstream_dir(self, model: str, stage: str) -> Path:
+        """The artifact folder of ``stage`` of upstream ``model`` on this task."""
+        return self.store.artifact_dir(model, self.task_name, stage, self.upstream_keys[model][stage])
 
     def cached(self, stage: str, force: bool = False) -> bool:
         return not force and is_complete(self.dir(stage))
 
+    def data_key(self, stage: str) -> str:
+        """The key in ``stage``'s data version: its own, or (a stage without one) the run's."""
+        return self.keys.get(stage) or self.keys["run"]
+
     def no_artifact(self, stage: str) -> NoArtifact | None:
         """None when ``stage`` writes an artifact of its own for this partition; otherwise why not."""
-        return NoArtifact(self.not_applicable) if self.not_applicable else None
+        if self.not_applicable:
+            return NoArtifact(self.not_applicable)
+        if stage == EXPANSION_STAGE:
+            return None if self.spec.kind == "expanded" else no_expansion(self.model)
+        if self.spec.derived and stage in ("embeddings", "index"):
+            asset = ASSET_OF_STAGE[stage]
+            if self.spec.kind == "expanded":
+                return NoArtifact(f"reuses {self.spec.retriever}'s {asset} {self.keys[stage]}", "reused")
+            return NoArtifact(f"built from upstream runs ({', '.join(self.spec.upstream)}); no {asset} of its own", "derived")
+        return None
+
+    def upstream_run_keys(self) -> dict[str, str]:
+        """Run key of each model whose run this one's is built from (an expanded model: a LameR expansion's upstream)."""
+        names = [self.spec.expansion_upstream] if self.spec.kind == "expanded" and self.spec.expansion_upstream else list(self.spec.upstream)
+        return {u: self.upstream_keys[u]["run"] for u in names}
+
+    def require_upstream(self, upstream: str, stage: str, folder: Path) -> None:
+        """``folder`` holds a complete artifact of ``upstream``'s ``stage``; a DataError saying what to run otherwise."""
+        asset, where = ASSET_OF_STAGE.get(stage, stage), f"on task {self.task_name}"
+        todo = f"medbench run --models {upstream} --tasks {self.task_name}"
+        if not (folder / MANIFEST).exists():
+            raise DataError(
+                f"model {self.model}: upstream model {upstream!r} has no {asset} {where} (key {folder.name}): it was not evaluated, "
+                f"or its evaluation failed; nothing was stored for {self.model}. Evaluate {upstream} first: {todo}"
+            )
+        try:
+            verify_manifest(folder)
+        except IntegrityError as exc:
+            raise DataError(f"model {self.model}: upstream model {upstream!r}'s {asset} {where} fails its manifest ({exc}); rematerialise it: {todo} --force") from exc
+
+    def load_inputs(self) -> dict[str, Upstream]:
+        """What a derived model's run is built from, each verified (:func:`medbench_core.derived.inputs`).
+
+        Fusion and rerank: each upstream model's run. Expanded: the retriever's corpus
+        embeddings and index, and the expansion, refused unless its contract passed. Raises
+        DataError naming the model, the upstream, the task and what to run.
+        """
+        if self.spec.kind != "expanded":
+            out = {}
+            for u in self.spec.upstream:
+                folder = self.upstream_dir(u, "run")
+                self.require_upstream(u, "run", folder)
+                out[u] = load_upstream_run(folder, key=self.upstream_keys[u]["run"])
+            return out
+        r, e = self.spec.retriever, self.expansion
+        for stage in ("embeddings", "index"):
+            self.require_upstream(r, stage, self.dir(stage))
+        corpus = load_upstream_corpus(self.registry[r], self.dir("embeddings"), self.dir("index"), key=self.keys["index"])
+        folder = self.dir(EXPANSION_STAGE)
+        if not (folder / MANIFEST).exists():
+            raise DataError(
+                f"model {self.model}: no expansion {e.name} of task {self.task_name} (key {folder.name}); nothing was stored for {self.model}. "
+                f"Materialise {EXPANSION_ASSET} first: medbench run --models {self.model} --tasks {self.task_name}"
+            )
+        try:
+            expansion = load_upstream_expansion(e, folder, self.keys[EXPANSION_STAGE])
+        except MedbenchError as exc:
+            raise DataError(f"model {self.model} on task {self.task_name}: {exc}") from exc
+        return {r: corpus, expansion_input(e.name): expansion}
 
     def materialize(self, stage: str, build: Callable[[Path], list[str]], *, force: bool = False, needs: tuple[str, ...] = ()) -> bool:
         """Write the stage's artifact unless a complete one exists for its key; True on a cache hit.
 
         The manifests of the upstream stages in ``needs`` are verified first (FAISS, for one,
-        loads a flipped byte silently). ``build(tmp)`` writes the files into a temporary folder
-        and returns their names; the manifest, with this partition's provenance, is written last
-        and the folder swapped into place atomically.
+        loads a flipped byte silently); a stage without an artifact of its own here is skipped.
+        ``build(tmp)`` writes the files into a temporary folder and returns their names; the
+        manifest, with this partition's provenance, is written last and the folder swapped into
+        place atomically.
         """
         if self.cached(stage, force):
             return True
         for upstream in needs:
-            verify_manifest(self.dir(upstream))
+            if self.no_artifact(upstream) is None:
+                verify_manifest(self.dir(upstream))
 
         def write(tmp: Path) -> None:
             files = build(tmp)
@@ -103,17 +210,34 @@ class Partition:
 
 
 def open_partition(partition_key: str, store: ArtifactStoreResource, registry: RegistryResource, k: int) -> Partition:
-    """Resolve the partition's model spec and curated task; refuse a task whose gate failed.
+    """Resolve the partition's model spec, curated task and keys; refuse a task whose gate failed.
 
     Dagster's blocking checks stop downstream assets only within the run that ran them; this
-    precondition holds across separate later runs too.
+    precondition holds across separate later runs too. Keys come from the whole registry
+    (:func:`medbench_core.derived.registry_partition_keys`), so a derived model's keys follow its
+    upstreams'.
     """
     model, task_name = split_key(partition_key)
-    spec = registry.model(model)
+    specs = registry.models()
+    by_name = {s.name: s for s in specs}
+    spec = by_name.get(model) or registry.model(model)  # the latter says what to do about a model no longer registered
     task = store.load_task(task_name)
     store.layout.require_gate(task_name, task.content_hash())
-    revision = cached_revision(spec)  # once per process and model identity
-    return Partition(model, task_name, spec, task, revision, partition_keys(spec, task, k), store, applicability(spec, task))
+    not_applicable = derived_applicability(spec, task, by_name)
+    chain = [*upstream_order(model, specs), model]
+    expansions = registry.expansions() if any(by_name[n].kind == "expanded" for n in chain) else []
+    try:
+        keys = registry_partition_keys(list(by_name.values()), task, k, names=[model], expansions=expansions)
+    except MedbenchError:
+        if not not_applicable:
+            raise
+        # e.g. an expansion with no file for an image task: nothing will be computed; the keys only name the data versions.
+        na = artifact_key(model=spec.identity(), task=task.content_hash(), k=k, not_applicable=not_applicable)
+        keys = {model: {stage: na for stage in (*STAGES, EXPANSION_STAGE)}}
+    expansion = next((e for e in expansions if e.name == spec.expansion), None) if spec.kind == "expanded" else None
+    revision = model_revision(spec, by_name)  # once per process and model identity
+    upstream_keys = {n: v for n, v in keys.items() if n != model}
+    return Partition(model, task_name, spec, task, revision, keys[model], store, not_applicable, upstream_keys, by_name, expansion)
 
 
 def provenance_metadata(p: Partition, stage: str) -> dict:
@@ -122,7 +246,7 @@ def provenance_metadata(p: Partition, stage: str) -> dict:
         "task": p.task_name,
         "model_revision": p.revision,
         "task_content_hash": p.task.content_hash(),
-        "code_version": CODE_VERSIONS[stage],
+        "code_version": CODE_VERSIONS.get(stage) or code_version(stage),
         "provenance_key": p.keys[stage],
         "research_only": p.task.meta.research_only,
         "path": dg.MetadataValue.path(str(p.dir(stage))),
@@ -131,12 +255,16 @@ def provenance_metadata(p: Partition, stage: str) -> dict:
 
 @dataclass
 class StageRun:
-    """What a stage's own code receives: the partition, the run's config, context and resources."""
+    """What a stage's own code receives: the partition, the run's config, context and resources.
+
+    ``inputs``: what a stage's ``check`` loaded before building (a derived run's upstreams).
+    """
 
     partition: Partition
     config: RetrievalConfig
     context: dg.AssetExecutionContext
     resources: Any  # context.resources: store, registry and the stage's own (compute, mlflow)
+    inputs: dict[str, Any] = field(default_factory=dict)
 
     def dir(self, stage: str) -> Path:
         return self.partition.dir(stage)
@@ -149,7 +277,9 @@ class Stage:
     ``build(run, tmp)`` writes the artifact's files into ``tmp`` and returns their names;
     ``finish(run)`` runs once the artifact exists (built now or found complete) and returns the
     metadata shown beside the provenance. ``needs``: upstream stages whose manifests are verified
-    before building; ``resources``: resource keys beyond store and registry.
+    before building; ``resources``: resource keys beyond store and registry. ``check(run)``, when
+    given, runs before anything is written for an artifact to build (it may fill ``run.inputs``):
+    an error there leaves no folder behind.
     """
 
     name: str
@@ -160,6 +290,7 @@ class Stage:
     kinds: tuple[str, ...]
     needs: tuple[str, ...] = ()
     resources: tuple[str, ...] = ()
+    check: Callable[[StageRun], None] | None = None
 
     @property
     def asset_name(self) -> str:
@@ -168,6 +299,8 @@ class Stage:
     def deps(self) -> list[dg.AssetDep | str]:
         """The first stage reads the curated task and the model's registry entry; the others, the stage before."""
         i = STAGES.index(self.name)
+        if self.name == "run":  # the queries as the model reads them: the task's, or an expansion of them
+            return [ASSET_OF_STAGE[STAGES[i - 1]], EXPANSION_ASSET]
         if i > 0:
             return [ASSET_OF_STAGE[STAGES[i - 1]]]
         return [
@@ -176,20 +309,47 @@ class Stage:
         ]
 
 
+@contextmanager
+def fails_at_once():
+    """A DataError (a bad file or entry, a missing or failed upstream) fails the step without the
+    retries meant for a dying worker: running it again cannot fix it. The message is kept."""
+    try:
+        yield
+    except DataError as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from exc
+
+
 def run_stage(stage: Stage, context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.MaterializeResult:
     """The shared body of every stage asset (see the module docstring)."""
+    with fails_at_once():
+        return _run_stage(stage, context, config)
+
+
+def _run_stage(stage: Stage, context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.MaterializeResult:
     p = open_partition(context.partition_key, context.resources.store, context.resources.registry, config.k)
     skip = p.no_artifact(stage.name)
     if skip is not None:
-        return dg.MaterializeResult(
-            metadata={"model": p.model, "task": p.task_name, "applicable": skip.label != "n/a", "reason": skip.reason},
-            data_version=dg.DataVersion(f"{skip.label}-{p.keys[stage.name]}"),
-        )
+        return no_artifact_result(p, stage.name, skip)
     run = StageRun(p, config, context, context.resources)
+    if stage.check is not None and not p.cached(stage.name, config.force):
+        stage.check(run)
     hit = p.materialize(stage.name, lambda tmp: stage.build(run, tmp), force=config.force, needs=stage.needs)
     return dg.MaterializeResult(
         metadata={**provenance_metadata(p, stage.name), "cache_hit": hit, **stage.finish(run)},
         data_version=dg.DataVersion(p.keys[stage.name]),
+    )
+
+
+def no_expansion(model: str) -> NoArtifact:
+    """Why a model that is not of kind expanded has no ``query_expansion``: it reads the task's own queries."""
+    return NoArtifact(f"{model} reads the task's own queries (no expansion)", "none")
+
+
+def no_artifact_result(p: Partition, stage: str, skip: NoArtifact) -> dg.MaterializeResult:
+    """The materialisation of a stage without an artifact of its own: why, and a data version labelled so."""
+    return dg.MaterializeResult(
+        metadata={"model": p.model, "task": p.task_name, "applicable": skip.applicable, "reason": skip.reason, "label": skip.label},
+        data_version=dg.DataVersion(f"{skip.label}-{p.data_key(stage)}"),
     )
 
 

@@ -88,7 +88,7 @@ def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) ->
 
     stored: dict = {}
     for spec in specs:
-        if spec.kind == "bm25":
+        if spec.kind == "bm25" or spec.derived:  # built from upstreams: a fusion loads nothing, the others load after their upstreams
             continue
         if force:
             return spec.name
@@ -108,16 +108,41 @@ def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) ->
     return None
 
 
+def with_upstreams(models: list[str], specs: list) -> tuple[list[str], dict[str, list[str]]]:
+    """``models`` and every model they are built from, in evaluation order (upstreams first), and
+    for each model named, the upstreams added for it."""
+    from medbench_core.models import evaluation_order, upstream_order
+
+    added: dict[str, list[str]] = {}
+    wanted = set(models)
+    for m in models:
+        extra = [u for u in upstream_order(m, specs) if u not in wanted and u not in {x for xs in added.values() for x in xs}]
+        if extra:
+            added[m] = extra
+        wanted.update(upstream_order(m, specs))
+    return [n for n in evaluation_order(specs) if n in wanted], added
+
+
 def _plan(args: argparse.Namespace) -> tuple[list[str], list[str], str | None]:
-    """Models and tasks to run (validated), and the model to load while preparing (None: prepare in this process)."""
+    """Models (with what they are built from, upstreams first) and tasks to run, validated, and the
+    model to load while preparing (None: prepare in this process)."""
     from medbench_core.catalog import load_catalog
+    from medbench_core.errors import MedbenchError
     from medbench_core.layout import Layout
     from medbench_core.models import load_registry
 
-    registry = {spec.name: spec for spec in load_registry(settings.MODELS_FILE)}
-    catalogue = load_catalog(settings.TASKS_FILE).names
+    try:
+        specs = load_registry(settings.MODELS_FILE)
+        catalogue = load_catalog(settings.TASKS_FILE).names
+    except MedbenchError as exc:
+        args.parser.error(str(exc))  # exit code 2: a setup error, before any work
+    registry = {spec.name: spec for spec in specs}
     models = check_names(args.parser, "model", args.models, list(registry), settings.MODELS_FILE)
     tasks = check_names(args.parser, "task", args.tasks, catalogue, settings.TASKS_FILE)
+    models, added = with_upstreams(models, specs)
+    if not args.prepare_only:
+        for m, ups in added.items():
+            print(f"[plan] {m} is built from {', '.join(ups)}: evaluating {'it' if len(ups) == 1 else 'them'} first", flush=True)
     if args.serial or args.prepare_only:
         return models, tasks, None
     return models, tasks, model_to_warm([registry[m] for m in models], Layout(settings.DATA), tasks, args.force)
@@ -155,22 +180,23 @@ class _Preparation:
 
 
 def stage_run_config(force: bool, progress: bool) -> dict:
-    """The evaluation job's run config: quiet Dagster logs, and each stage's ``force`` and ``progress``."""
-    from assets.stage import STAGE_ASSETS
+    """The evaluation job's run config: quiet Dagster logs, and each partition asset's ``force`` and ``progress``."""
+    from assets.stage import PARTITION_ASSETS
 
     run_config: dict = quiet_run_config()
     knobs = {k: v for k, v in (("force", force), ("progress", progress)) if v}
     if knobs:
-        run_config["ops"] = {a: {"config": knobs} for a in STAGE_ASSETS}
+        run_config["ops"] = {a: {"config": knobs} for a in PARTITION_ASSETS}
     return run_config
 
 
 def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool, progress: bool = False) -> list[str]:
     """Every model x task partition, in that order (one encoder is kept loaded at a time).
 
+    ``models`` come upstreams first, so a fusion or reranker runs after the runs it is built
+    from; a partition whose upstream failed fails alone, saying which upstream and what to run.
     ``progress``: bars on stderr for encoding, index building and search (see :func:`main`).
     """
-    from assets.stage import STAGE_ASSETS
     from orchestration.jobs import EVALUATE_JOB
     from runtime.partitions import partition_key
 
@@ -182,10 +208,12 @@ def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool, p
             t = time.perf_counter()
             res = job.execute_in_process(instance=instance, partition_key=partition_key(model, task), run_config=run_config, raise_on_error=False)
             status = "ok" if res.success else "FAILED"
-            note = " (cached)" if _cache_hits(res) == len(STAGE_ASSETS) else " (n/a: model cannot read this task)" if _not_applicable(res) else ""
+            note = "" if not res.success else " (n/a: model cannot read this task)" if _not_applicable(res) else " (cached)" if _all_cached(res) else ""
             print(f"[evaluate] {model:<24} x {task:<22} {status}{note} ({time.perf_counter() - t:.1f}s)", flush=True)
             if not res.success:
                 failures.append(f"{model}|{task}")
+                for line in _failure(res).splitlines():
+                    print(f"           {line}", flush=True)
     return failures
 
 
@@ -251,10 +279,32 @@ def _not_applicable(result) -> bool:
     return False
 
 
-def _cache_hits(result) -> int:
-    n = 0
-    for ev in result.get_asset_materialization_events():
+def _all_cached(result) -> bool:
+    """Every asset of the partition was a cache hit, or has no artifact of its own (a fusion's embeddings, a retriever's expansion)."""
+    events = result.get_asset_materialization_events()
+    if not events:
+        return False
+    for ev in events:
         md = ev.materialization.metadata
-        if "cache_hit" in md and md["cache_hit"].value:
-            n += 1
-    return n
+        hit = "cache_hit" in md and md["cache_hit"].value
+        if not hit and "reason" not in md:
+            return False
+    return True
+
+
+def _failure(result, max_lines: int = 12) -> str:
+    """The error that failed a partition's run, as its first failed step raised it (the problems a
+    bad expansion file lists are one a line, each naming file, line and id)."""
+    for ev in result.all_events:
+        if ev.is_step_failure and ev.step_failure_data and ev.step_failure_data.error:
+            err = ev.step_failure_data.error
+            # Dagster's wrappers (step execution, retries exhausted): the cause is ours.
+            while err.cause is not None and ((err.cls_name or "").startswith("Dagster") or err.cls_name == "RetryRequestedFromPolicy"):
+                err = err.cause
+            text = err.message.strip()
+            head = text.split(": ", 1)
+            if len(head) == 2 and err.cls_name and head[0].endswith(err.cls_name):  # "medbench_core.errors.DataError: ..."
+                text = head[1]
+            lines = [line[:500] for line in text.splitlines()[:max_lines]]
+            return f"{ev.step_key}: " + "\n".join(lines) if lines else ev.step_key
+    return ""

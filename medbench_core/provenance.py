@@ -41,7 +41,8 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
     # Kept apart so that editing how expansions are combined does not regenerate them.
     "expansion": ("expansion/spec", "expansion/frame", "expansion/files", "expansion/generate", "expansion/stage", "model", "storage"),
     "expansion_contract": ("expansion/contract", "contracts/gx", "contracts/results"),
-    "expanded_run": ("expansion/combine", "expansion/rules", "expansion/frame", "model", "ranking", "index", "bm25", "retrieval", "encoders", "pipeline", "storage"),
+    # The expanded run is built by derived.build_derived_run, like every run built from upstreams.
+    "expanded_run": ("expansion/combine", "expansion/rules", "expansion/frame", "derived", "model", "ranking", "index", "bm25", "retrieval", "encoders", "pipeline", "storage"),
 }
 
 

@@ -8,6 +8,7 @@ Pure dictionaries: no MLflow here.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from medbench_core.model import Task
@@ -61,8 +62,37 @@ def evaluation_params(
         "git_sha": git_sha,
         "lock_hash": lock_hash,
         "k": k,
-        **{param: keys[stage] for stage, param in STAGE_KEY_PARAMS.items()},
+        # A run built from upstream runs (fusion, rerank) has no embeddings or index of its own: "".
+        **{param: keys.get(stage, "") for stage, param in STAGE_KEY_PARAMS.items()},
     }
+
+
+def _param_name(name: str) -> str:
+    """``name`` as MLflow accepts it in a param key (letters, digits, ``_ - . / :`` and spaces; ``+`` is not)."""
+    return re.sub(r"[^\w\-. /:]", "_", name)
+
+
+def derived_params(spec: ModelSpec, upstream_run_keys: dict[str, str], run_info: dict[str, Any] | None = None) -> dict[str, str]:
+    """The params a model built from upstreams adds to :func:`evaluation_params`.
+
+    ``upstream_models`` and ``upstream.<model>.run_key`` for every model whose run it builds on
+    (fusion: each fused run; rerank: the reranked run; expanded: a LameR expansion's upstream),
+    and for an expanded model its ``retriever``, ``expansion``, ``expansion_key`` and the resolved
+    ``combine`` (from the run's ``info.json``, ``run_info``). Empty for a retriever.
+    """
+    if not spec.derived:
+        return {}
+    out = {"upstream_models": ",".join(upstream_run_keys)}
+    out.update({f"upstream.{_param_name(name)}.run_key": key for name, key in upstream_run_keys.items()})
+    if spec.kind == "expanded":
+        info = run_info or {}
+        out.update(
+            retriever=spec.retriever,
+            expansion=spec.expansion,
+            expansion_key=str((info.get("expansion") or {}).get("key", "")),
+            combine=json.dumps(info.get("combine") or {}, sort_keys=True),
+        )
+    return out
 
 
 def evaluation_tags(model: str, task: Task, benchmark: str, dagster_run_id: str) -> dict[str, str]:

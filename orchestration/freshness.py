@@ -6,7 +6,7 @@ partition is stale when its code version changed or an upstream data version cha
 was materialised. Dagster flags only the first asset whose inputs moved (``corpus_embeddings``
 after a task or model change; ``task_metrics`` after a metrics code change); the assets below it
 follow when it is rematerialised with a new data version. A partition is therefore due when any
-of its four assets is missing or stale, and the whole partition is run: stages whose provenance
+of its assets is missing or stale, and the whole partition is run: stages whose provenance
 key did not change are cache hits.
 """
 
@@ -18,13 +18,13 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
-from assets.stage import STAGE_KEYS
+from assets.stage import PARTITION_KEYS
 from assets.tasks import CURATED_TASK
 from runtime.partitions import partition_key
 from runtime.resources import ArtifactStoreResource, RegistryResource
 
 # The model x task assets, upstream first (the evaluate_partition job).
-EVALUATION_ASSETS = STAGE_KEYS
+EVALUATION_ASSETS = PARTITION_KEYS
 
 
 def task_partition_keys(repository_def: dg.RepositoryDefinition) -> list[str]:
@@ -99,3 +99,21 @@ def due_partitions(instance: dg.DagsterInstance, asset_graph, models: list[str],
                 causes = sorted({c.reason + (f" ({c.dependency.asset_key.to_user_string()})" if c.dependency else "") for c in resolver.get_stale_causes(stale[0], key)})
                 due.append(Due(model, task, f"stale: {stale[0].to_user_string()} {'; '.join(causes)}"))
     return due
+
+
+def waiting_on_upstreams(model: str, task: str, specs, pending: Collection[tuple[str, str]]) -> list[str]:
+    """The upstreams of ``model`` (a fusion, reranker or expanded model) that are themselves
+    ``pending`` (requested or due) on ``task``. Requested in the same tick, its run could start
+    before theirs end and find no upstream run; it is requested on a later tick instead."""
+    from medbench_core.models import upstream_order
+
+    return [u for u in upstream_order(model, list(specs)) if (u, task) in pending]
+
+
+def ready(due: list[Due], specs) -> tuple[list[Due], list[Due]]:
+    """``due`` split into what may run now and the derived partitions waiting for an upstream that is due too."""
+    pending = {(d.model, d.task) for d in due}
+    now, later = [], []
+    for d in due:
+        (later if waiting_on_upstreams(d.model, d.task, specs, pending) else now).append(d)
+    return now, later

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.checks import OVERLAP_CHECK, TASK_CHECK
-from assets.stage import STAGE_KEYS
+from assets.stage import PARTITION_KEYS
 from assets.tasks import CURATED_TASK
 
 CURATE_JOB = "curate_tasks"
@@ -25,7 +25,8 @@ curate_tasks_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(CURATED_TASK).without_checks() | dg.AssetSelection.checks(dg.AssetCheckKey(CURATED_TASK, TASK_CHECK)),
 )
 check_overlap_job = dg.define_asset_job(OVERLAP_JOB, selection=dg.AssetSelection.checks(dg.AssetCheckKey(CURATED_TASK, OVERLAP_CHECK)))
-evaluate_partition_job = dg.define_asset_job(EVALUATE_JOB, selection=dg.AssetSelection.assets(*STAGE_KEYS))
+# Every asset of a model x task partition, with the expansion's blocking contract.
+evaluate_partition_job = dg.define_asset_job(EVALUATE_JOB, selection=dg.AssetSelection.assets(*PARTITION_KEYS))
 leaderboard_job = dg.define_asset_job(LEADERBOARD_JOB, selection=dg.AssetSelection.assets("leaderboard"))
 drift_canary_job = dg.define_asset_job(
     CANARY_JOB,

@@ -14,8 +14,7 @@ import dagster as dg
 # (AssetObservation takes no data_version argument).
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
-from assets.registry import MODEL_SPEC, model_version
-from medbench_core.errors import MedbenchError
+from assets.registry import MODEL_SPEC, model_versions
 from runtime.partitions import MODEL_PARTITIONS_NAME
 from runtime.resources import RegistryResource
 
@@ -105,12 +104,14 @@ def model_observations(instance: dg.DagsterInstance, registry: RegistryResource,
     """
     pins = pin_revisions(registry) if pins is None else pins
     events = []
-    for spec in registry.models():
+    specs = registry.models()
+    # A model left out (e.g. a missing model folder) fails with that error when its partitions run.
+    versions = model_versions(specs, registry.expansions(), registry.catalog().names, pins)
+    for spec in specs:
+        version = versions.get(spec.name)
+        if version is None:
+            continue
         pin = pins.get(spec.name)
-        try:
-            version = model_version(spec, pin.sha if pin else None)
-        except MedbenchError:
-            continue  # e.g. a missing model folder: its partitions fail with that error when run
         if observed_model_version(instance, spec.name) != version:
             metadata = {"kind": spec.kind, "revision": str(spec.revision), "settings": dg.MetadataValue.json(spec.settings)}
             if pin is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from orchestration.freshness import due_partitions, task_partition_keys, usable_tasks
+from orchestration.freshness import due_partitions, ready, task_partition_keys, usable_tasks
 from orchestration.jobs import EVALUATE_JOB, drift_canary_job
 from orchestration.registry_sync import sync_model_partitions
 from orchestration.sensors import TRIGGER_TAG
@@ -27,6 +27,10 @@ def nightly_requests(context: dg.ScheduleEvaluationContext, registry: RegistryRe
     models = [m.name for m in registry.models()]
     tasks = usable_tasks(store, registry, task_partition_keys(context.repository_def))
     due = due_partitions(context.instance, context.repository_def.asset_graph, models, tasks)
+    # A fusion, reranker or expanded model whose upstream is due too waits for the next tick (its run would find no upstream run).
+    due, waiting = ready(due, registry.models())
+    if waiting:
+        context.log.info("waiting for their upstreams: " + ", ".join(str(d.partition_key) for d in waiting))
     tick = context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else "manual"
     return [
         dg.RunRequest(

@@ -25,7 +25,7 @@ from collections.abc import Collection
 import dagster as dg
 
 from assets.stage import STAGE_KEYS
-from orchestration.freshness import task_partition_keys, usable_tasks
+from orchestration.freshness import task_partition_keys, usable_tasks, waiting_on_upstreams
 from orchestration.jobs import EVALUATE_JOB
 from orchestration.registry_sync import model_observations, observation_version
 from runtime.partitions import MODEL_PARTITIONS_NAME, model_partitions, partition_key
@@ -48,13 +48,18 @@ def registry_tick(
 
     ``known_tasks``: the code location's task partitions (a task catalogued since is not requested).
     """
-    registered = [m.name for m in registry.models()]
+    specs = registry.models()
+    registered = [m.name for m in specs]
     existing = set(instance.get_dynamic_partitions(MODEL_PARTITIONS_NAME))
     new = [m for m in registered if m not in existing]
     removed = sorted(existing - set(registered))
     observations = model_observations(instance, registry)
     tasks = usable_tasks(store, registry, known_tasks) if new else []
     versions = {e.partition: observation_version(e) for e in observations}
+    wanted = [(m, t) for m in new for t in tasks if not _evaluated(instance, m, t)]
+    # A new derived model whose upstream is new too waits: its run could start before the upstream's ends.
+    # The nightly schedule requests it once its upstreams are evaluated (it is missing until then).
+    waiting = [(m, t) for m, t in wanted if waiting_on_upstreams(m, t, specs, set(wanted))]
     requests = [
         dg.RunRequest(
             job_name=EVALUATE_JOB,
@@ -62,13 +67,14 @@ def registry_tick(
             run_key=f"new-model:{m}:{versions.get(m, '')}:{t}",
             tags={TRIGGER_TAG: "model_registry_sensor"},
         )
-        for m in new
-        for t in tasks
-        if not _evaluated(instance, m, t)
+        for m, t in wanted
+        if (m, t) not in waiting
     ]
     notes = []
     if new:
         notes.append(f"new models {', '.join(new)}: {len(requests)} partitions requested on {', '.join(tasks) or 'no usable task yet'}")
+    if waiting:
+        notes.append(f"waiting for their upstreams (the nightly schedule runs them): {', '.join(f'{m}|{t}' for m, t in waiting)}")
     changed = [e.partition for e in observations if e.partition in existing]
     if changed:
         notes.append(f"changed entries {', '.join(changed)}: their partitions are now stale (the nightly schedule reruns them)")

@@ -87,6 +87,12 @@ class RegistryResource(dg.ConfigurableResource):
         """The model every other is tested against (``baseline:`` of models.yaml, default bm25); DataError naming the file otherwise."""
         return load_baseline(self.models_file)
 
+    def expansions(self) -> list:
+        """The ``expansions:`` entries of the registry file (:mod:`medbench_core.expansion.spec`)."""
+        from medbench_core.expansion.spec import load_expansions
+
+        return load_expansions(self.models_file)
+
     def model(self, name: str) -> ModelSpec:
         for m in self.models():
             if m.name == name:
@@ -110,6 +116,7 @@ class RegistryResource(dg.ConfigurableResource):
 
 
 _ENCODER: dict[str, object] = {}
+_GENERATOR: dict[str, object] = {}
 
 
 class ComputeResource(dg.ConfigurableResource):
@@ -137,19 +144,37 @@ class ComputeResource(dg.ConfigurableResource):
         return {"auto": None, "never": False, "always": True}[self.faiss_gpu]
 
     def encoder(self, spec: ModelSpec, progress: bool = False):
-        """The dense encoder of ``spec``, loaded once per process (None for BM25).
+        """The dense encoder of ``spec`` (a cross-encoder's model for kind cross-encoder), loaded once
+        per process; None for BM25 and fusion, which load no weights.
 
         Under the in-process executor corpus_embeddings and retrieval_run of a partition run in
         one process; loading the model twice cost seconds per partition (bench/bench_overhead.py).
         One model is kept at a time. The main job loads it early, while the tasks are prepared.
         """
-        if spec.kind == "bm25":
+        if spec.kind in ("bm25", "fusion", "expanded"):
             return None
         device = self.torch_device()
         key = json.dumps([spec.to_dict(), device, progress, self.online], sort_keys=True, default=str)
         if key not in _ENCODER:
-            from medbench_core.retrieval import load_encoder
-
             _ENCODER.clear()
-            _ENCODER[key] = load_encoder(spec, device=device, progress=progress, online=self.online)
+            if spec.kind == "cross-encoder":
+                from medbench_core.derived import load_cross_encoder
+
+                _ENCODER[key] = load_cross_encoder(spec, device=device, progress=progress, online=self.online)
+            else:
+                from medbench_core.retrieval import load_encoder
+
+                _ENCODER[key] = load_encoder(spec, device=device, progress=progress, online=self.online)
         return _ENCODER[key]
+
+    def generator(self, spec):
+        """The causal LM of a ``source: generate`` expansion (an ExpansionSpec), loaded once per
+        process: one generator is kept at a time, as one encoder is."""
+        from medbench_core.expansion.generate import Generator
+
+        device = self.torch_device()
+        key = json.dumps([spec.resolve_path(spec.generator), spec.revision, spec.dtype, device], default=str)
+        if key not in _GENERATOR:
+            _GENERATOR.clear()
+            _GENERATOR[key] = Generator(spec.resolve_path(spec.generator), revision=spec.revision, online=False, device=device, dtype=spec.dtype)
+        return _GENERATOR[key]

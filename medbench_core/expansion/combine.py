@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -164,20 +165,24 @@ def expanded_stage_keys(
     k: int,
     codes: dict[str, str],
     metrics: tuple[str, ...] | None = None,
+    *,
+    retriever_keys: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Stage keys of an expanded model on one task.
 
-    ``embeddings`` and ``index`` are the retriever's own keys (its stored corpus is reused); the
-    run key covers the expanded model's name (a rename is a new model, as for every kind), the
-    index key, the expansion's key, the resolved combination (so writing R2MED's default out
-    changes nothing), k and the code of the expanded run (``codes["expanded_run"]``); the
-    metrics key the run key and the metric list.
+    ``embeddings`` and ``index`` are the retriever's own keys (its stored corpus is reused): those
+    of ``retriever_keys`` when given (:func:`medbench_core.pipeline.partition_keys` of the
+    retriever, which also covers a task's dataset revision), else computed from ``task_hash``
+    and ``retriever_revision``. The run key covers the expanded model's name (a rename is a new
+    model, as for every kind), the index key, the expansion's key, the resolved combination (so
+    writing R2MED's default out changes nothing), k and the code of the expanded run
+    (``codes["expanded_run"]``); the metrics key the run key and the metric list.
     """
     from medbench_core.metrics import DEFAULT_METRICS
     from medbench_core.pipeline import stage_keys
     from medbench_core.provenance import artifact_key
 
-    base = stage_keys(retriever, task_hash, retriever_revision, k, codes)
+    base = dict(retriever_keys) if retriever_keys is not None else stage_keys(retriever, task_hash, retriever_revision, k, codes)
     run = artifact_key(stage="expanded_run", model=spec.name, upstream=base["index"], expansion=expansion_key, combine=combine.to_dict(), k=k, code=codes["expanded_run"])
     met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics or DEFAULT_METRICS), code=codes["metrics"])
     return {"expansion": expansion_key, "embeddings": base["embeddings"], "index": base["index"], "run": run, "metrics": met}

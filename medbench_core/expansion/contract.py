@@ -197,14 +197,19 @@ def validate_expansion(expansions: pl.DataFrame, task: Task, name: str, out_dir:
 GATE_FILE = "EXPANSION_GATE.json"
 
 
-def record_expansion_gate(folder: str | Path, verdict: ExpansionVerdict, key: str) -> Path:
-    """Write the verdict on the expansion artifact ``key`` to ``<folder>/EXPANSION_GATE.json`` (atomically)."""
+def record_expansion_gate(folder: str | Path, verdict: ExpansionVerdict, key: str, judged_with: str = "") -> Path:
+    """Write the verdict on the expansion artifact ``key`` to ``<folder>/EXPANSION_GATE.json`` (atomically).
+
+    ``judged_with`` names the rules that judged it (the contract's code version), so that a
+    recorded verdict is reused only under the same rules.
+    """
     from medbench_core.storage import write_json_atomic
 
     return write_json_atomic(
         Path(folder) / GATE_FILE,
         {
             "key": key,
+            "judged_with": judged_with,
             "passed": verdict.passed,
             "message": verdict.contract.message,
             "failing_rows": verdict.contract.failing_rows(),

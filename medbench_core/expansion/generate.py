@@ -52,6 +52,25 @@ def generator_revision(spec: ExpansionSpec) -> str:
     return spec.revision
 
 
+_REVISIONS: dict[tuple, str] = {}
+
+
+def cached_generator_revision(spec: ExpansionSpec) -> str:
+    """:func:`generator_revision`, hashed again only when a file of the folder changed (name, size or
+    mtime): the registry's versions are computed on every sensor tick, and a generator's weights
+    are gigabytes."""
+    from medbench_core.encoders import resolve_model_path
+
+    path = resolve_model_path(spec.resolve_path(spec.generator))
+    if not Path(path).is_dir():
+        return generator_revision(spec)
+    stamp = tuple(sorted((str(p), st.st_size, st.st_mtime_ns) for p in Path(path).rglob("*") if p.is_file() for st in (p.stat(),)))
+    key = (path, stamp)
+    if key not in _REVISIONS:
+        _REVISIONS[key] = generator_revision(spec)
+    return _REVISIONS[key]
+
+
 def render(template: str, query: str, passages: str = "") -> str:
     """The template with ``{query}`` and ``{passages}`` replaced in one pass (text that itself
     contains a placeholder is not substituted again; other braces are left alone)."""

@@ -34,19 +34,50 @@ def expansion_identity(
     prompts_dir: str | Path | None = None,
     upstream_run_key: str | None = None,
     online: bool = False,
+    revision: str | None = None,
 ) -> dict[str, Any]:
     """What decides the expansion of ``task`` (without building it): for a file its sha256, for a
-    generator its revision, the prompt template's text, decoding settings and, for LameR, the
-    upstream run's key. Cheap enough for freshness checks (a folder hash, a file hash)."""
+    generator its revision (``revision``, or the folder's hash computed here), the prompt
+    template's text, decoding settings and, for LameR, the upstream run's key. Cheap enough for
+    freshness checks (a folder hash, a file hash)."""
     if spec.source == "file":
         from medbench_core.expansion.files import locate_file
         from medbench_core.storage import sha256_file
 
         path = locate_file(spec, task, online=online)
         return file_identity(spec, file_sha256=sha256_file(path), task_folder=spec.task_folders.get(task, task))
-    from medbench_core.expansion.generate import generator_revision
+    from medbench_core.expansion.generate import cached_generator_revision
 
-    return generation_identity(spec, revision=generator_revision(spec), prompt=prompt_text(spec, task, prompts_dir), upstream_run_key=upstream_run_key)
+    revision = revision or cached_generator_revision(spec)
+    return generation_identity(spec, revision=revision, prompt=prompt_text(spec, task, prompts_dir), upstream_run_key=upstream_run_key)
+
+
+def expansion_fingerprint(
+    spec: ExpansionSpec, tasks: list[str], *, upstream_version: str | None = None, prompts_dir: str | Path | None = None, online: bool = False
+) -> dict[str, Any]:
+    """What decides the expansion's texts on every task of ``tasks``, without building any: per
+    task, :func:`expansion_identity` (a LameR upstream run's key stood for by ``upstream_version``,
+    the upstream model's version), or why it cannot be read there (a missing file, a missing
+    template). A model-level version (the registry's ``model_spec`` observations) hashes this, so
+    a changed prompt template, seed, generator, published file or LameR upstream changes it."""
+    from medbench_core.errors import MedbenchError
+
+    revision = None
+    if spec.source == "generate":
+        from medbench_core.expansion.generate import cached_generator_revision
+
+        try:
+            revision = cached_generator_revision(spec)
+        except MedbenchError as exc:
+            return {"unavailable": str(exc)}
+    out: dict[str, Any] = {}
+    upstream = upstream_version or ("upstream" if spec.upstream else None)
+    for task in tasks:
+        try:
+            out[task] = expansion_identity(spec, task, prompts_dir=prompts_dir, upstream_run_key=upstream, online=online, revision=revision)
+        except MedbenchError as exc:
+            out[task] = {"unavailable": str(exc)}
+    return out
 
 
 def expansion_stage_key(spec: ExpansionSpec, task: Task, *, code: str | None = None, **kw: Any) -> str:

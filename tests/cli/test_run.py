@@ -147,9 +147,9 @@ def test_progress_bars_show_in_a_terminal_and_not_in_ci_or_a_log(tmp_path):
 
 
 def test_the_stage_run_config_carries_force_and_progress_to_every_stage():
-    from assets.stage import STAGE_ASSETS
+    from assets.stage import PARTITION_ASSETS
     from medbench_cli.run import stage_run_config
 
     assert "ops" not in stage_run_config(False, False)
-    assert stage_run_config(True, True)["ops"] == {a: {"config": {"force": True, "progress": True}} for a in STAGE_ASSETS}
-    assert stage_run_config(False, True)["ops"][STAGE_ASSETS[0]] == {"config": {"progress": True}}
+    assert stage_run_config(True, True)["ops"] == {a: {"config": {"force": True, "progress": True}} for a in PARTITION_ASSETS}
+    assert stage_run_config(False, True)["ops"][PARTITION_ASSETS[0]] == {"config": {"progress": True}}

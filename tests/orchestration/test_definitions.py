@@ -19,7 +19,7 @@ def test_definitions_load_with_the_medbench_assets_checks_and_jobs():
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert {"curated_task", *MODEL_TASK_ASSETS, "leaderboard"} <= keys
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
-    assert {("curated_task", "task_contract"), ("curated_task", "tasks_do_not_overlap")} <= checks
+    assert {("curated_task", "task_contract"), ("curated_task", "tasks_do_not_overlap"), ("query_expansion", "expansion_contract")} <= checks
     jobs = {j.name for j in defs.resolve_all_job_defs()}
     assert {"curate_tasks", "check_overlap", "evaluate_partition", "build_leaderboard"} <= jobs
     assert {"store", "registry", "compute", "mlflow"} <= set(defs.resources)
@@ -30,7 +30,9 @@ def test_the_lineage_runs_from_tasks_to_metrics_to_the_leaderboard():
     parents = {k: {p.to_user_string() for p in graph.get(dg.AssetKey(k)).parent_keys} for k in (*MODEL_TASK_ASSETS, "leaderboard")}
     assert "curated_task" in parents["corpus_embeddings"]
     assert parents["corpus_index"] == {"corpus_embeddings"}
-    assert parents["retrieval_run"] == {"corpus_index"}
+    # The run reads the queries as the model sees them: the task's, or an expansion of them.
+    assert parents["retrieval_run"] == {"corpus_index", "query_expansion"}
+    assert {p.to_user_string() for p in graph.get(dg.AssetKey("query_expansion")).parent_keys} == {"curated_task", "model_spec"}
     assert parents["task_metrics"] == {"retrieval_run"}
     assert "task_metrics" in parents["leaderboard"]
 
@@ -46,7 +48,8 @@ def test_partitions_are_task_static_and_model_dynamic():
         assert dims["task"].get_partition_keys() == TASKS
     job = defs.resolve_job_def("evaluate_partition")
     assert job.partitions_def == defs.resolve_assets_def("task_metrics").partitions_def
-    assert job.asset_layer.selected_asset_keys >= {dg.AssetKey(k) for k in MODEL_TASK_ASSETS}
+    assert job.asset_layer.selected_asset_keys >= {dg.AssetKey(k) for k in (*MODEL_TASK_ASSETS, "query_expansion")}
+    assert dg.AssetCheckKey(dg.AssetKey("query_expansion"), "expansion_contract") in job.asset_layer.asset_graph.asset_check_keys
 
 
 def test_a_model_added_at_run_time_becomes_model_x_task_partitions():

@@ -55,12 +55,12 @@ def test_sync_pins_a_hub_branch_to_its_commit_and_a_moved_branch_makes_the_model
         assert sync_model_partitions(instance, registry, pins) == ["bm25", "hubby"]
         obs = observation(instance, "hubby")
         assert obs.metadata["pinned_revision"].value == SHA and obs.metadata["revision"].value == "main"
-        assert observed_model_version(instance, "hubby") == model_version(spec, SHA)
+        assert observed_model_version(instance, "hubby") == model_version(spec, revision=SHA)
         # The branch moves (as a download of the new main would record it): a new version, so its partitions are stale.
         (hub / f"models--{HUB_ID.replace('/', '--')}" / "refs" / "main").write_text(MOVED)
         sync_model_partitions(instance, registry)
         assert observation(instance, "hubby").metadata["pinned_revision"].value == MOVED
-        assert observed_model_version(instance, "hubby") == model_version(spec, MOVED) != model_version(spec, SHA)
+        assert observed_model_version(instance, "hubby") == model_version(spec, MOVED) != model_version(spec, revision=SHA)
     assert world.models_file.read_bytes() == before  # never rewritten
 
 

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 MODELS = ["bm25", "bm25-k12"]
 TASKS = ["scifact", "liveqa_medquad"]
 ALL = {f"{m}|{t}" for m in MODELS for t in TASKS}
+FIRST = ("corpus_embeddings", "query_expansion")  # the assets reading the task and the registry entry
 
 
 @pytest.fixture
@@ -78,9 +79,9 @@ def test_changing_one_tasks_data_makes_only_its_partitions_stale(world):
         curate(world, instance, defs, ["liveqa_medquad"])
         assert data_version(instance, "curated_task", "liveqa_medquad") != old
 
-        # Dagster flags the first asset whose input moved: corpus_embeddings of that task, both models.
+        # Dagster flags the first assets whose inputs moved: corpus_embeddings and query_expansion (both read the task) of that task, both models.
         status = statuses(instance, defs)
-        assert {k for k, v in status.items() if v == "STALE"} == {("corpus_embeddings", "bm25|liveqa_medquad"), ("corpus_embeddings", "bm25-k12|liveqa_medquad")}
+        assert {k for k, v in status.items() if v == "STALE"} == {(a, f"{m}|liveqa_medquad") for a in FIRST for m in MODELS}
         resolver = stale_status_resolver(instance, defs.resolve_asset_graph())
         causes = resolver.get_stale_causes(dg.AssetKey("corpus_embeddings"), "bm25|liveqa_medquad")
         assert [(c.reason, c.dependency.asset_key.to_user_string(), c.dependency.partition_key) for c in causes] == [
@@ -104,7 +105,7 @@ def test_changing_one_models_settings_makes_only_its_partitions_stale(world):
         apply_sensor_result(instance, defs, tick)
 
         status = statuses(instance, defs)
-        assert {k for k, v in status.items() if v == "STALE"} == {("corpus_embeddings", "bm25-k12|scifact"), ("corpus_embeddings", "bm25-k12|liveqa_medquad")}
+        assert {k for k, v in status.items() if v == "STALE"} == {(a, f"bm25-k12|{t}") for a in FIRST for t in TASKS}
         due = due_partitions(instance, defs.resolve_asset_graph(), MODELS, TASKS)
         assert [d.reason for d in due] == ["stale: corpus_embeddings has a new dependency data version (model_spec)"] * 2
 
