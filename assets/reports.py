@@ -97,6 +97,8 @@ def task_cells(
         }
         if spec.derived:
             provenance["upstream"] = list(spec.upstream)
+        else:
+            provenance |= {"embeddings_key": keys["embeddings"], "index_key": keys["index"]}
         if "expansion" in keys:
             provenance["expansion_key"] = keys["expansion"]
         cells.append(

@@ -11,6 +11,11 @@ take several seconds of one core, the gates as long on the other). Nothing is en
 gates have passed: loading a model reads no task data, and the evaluation assets still refuse a
 task whose gate failed. The MLflow store is created here meanwhile, before any run logs to it.
 Otherwise, or with ``--serial``, everything runs in this process.
+
+Before either phase, a run whose inputs are unchanged since the last complete run, with every
+requested partition still materialised, logged and verified, is answered in one line from the
+recorded state without importing Dagster or MLflow (:mod:`medbench_cli.uptodate`; ``--recheck``
+runs every step anyway).
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ def add_parser(sub) -> None:
     p.add_argument("--tasks", help="comma-separated task names (default: every task in tasks.yaml)")
     p.add_argument("--force", action="store_true", help="recompute even when artifacts with the same provenance exist")
     p.add_argument("--serial", action="store_true", help="prepare in this process, without loading a model alongside")
+    p.add_argument(
+        "--recheck", action="store_true",
+        help="run every step even when nothing changed since the last complete run (stored artifacts are still reused)",
+    )  # fmt: skip
     # Internal: the prepare phase as the child process runs it.
     p.add_argument("--prepare-only", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--report", type=Path, help=argparse.SUPPRESS)
@@ -123,29 +132,52 @@ def with_upstreams(models: list[str], specs: list) -> tuple[list[str], dict[str,
     return [n for n in evaluation_order(specs) if n in wanted], added
 
 
-def _plan(args: argparse.Namespace) -> tuple[list[str], list[str], str | None]:
-    """Models (with what they are built from, upstreams first) and tasks to run, validated, and the
-    model to load while preparing (None: prepare in this process)."""
+def _plan(args: argparse.Namespace) -> tuple[list[str], list[str], list, object]:
+    """Models (with what they are built from, upstreams first) and tasks to run, validated, with
+    the registry's specs and the catalogue."""
     from medbench_core.catalog import load_catalog
     from medbench_core.errors import MedbenchError
-    from medbench_core.layout import Layout
     from medbench_core.models import load_registry
 
     try:
         specs = load_registry(settings.MODELS_FILE)
-        catalogue = load_catalog(settings.TASKS_FILE).names
+        catalog = load_catalog(settings.TASKS_FILE)
     except MedbenchError as exc:
         args.parser.error(str(exc))  # exit code 2: a setup error, before any work
     registry = {spec.name: spec for spec in specs}
     models = check_names(args.parser, "model", args.models, list(registry), settings.MODELS_FILE)
-    tasks = check_names(args.parser, "task", args.tasks, catalogue, settings.TASKS_FILE)
+    tasks = check_names(args.parser, "task", args.tasks, catalog.names, settings.TASKS_FILE)
     models, added = with_upstreams(models, specs)
     if not args.prepare_only:
         for m, ups in added.items():
             print(f"[plan] {m} is built from {', '.join(ups)}: evaluating {'it' if len(ups) == 1 else 'them'} first", flush=True)
-    if args.serial or args.prepare_only:
-        return models, tasks, None
-    return models, tasks, model_to_warm([registry[m] for m in models], Layout(settings.DATA), tasks, args.force)
+    return models, tasks, specs, catalog
+
+
+def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: float, force: bool = False) -> tuple[object, bool]:
+    """The inputs to record after this run (None: not recordable), and whether the last
+    complete run already answered the request, said with its leaderboard (:mod:`medbench_cli.uptodate`)."""
+    from medbench_cli import uptodate
+
+    given = None
+    try:
+        given = uptodate.inputs(specs, catalog, tasks)
+        if force:
+            return given, False
+        done = uptodate.check(specs, catalog, models, tasks, given)
+    except uptodate.Undecided as exc:
+        print(f"[plan] evaluating: {exc}", flush=True)
+        return given, False
+    print(
+        f"[up to date] nothing changed since Dagster run {done.run_id[:8]}: {done.partitions} partitions on {done.tasks} tasks "
+        f"materialised, logged to MLflow and verified against their manifests; nothing to run (--force recomputes)",
+        flush=True,
+    )
+    print()
+    print(done.leaderboard.read_text())
+    print(f"saved to {done.leaderboard} (and .csv, .json); MLflow: {settings.default_tracking_uri()}")
+    print(f"total {time.perf_counter() - t0:.1f}s")
+    return given, True
 
 
 def warm_up(defs, model: str, progress: bool = False) -> float:
@@ -224,7 +256,16 @@ def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     # Decided once: bars in an interactive terminal, none in CI or when stderr goes to a log.
     progress = want_progress(sys.stderr.isatty(), os.environ)
-    models, tasks, model = _plan(args)
+    models, tasks, specs, catalog = _plan(args)
+    given, done = (None, False) if args.prepare_only else answered(specs, catalog, models, tasks, t0, args.force or args.recheck)
+    if done:
+        return 0
+    model = None
+    if not (args.serial or args.prepare_only):
+        from medbench_core.layout import Layout
+
+        by_name = {s.name: s for s in specs}
+        model = model_to_warm([by_name[m] for m in models], Layout(settings.DATA), tasks, args.force)
     # With a model to load, the child prepares (and creates a new instance's storage) while this
     # process imports Dagster and loads the model; it opens the instance after the child is done.
     preparation = _Preparation(args) if model else None
@@ -257,7 +298,9 @@ def main(args: argparse.Namespace) -> int:
     failures = prepared["failures"] + evaluate(defs, instance, models, prepared["usable"], args.force, progress)
     from orchestration.jobs import LEADERBOARD_JOB
 
-    defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=True)
+    # A complete run records what it read, so that the next one can say at once that nothing changed.
+    tags = {} if given is None or failures or prepared["gated"] else given.tags(models)
+    defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=True, tags=tags)
     board = defs.resources["store"].layout.leaderboard_file("md")
     print()
     print(board.read_text())

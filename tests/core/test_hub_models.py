@@ -122,8 +122,14 @@ def write_registry(path: Path, allow: list[str], trust: bool | None) -> Path:
     return path
 
 
-def test_remote_code_runs_only_for_allowlisted_ids(tmp_path, custom_cache, reference):
+def test_remote_code_runs_only_for_allowlisted_ids(tmp_path, custom_cache, reference, monkeypatch):
+    import transformers.dynamic_module_utils as dynamic
+
     from medbench_core.encoders import load_text_encoder
+
+    # The repository's code is copied into transformers' modules cache: a tmp one, not ~/.cache/huggingface/modules.
+    monkeypatch.setattr(dynamic, "HF_MODULES_CACHE", str(tmp_path / "hf_modules"))
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
 
     unlisted = load_registry(write_registry(tmp_path / "a.yaml", [], None))[0]
     assert unlisted.trust_remote_code is False

@@ -30,7 +30,7 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from tests.orchestration.kill_env import WORLD_ENV, KillBed, _hold_if_asked, _install_hold_points, kill_tree, wait_for
+from tests.orchestration.kill_env import EXPANSION_STEPS, WORLD_ENV, KillBed, _hold_if_asked, _install_hold_points, kill_tree, wait_for
 from tests.orchestration.operating_env import ROOT, World, free_port
 
 PG_USER, PG_PASSWORD, PG_DB = "dagster", "medbench-test-pw", "medbench"
@@ -309,8 +309,10 @@ def start_celery_bed(world: World, log_dir: Path, env: dict, celery_yaml: Path) 
 # --- what a test reads back -------------------------------------------------------------------
 
 
-def celery_steps(instance: dg.DagsterInstance, run_id: str, with_time: bool = False) -> list[tuple]:
-    """(step key, celery worker hostname[, wall-clock time]) of every step execution a worker reported, in order.
+def celery_steps(instance: dg.DagsterInstance, run_id: str, with_time: bool = False, stages_only: bool = True) -> list[tuple]:
+    """(step key, celery worker hostname[, wall-clock time]) of every step execution a worker reported, in order;
+    with ``stages_only`` without the expansion steps (kill_env.EXPANSION_STEPS: a retriever's
+    answer at once, in an order the executor chooses).
 
     dagster-celery's task logs "[CeleryExecutor] Executing steps <key> in celery worker" with the
     worker's hostname as metadata when it starts a step, before the step's own events.
@@ -318,7 +320,7 @@ def celery_steps(instance: dg.DagsterInstance, run_id: str, with_time: bool = Fa
     out = []
     for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
         found = re.search(r"Executing steps (\S+) in celery worker$", e.message or "")
-        if found:
+        if found and not (stages_only and found.group(1) in EXPANSION_STEPS):
             host = e.dagster_event.event_specific_data.metadata["Celery worker"].value
             out.append((found.group(1), host, e.timestamp) if with_time else (found.group(1), host))
     return out

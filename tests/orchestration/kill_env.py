@@ -271,9 +271,16 @@ def step_events(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, st
     return [(e.dagster_event.event_type_value, e.step_key) for e in instance.all_logs(run_id) if e.is_dagster_event and e.step_key]
 
 
-def steps_started(instance: dg.DagsterInstance, run_id: str) -> list[str]:
-    """Step keys of every attempt that began executing in a run (first attempts and retries)."""
-    return [step for kind, step in step_events(instance, run_id) if kind in ("STEP_START", "STEP_RESTARTED")]
+# A retriever's query_expansion and its check answer at once ("reads the task's own queries");
+# whether they start before or after corpus_embeddings is the executor's choice.
+EXPANSION_STEPS = ["query_expansion", "query_expansion_expansion_contract"]
+
+
+def steps_started(instance: dg.DagsterInstance, run_id: str, stages_only: bool = True) -> list[str]:
+    """Step keys of every attempt that began executing in a run (first attempts and retries); with
+    ``stages_only`` without the expansion steps (:data:`EXPANSION_STEPS`)."""
+    steps = [step for kind, step in step_events(instance, run_id) if kind in ("STEP_START", "STEP_RESTARTED")]
+    return [s for s in steps if s not in EXPANSION_STEPS] if stages_only else steps
 
 
 def child_runs(instance: dg.DagsterInstance, run_id: str) -> list[dg.DagsterRun]:

@@ -70,8 +70,8 @@ def test_nothing_to_do_launches_nothing_and_a_missing_model_is_requested(tmp_pat
         write_models(world.models_file, [BM25, BM25_K12, {**BM25, "name": "bm25-b05", "settings": {**BM25["settings"], "b": 0.5}}])
         busy = evaluate_tick(instance)
         assert [(str(r.partition_key), r.tags["medbench/reason"]) for r in busy.run_requests] == [
-            ("bm25-b05|scifact", "missing: corpus_embeddings, corpus_index, retrieval_run, task_metrics"),
-            ("bm25-b05|liveqa_medquad", "missing: corpus_embeddings, corpus_index, retrieval_run, task_metrics"),
+            ("bm25-b05|scifact", "missing: corpus_embeddings, corpus_index, query_expansion, retrieval_run, task_metrics"),
+            ("bm25-b05|liveqa_medquad", "missing: corpus_embeddings, corpus_index, query_expansion, retrieval_run, task_metrics"),
         ]
         assert [r.run_key for r in busy.run_requests] == [
             "nightly:2026-11-23T02:00:00+00:00:bm25-b05|scifact",

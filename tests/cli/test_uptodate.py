@@ -1,0 +1,138 @@
+"""The warm path of `medbench run` (medbench_cli/uptodate.py): a second run with nothing changed
+answers from the recorded state in one line, without importing Dagster or MLflow, and the Dagster
+UI agrees (every partition fresh, nothing due); each kind of change takes the full run again."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from orchestration.freshness import EVALUATION_ASSETS, due_partitions, stale_status_resolver
+from runtime.partitions import partition_key
+from tests.cli.test_run import _main_env
+from tests.orchestration.operating_env import BM25, BM25_K12, QUIET, ROOT, materialization_ids, new_world
+
+pytestmark = pytest.mark.slow
+
+RRF = {"name": "rrf", "kind": "fusion", "fusion": {"method": "rrf", "k": 60, "runs": ["bm25", "bm25-k12"]}}
+MODELS, TASKS = ["bm25", "bm25-k12", "rrf"], ["scifact", "liveqa_medquad"]
+
+# Runs `medbench run ARGS` in this interpreter and reports which heavy modules it imported.
+RUN_AND_REPORT = """
+import json, sys
+from medbench_cli.main import main
+code = main(["run", *sys.argv[1:]])
+print("IMPORTED " + json.dumps(sorted(m for m in ("dagster", "mlflow", "torch", "great_expectations") if m in sys.modules)))
+sys.exit(code)
+"""
+
+# Only the decision: why the warm path answers or not, without running anything.
+DECIDE = """
+from medbench_cli import uptodate
+from medbench_cli.common import prepare_environment
+from medbench_core.catalog import load_catalog
+from medbench_core.models import load_registry
+from runtime import settings
+prepare_environment()
+specs, catalog = load_registry(settings.MODELS_FILE), load_catalog(settings.TASKS_FILE)
+models, tasks = [s.name for s in specs], catalog.names
+try:
+    done = uptodate.check(specs, catalog, models, tasks, uptodate.inputs(specs, catalog, tasks))
+    print("ANSWERED", done.partitions)
+except uptodate.Undecided as exc:
+    print("UNDECIDED", exc)
+"""
+
+
+def medbench_run(env, *args: str) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-c", RUN_AND_REPORT, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return out
+
+
+def decide(env) -> str:
+    out = subprocess.run([sys.executable, "-c", DECIDE], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+def fresh_everywhere(world) -> None:
+    """As the UI sees it: every evaluation asset of every partition FRESH, and nothing due for the nightly."""
+    defs = world.defs()
+    with world.instance() as instance:
+        resolver = stale_status_resolver(instance, defs.resolve_asset_graph())
+        for asset in EVALUATION_ASSETS:
+            materialised = materialization_ids(instance, asset.to_user_string())
+            for m in MODELS:
+                for t in TASKS:
+                    key = str(partition_key(m, t))
+                    assert key in materialised and resolver.get_status(asset, key).value == "FRESH", (asset, key)
+        assert due_partitions(instance, defs.resolve_asset_graph(), MODELS, TASKS) == []
+
+
+def test_a_run_with_nothing_changed_answers_in_one_line_and_each_change_runs_again(tmp_path):
+    world = new_world(tmp_path / "w", [BM25, BM25_K12, RRF])
+    env = _main_env(world, tmp_path)
+    first = medbench_run(env)
+    assert "[plan] evaluating: no Dagster run recorded yet" in first.stdout
+    assert "[evaluate] rrf" in first.stdout and "IMPORTED" in first.stdout
+    board = (world.root / "data" / "reports" / "leaderboard.md").read_text()
+    runs_db = world.dagster_home / "history" / "runs.db"
+    n_runs = sqlite3.connect(runs_db).execute("SELECT count(*) FROM runs").fetchone()[0]
+
+    second = medbench_run(env)
+    lines = second.stdout.splitlines()
+    assert lines[0].startswith("[up to date] nothing changed since Dagster run ") and "6 partitions on 2 tasks" in lines[0], second.stdout
+    assert "[evaluate]" not in second.stdout and "[curate]" not in second.stdout
+    assert board in second.stdout  # the stored leaderboard, as the full run printed it
+    assert lines[-1] == "IMPORTED []", "the warm path imported Dagster, MLflow, torch or GX"
+    assert sqlite3.connect(runs_db).execute("SELECT count(*) FROM runs").fetchone()[0] == n_runs  # no Dagster run at all
+    fresh_everywhere(world)
+    # A subset of what the last run covered is answered too; --force always runs.
+    assert medbench_run(env, "--models", "bm25", "--tasks", "scifact").stdout.startswith("[up to date]")
+    assert decide(env) == "ANSWERED 6"
+
+    # An artifact that fails its manifest: the full run decides (and rebuilds it).
+    metrics_json = next((world.root / "data" / "artifacts" / "bm25" / "scifact" / "metrics").glob("*/metrics.json"))
+    good = metrics_json.read_bytes()
+    metrics_json.write_bytes(good + b" ")
+    assert decide(env) == "UNDECIDED bm25 x scifact: its metrics artifact is missing or fails its manifest"
+    metrics_json.write_bytes(good)
+
+    # A partition's MLflow run deleted (from the MLflow UI): not logged any more.
+    mlflow_db = sqlite3.connect(world.root / "state" / "mlflow.db")
+    key = json.loads((world.root / "data" / "reports" / "leaderboard.json").read_text())["cells"]["rrf/scifact"]["metrics_key"]
+    (run_uuid,) = mlflow_db.execute("SELECT run_uuid FROM tags WHERE key = 'medbench.run_key' AND value = ?", (key,)).fetchone()
+    with mlflow_db:
+        mlflow_db.execute("UPDATE runs SET lifecycle_stage = 'deleted' WHERE run_uuid = ?", (run_uuid,))
+    assert decide(env) == "UNDECIDED rrf x scifact has no FINISHED MLflow run"
+    with mlflow_db:
+        mlflow_db.execute("UPDATE runs SET lifecycle_stage = 'active' WHERE run_uuid = ?", (run_uuid,))
+    assert decide(env) == "ANSWERED 6"
+
+    # One byte of one source file: the inputs changed.
+    source = world.shared / "lq" / "corpus.jsonl"
+    original = source.read_bytes()
+    source.write_bytes(original.replace(b"}", b" }", 1))
+    assert decide(env) == "UNDECIDED task liveqa_medquad: its source files changed since the last complete run"
+    source.write_bytes(original)
+    assert decide(env) == "ANSWERED 6"
+
+    # A partition materialised from the UI after the last complete run: the leaderboard may be behind it.
+    defs = world.defs()
+    with world.instance() as instance:
+        res = defs.resolve_job_def("evaluate_partition").execute_in_process(
+            instance=instance, partition_key=partition_key("bm25", "scifact"), run_config=QUIET, raise_on_error=False
+        )
+        assert res.success
+    assert decide(env) == "UNDECIDED assets were materialised after the last complete run"
+    third = medbench_run(env)
+    assert "[plan] evaluating: assets were materialised after the last complete run" in third.stdout
+    assert "x scifact                ok (cached)" in third.stdout
+    assert medbench_run(env).stdout.startswith("[up to date]")
+    forced = medbench_run(env, "--force", "--models", "bm25", "--tasks", "scifact")
+    assert "[up to date]" not in forced.stdout and "[evaluate] bm25" in forced.stdout
