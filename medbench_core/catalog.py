@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from medbench_core.errors import DataError
 from medbench_core.model import Task
 from medbench_core.readers import HUB_READERS, IMAGE_SCRATCH, READERS, RENDERS_FILES, SUBSET_READERS, reader
+from medbench_core.yaml_file import read_yaml_mapping
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 
@@ -61,12 +60,7 @@ class Catalog:
 def load_catalog(path: str | Path) -> Catalog:
     """Read ``tasks.yaml``; errors name the file and the entry at fault."""
     path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: task catalogue not found")
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise DataError(f"{path}: not valid YAML ({exc})") from exc
+    doc = read_yaml_mapping(path, "task catalogue")
     entries = doc.get("tasks")
     if not isinstance(entries, list) or not entries:
         raise DataError(f"{path}: expected a non-empty top-level 'tasks:' list")

@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from medbench_core.errors import DataError
+from medbench_core.yaml_file import read_yaml_mapping
 
 KINDS = ("bm25", "sentence-transformers", "transformers", "open_clip", "cross-encoder", "fusion", "expanded")
 NEEDS_PATH = ("sentence-transformers", "transformers", "cross-encoder")
@@ -282,7 +281,7 @@ def load_baseline(path: str | Path, specs: list[ModelSpec] | None = None) -> str
     Raises DataError naming the file when the baseline is not a registered model.
     """
     path = Path(path)
-    doc = yaml.safe_load(path.read_text()) or {}
+    doc = read_yaml_mapping(path, "model registry")
     specs = specs if specs is not None else load_registry(path)
     base = doc.get("baseline", DEFAULT_BASELINE)
     names = [s.name for s in specs]
@@ -301,12 +300,7 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
     the entry at fault.
     """
     path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: model registry not found")
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise DataError(f"{path}: not valid YAML ({exc})") from exc
+    doc = read_yaml_mapping(path, "model registry")
     entries = doc.get("models")
     if not isinstance(entries, list):
         raise DataError(f"{path}: expected a top-level 'models:' list")

@@ -48,6 +48,7 @@ from typing import Any
 
 from medbench_core.errors import DataError
 from medbench_core.provenance import artifact_key
+from medbench_core.yaml_file import read_yaml_mapping
 
 METHODS = ("hyde", "query2doc", "lamer")
 SOURCES = ("file", "generate")
@@ -195,15 +196,8 @@ def parse_expansions(entries: Any, where: str | Path) -> list[ExpansionSpec]:
 
 def load_expansions(path: str | Path) -> list[ExpansionSpec]:
     """The ``expansions:`` section of the registry file ``path`` (empty when there is none)."""
-    import yaml
-
     path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: model registry not found")
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise DataError(f"{path}: not valid YAML ({exc})") from exc
+    doc = read_yaml_mapping(path, "model registry")
     return parse_expansions(doc.get("expansions"), path)
 
 
