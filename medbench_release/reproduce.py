@@ -102,6 +102,8 @@ def _research(entry: dict[str, Any], task, dirs: dict[str, Path], out: Path):
     from medbench_core.models import ModelSpec
     from medbench_core.pipeline import retrieve
 
+    if "embeddings" not in dirs:  # before a spec is made: a derived entry's record has no upstreams to make it from
+        return None, "run built from upstream runs (re-scored, not re-searched)"
     kind = entry["model_kind"]
     spec = ModelSpec(
         name=entry["model"],
@@ -109,8 +111,6 @@ def _research(entry: dict[str, Any], task, dirs: dict[str, Path], out: Path):
         path="" if entry["model_id"] in ("", kind) else entry["model_id"],
         settings=entry["model_settings"],
     )
-    if "embeddings" not in dirs:
-        return None, "run built from upstream runs (re-scored, not re-searched)"
     k = json.loads((dirs["run"] / "info.json").read_text())["k"]
     label = f"{entry['model']} x {entry['task']}"
     if kind == "bm25":

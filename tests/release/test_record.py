@@ -138,3 +138,13 @@ def test_the_version_file_text_reads_back_and_gives_each_file_one_line():
         f'"images/{i:04d}.png": {{"rule": "exact", "sha256": "{i:064x}", "size": {i}}}' + ("," if i < 2 else "") for i in range(3)
     ]
     assert text.index('"format"') < text.index('"artifacts"')  # the record's own order, not sorted
+
+
+def test_a_fusion_entry_of_a_version_is_re_scored_without_rebuilding_its_spec(tmp_path):
+    """The pull path re-searches only models with a stored corpus; a derived entry's record holds no
+    upstreams, so making its spec would fail (it did, for the bundled fusion: 'kind fusion needs ...')."""
+    from medbench_release.reproduce import _research
+
+    entry = {"model": "bm25-minilm-rrf", "model_kind": "fusion", "model_id": "fusion", "model_settings": {}, "task": "scifact"}
+    dirs = {"run": tmp_path / "run", "metrics": tmp_path / "metrics"}
+    assert _research(entry, None, dirs, tmp_path) == (None, "run built from upstream runs (re-scored, not re-searched)")
