@@ -241,7 +241,20 @@ def finished_mlflow_runs(db_path: Path, experiment: str, tag: str, values: set[s
 
 def check(specs: list, catalog: Any, models: list[str], tasks: list[str], given: Inputs) -> Answered:
     """Answered when every requested partition is already materialised and logged with the
-    ``given`` inputs (:func:`inputs`) as recorded; Undecided (with why) otherwise."""
+    ``given`` inputs (:func:`inputs`) as recorded; Undecided (with why) otherwise.
+
+    Dagster's and MLflow's tables are read with sqlite3, not through their APIs: importing either
+    costs the seconds this path saves. Their schemas are the libraries' own, so anything that does
+    not read as expected (a migrated schema, a locked or damaged file) leaves the decision to the
+    full run instead of failing it.
+    """
+    try:
+        return _check(specs, catalog, models, tasks, given)
+    except (sqlite3.Error, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise Undecided(f"cannot read the recorded state ({type(exc).__name__}: {exc})") from exc
+
+
+def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given: Inputs) -> Answered:
     from medbench_core.errors import MedbenchError
     from medbench_core.layout import Layout
     from medbench_core.run_record import RUN_KEY_TAG

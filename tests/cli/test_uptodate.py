@@ -136,3 +136,20 @@ def test_a_run_with_nothing_changed_answers_in_one_line_and_each_change_runs_aga
     assert medbench_run(env).stdout.startswith("[up to date]")
     forced = medbench_run(env, "--force", "--models", "bm25", "--tasks", "scifact")
     assert "[up to date]" not in forced.stdout and "[evaluate] bm25" in forced.stdout
+
+
+def test_a_recorded_state_that_cannot_be_read_leaves_the_decision_to_the_full_run(tmp_path, monkeypatch):
+    """Dagster's tables are read with sqlite3; a schema other than expected must not fail `medbench run`."""
+    from medbench_cli import uptodate
+
+    home = tmp_path / "dagster_home"
+    (home / "history" / "runs").mkdir(parents=True)
+    sqlite3.connect(home / "history" / "runs.db").execute("CREATE TABLE runs (other TEXT)")
+    sqlite3.connect(home / "history" / "runs" / "index.db").execute("CREATE TABLE event_logs (other TEXT)")
+    store = tmp_path / "mlflow.db"
+    sqlite3.connect(store).execute("CREATE TABLE runs (other TEXT)")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setattr(uptodate.settings, "default_tracking_uri", lambda: f"sqlite:///{store}")
+    monkeypatch.setattr(uptodate.settings, "ONLINE", False)
+    with pytest.raises(uptodate.Undecided, match=r"^cannot read the recorded state \(OperationalError: no such table: run_tags\)$"):
+        uptodate.check([], None, [], [], uptodate.Inputs("k", {}))
