@@ -35,7 +35,7 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "leaderboard": ("leaderboard", "pipeline"),
     # Runs built from upstream runs (fusion, cross-encoder reranking); see medbench_core/derived.py.
     "derived_run": ("derived", "models", "model", "ranking", "encoders", "storage"),
-    "reports": ("reports", "stats", "leaderboard", "metrics"),
+    "reports": ("reports", "plots", "stats", "leaderboard", "metrics"),
     "contracts": ("contracts", "licences", "model", "images"),
     # Generation-augmented retrieval: the expansion texts, their contract, and the run on them.
     # Kept apart so that editing how expansions are combined does not regenerate them.

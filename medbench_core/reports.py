@@ -1,6 +1,7 @@
 """Reports people open: the leaderboard with averages, CIs and significance markers, breakdown
 tables (tier, language, discipline) and the cross-lingual gap, a model x task heatmap, per-query
-difference plots against the baseline, and exports (MTEB results JSON, TREC runs).
+difference plots against the baseline (drawn by :mod:`medbench_core.plots`); the exports (MTEB
+results JSON, TREC runs) are :mod:`medbench_core.exports`.
 
 Everything here reads what the stages already wrote (``metrics.json``, ``per_query.parquet``,
 ``run.trec``) through :class:`Cell`; nothing recomputes a run. Plots use matplotlib's Agg backend
@@ -11,19 +12,17 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.plots import METRIC_LABELS, diff_plot_png, file_name, heatmap_png
 from medbench_core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, compare, format_cell
 
-METRIC_LABELS = {"ndcg_at_10": "nDCG@10", "recall_at_10": "Recall@10", "recall_at_100": "Recall@100", "mrr_at_10": "MRR@10", "map_at_100": "MAP@100"}
 # ISO 639-1 (medbench's language field) -> ISO 639-3 + script, as MTEB writes languages.
 LANGUAGE_SCRIPTS = {
     "en": "eng-Latn", "fr": "fra-Latn", "de": "deu-Latn", "es": "spa-Latn", "it": "ita-Latn", "pt": "por-Latn",
@@ -279,180 +278,6 @@ def frame_markdown(df: pl.DataFrame, title: str = "", digits: int = 4) -> str:
 # --- plots --------------------------------------------------------------------------------
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig: Any, path: Path) -> Path:
-    from medbench_core.storage import write_with
-
-    # No Software/date metadata: the same figure gives the same bytes.
-    write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None}))
-    _pyplot().close(fig)
-    return path
-
-
-def heatmap_size(n_models: int, n_tasks: int) -> tuple[int, int]:
-    """Pixel size (width, height) of :func:`heatmap_png` for a table of that shape."""
-    return 260 + 120 * n_tasks, 140 + 40 * n_models
-
-
-def heatmap_png(board: pl.DataFrame, path: str | Path, *, metric: str = "ndcg_at_10", not_applicable: Iterable[tuple[str, str]] = ()) -> Path:
-    """Model x task heatmap of ``board`` (from :func:`leaderboard`), values written in the cells.
-
-    Colour scale 0-1 (viridis); '-' not evaluated, 'n/a' not applicable.
-    """
-    plt = _pyplot()
-    tasks = [c for c in board.columns if c not in ("model", "average", "averaged_over")]
-    models = board["model"].to_list()
-    na = set(not_applicable)
-    vals = np.array([[np.nan if board[t][i] is None else float(board[t][i]) for t in tasks] for i in range(len(models))], dtype=float).reshape(len(models), len(tasks))
-    w, h = heatmap_size(len(models), len(tasks))
-    fig, ax = plt.subplots(figsize=(w / 100, h / 100), dpi=100)
-    im = ax.imshow(np.ma.masked_invalid(vals), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(tasks)), labels=tasks, rotation=30, ha="right", fontsize=8)
-    ax.set_yticks(range(len(models)), labels=models, fontsize=8)
-    for i, m in enumerate(models):
-        for j, t in enumerate(tasks):
-            v = vals[i, j]
-            text = "n/a" if (m, t) in na else "-" if math.isnan(v) else f"{v:.3f}"
-            ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if not math.isnan(v) and v < 0.6 else "black")
-    ax.set_title(f"{METRIC_LABELS.get(metric, metric)} by model and task", fontsize=9)
-    fig.colorbar(im, ax=ax, fraction=0.04)
-    fig.subplots_adjust(left=0.3, right=min(0.95, 1 - 70 / w), bottom=0.3, top=0.85)  # room for the colour bar's labels
-    return _save(fig, Path(path))
-
-
-def diff_plot_size(n_models: int) -> tuple[int, int]:
-    """Pixel size (width, height) of :func:`diff_plot_png` for that many compared models."""
-    return 800, 80 + 220 * max(n_models, 1)
-
-
-def diff_plot_png(per_query: Mapping[str, pl.DataFrame], baseline: str, path: str | Path, *, task: str, metric: str = "ndcg_at_10") -> Path:
-    """Per-query ``metric`` of each model minus the baseline's, sorted, one panel per model.
-
-    Each panel states the wins, losses and ties over the task's queries (aligned by query id).
-    """
-    from medbench_core.stats import align
-
-    plt = _pyplot()
-    if baseline not in per_query:
-        raise DataError(f"task {task}: baseline {baseline!r} has no per-query metrics to plot against")
-    _, values = align(per_query, metric, task=task)
-    others = [m for m in per_query if m != baseline]
-    w, h = diff_plot_size(len(others))
-    fig, axes = plt.subplots(max(len(others), 1), 1, figsize=(w / 100, h / 100), dpi=100, squeeze=False)
-    label = METRIC_LABELS.get(metric, metric)
-    for ax, m in zip(axes[:, 0], others or [None]):
-        if m is None:
-            ax.text(0.5, 0.5, f"only {baseline} on {task}", ha="center", va="center")
-            ax.set_axis_off()
-            continue
-        d = np.sort(values[m] - values[baseline])[::-1]
-        colours = np.where(d > 0, "#1b9e77", np.where(d < 0, "#d95f02", "#999999"))
-        ax.bar(np.arange(len(d)), d, width=1.0, color=colours)
-        ax.axhline(0.0, color="black", linewidth=0.6)
-        ax.set_xlim(-0.5, max(len(d), 1) - 0.5)
-        ax.set_ylim(-1.05, 1.05)
-        ax.set_ylabel(f"{label} diff", fontsize=8)
-        wins, losses = int((d > 0).sum()), int((d < 0).sum())
-        ax.set_title(f"{task}: {m} - {baseline} per query ({wins} better, {losses} worse, {len(d) - wins - losses} equal; mean {d.mean():+.4f})", fontsize=9)
-        ax.tick_params(labelsize=7)
-    axes[-1, 0].set_xlabel("queries, sorted by difference", fontsize=8)
-    fig.subplots_adjust(left=0.1, right=0.97, bottom=60 / h, top=1 - 40 / h, hspace=0.5)
-    return _save(fig, Path(path))
-
-
-# --- exports ------------------------------------------------------------------------------
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name.replace("/", "__"))
-
-
-def mteb_result(cell: Cell, code_version: str = "") -> dict[str, Any]:
-    """The cell in the format of MTEB's results repository (``TaskResult``), one ``default`` subset.
-
-    ``dataset_revision`` is the source dataset's revision when the task records one (a hub commit
-    sha, or ``sha256:`` of a local folder's files), else the curated task's content hash; ``mteb_version`` is null because MTEB
-    did not compute these numbers (``medbench`` records what did); ``kg_co2_emissions`` is null
-    (not measured). Scores carry every metric of metrics.json under MTEB's names and
-    ``main_score`` = the task's main metric.
-    """
-    if cell.metrics is None:
-        raise DataError(f"{cell.model} x {cell.task}: no metrics to export; evaluate it first")
-    mean = {k: float(v) for k, v in sorted(cell.metrics.get("mean", {}).items())}
-    if cell.main_metric not in mean:
-        raise DataError(f"{cell.model} x {cell.task}: metrics.json has no {cell.main_metric} (the task's main metric)")
-    languages = [LANGUAGE_SCRIPTS.get(lang, lang) for lang in (cell.languages or ())]
-    scores = {**mean, "main_score": mean[cell.main_metric], "hf_subset": "default", "languages": languages}
-    return {
-        "dataset_revision": cell.task_revision,
-        "task_name": cell.task,
-        "mteb_version": None,
-        "scores": {cell.split: [scores]},
-        "evaluation_time": cell.seconds,
-        "kg_co2_emissions": None,
-        "medbench": {
-            "model": cell.model,
-            "model_revision": cell.model_revision,
-            "code_version": code_version,
-            "n_queries": cell.metrics.get("n_queries"),
-            "research_only": cell.research_only,
-            "provenance": cell.provenance,
-        },
-    }
-
-
-def export(cells: Iterable[Cell], out_dir: str | Path, *, code_version: str = "") -> dict[str, Any]:
-    """Write MTEB results JSON and TREC runs of every evaluated cell under ``out_dir``.
-
-    Layout (MTEB's results repository for the JSON): ``mteb/<model>/<revision>/<task>.json`` and
-    ``mteb/<model>/<revision>/model_meta.json``; ``trec/<model>/<task>.trec``; and ``index.json``
-    listing what was written. Cells without metrics (not evaluated, not applicable) are skipped
-    and listed. Returns the index.
-    """
-    from medbench_core.storage import write_json_atomic, write_text_atomic
-
-    out = Path(out_dir)
-    index: dict[str, Any] = {"mteb": [], "trec": [], "skipped": []}
-    metas: dict[tuple[str, str], dict[str, Any]] = {}
-    for c in cells:
-        if c.metrics is None or not c.applicable:
-            index["skipped"].append({"model": c.model, "task": c.task, "reason": "not applicable" if not c.applicable else "not evaluated"})
-            continue
-        rev = _safe(c.model_revision) if c.model_revision else "no_revision_available"
-        folder = out / "mteb" / _safe(c.model) / rev
-        path = folder / f"{_safe(c.task)}.json"
-        write_json_atomic(path, mteb_result(c, code_version))
-        index["mteb"].append(str(path.relative_to(out)))
-        metas[(c.model, rev)] = {"name": c.model, "revision": c.model_revision or None, "framework": ["medbench"], "loader": None}
-        if c.run_dir is not None:
-            trec = out / "trec" / _safe(c.model) / f"{_safe(c.task)}.trec"
-            src = Path(c.run_dir) / "run.trec"
-            if src.exists():
-                trec.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, trec)
-            elif (Path(c.run_dir) / "run.parquet").exists():
-                from medbench_core.ranking import write_trec
-
-                write_text_atomic(trec, write_trec(pl.read_parquet(Path(c.run_dir) / "run.parquet"), f"medbench-{c.model}"))
-            else:
-                raise DataError(f"{c.run_dir}: neither run.trec nor run.parquet for {c.model} x {c.task}")
-            index["trec"].append(str(trec.relative_to(out)))
-    for (model, rev), meta in sorted(metas.items()):
-        write_json_atomic(out / "mteb" / _safe(model) / rev / "model_meta.json", meta)
-    write_json_atomic(out / "index.json", index)
-    return index
-
-
-# --- the leaderboard bundle ---------------------------------------------------------------
-
 BREAKDOWNS = ("tier", "language", "discipline")
 
 
@@ -613,10 +438,10 @@ def write_leaderboard(
     def draw(tmp: Path) -> None:
         for t in compared:
             ordered = {m: by_task[t][m] for m in models if m in by_task[t]}
-            diff_plot_png(ordered, sig.baseline, tmp / f"{_safe(t)}.png", task=t, metric=metric)
+            diff_plot_png(ordered, sig.baseline, tmp / f"{file_name(t)}.png", task=t, metric=metric)
 
     replace_dir_atomic(out / "diff", draw)
-    plots = [f"diff/{_safe(t)}.png" for t in compared]
+    plots = [f"diff/{file_name(t)}.png" for t in compared]
     heatmap_png(board, out / "heatmap.png", metric=metric, not_applicable=na)
     write_text_atomic(out / "leaderboard.md", md)
     write_text_atomic(out / "leaderboard.csv", board.write_csv())

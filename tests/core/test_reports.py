@@ -23,19 +23,15 @@ from PIL import Image
 from medbench_core.model import TaskMeta, make_task
 from medbench_core.pipeline import score
 from medbench_core.ranking import write_trec
+from medbench_core.exports import export, mteb_result
+from medbench_core.plots import diff_plot_png, diff_plot_size, heatmap_png, heatmap_size
 from medbench_core.reports import (
     Cell,
     breakdown_table,
-    diff_plot_png,
-    diff_plot_size,
-    export,
     gap_table,
-    heatmap_png,
-    heatmap_size,
     leaderboard,
     leaderboard_markdown,
     load_cell,
-    mteb_result,
     significance,
     wide,
 )
