@@ -1,4 +1,4 @@
-"""medbench's run fusion (medbench_core.derived.fuse) against ranx's fuse on the same runs.
+"""medbench's run fusion (medbench_core.fuse_rerank.fuse) against ranx's fuse on the same runs.
 
     python bench/bench_fusion.py [--run NAME=RUN_FOLDER ...] [--task scifact] [--repeats 7]
 
@@ -35,7 +35,7 @@ SHARED = Path(os.environ.get("MEDBENCH_SHARED") or ROOT.parent / "shared")
 
 from medbench_core import bm25
 from medbench_core.catalog import build_task, load_catalog
-from medbench_core.derived import fuse, ranked
+from medbench_core.fuse_rerank import fuse, ranked
 from medbench_core.metrics import evaluate, qrels_to_dict, run_to_dict
 from medbench_core.stats import compare, format_cell
 

@@ -28,8 +28,9 @@ def main() -> int:
     import pytrec_eval
     from ranx import Run, fuse
 
-    from medbench_core.derived import ranked, registry_partition_keys
+    from medbench_core.derived import registry_partition_keys
     from medbench_core.expansion.spec import load_expansions
+    from medbench_core.fuse_rerank import ranked
     from medbench_core.layout import Layout
     from medbench_core.metrics import qrels_to_dict, run_to_dict
     from medbench_core.models import load_registry

@@ -34,7 +34,7 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "metrics": ("metrics", "pipeline", "storage", "stats"),  # stats: each mean's bootstrap CI
     "leaderboard": ("leaderboard", "pipeline"),
     # Runs built from upstream runs (fusion, cross-encoder reranking); see medbench_core/derived.py.
-    "derived_run": ("derived", "models", "model", "ranking", "encoders", "storage"),
+    "derived_run": ("derived", "fuse_rerank", "models", "model", "ranking", "encoders", "storage"),
     "reports": ("reports", "plots", "stats", "leaderboard", "metrics"),
     "contracts": ("contracts", "licences", "model", "images"),
     # Generation-augmented retrieval: the expansion texts, their contract, and the run on them.
@@ -42,7 +42,7 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "expansion": ("expansion/spec", "expansion/frame", "expansion/files", "expansion/generate", "expansion/stage", "model", "storage"),
     "expansion_contract": ("expansion/contract", "contracts/gx", "contracts/results"),
     # The expanded run is built by derived.build_derived_run, like every run built from upstreams.
-    "expanded_run": ("expansion/combine", "expansion/rules", "expansion/frame", "derived", "model", "ranking", "index", "bm25", "retrieval", "encoders", "pipeline", "storage"),
+    "expanded_run": ("expansion/combine", "expansion/rules", "expansion/frame", "derived", "fuse_rerank", "model", "ranking", "index", "bm25", "retrieval", "encoders", "pipeline", "storage"),
 }
 
 

@@ -158,7 +158,7 @@ class ComputeResource(dg.ConfigurableResource):
         if key not in _ENCODER:
             _ENCODER.clear()
             if spec.kind == "cross-encoder":
-                from medbench_core.derived import load_cross_encoder
+                from medbench_core.fuse_rerank import load_cross_encoder
 
                 _ENCODER[key] = load_cross_encoder(spec, device=device, progress=progress, online=self.online)
             else:

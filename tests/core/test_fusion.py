@@ -17,8 +17,8 @@ import pytrec_eval
 
 from medbench_core import bm25
 from medbench_core.catalog import build_task, load_catalog
-from medbench_core.derived import fuse, ranked
 from medbench_core.errors import DataError
+from medbench_core.fuse_rerank import fuse, ranked
 from medbench_core.metrics import evaluate, qrels_to_dict, run_to_dict
 from medbench_core.ranking import RUN_SCHEMA
 
