@@ -7,7 +7,8 @@ from typing import Any
 
 from medbench_core.errors import DataError
 from medbench_core.model import Task
-from medbench_core.readers.hf_retrieval import Layout, files_revision, find_part, read_retrieval_files, side_licences
+from medbench_core.readers.hf_files import files_revision, find_part
+from medbench_core.readers.hf_retrieval import Layout, read_retrieval_files, side_licences
 
 
 def locate(

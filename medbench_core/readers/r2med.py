@@ -14,7 +14,8 @@ from pathlib import Path
 
 from medbench_core.errors import DataError
 from medbench_core.model import Task
-from medbench_core.readers.hf_retrieval import Layout, files_revision, read_retrieval_files, side_licences
+from medbench_core.readers.hf_files import files_revision
+from medbench_core.readers.hf_retrieval import Layout, read_retrieval_files, side_licences
 
 QRELS_NAMES = ("qrels.jsonl", "qrels.txt")
 
