@@ -30,7 +30,16 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from tests.orchestration.kill_env import EXPANSION_STEPS, WORLD_ENV, KillBed, _hold_if_asked, _install_hold_points, kill_tree, wait_for
+from tests.orchestration.kill_env import (
+    EXPANSION_STEPS,
+    WORLD_ENV,
+    KillBed,
+    _hold_if_asked,
+    _install_hold_points,
+    kill_tree,
+    wait_for,
+    world_process_env,
+)
 from tests.orchestration.operating_env import ROOT, World, free_port
 
 PG_USER, PG_PASSWORD, PG_DB = "dagster", "medbench-test-pw", "medbench"
@@ -244,8 +253,7 @@ class CeleryBed(KillBed):
 def profile_env(world: World, pg: dict, redis_url: str, celery_yaml: Path) -> dict:
     """Every process's environment: the production profile's variables pointing at these servers."""
     return {
-        **os.environ,
-        "DAGSTER_HOME": str(world.dagster_home),
+        **world_process_env(world),
         "DAGSTER_PG_HOST": pg["host"],
         "DAGSTER_PG_PORT": str(pg["port"]),
         "DAGSTER_PG_DB": PG_DB,
@@ -256,13 +264,6 @@ def profile_env(world: World, pg: dict, redis_url: str, celery_yaml: Path) -> di
         "MEDBENCH_CELERY_BROKER": f"{redis_url}/0",
         "MEDBENCH_CELERY_BACKEND": f"{redis_url}/1",
         "MEDBENCH_CELERY_CONFIG": str(celery_yaml),
-        WORLD_ENV: str(world.root),
-        "MEDBENCH_DATA": str(world.root / "data"),
-        "MEDBENCH_STATE": str(world.root / "state"),
-        "MLFLOW_TRACKING_URI": f"sqlite:///{world.root / 'mlflow.db'}",
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-        "DAGSTER_EVENT_LOG_CONSUMER_DAEMON_INTERVAL_SECONDS": "1",
     }
 
 

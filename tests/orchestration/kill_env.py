@@ -150,6 +150,22 @@ def debris(data: Path) -> list[Path]:
     return sorted(p for pattern in (".*.tmp", ".*.old") for p in data.rglob(pattern))
 
 
+def world_process_env(world: World) -> dict[str, str]:
+    """The environment of every process of a test world (code server, daemon, workers): its instance,
+    data, state and MLflow store, this checkout's code, offline models."""
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(world.dagster_home),
+        WORLD_ENV: str(world.root),
+        "MEDBENCH_DATA": str(world.root / "data"),
+        "MEDBENCH_STATE": str(world.root / "state"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{world.root / 'mlflow.db'}",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "DAGSTER_EVENT_LOG_CONSUMER_DAEMON_INTERVAL_SECONDS": "1",  # the run-retry daemon's poll
+    }
+
+
 @dataclass
 class KillBed:
     world: World
@@ -219,18 +235,7 @@ def start_bed(world: World, log_dir: Path) -> KillBed:
     workspace = world.root / "workspace.yaml"
     server = {"host": "127.0.0.1", "port": port, "location_name": "medbench"}
     workspace.write_text(yaml.safe_dump({"load_from": [{"grpc_server": server}]}))
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(world.dagster_home),
-        WORLD_ENV: str(world.root),
-        "MEDBENCH_DATA": str(world.root / "data"),
-        "MEDBENCH_STATE": str(world.root / "state"),
-        "MLFLOW_TRACKING_URI": f"sqlite:///{world.root / 'mlflow.db'}",
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-        "DAGSTER_EVENT_LOG_CONSUMER_DAEMON_INTERVAL_SECONDS": "1",  # the run-retry daemon's poll
-    }
-    bed = KillBed(world, env, workspace)
+    bed = KillBed(world, world_process_env(world), workspace)
     code_server = [sys.executable, "-m", "dagster", "api", "grpc", "--host", "127.0.0.1", "--port", str(port)]
     code_server += ["--python-file", str(Path(__file__)), "--attribute", "defs", "--working-directory", str(ROOT)]
     code_server += ["--location-name", "medbench"]
@@ -238,7 +243,7 @@ def start_bed(world: World, log_dir: Path) -> KillBed:
     try:
         for name, cmd in (("code_server", code_server), ("daemon", daemon)):
             log = open(log_dir / f"{name}.log", "wb")
-            proc = subprocess.Popen(cmd, env=env, cwd=world.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(cmd, env=bed.env, cwd=world.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             bed.processes.append(proc)
             log.close()
             if name == "code_server":

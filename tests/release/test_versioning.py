@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime import settings
 from medbench_release.gc import leftover_temp_files, missing_on_remote, rehash_objects
 from medbench_release.release import verify_tree
+from runtime import settings
+from tests.release.version_world import GIT_ENV, git, ok
 
 pytestmark = [pytest.mark.dvc, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -36,10 +37,6 @@ COPY = [
 ]
 MODELS = ("bm25", "tiny-clip-random")
 TASK = "liveqa_medquad"
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "medbench test", "GIT_AUTHOR_EMAIL": "test@localhost",
-    "GIT_COMMITTER_NAME": "medbench test", "GIT_COMMITTER_EMAIL": "test@localhost",
-}
 # Everything a subprocess could inherit that would point it at the real checkout's data.
 _SCRUB = ("MEDBENCH_ROOT", "MEDBENCH_DATA", "MEDBENCH_STATE", "MEDBENCH_MODELS", "MEDBENCH_TASKS", "MEDBENCH_DVC_REMOTE", "MLFLOW_TRACKING_URI", "DAGSTER_HOME", "PYTHONPATH")
 
@@ -83,8 +80,8 @@ class Bench:
 
     def clone(self, name: str, source: Path | None = None, tag: str = "v1") -> Path:
         dest = self.base / name
-        _git(self.base, "clone", "-q", str(source or self.origin), str(dest))
-        _git(dest, "checkout", "-q", tag)
+        git(self.base, "clone", "-q", str(source or self.origin), str(dest))
+        git(dest, "checkout", "-q", tag)
         return dest
 
     def copy_remote(self, name: str) -> Path:
@@ -97,16 +94,6 @@ class Bench:
         with sqlite3.connect(self.db) as src, sqlite3.connect(dest) as dst:
             src.backup(dst)
         return dest
-
-
-def _git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, **GIT_ENV}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout
-
-
-def _ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert proc.returncode == 0, f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -122,12 +109,12 @@ def bench(tmp_path_factory) -> Bench:
             shutil.copy2(src, dst)
     (base / "dagster_home").mkdir()
     shutil.copy2(PROJECT / "dagster.yaml", base / "dagster_home" / "dagster.yaml")
-    _git(origin, "init", "-q", "-b", "main")
-    _git(origin, "add", "-A")
-    _git(origin, "commit", "-q", "-m", "code")
+    git(origin, "init", "-q", "-b", "main")
+    git(origin, "add", "-A")
+    git(origin, "commit", "-q", "-m", "code")
     b = Bench(base, origin, base / "remote", base / "state" / "mlflow.db", settings.SHARED.resolve(), "", {})
-    _ok(b.run(origin, "-m", "medbench_cli", "run", "--models", ",".join(MODELS), "--tasks", TASK, timeout=600))
-    _ok(b.medbench(origin, "release", "v1"))
+    ok(b.run(origin, "-m", "medbench_cli", "run", "--models", ",".join(MODELS), "--tasks", TASK, timeout=600))
+    ok(b.medbench(origin, "release", "v1"))
     b.record = json.loads((origin / "versions" / "v1.json").read_text())
     b.version = b.record["data_version"]
     return b
@@ -177,11 +164,11 @@ def _workspace_matches_listing(clone: Path, listing: dict[str, str]) -> list[str
 
 def test_release_records_the_version_in_git_dvc_and_every_mlflow_run(bench):
     origin = bench.origin
-    assert _git(origin, "rev-parse", "v1^{commit}") == _git(origin, "rev-parse", "HEAD")
-    assert set(_git(origin, "show", "--name-only", "--format=", "v1^{commit}").split()) == {"data.dvc", "versions/v1.json"}
-    assert f"md5: {bench.version}" in _git(origin, "show", "v1:data.dvc")
-    assert f"data.dvc md5: {bench.version}" in _git(origin, "tag", "-l", "--format=%(contents)", "v1")
-    assert _git(origin, "status", "--porcelain") == ""
+    assert git(origin, "rev-parse", "v1^{commit}") == git(origin, "rev-parse", "HEAD")
+    assert set(git(origin, "show", "--name-only", "--format=", "v1^{commit}").split()) == {"data.dvc", "versions/v1.json"}
+    assert f"md5: {bench.version}" in git(origin, "show", "v1:data.dvc")
+    assert f"data.dvc md5: {bench.version}" in git(origin, "tag", "-l", "--format=%(contents)", "v1")
+    assert git(origin, "status", "--porcelain") == ""
 
     runs = _mlflow_runs(bench.db)
     assert sorted(runs) == sorted(MODELS)
@@ -205,7 +192,7 @@ def test_fresh_clone_pulls_and_reproduces_every_metric_bit_identically(bench):
     clone = bench.clone("clone-reproduce")
     assert not (clone / "data").exists()
 
-    proc = _ok(bench.medbench(clone, "reproduce", "v1", "--require-mlflow"))
+    proc = ok(bench.medbench(clone, "reproduce", "v1", "--require-mlflow"))
 
     runs = _mlflow_runs(bench.db)
     out = proc.stdout
@@ -217,12 +204,12 @@ def test_fresh_clone_pulls_and_reproduces_every_metric_bit_identically(bench):
         assert f"ranking re-searched on the {searched}" in line
         assert line.endswith(f"ndcg_at_10 {run.data.metrics['ndcg_at_10']!r}")
     assert _tree_digest(clone / "data") == _tree_digest(bench.origin / "data")
-    assert _git(clone, "status", "--porcelain") == ""  # the remote url went to the ignored config.local
+    assert git(clone, "status", "--porcelain") == ""  # the remote url went to the ignored config.local
 
 
 def test_a_metric_that_differs_from_mlflow_or_a_damaged_index_gives_a_nonzero_exit_naming_it(bench):
     clone = bench.clone("clone-differs")
-    _ok(bench.medbench(clone, "data", "pull"))
+    ok(bench.medbench(clone, "data", "pull"))
     db = bench.copy_db("differs.db")
     bm25 = _mlflow_runs(db)["bm25"]
     from mlflow.tracking import MlflowClient
@@ -260,7 +247,7 @@ def test_an_object_corrupted_on_the_remote_fails_the_pull_and_nothing_is_scored(
     obj.write_bytes(bytes(raw))
     clone = bench.clone("clone-corrupted")
     # Someone turned verification off in this checkout; the wrapper turns it back on.
-    _ok(bench.dvc(clone, "remote", "modify", "--local", "medbench", "verify", "false"))
+    ok(bench.dvc(clone, "remote", "modify", "--local", "medbench", "verify", "false"))
 
     proc = bench.medbench(clone, "reproduce", "v1", remote=remote)
 
@@ -283,25 +270,25 @@ def test_an_object_missing_on_the_remote_fails_cleanly_and_a_rerun_completes_onc
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert listing[rel] in proc.stderr and "Nothing was scored" in proc.stderr
     assert _workspace_matches_listing(clone, listing) == []  # no half files
-    status = json.loads(_ok(bench.dvc(clone, "status", "--json", "data.dvc")).stdout)
+    status = json.loads(ok(bench.dvc(clone, "status", "--json", "data.dvc")).stdout)
     assert status != {}  # DVC knows the workspace is not at data.dvc
     assert rehash_objects(clone / ".dvc" / "cache")[1] == []
 
     # DVC's own push skips a folder whose directory object is on the remote; the wrapper checks file by file.
-    _ok(bench.medbench(bench.origin, "data", "remote", str(remote)))
-    _ok(bench.dvc(bench.origin, "push", "-r", "medbench", "data.dvc"))
+    ok(bench.medbench(bench.origin, "data", "remote", str(remote)))
+    ok(bench.dvc(bench.origin, "push", "-r", "medbench", "data.dvc"))
     assert missing_on_remote(bench.origin, remote, {"v1": bench.version}) != []
-    proc = _ok(bench.medbench(bench.origin, "data", "push", remote=remote))
+    proc = ok(bench.medbench(bench.origin, "data", "push", remote=remote))
     assert f"the remote lacks 1 file(s) of {bench.version} (e.g. data/{rel})" in proc.stdout
     assert missing_on_remote(bench.origin, remote, {"v1": bench.version}) == []
-    _ok(bench.medbench(clone, "data", "pull", remote=remote))
-    assert json.loads(_ok(bench.dvc(clone, "status", "--json", "data.dvc")).stdout) == {}
+    ok(bench.medbench(clone, "data", "pull", remote=remote))
+    assert json.loads(ok(bench.dvc(clone, "status", "--json", "data.dvc")).stdout) == {}
     assert _tree_digest(clone / "data") == _tree_digest(bench.origin / "data")
 
 
 def test_a_pull_killed_midway_leaves_no_half_file_and_a_rerun_completes(bench):
     clone = bench.clone("clone-killed")
-    _ok(bench.medbench(clone, "data", "remote", str(bench.remote)))
+    ok(bench.medbench(clone, "data", "remote", str(bench.remote)))
     listing = _dir_listing(bench.remote, bench.version)
     total = len(set(listing.values())) + 1
     cache = clone / ".dvc" / "cache" / "files" / "md5"
@@ -327,12 +314,12 @@ def test_a_pull_killed_midway_leaves_no_half_file_and_a_rerun_completes(bench):
     # A transfer cut short stays under DVC's temporary name (``.<token>.tmp``), never an object's.
     assert all(p.name.endswith(".tmp") for p in leftover_temp_files(clone / ".dvc" / "cache"))
     assert _workspace_matches_listing(clone, listing) == []
-    _ok(bench.medbench(clone, "data", "pull"))
+    ok(bench.medbench(clone, "data", "pull"))
     assert _tree_digest(clone / "data") == _tree_digest(bench.origin / "data")
-    _ok(bench.medbench(clone, "gc"))
+    ok(bench.medbench(clone, "gc"))
     assert rehash_objects(clone / ".dvc" / "cache") == (total, [])
     assert leftover_temp_files(clone / ".dvc" / "cache") == []
-    assert json.loads(_ok(bench.dvc(clone, "status", "--json", "data.dvc")).stdout) == {}
+    assert json.loads(ok(bench.dvc(clone, "status", "--json", "data.dvc")).stdout) == {}
 
 
 # --- concurrency (RELIABILITY 10) -----------------------------------------------------------
@@ -340,7 +327,7 @@ def test_a_pull_killed_midway_leaves_no_half_file_and_a_rerun_completes(bench):
 
 def test_parallel_pulls_and_adds_succeed_or_fail_cleanly_then_succeed(bench):
     clone = bench.clone("clone-parallel")
-    _ok(bench.medbench(clone, "data", "remote", str(bench.remote)))
+    ok(bench.medbench(clone, "data", "remote", str(bench.remote)))
 
     def raw(args):
         return bench.dvc(clone, *args)
@@ -351,8 +338,8 @@ def test_parallel_pulls_and_adds_succeed_or_fail_cleanly_then_succeed(bench):
     for r in failed:  # a clean failure: DVC's repo lock, nothing half done
         assert "Unable to acquire lock" in r.stderr, r.stderr
     for _ in failed:
-        _ok(raw(("pull",)))
-    assert json.loads(_ok(bench.dvc(clone, "status", "--json", "data.dvc")).stdout) == {}
+        ok(raw(("pull",)))
+    assert json.loads(ok(bench.dvc(clone, "status", "--json", "data.dvc")).stdout) == {}
 
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(raw, [("add", "-q", "data")] * 3))
@@ -369,7 +356,7 @@ def test_parallel_pulls_and_adds_succeed_or_fail_cleanly_then_succeed(bench):
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda c: bench.medbench(c, "data", "pull"), clones))
     for c, r in zip(clones, results):
-        _ok(r)
+        ok(r)
         assert _tree_digest(c / "data") == _tree_digest(bench.origin / "data")
 
 
@@ -380,30 +367,30 @@ def test_gc_through_the_wrapper_keeps_every_tagged_version_fetchable(bench):
     remote = bench.copy_remote("remote-gc")
     db = bench.copy_db("gc.db")
     repo = bench.clone("repo-gc", tag="main")
-    _ok(bench.medbench(repo, "data", "pull", remote=remote))
+    ok(bench.medbench(repo, "data", "pull", remote=remote))
 
     # v2: v1 plus a note; then an untagged state that is pushed and then abandoned.
     (repo / "data" / "reports" / "v2-note.txt").write_text("second version\n")
-    _ok(bench.medbench(repo, "release", "v2", remote=remote, db=db))
+    ok(bench.medbench(repo, "release", "v2", remote=remote, db=db))
     v2 = json.loads((repo / "versions" / "v2.json").read_text())["data_version"]
     assert v2 != bench.version
     (repo / "data" / "scratch.txt").write_text("abandoned experiment\n")
-    _ok(bench.dvc(repo, "add", "-q", "data"))
-    _ok(bench.dvc(repo, "push", "-q"))
+    ok(bench.dvc(repo, "add", "-q", "data"))
+    ok(bench.dvc(repo, "push", "-q"))
     scratch = hashlib.md5(b"abandoned experiment\n").hexdigest()
     assert _object(remote, scratch).exists()
     (repo / "data" / "scratch.txt").unlink()
-    _ok(bench.dvc(repo, "add", "-q", "data"))  # the workspace is back at v2
+    ok(bench.dvc(repo, "add", "-q", "data"))  # the workspace is back at v2
 
     # Control: DVC's gc keeping only the workspace would lose v1 (its directory object).
     control = bench.base / "remote-gc-control"
     shutil.copytree(remote, control)
     other = bench.clone("repo-gc-control", source=repo, tag="v2")
-    _ok(bench.dvc(other, "remote", "modify", "--local", "medbench", "url", str(control)))
-    _ok(bench.dvc(other, "gc", "--workspace", "--cloud", "--force", "-r", "medbench"))
+    ok(bench.dvc(other, "remote", "modify", "--local", "medbench", "url", str(control)))
+    ok(bench.dvc(other, "gc", "--workspace", "--cloud", "--force", "-r", "medbench"))
     assert missing_on_remote(other, control, {"v1": bench.version}) != []
 
-    proc = _ok(bench.medbench(repo, "gc", "--cloud", remote=remote, db=db))
+    proc = ok(bench.medbench(repo, "gc", "--cloud", remote=remote, db=db))
     assert "every tagged version (v1, v2) is complete" in proc.stdout
     assert not _object(remote, scratch).exists()
     assert not _object(repo / ".dvc" / "cache", scratch).exists()
@@ -411,10 +398,10 @@ def test_gc_through_the_wrapper_keeps_every_tagged_version_fetchable(bench):
 
     # Each tagged version, pulled into a fresh clone from the collected remote, is all there.
     v1 = bench.clone("repo-gc-v1", source=repo, tag="v1")
-    _ok(bench.medbench(v1, "data", "pull", remote=remote))
+    ok(bench.medbench(v1, "data", "pull", remote=remote))
     assert _tree_digest(v1 / "data") == _tree_digest(bench.origin / "data")
     c2 = bench.clone("repo-gc-v2", source=repo, tag="v2")
-    _ok(bench.medbench(c2, "data", "pull", remote=remote))
+    ok(bench.medbench(c2, "data", "pull", remote=remote))
     assert _tree_digest(c2 / "data") == {**_tree_digest(bench.origin / "data"), "reports/v2-note.txt": hashlib.sha256(b"second version\n").hexdigest()}
     assert verify_tree(c2 / "data") == 9
     runs = _mlflow_runs(db)
