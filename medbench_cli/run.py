@@ -125,10 +125,10 @@ def with_upstreams(models: list[str], specs: list) -> tuple[list[str], dict[str,
     added: dict[str, list[str]] = {}
     wanted = set(models)
     for m in models:
-        extra = [u for u in upstream_order(m, specs) if u not in wanted and u not in {x for xs in added.values() for x in xs}]
+        extra = [u for u in upstream_order(m, specs) if u not in wanted]
         if extra:
             added[m] = extra
-        wanted.update(upstream_order(m, specs))
+            wanted.update(extra)
     return [n for n in evaluation_order(specs) if n in wanted], added
 
 
@@ -173,11 +173,16 @@ def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: floa
         f"materialised, logged to MLflow and verified against their manifests; nothing to run (--force recomputes)",
         flush=True,
     )
-    print()
-    print(done.leaderboard.read_text())
-    print(f"saved to {done.leaderboard} (and .csv, .json); MLflow: {settings.default_tracking_uri()}")
+    show_leaderboard(done.leaderboard, settings.default_tracking_uri())
     print(f"total {time.perf_counter() - t0:.1f}s")
     return given, True
+
+
+def show_leaderboard(board: Path, tracking_uri: str) -> None:
+    """The saved leaderboard, as every run ends: its markdown, where it is and where MLflow is."""
+    print()
+    print(board.read_text())
+    print(f"saved to {board} (and .csv, .json); MLflow: {tracking_uri}")
 
 
 def warm_up(defs, model: str, progress: bool = False) -> float:
@@ -301,10 +306,7 @@ def main(args: argparse.Namespace) -> int:
     # A complete run records what it read, so that the next one can say at once that nothing changed.
     tags = {} if given is None or failures or prepared["gated"] else given.tags(models)
     defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=True, tags=tags)
-    board = defs.resources["store"].layout.leaderboard_file("md")
-    print()
-    print(board.read_text())
-    print(f"saved to {board} (and .csv, .json); MLflow: {defs.resources['mlflow'].tracking_uri}")
+    show_leaderboard(defs.resources["store"].layout.leaderboard_file("md"), defs.resources["mlflow"].tracking_uri)
     if prepared["gated"]:
         print(f"tasks refused by their data contract (see GATE.json): {', '.join(prepared['gated'])}")
     print(f"total {time.perf_counter() - t0:.1f}s")
