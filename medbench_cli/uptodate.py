@@ -50,43 +50,36 @@ class Answered:
     leaderboard: Path
 
 
-def _digest(paths: list[Path], root: Path) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        h.update(str(p.relative_to(root)).encode() + b"\0")
-        with open(p, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-    return h.hexdigest()[:16]
-
-
 def _files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
     return sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
 def source_digest(entry: Any, data_root: Path) -> str:
-    """sha256 over the names and bytes of a task's source files (a local path; a hub dataset is undecided)."""
+    """The digest of a task's source files the release record uses (:func:`medbench_release.record.source_digest`);
+    a hub dataset (whose cached branch may move) or a missing source is undecided."""
+    from medbench_release.record import source_digest as record_source_digest
+
     if not entry.path:
         raise Undecided(f"task {entry.name} reads a hub dataset")
-    src = Path(data_root) / entry.path
-    if not src.exists():
-        raise Undecided(f"task {entry.name}: source {src} not found")
-    return _digest(_files(src), src if src.is_dir() else src.parent)
+    if not (Path(data_root) / entry.path).exists():
+        raise Undecided(f"task {entry.name}: source {Path(data_root) / entry.path} not found")
+    return record_source_digest(Path(data_root), {"path": entry.path})
 
 
 def code_digest(root: Path) -> str:
-    """sha256 over the project's code folders, pyproject.toml, the lock file and dagster.yaml."""
+    """sha256 over the names and bytes of the project's code folders, pyproject.toml, the lock file and dagster.yaml."""
     files = [p for d in CODE_FOLDERS for p in _files(root / d) if p.suffix in {".py", ".json", ".txt", ".yaml"}]
     files += [root / n for n in ("pyproject.toml", "requirements.lock", "dagster.yaml") if (root / n).is_file()]
-    return _digest(files, root)
+    h = hashlib.sha256()
+    for p in files:
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
 class Inputs:
     """What a ``medbench run`` reads: ``key`` over the registry, the catalogue, the project's code
-    and lock file and every model's weights revision; ``sources``, each requested task's source
+    and lock file and every model's version (weights, upstreams, expansions); ``sources``, each requested task's source
     files. Recorded as tags of a complete run's leaderboard run, compared before the next."""
 
     key: str
@@ -98,21 +91,13 @@ class Inputs:
 
 def inputs(specs: list, catalog: Any, tasks: list[str]) -> Inputs:
     """The :class:`Inputs` of a run of every model in ``specs`` on ``tasks`` of ``catalog``."""
-    from medbench_core.derived import derived_revision
-    from medbench_core.encoders import cached_revision
     from medbench_core.errors import MedbenchError
     from medbench_core.expansion.spec import load_expansions
-    from medbench_core.expansion.stage import expansion_fingerprint
+    from medbench_core.model_versions import model_versions
     from medbench_core.provenance import artifact_key, file_hash
 
-    revisions = {}
-    for spec in specs:
-        try:
-            revisions[spec.name] = derived_revision(spec) if spec.derived else cached_revision(spec)
-        except MedbenchError as exc:
-            raise Undecided(f"model {spec.name}: {exc}") from exc
-    try:  # published files and generators, by content (a LameR upstream is covered by its model's entry)
-        expansions = {e.name: expansion_fingerprint(e, catalog.names) for e in load_expansions(settings.MODELS_FILE)}
+    try:  # the versions Dagster's model_spec observations record: weights, upstreams, expansions' files and generators
+        versions = model_versions(specs, load_expansions(settings.MODELS_FILE), catalog.names)
     except MedbenchError as exc:
         raise Undecided(str(exc)) from exc
     key = artifact_key(
@@ -120,8 +105,7 @@ def inputs(specs: list, catalog: Any, tasks: list[str]) -> Inputs:
         tasks_file=file_hash(settings.TASKS_FILE),
         models_file=file_hash(settings.MODELS_FILE),
         code=code_digest(settings.ROOT),
-        revisions=revisions,
-        expansions=expansions,
+        models=versions,
         data=str(settings.DATA.resolve()),
     )
     return Inputs(key, {t: source_digest(catalog.task(t), settings.SHARED / "data") for t in tasks})
@@ -130,9 +114,11 @@ def inputs(specs: list, catalog: Any, tasks: list[str]) -> Inputs:
 def _dagster_storage() -> Path:
     import os
 
+    import yaml
+
     home = Path(os.environ["DAGSTER_HOME"])
-    text = (home / "dagster.yaml").read_text() if (home / "dagster.yaml").is_file() else ""
-    if any(line.split(":")[0].strip() in ("storage", "run_storage", "event_log_storage") for line in text.splitlines() if not line.startswith((" ", "#"))):
+    config = yaml.safe_load((home / "dagster.yaml").read_text()) if (home / "dagster.yaml").is_file() else None
+    if {"storage", "run_storage", "event_log_storage"} & set(config or {}):
         raise Undecided("Dagster storage is not the default SQLite")
     storage = home / "history"  # Dagster's default SQLite layout: runs.db, and runs/index.db holding every asset event
     if not (storage / "runs.db").is_file() or not (storage / "runs" / "index.db").is_file():
@@ -177,66 +163,56 @@ def recorded_run(storage: Path, inputs: Inputs, models: list[str]) -> str:
     return run_id
 
 
-def _find(node: Any, key: str) -> Any:
-    """The first value under ``key`` anywhere in a decoded JSON document (Dagster's serialised events)."""
-    if isinstance(node, dict):
-        if key in node:
-            return node[key]
-        children = node.values()
-    elif isinstance(node, list):
-        children = node
-    else:
-        return None
-    return next((v for v in (_find(c, key) for c in children) if v is not None), None)
+def _first(node: Any, pick: Any) -> Any:
+    """The first non-None ``pick(n)`` over the nodes of a decoded JSON document, depth first (Dagster's serialised events)."""
+    found = pick(node)
+    if found is not None:
+        return found
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    return next((v for v in (_first(c, pick) for c in children) if v is not None), None)
 
 
 def data_version(event: str) -> str | None:
     """The data version a serialised Dagster event records (its ``dagster/data_version`` tag)."""
-    version = _find(json.loads(event), "dagster/data_version")
-    return version if isinstance(version, str) else None
+
+    def pick(n: Any) -> str | None:
+        return n["dagster/data_version"] if isinstance(n, dict) and isinstance(n.get("dagster/data_version"), str) else None
+
+    return _first(json.loads(event), pick)
 
 
 def metadata_text(event: str, name: str) -> str | None:
     """A text metadata entry of a serialised materialisation event (stored as ``{label, entry_data: {text}}``)."""
 
-    def walk(node: Any) -> str | None:
-        if isinstance(node, dict):
-            if node.get("label") == name and isinstance(node.get("entry_data"), dict):
-                return node["entry_data"].get("text")
-            children = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            return None
-        return next((v for v in map(walk, children) if v is not None), None)
+    def pick(n: Any) -> str | None:
+        return n["entry_data"].get("text") if isinstance(n, dict) and n.get("label") == name and isinstance(n.get("entry_data"), dict) else None
 
-    return walk(json.loads(event))
+    return _first(json.loads(event), pick)
 
 
-def latest_events(storage: Path, run_id: str, asset: str) -> dict[str | None, str]:
-    """``asset``'s latest materialisation event per partition (Dagster's asset events, read from its
+def latest_events(storage: Path, run_id: str, assets: tuple[str, ...]) -> dict[str, dict[str | None, str]]:
+    """Each asset's latest materialisation event per partition (Dagster's asset events, read from its
     index shard); Undecided when any asset was materialised after ``run_id``'s last materialisation."""
     with _read_only(storage / "runs" / "index.db") as db:
         last = db.execute("SELECT run_id FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION' ORDER BY id DESC LIMIT 1").fetchone()
         if last is None or last[0] != run_id:
             raise Undecided("assets were materialised after the last complete run")
-        rows = db.execute(
-            "SELECT partition, event FROM event_logs WHERE asset_key = ? AND dagster_event_type = 'ASSET_MATERIALIZATION' ORDER BY id",
-            (json.dumps([asset]),),
-        ).fetchall()
-    return dict(rows)  # later rows overwrite earlier ones
+        query = "SELECT partition, event FROM event_logs WHERE asset_key = ? AND dagster_event_type = 'ASSET_MATERIALIZATION' ORDER BY id"
+        return {a: dict(db.execute(query, (json.dumps([a]),)).fetchall()) for a in assets}  # later rows overwrite earlier ones
 
 
-def finished_mlflow_runs(db_path: Path, experiment: str, tag: str, values: set[str]) -> set[str]:
-    """Which of ``values`` of tag ``tag`` (``run_uuid``: the run ids) have an active FINISHED run in ``experiment``."""
-    column, join, args = ("r.run_uuid", "", (experiment,)) if tag == "run_uuid" else ("t.value", "JOIN tags t ON t.run_uuid = r.run_uuid", (experiment, tag))
+def finished_mlflow_runs(db_path: Path, experiment: str) -> dict[str, str | None]:
+    """Run id -> run key (tag ``medbench.run_key``, None without one) of every active FINISHED run in ``experiment``."""
+    from medbench_core.run_record import RUN_KEY_TAG
+
     with _read_only(db_path) as db:
         rows = db.execute(
-            f"SELECT {column} FROM runs r {join} JOIN experiments e ON e.experiment_id = r.experiment_id "
-            f"WHERE e.name = ? {'AND t.key = ?' if join else ''} AND r.status = 'FINISHED' AND r.lifecycle_stage = 'active'",
-            args,
+            "SELECT r.run_uuid, t.value FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id "
+            "LEFT JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? "
+            "WHERE e.name = ? AND r.status = 'FINISHED' AND r.lifecycle_stage = 'active'",
+            (RUN_KEY_TAG, experiment),
         ).fetchall()
-    return {v for (v,) in rows} & values
+    return dict(rows)
 
 
 def check(specs: list, catalog: Any, models: list[str], tasks: list[str], given: Inputs) -> Answered:
@@ -257,7 +233,6 @@ def check(specs: list, catalog: Any, models: list[str], tasks: list[str], given:
 def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given: Inputs) -> Answered:
     from medbench_core.errors import MedbenchError
     from medbench_core.layout import Layout
-    from medbench_core.run_record import RUN_KEY_TAG
     from medbench_core.storage import is_complete, read_manifest
 
     if settings.ONLINE:
@@ -270,9 +245,10 @@ def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given
         cells = json.loads(board.read_text())["cells"]
     except (OSError, ValueError, KeyError) as exc:
         raise Undecided(f"no readable leaderboard at {board}") from exc
-    curated = {p: data_version(e) for p, e in latest_events(storage, run_id, "curated_task").items()}
-    metrics = {p: data_version(e) for p, e in latest_events(storage, run_id, "task_metrics").items()}
-    board_run = metadata_text(latest_events(storage, run_id, "leaderboard").get(None, "{}"), "mlflow_run_id")
+    events = latest_events(storage, run_id, ("curated_task", "task_metrics", "leaderboard"))
+    curated = {p: data_version(e) for p, e in events["curated_task"].items()}
+    metrics = {p: data_version(e) for p, e in events["task_metrics"].items()}
+    board_run = metadata_text(events["leaderboard"].get(None, "{}"), "mlflow_run_id")
     by_name = {s.name: s for s in specs}
     for task in tasks:
         folder = layout.task_dir(task)
@@ -306,11 +282,11 @@ def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given
                     raise Undecided(f"{model} x {task}: its {stage} artifact is missing or fails its manifest")
             wanted[cell["metrics_key"]] = (model, task)
     benchmark = catalog.benchmark
-    logged = finished_mlflow_runs(mlflow_db, benchmark, RUN_KEY_TAG, set(wanted))
-    if logged != set(wanted):
-        model, task = wanted[next(iter(set(wanted) - logged))]
+    unlogged = set(wanted) - set(finished_mlflow_runs(mlflow_db, benchmark).values())
+    if unlogged:
+        model, task = wanted[min(unlogged)]
         raise Undecided(f"{model} x {task} has no FINISHED MLflow run")
-    if not board_run or not finished_mlflow_runs(mlflow_db, f"{benchmark}-leaderboard", "run_uuid", {board_run}):
+    if board_run not in finished_mlflow_runs(mlflow_db, f"{benchmark}-leaderboard"):
         raise Undecided("the leaderboard's MLflow run is missing")
     return Answered(run_id, len(models) * len(tasks), len(tasks), layout.leaderboard_file("md"))
 

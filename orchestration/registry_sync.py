@@ -14,7 +14,8 @@ import dagster as dg
 # (AssetObservation takes no data_version argument).
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
-from assets.registry import MODEL_SPEC, model_versions
+from assets.registry import MODEL_SPEC
+from medbench_core.model_versions import model_versions
 from runtime.partitions import MODEL_PARTITIONS_NAME
 from runtime.resources import RegistryResource
 
