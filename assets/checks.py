@@ -2,7 +2,7 @@
 
 ``task_contract`` runs per ``curated_task`` partition (schema, integrity, licences);
 ``tasks_do_not_overlap`` runs across every curated task (queries, near-duplicates, concept ids,
-images). Both call medbench_core.contracts, keep the GX results and data docs beside the data,
+images). Both call medbench_core.taskdata.contracts, keep the GX results and data docs beside the data,
 and record the verdict (``GATE.json`` per task, ``OVERLAP_GATE.json`` for the set) so that a
 later, separate run refuses a task whose gate failed: Dagster's ``blocking`` only stops
 downstream assets inside the run that ran the check.
@@ -13,10 +13,10 @@ from pathlib import Path
 import dagster as dg
 
 from assets.tasks import CURATED_TASK
-from medbench_core.contracts import ContractResult, read_gate, record_gate, record_overlap_gate, validate_task, validate_tasks
+from medbench_core.taskdata.contracts import ContractResult, read_gate, record_gate, record_overlap_gate, validate_task, validate_tasks
 from medbench_core.errors import MedbenchError
-from medbench_core.licences import LicencePolicy
-from medbench_core.provenance import artifact_key, code_version
+from medbench_core.taskdata.licences import LicencePolicy
+from medbench_core.provenance import artifact_key, stage_version
 from runtime.resources import ArtifactStoreResource, RegistryResource
 
 TASK_CHECK = "task_contract"
@@ -99,7 +99,7 @@ def build_task_checks(partitions_def: dg.PartitionsDefinition, asset: dg.AssetKe
             result = _unloadable(name, exc)
             judged_with = ""
         else:
-            rules = artifact_key(allow=sorted(catalog.licence_allowlist), research_only=entry.research_only, code=code_version("contracts"))
+            rules = artifact_key(allow=sorted(catalog.licence_allowlist), research_only=entry.research_only, code=stage_version("contracts"))
             judged_with = f"{task.content_hash()}:{rules}"
             gate = read_gate(layout.gate_file(name))
             if gate and gate.get("judged_with") == judged_with:
@@ -123,7 +123,7 @@ def build_task_checks(partitions_def: dg.PartitionsDefinition, asset: dg.AssetKe
             except MedbenchError:
                 not_curated.append(name)
         layout = store.layout
-        judged_with = artifact_key(tasks=sorted((t.name, t.content_hash()) for t in tasks), code=code_version("contracts"))
+        judged_with = artifact_key(tasks=sorted((t.name, t.content_hash()) for t in tasks), code=stage_version("contracts"))
         gate = read_gate(layout.overlap_gate_file())
         # The key names every task judged, so a verdict is reused only for exactly that set.
         if gate and gate.get("judged_with") == judged_with:

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from assets.stage import Stage, StageRun
-from medbench_core.pipeline import embed_corpus
+from medbench_core.retrieval.stages import embed_corpus
 from medbench_core.storage import read_manifest
 
 

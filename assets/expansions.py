@@ -3,11 +3,11 @@
 ``query_expansion`` sits between the curated task and ``retrieval_run``: for a model of kind
 ``expanded`` it reads (published files) or generates (a local causal LM) the expansion of every
 query of the task, stored once per expansion x task under ``Layout.expansion_dir`` and keyed by
-its provenance (:func:`medbench_core.expansion.stage.expansion_stage_key`), so expanded models
+its provenance (:func:`medbench_core.retrieval.expansion.stage.expansion_stage_key`), so expanded models
 sharing an expansion share the artifact. Other models have none (the asset says so).
 
 ``expansion_contract`` (blocking) runs the expansion's contract (one expansion per query, no
-unknown ids, no empty answer; :mod:`medbench_core.expansion.contract`), records the verdict in
+unknown ids, no empty answer; :mod:`medbench_core.retrieval.expansion.contract`), records the verdict in
 ``EXPANSION_GATE.json`` (the expanded run refuses an expansion whose gate failed, in later runs
 too) and logs one MLflow run per expansion x task: params, tokens generated, seconds, tokens/s,
 leakage figures and a sample of expansions. An expansion copying a relevant passage is a warning.
@@ -27,15 +27,15 @@ from assets.stage import (
     open_partition,
     provenance_metadata,
 )
-from medbench_core.derived import load_upstream_run
+from medbench_core.retrieval.derived import load_upstream_run
 from medbench_core.errors import DataError
-from medbench_core.expansion.contract import GATE_FILE, record_expansion_gate, validate_expansion
-from medbench_core.expansion.frame import load_expansion, store_expansion
-from medbench_core.expansion.report import mlflow_metrics, mlflow_params
-from medbench_core.expansion.stage import build_expansion
-from medbench_core.pipeline import DEFAULT_K
-from medbench_core.provenance import code_version
-from medbench_core.run_record import DAGSTER_RUN_TAG
+from medbench_core.retrieval.expansion.contract import GATE_FILE, record_expansion_gate, validate_expansion
+from medbench_core.retrieval.expansion.frame import load_expansion, store_expansion
+from medbench_core.retrieval.expansion.report import mlflow_metrics, mlflow_params
+from medbench_core.retrieval.expansion.stage import build_expansion
+from medbench_core.retrieval.stages import DEFAULT_K
+from medbench_core.provenance import stage_version
+from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.storage import is_complete, write_json_atomic
 from runtime.partitions import Partitions, model_of_partition, split_key, task_of_partition
 from runtime.resources import dagster_run_alive
@@ -108,7 +108,7 @@ def judge(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     spec, folder, key = p.expansion, p.dir(EXPANSION_STAGE), p.keys[EXPANSION_STAGE]
     if not is_complete(folder):
         return dg.AssetCheckResult(passed=False, description=f"no complete expansion at {folder}; materialise {EXPANSION_ASSET} first")
-    judged_with = f"{key}:{code_version('expansion_contract')}"
+    judged_with = f"{key}:{stage_version('expansion_contract')}"
     gate_file = folder / GATE_FILE
     gate = json.loads(gate_file.read_text()) if gate_file.exists() else {}
     reused = gate.get("judged_with") == judged_with
@@ -176,7 +176,7 @@ def build_query_expansion(partitions: Partitions) -> tuple[dg.AssetsDefinition, 
             # (prompt text, generator revision, decoding, LameR's upstream), so changing it makes this stale.
             dg.AssetDep("model_spec", partition_mapping=model_of_partition),
         ],
-        code_version=code_version("expansion"),
+        code_version=stage_version("expansion"),
         group_name="retrieval",
         kinds={"parquet"},
         pool="encode",  # a generator is a model too: one loads at a time

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from assets.stage import Stage, StageRun
-from medbench_core.pipeline import build_corpus_index
+from medbench_core.retrieval.stages import build_corpus_index
 
 
 def build(run: StageRun, tmp: Path) -> list[str]:

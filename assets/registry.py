@@ -2,7 +2,7 @@
 
 Dagster marks a partition stale when an upstream data version changes. Model settings live in
 the registry file, not in any asset, so ``corpus_embeddings`` (and ``query_expansion``) depend on
-``model_spec``: a changed entry gets a new observed version (:func:`medbench_core.model_versions.model_versions`) and exactly
+``model_spec``: a changed entry gets a new observed version (:func:`medbench_core.retrieval.model_versions.model_versions`) and exactly
 that model's partitions turn stale. A model built from upstreams (fusion, cross-encoder, expanded)
 has a version over its upstreams' versions, so changing BM25 also makes stale every fusion and
 reranker built on it; an expanded model's version also hashes its expansion's identity on every

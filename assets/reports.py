@@ -2,7 +2,7 @@
 
 Reads what the stages stored (metrics.json, per_query.parquet, the run's info.json) for the
 current registry and catalogue (each cell at its current provenance key, so a changed model shows
-'-' until it is re-evaluated), writes the reports under data/reports (medbench_core.reports:
+'-' until it is re-evaluated), writes the reports under data/reports (medbench_core.evaluation.reports:
 leaderboard.{md,csv,json}, stats.csv, heatmap.png, diff/<task>.png) and logs them as one MLflow
 run tagged ``medbench.kind=leaderboard`` in the experiment ``<benchmark>-leaderboard``, reused while
 its inputs are unchanged.
@@ -14,22 +14,22 @@ from pathlib import Path
 import dagster as dg
 
 from assets.stage import ASSET_OF_STAGE
-from medbench_core.derived import applicability, derived_revision, registry_partition_keys
-from medbench_core.encoders import cached_revision
+from medbench_core.retrieval.derived import applicability, derived_revision, registry_partition_keys
+from medbench_core.retrieval.encoders import cached_revision
 from medbench_core.errors import MedbenchError
-from medbench_core.expansion.contract import GATE_FILE
-from medbench_core.expansion.spec import load_expansions
-from medbench_core.model import Task
-from medbench_core.models import ModelSpec
-from medbench_core.pipeline import run_params
-from medbench_core.provenance import artifact_key, code_version
-from medbench_core.reports import Cell, Significance, load_cell, write_leaderboard
-from medbench_core.run_record import DAGSTER_RUN_TAG
-from medbench_core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
+from medbench_core.retrieval.expansion.contract import GATE_FILE
+from medbench_core.retrieval.expansion.spec import load_expansions
+from medbench_core.taskdata.task import Task
+from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.stages import run_params
+from medbench_core.provenance import artifact_key, stage_version
+from medbench_core.evaluation.reports import Cell, Significance, load_cell, write_leaderboard
+from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
+from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
 from medbench_core.storage import is_complete
 from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryResource
 
-CODE_VERSION = code_version("reports")
+CODE_VERSION = stage_version("reports")
 KIND_TAG = "medbench.kind"
 
 

@@ -2,7 +2,7 @@
 
 A retriever searches its own index. A model built from upstreams (fusion, cross-encoder rerank,
 a retriever on expanded queries) builds its run from what they stored
-(:func:`medbench_core.derived.build_derived_run`); its inputs are loaded and verified before
+(:func:`medbench_core.retrieval.derived.build_derived_run`); its inputs are loaded and verified before
 anything is written, so a missing or failed upstream stores nothing.
 """
 
@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 from assets.stage import Stage, StageRun
-from medbench_core.derived import build_derived_run, check_inputs, inputs
-from medbench_core.pipeline import retrieve
+from medbench_core.retrieval.derived import build_derived_run, check_inputs, inputs
+from medbench_core.retrieval.stages import retrieve
 
 
 def check(run: StageRun) -> None:

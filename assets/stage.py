@@ -7,8 +7,8 @@ and curated task, refuse a task whose gates failed, say why when the stage has n
 own for this partition, reuse a complete artifact with the same provenance key or build one
 atomically with its manifest, and return the provenance as metadata and data version.
 
-Keys are resolved registry-wide (:func:`medbench_core.derived.registry_partition_keys`): a model
-built from upstreams (fusion, cross-encoder, expanded; :data:`medbench_core.models.DERIVED_KINDS`)
+Keys are resolved registry-wide (:func:`medbench_core.retrieval.derived.registry_partition_keys`): a model
+built from upstreams (fusion, cross-encoder, expanded; :data:`medbench_core.retrieval.model_registry.DERIVED_KINDS`)
 has keys over its upstreams' keys, writes no corpus embeddings or index of its own (the stages
 say why, with a label other than ``n/a``), and its run stage reads what its upstreams stored.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import dagster as dg
 
-from medbench_core.derived import (
+from medbench_core.retrieval.derived import (
     Upstream,
     expansion_input,
     load_upstream_corpus,
@@ -30,18 +30,18 @@ from medbench_core.derived import (
     model_revision,
     registry_partition_keys,
 )
-from medbench_core.derived import applicability as derived_applicability
+from medbench_core.retrieval.derived import applicability as derived_applicability
 from medbench_core.errors import DataError, IntegrityError, MedbenchError
 from medbench_core.layout import ENCODING_STAGES, STAGES
-from medbench_core.model import Task
-from medbench_core.models import ModelSpec, upstream_order
-from medbench_core.pipeline import DEFAULT_K, stage_code_versions
-from medbench_core.provenance import artifact_key, code_version
+from medbench_core.taskdata.task import Task
+from medbench_core.retrieval.model_registry import ModelSpec, upstream_order
+from medbench_core.retrieval.stages import DEFAULT_K, stage_code_versions
+from medbench_core.provenance import artifact_key, source_digest, stage_version
 from medbench_core.storage import MANIFEST, is_complete, replace_dir_atomic, verify_manifest, write_manifest
 from runtime.partitions import Partitions, model_of_partition, split_key, task_of_partition
 from runtime.resources import ArtifactStoreResource, RegistryResource
 
-CODE_VERSION = code_version()
+CODE_VERSION = source_digest()
 CODE_VERSIONS = stage_code_versions()
 
 # The asset of each stage, keyed in STAGES order; everything else (jobs, freshness, the command
@@ -157,7 +157,7 @@ class Partition:
             raise DataError(f"model {self.model}: upstream model {upstream!r}'s {asset} {where} fails its manifest ({exc}); rematerialise it: {todo} --force") from exc
 
     def load_inputs(self) -> dict[str, Upstream]:
-        """What a derived model's run is built from, each verified (:func:`medbench_core.derived.inputs`).
+        """What a derived model's run is built from, each verified (:func:`medbench_core.retrieval.derived.inputs`).
 
         Fusion and rerank: each upstream model's run. Expanded: the retriever's corpus
         embeddings and index, and the expansion, refused unless its contract passed. Raises
@@ -214,7 +214,7 @@ def open_partition(partition_key: str, store: ArtifactStoreResource, registry: R
 
     Dagster's blocking checks stop downstream assets only within the run that ran them; this
     precondition holds across separate later runs too. Keys come from the whole registry
-    (:func:`medbench_core.derived.registry_partition_keys`), so a derived model's keys follow its
+    (:func:`medbench_core.retrieval.derived.registry_partition_keys`), so a derived model's keys follow its
     upstreams'.
     """
     model, task_name = split_key(partition_key)
@@ -246,7 +246,7 @@ def provenance_metadata(p: Partition, stage: str) -> dict:
         "task": p.task_name,
         "model_revision": p.revision,
         "task_content_hash": p.task.content_hash(),
-        "code_version": CODE_VERSIONS.get(stage) or code_version(stage),
+        "code_version": CODE_VERSIONS.get(stage) or stage_version(stage),
         "provenance_key": p.keys[stage],
         "research_only": p.task.meta.research_only,
         "path": dg.MetadataValue.path(str(p.dir(stage))),

@@ -2,9 +2,9 @@
 
 import dagster as dg
 
-from medbench_core.catalog import build_task
-from medbench_core.provenance import code_version
-from medbench_core.model import save_task
+from medbench_core.taskdata.catalog import build_task
+from medbench_core.provenance import stage_version
+from medbench_core.taskdata.task import save_task
 from medbench_core.storage import is_complete, read_manifest, replace_dir_atomic, write_manifest
 from runtime.partitions import Partitions
 from runtime.resources import ArtifactStoreResource, RegistryResource
@@ -17,7 +17,7 @@ def build_curated_task(partitions: Partitions) -> dg.AssetsDefinition:
     return dg.asset(
         key=CURATED_TASK,
         partitions_def=partitions.tasks,
-        code_version=code_version("curated_task"),
+        code_version=stage_version("curated_task"),
         group_name="tasks",
         kinds={"polars", "parquet"},
         description="A source dataset curated into queries, corpus and graded qrels (Parquet), with licences on every record.",

@@ -44,12 +44,12 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from medbench_core.catalog import build_task, load_catalog
-    from medbench_core.encoders import resolve_model_path
-    from medbench_core.model import make_task
-    from medbench_core.models import load_registry
-    from medbench_core.retrieval import load_encoder
-    from medbench_core.vectors import encode_side_to
+    from medbench_core.taskdata.catalog import build_task, load_catalog
+    from medbench_core.retrieval.encoders import resolve_model_path
+    from medbench_core.taskdata.task import make_task
+    from medbench_core.retrieval.model_registry import load_registry
+    from medbench_core.retrieval.records import load_encoder
+    from medbench_core.retrieval.vectors import encode_side_to
 
     spec = next(s for s in load_registry(ROOT / "models.yaml") if s.name == "all-MiniLM-L6-v2")
     shared = Path(os.environ.get("MEDBENCH_SHARED") or ROOT.parent / "shared") / "data"

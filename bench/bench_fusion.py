@@ -1,4 +1,4 @@
-"""medbench's run fusion (medbench_core.fuse_rerank.fuse) against ranx's fuse on the same runs.
+"""medbench's run fusion (medbench_core.retrieval.fuse_rerank.fuse) against ranx's fuse on the same runs.
 
     python bench/bench_fusion.py [--run NAME=RUN_FOLDER ...] [--task scifact] [--repeats 7]
 
@@ -13,7 +13,7 @@ Timed, each the median of --repeats calls on the same in-memory runs:
   the run dicts, which is what a caller holding medbench runs pays.
 Methods: RRF (k=60) and weighted sum (min-max, weights 0.5/0.5). It also checks the fused scores
 agree (RRF given medbench's rankings), and prints nDCG@10 of the inputs and the fusion with the
-fusion's 95% bootstrap CI and its paired tests against each input (medbench_core.stats).
+fusion's 95% bootstrap CI and its paired tests against each input (medbench_core.evaluation.stats).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SHARED = Path(os.environ.get("MEDBENCH_SHARED") or ROOT.parent / "shared")
 
-from medbench_core import bm25
-from medbench_core.catalog import build_task, load_catalog
-from medbench_core.fuse_rerank import fuse, ranked
-from medbench_core.metrics import evaluate, qrels_to_dict, run_to_dict
-from medbench_core.stats import compare, format_cell
+from medbench_core.retrieval import bm25
+from medbench_core.taskdata.catalog import build_task, load_catalog
+from medbench_core.retrieval.fuse_rerank import fuse, ranked
+from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
+from medbench_core.evaluation.stats import compare, format_cell
 
 
 def median_time(fn, repeats: int) -> tuple[float, object]:

@@ -7,7 +7,7 @@ Reads this checkout's artifacts (MEDBENCH_DATA, MEDBENCH_MODELS): the keys come 
 (``registry_partition_keys``), so the folders are exactly the partition's. ranx is given the stored
 upstream runs with their trec_eval ranks made explicit (score = 1000 - rank), as
 tests/core/test_fusion.py does, and its fused run is scored by pytrec_eval-terrier. The paired
-tests are ``medbench_core.stats.compare`` with each input as the baseline in turn (10,000
+tests are ``medbench_core.evaluation.stats.compare`` with each input as the baseline in turn (10,000
 sign flips and bootstrap resamples, seed 0).
 """
 
@@ -28,13 +28,13 @@ def main() -> int:
     import pytrec_eval
     from ranx import Run, fuse
 
-    from medbench_core.derived import registry_partition_keys
-    from medbench_core.expansion.spec import load_expansions
-    from medbench_core.fuse_rerank import ranked
+    from medbench_core.retrieval.derived import registry_partition_keys
+    from medbench_core.retrieval.expansion.spec import load_expansions
+    from medbench_core.retrieval.fuse_rerank import ranked
     from medbench_core.layout import Layout
-    from medbench_core.metrics import qrels_to_dict, run_to_dict
-    from medbench_core.models import load_registry
-    from medbench_core.stats import compare
+    from medbench_core.evaluation.metrics import qrels_to_dict, run_to_dict
+    from medbench_core.retrieval.model_registry import load_registry
+    from medbench_core.evaluation.stats import compare
     from medbench_core.storage import verify_manifest
     from runtime import settings
 

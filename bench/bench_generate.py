@@ -42,10 +42,10 @@ def main() -> None:
     import torch
     from _expansion_fixtures import scifact_subset, tiny_lm
 
-    from medbench_core.expansion import ExpansionSpec, load_expansion, store_expansion
-    from medbench_core.expansion.generate import Generator, generate_expansions, user_messages
-    from medbench_core.expansion.spec import prompt_text
-    from medbench_core.expansion.stage import expansion_stage_key
+    from medbench_core.retrieval.expansion import ExpansionSpec, load_expansion, store_expansion
+    from medbench_core.retrieval.expansion.generate import Generator, generate_expansions, user_messages
+    from medbench_core.retrieval.expansion.spec import prompt_text
+    from medbench_core.retrieval.expansion.stage import expansion_stage_key
 
     torch.set_num_threads(args.threads)
     task = scifact_subset(n_queries=args.queries, n_other_docs=0)

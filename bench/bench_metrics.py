@@ -81,7 +81,7 @@ def main() -> None:
 
     import pytrec_eval
 
-    from medbench_core.metrics import DEFAULT_METRICS, evaluate, evaluate_frame, qrels_to_dict, run_to_dict
+    from medbench_core.evaluation.metrics import DEFAULT_METRICS, evaluate, evaluate_frame, qrels_to_dict, run_to_dict
 
     t0 = time.perf_counter()
     qrels_df, run_df = synthetic(args.queries, args.judged, args.depth, args.seed)

@@ -98,7 +98,7 @@ def medbench(launched: float, runs: int) -> dict:
             raise SystemExit(f"main job exit {code}:\n{out.getvalue()[-3000:]}")
         walls.append(time.time() - (launched if n == 0 else t0))
         logs.append([line for line in out.getvalue().splitlines() if line.startswith("[")])
-    from medbench_core.pipeline import partition_keys
+    from medbench_core.retrieval.stages import partition_keys
     from orchestration.definitions import default_resources
 
     store, registry = default_resources()["store"], default_resources()["registry"]

@@ -81,9 +81,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    from medbench_core.readers.beir import read_beir
-    from medbench_core.readers.mteb import read_mteb
-    from medbench_core.readers.r2med import read_r2med_repo
+    from medbench_core.taskdata.readers.beir import read_beir
+    from medbench_core.taskdata.readers.mteb import read_mteb
+    from medbench_core.taskdata.readers.r2med import read_r2med_repo
 
     docs, queries, qrels = load_rows()
     n_records = len(docs) + len(queries) + len(qrels)

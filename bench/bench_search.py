@@ -49,7 +49,7 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 def make_corpus(folder: Path, n: int, dim: int, n_queries: int, seed: int) -> None:
     """corpus.npy (n x dim) and queries.npy in ``folder``, block by block (never the whole corpus in memory)."""
-    from medbench_core.vectors import BLOCK_ROWS, write_npy_blocks
+    from medbench_core.retrieval.vectors import BLOCK_ROWS, write_npy_blocks
 
     centres = np.random.default_rng(seed).standard_normal((CENTRES, dim)).astype(np.float32)
 
@@ -93,8 +93,8 @@ def child(mode: str, folder: Path, k: int, ivf: dict, repeats: int, sweep: list[
         out["peak_rss_gb"] = _rss_gb()
         return out
 
-    from medbench_core.index import build_index, load_index, save_index, search
-    from medbench_core.vectors import iter_blocks, load_vectors
+    from medbench_core.retrieval.index import build_index, load_index, save_index, search
+    from medbench_core.retrieval.vectors import iter_blocks, load_vectors
 
     spec = {"type": "flat"} if mode == "medbench" else ivf
     t0 = time.perf_counter()

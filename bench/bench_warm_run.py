@@ -27,8 +27,8 @@ import time
 t0 = time.perf_counter()
 from medbench_cli import uptodate
 from medbench_cli.common import prepare_environment
-from medbench_core.catalog import load_catalog
-from medbench_core.models import load_registry
+from medbench_core.taskdata.catalog import load_catalog
+from medbench_core.retrieval.model_registry import load_registry
 from runtime import settings
 prepare_environment()
 t1 = time.perf_counter()

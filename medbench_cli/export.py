@@ -4,7 +4,7 @@ as an MTEB results JSON and a TREC run, in one folder.
 DIR/leaderboard.{md,csv,json}, stats.csv, heatmap.png, diff/<task>.png (the reports as saved);
 DIR/results/<model>/<task>/{metrics.json, per_query.parquet}; DIR/mteb/<model>/<revision>/<task>.json
 (+ model_meta.json: the layout and fields of MTEB's results repository) and DIR/trec/<model>/<task>.trec
-(medbench_core.exports.export, index.json lists them); a sha256 MANIFEST.json over every file. Each
+(medbench_core.evaluation.exports.export, index.json lists them); a sha256 MANIFEST.json over every file. Each
 metrics and run artifact is verified against its own manifest before it is read; the folder is built
 aside and swapped in whole. DIR must not exist, or hold an earlier export (which is replaced).
 Nothing is computed: run ``medbench run`` first.
@@ -39,9 +39,9 @@ def export(data_root: Path, dest: Path) -> int:
     """Write the export of the project at ``data_root`` to ``dest``; returns the number of cells."""
     from medbench_core.errors import DataError
     from medbench_core.layout import Layout
-    from medbench_core.provenance import code_version
-    from medbench_core.exports import export as export_results
-    from medbench_core.reports import load_cell
+    from medbench_core.provenance import stage_version
+    from medbench_core.evaluation.exports import export as export_results
+    from medbench_core.evaluation.reports import load_cell
     from medbench_core.storage import MANIFEST, read_manifest, replace_dir_atomic, verify_manifest, write_manifest
 
     layout = Layout(data_root)
@@ -83,7 +83,7 @@ def export(data_root: Path, dest: Path) -> int:
             (tmp / "results" / model / task).mkdir(parents=True)
             for name in METRIC_FILES:
                 shutil.copyfile(source / name, tmp / "results" / model / task / name)
-        export_results(cells, tmp, code_version=code_version("reports"))
+        export_results(cells, tmp, code_version=stage_version("reports"))
         files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
         write_manifest(tmp, files, {"kind": MARK, "benchmark": saved.get("benchmark"), "metric": saved.get("metric"), "cells": saved["cells"]})
 

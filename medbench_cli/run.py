@@ -92,7 +92,7 @@ def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) ->
     """
     from medbench_core.errors import MedbenchError
     from medbench_core.layout import ENCODING_STAGES
-    from medbench_core.pipeline import applicability, partition_keys
+    from medbench_core.retrieval.stages import applicability, partition_keys
     from medbench_core.storage import is_complete
 
     stored: dict = {}
@@ -120,7 +120,7 @@ def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) ->
 def with_upstreams(models: list[str], specs: list) -> tuple[list[str], dict[str, list[str]]]:
     """``models`` and every model they are built from, in evaluation order (upstreams first), and
     for each model named, the upstreams added for it."""
-    from medbench_core.models import evaluation_order, upstream_order
+    from medbench_core.retrieval.model_registry import evaluation_order, upstream_order
 
     added: dict[str, list[str]] = {}
     wanted = set(models)
@@ -135,9 +135,9 @@ def with_upstreams(models: list[str], specs: list) -> tuple[list[str], dict[str,
 def _plan(args: argparse.Namespace) -> tuple[list[str], list[str], list, object]:
     """Models (with what they are built from, upstreams first) and tasks to run, validated, with
     the registry's specs and the catalogue."""
-    from medbench_core.catalog import load_catalog
+    from medbench_core.taskdata.catalog import load_catalog
     from medbench_core.errors import MedbenchError
-    from medbench_core.models import load_registry
+    from medbench_core.retrieval.model_registry import load_registry
 
     try:
         specs = load_registry(settings.MODELS_FILE)

@@ -92,8 +92,8 @@ class Inputs:
 def inputs(specs: list, catalog: Any, tasks: list[str]) -> Inputs:
     """The :class:`Inputs` of a run of every model in ``specs`` on ``tasks`` of ``catalog``."""
     from medbench_core.errors import MedbenchError
-    from medbench_core.expansion.spec import load_expansions
-    from medbench_core.model_versions import model_versions
+    from medbench_core.retrieval.expansion.spec import load_expansions
+    from medbench_core.retrieval.model_versions import model_versions
     from medbench_core.provenance import artifact_key, file_hash
 
     try:  # the versions Dagster's model_spec observations record: weights, upstreams, expansions' files and generators
@@ -203,7 +203,7 @@ def latest_events(storage: Path, run_id: str, assets: tuple[str, ...]) -> dict[s
 
 def finished_mlflow_runs(db_path: Path, experiment: str) -> dict[str, str | None]:
     """Run id -> run key (tag ``medbench.run_key``, None without one) of every active FINISHED run in ``experiment``."""
-    from medbench_core.run_record import RUN_KEY_TAG
+    from medbench_core.evaluation.run_record import RUN_KEY_TAG
 
     with _read_only(db_path) as db:
         rows = db.execute(

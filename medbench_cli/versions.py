@@ -96,7 +96,7 @@ def _release(args: argparse.Namespace, root: Path) -> int:
     """Release data/ as benchmark version TAG: verify manifests, `dvc add` + push, commit data.dvc, tag, tag every MLflow run."""
     import datetime as dt
 
-    from medbench_core.catalog import load_catalog
+    from medbench_core.taskdata.catalog import load_catalog
     from medbench_release.release import release
     from medbench_release.vcs import DATA, VersioningError
 

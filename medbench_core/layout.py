@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from medbench_core.errors import ContractError, DataError
-from medbench_core.model import Task, load_task
+from medbench_core.taskdata.task import Task, load_task
 from medbench_core.storage import MANIFEST, read_manifest, verify_manifest
 
 STAGES = ("embeddings", "index", "run", "metrics")
@@ -52,7 +52,7 @@ class Layout:
 
     def gate_file(self, task: str) -> Path:
         """The recorded verdict of the task's own data contract."""
-        from medbench_core.contracts import gate_status_path
+        from medbench_core.taskdata.contracts import gate_status_path
 
         return gate_status_path(self.task_dir(task))
 
@@ -62,7 +62,7 @@ class Layout:
 
     def overlap_gate_file(self) -> Path:
         """The recorded verdict of the cross-task overlap check."""
-        from medbench_core.contracts import overlap_gate_path
+        from medbench_core.taskdata.contracts import overlap_gate_path
 
         return overlap_gate_path(self.tasks_root())
 
@@ -72,10 +72,10 @@ class Layout:
     def gate_refusal(self, task: str, content_hash: str) -> str | None:
         """Why the recorded gates (the task's own and the cross-task one) refuse ``task`` at ``content_hash``; None when they pass it.
 
-        The one gate rule (:func:`medbench_core.contracts.gate_refusal`) at this project's paths;
+        The one gate rule (:func:`medbench_core.taskdata.contracts.gate_refusal`) at this project's paths;
         every step that builds on a task asks it.
         """
-        from medbench_core.contracts import gate_refusal
+        from medbench_core.taskdata.contracts import gate_refusal
 
         return gate_refusal(self.task_dir(task), content_hash, overlap_gate=self.overlap_gate_file())
 

@@ -24,45 +24,48 @@ SCORING_PACKAGES = (
 )
 
 
-# The medbench_core modules (or packages) whose code decides each stage's output. A stage's code version
-# hashes only these, so editing (say) the contracts does not re-encode every corpus.
-STAGE_MODULES: dict[str, tuple[str, ...]] = {
-    "curated_task": ("model", "readers", "catalog", "images", "licences", "storage", "hub"),
-    "embeddings": ("model", "retrieval", "encoders", "clip", "images", "bm25", "pipeline", "storage", "chunking", "vectors"),
-    "index": ("index", "pipeline", "storage", "vectors"),
-    "run": ("model", "ranking", "index", "bm25", "retrieval", "encoders", "clip", "images", "pipeline", "storage", "chunking", "instructions", "vectors"),
-    "metrics": ("metrics", "pipeline", "storage", "stats"),  # stats: each mean's bootstrap CI
-    "leaderboard": ("leaderboard", "pipeline"),
-    # Runs built from upstream runs (fusion, cross-encoder reranking); see medbench_core/derived.py.
-    "derived_run": ("derived", "fuse_rerank", "models", "model", "ranking", "encoders", "storage"),
-    "reports": ("reports", "plots", "stats", "leaderboard", "metrics"),
-    "contracts": ("contracts", "licences", "model", "images"),
-    # Generation-augmented retrieval: the expansion texts, their contract, and the run on them.
-    # Kept apart so that editing how expansions are combined does not regenerate them.
-    "expansion": ("expansion/spec", "expansion/frame", "expansion/files", "expansion/generate", "expansion/stage", "model", "storage"),
-    "expansion_contract": ("expansion/contract", "contracts/gx", "contracts/results"),
-    # The expanded run is built by derived.build_derived_run, like every run built from upstreams.
-    "expanded_run": ("expansion/combine", "expansion/rules", "expansion/frame", "derived", "fuse_rerank", "model", "ranking", "index", "bm25", "retrieval", "encoders", "pipeline", "storage"),
+# The declared output version of each stage. Bump a stage's number in the change that alters what
+# it writes (tests/core/test_golden_outputs.py fails when an output changes without a bump). Keys use
+# these, never the bytes of the sources: moving a module, renaming a function or editing a comment
+# re-keys nothing. A model kind declares its own version too (medbench_core.retrieval.kinds).
+STAGE_VERSIONS: dict[str, str] = {
+    "curated_task": "1",  # readers, the task model, images, licences
+    "contracts": "1",  # the task and overlap contracts' verdicts
+    "embeddings": "1",  # corpus representation (with the kind's version)
+    "index": "1",  # FAISS index over the vectors
+    "run": "1",  # top-k search with the tie rule (with the kind's version)
+    "metrics": "1",  # per-query metrics, means, bootstrap CIs, breakdowns
+    "derived_run": "1",  # runs built from upstream runs (fusion, rerank)
+    "expanded_run": "1",  # a retriever on expanded queries
+    "expansion": "1",  # expansion texts (published or generated) and their split
+    "expansion_contract": "1",  # the expansion gate and its leakage measure
+    "leaderboard": "1",  # the leaderboard cells
+    "reports": "1",  # tables, CIs, paired tests, plots
 }
 
 
+def stage_version(stage: str) -> str:
+    """The declared output version of ``stage`` (:data:`STAGE_VERSIONS`)."""
+    try:
+        return STAGE_VERSIONS[stage]
+    except KeyError:
+        raise KeyError(f"stage {stage!r} declares no version; known: {sorted(STAGE_VERSIONS)}") from None
+
+
 @lru_cache(maxsize=None)
-def code_version(stage: str | None = None) -> str:
-    """sha256 over the sources behind ``stage`` (see STAGE_MODULES), or all of medbench_core."""
-    if stage is None:
-        files = sorted(p for p in _CORE.rglob("*") if p.is_file() and p.suffix in {".py", ".json"} and "__pycache__" not in p.parts)
-    else:
-        files = []
-        for m in STAGE_MODULES[stage]:  # a module, or a package (every file in it)
-            files += sorted((_CORE / m).rglob("*.py")) if (_CORE / m).is_dir() else [_CORE / f"{m}.py"]
-        if "clip" in STAGE_MODULES[stage]:
-            files += sorted((_CORE / "clip_configs").glob("*.json"))
+def source_digest() -> str:
+    """sha256 over every source file of medbench_core: which code ran (provenance only, never a key)."""
+    files = sorted(p for p in _CORE.rglob("*") if p.is_file() and p.suffix in {".py", ".json"} and "__pycache__" not in p.parts)
     h = hashlib.sha256()
     for p in files:
-        if p.exists():
-            h.update(str(p.relative_to(_CORE)).encode())
-            h.update(p.read_bytes())
+        h.update(str(p.relative_to(_CORE)).encode())
+        h.update(p.read_bytes())
     return h.hexdigest()[:16]
+
+
+def code_versions() -> dict[str, str]:
+    """What a benchmark version records of its code: the source digest (``core``) and every stage's version."""
+    return {"core": source_digest(), **STAGE_VERSIONS}
 
 
 def git_sha(repo: str | Path) -> str:

@@ -134,7 +134,7 @@ def compare_vectors(want: dict[str, Any], path: Path, rule: str, published: Path
 
 
 def compare_metrics(path: Path, want_metrics: dict[str, float] | None) -> dict[str, Any]:
-    from medbench_core.pipeline import flat_metrics
+    from medbench_core.retrieval.stages import flat_metrics
 
     if want_metrics is None:
         return {"verdict": "differs", "detail": "other bytes, and the version records no metrics for this key"}

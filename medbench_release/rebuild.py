@@ -42,10 +42,17 @@ _SCRUB = (
     "MEDBENCH_ROOT", "MEDBENCH_DATA", "MEDBENCH_STATE", "MEDBENCH_MODELS", "MEDBENCH_TASKS", "DAGSTER_HOME",
     "MLFLOW_TRACKING_URI", "PYTHONPATH", "MEDBENCH_DVC_REMOTE",
 )
-_CODE_VERSIONS = (
-    "import json; from medbench_core.provenance import STAGE_MODULES, code_version; "
-    "print(json.dumps({'core': code_version(), **{s: code_version(s) for s in STAGE_MODULES}}))"
-)
+# Asked of the version's own code: declared stage versions (code_versions) or, in versions made before
+# they existed, hashes of each stage's sources (STAGE_MODULES).
+_CODE_VERSIONS = """
+import json
+try:
+    from medbench_core.provenance import code_versions
+except ImportError:
+    from medbench_core.provenance import STAGE_MODULES, code_version
+    code_versions = lambda: {"core": code_version(), **{s: code_version(s) for s in STAGE_MODULES}}
+print(json.dumps(code_versions()))
+"""
 
 
 @dataclass
@@ -124,7 +131,7 @@ def choose_code(root: Path, record: dict[str, Any], *, mode: str, models_file: P
         how = f"the code of commit {commit[:12]} (a temporary git worktree) with the version's models.yaml and tasks.yaml, in {env_how}"
         return CodeChoice(tree, python, how, *texts, worktree=tree)
     here = code_versions_of(root, sys.executable)
-    moved = sorted(s for s, v in record["code_versions"].items() if here.get(s) != v)
+    moved = sorted(s for s, v in record["code_versions"].items() if s != "core" and here.get(s) != v)  # core: a digest of the sources, not an output version
     if moved or record["lock_hash"] != current_lock:
         what = (f"code versions of {', '.join(moved)} differ" if moved else "") + ("; " if moved and record["lock_hash"] != current_lock else "")
         what += f"requirements.lock {current_lock} != {record['lock_hash']}" if record["lock_hash"] != current_lock else ""

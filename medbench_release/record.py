@@ -163,7 +163,7 @@ def registry_entries(models_text: str) -> dict[str, dict[str, Any]]:
 
 def catalogue_entries(tasks_text: str) -> dict[str, dict[str, Any]]:
     """task name -> entry (subsets expanded) of a tasks.yaml text."""
-    from medbench_core.catalog import expand_subsets
+    from medbench_core.taskdata.catalog import expand_subsets
 
     doc = yaml.safe_load(tasks_text) or {}
     out = {}

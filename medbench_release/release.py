@@ -21,7 +21,7 @@ from typing import Any
 
 from medbench_core.errors import IntegrityError, MedbenchError
 from medbench_core.layout import STAGES, Layout
-from medbench_core.run_record import release_entry
+from medbench_core.evaluation.run_record import release_entry
 from medbench_core.storage import MANIFEST, read_manifest, verify_manifest, write_text_atomic
 from medbench_release.record import (
     FORMAT,
@@ -73,7 +73,7 @@ def artifact_dirs(data_dir: Path, entry: dict[str, Any]) -> dict[str, Path]:
 
 
 def _derived(kind: str) -> bool:
-    from medbench_core.models import DERIVED_KINDS
+    from medbench_core.retrieval.model_registry import DERIVED_KINDS
 
     return kind in DERIVED_KINDS
 
@@ -140,8 +140,8 @@ def current_runs(entries: list[dict[str, Any]], data_dir: Path, models_file: Pat
     not be rebuilt from this commit); so is a model no longer in the registry. Returns
     ``(current, notes)``.
     """
-    from medbench_core.derived import registry_partition_keys
-    from medbench_core.models import load_registry
+    from medbench_core.retrieval.derived import registry_partition_keys
+    from medbench_core.retrieval.model_registry import load_registry
 
     specs = load_registry(models_file)
     names = {s.name for s in specs}
@@ -170,7 +170,7 @@ def current_runs(entries: list[dict[str, Any]], data_dir: Path, models_file: Pat
 
 def version_artifacts(data_dir: Path, runs: list[dict[str, Any]], models_text: str, tasks_text: str, shared_data: Path) -> list[dict[str, Any]]:
     """Every artifact of the version in stage order: curated tasks, then each stage's artifacts (see :mod:`.record`)."""
-    from medbench_core.provenance import code_version
+    from medbench_core.provenance import stage_version
 
     layout = Layout(data_dir)
     models, catalogue = registry_entries(models_text), catalogue_entries(tasks_text)
@@ -179,7 +179,7 @@ def version_artifacts(data_dir: Path, runs: list[dict[str, Any]], models_text: s
     out = []
     for t in tasks:
         folder = layout.task_dir(t)
-        up = task_upstream(folder, catalogue.get(t), shared_data, code_version("curated_task"))
+        up = task_upstream(folder, catalogue.get(t), shared_data, stage_version("curated_task"))
         out.append(artifact_record(data_dir, folder, "curated_task", model=None, task=t, key=read_manifest(folder)["content_hash"], upstream=up))
     model_order = list(models)
     ordered = sorted(runs, key=lambda e: (model_order.index(e["model"]) if e["model"] in model_order else len(model_order), tasks.index(e["task"])))
@@ -256,7 +256,7 @@ def release(
     after a failure resumes: a tag that already names the same data is pushed and tagged again,
     a tag naming other data is refused.
     """
-    from medbench_core.provenance import STAGE_MODULES, code_version, environment_fingerprint, file_hash
+    from medbench_core.provenance import code_versions, environment_fingerprint, file_hash
 
     root = repo_root(root)
     check_tag(tag)
@@ -320,7 +320,7 @@ def release(
         "data_dvc": (root / "data.dvc").read_text(),
         "code_commit": git(root, "rev-parse", "HEAD").strip(),
         "lock_hash": file_hash(root / "requirements.lock"),
-        "code_versions": {"core": code_version(), **{s: code_version(s) for s in STAGE_MODULES}},
+        "code_versions": code_versions(),
         "registry": {"models.yaml": _text_record(models_file), "tasks.yaml": _text_record(tasks_file)},
         "remote": public_url(url),
         "environment": environment_fingerprint(),

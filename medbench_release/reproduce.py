@@ -99,8 +99,8 @@ def _research(entry: dict[str, Any], task, dirs: dict[str, Path], out: Path):
     """Re-run retrieval on the stored index: dense models with the stored query vectors, BM25 on its bm25s index."""
     import numpy as np
 
-    from medbench_core.models import ModelSpec
-    from medbench_core.pipeline import retrieve
+    from medbench_core.retrieval.model_registry import ModelSpec
+    from medbench_core.retrieval.stages import retrieve
 
     if "embeddings" not in dirs:  # before a spec is made: a derived entry's record has no upstreams to make it from
         return None, "run built from upstream runs (re-scored, not re-searched)"
@@ -128,8 +128,8 @@ def reproduce_entry(data_dir: Path, entry: dict[str, Any], tag: str, mlflow_metr
     """Re-search and re-score one model x task of a version; returns (summary line, differences)."""
     import polars as pl
 
-    from medbench_core.model import load_task
-    from medbench_core.pipeline import flat_metrics, score
+    from medbench_core.taskdata.task import load_task
+    from medbench_core.retrieval.stages import flat_metrics, score
 
     label = f"{entry['model']} x {entry['task']}"
     task_dir = Layout(data_dir).task_dir(entry["task"])

@@ -105,7 +105,7 @@ def waiting_on_upstreams(model: str, task: str, specs, pending: Collection[tuple
     """The upstreams of ``model`` (a fusion, reranker or expanded model) that are themselves
     ``pending`` (requested or due) on ``task``. Requested in the same tick, its run could start
     before theirs end and find no upstream run; it is requested on a later tick instead."""
-    from medbench_core.models import upstream_order
+    from medbench_core.retrieval.model_registry import upstream_order
 
     return [u for u in upstream_order(model, list(specs)) if (u, task) in pending]
 

@@ -15,7 +15,7 @@ import dagster as dg
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from assets.registry import MODEL_SPEC
-from medbench_core.model_versions import model_versions
+from medbench_core.retrieval.model_versions import model_versions
 from runtime.partitions import MODEL_PARTITIONS_NAME
 from runtime.resources import RegistryResource
 
@@ -39,7 +39,7 @@ class Pin:
 
 
 def pin_revisions(registry: RegistryResource) -> dict[str, Pin]:
-    """Every hub model's revision resolved to a commit sha (:func:`medbench_core.models.pin_revision`).
+    """Every hub model's revision resolved to a commit sha (:func:`medbench_core.retrieval.model_registry.pin_revision`).
 
     Offline the local hub cache answers (``refs/<branch>``); online (MEDBENCH_ONLINE) the hub does,
     and the answer is written to the cache's ``refs/<branch>`` as huggingface_hub writes it when it
@@ -50,7 +50,7 @@ def pin_revisions(registry: RegistryResource) -> dict[str, Pin]:
     """
     from medbench_core.errors import DataError
     from medbench_core.hub import is_commit_sha, record_ref
-    from medbench_core.models import pin_revision
+    from medbench_core.retrieval.model_registry import pin_revision
 
     pins: dict[str, Pin] = {}
     for spec in registry.models():

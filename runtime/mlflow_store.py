@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import dagster as dg
 
-from medbench_core.run_record import DAGSTER_RUN_TAG, RUN_KEY_TAG
+from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG, RUN_KEY_TAG
 from medbench_core.storage import atomic_path, write_text_atomic
 from runtime import settings
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from medbench_core.catalog import load_catalog
+from medbench_core.taskdata.catalog import load_catalog
 
 MODEL_PARTITIONS_NAME = "models"
 

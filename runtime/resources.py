@@ -11,11 +11,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from medbench_core.catalog import Catalog, TaskEntry, load_catalog
+from medbench_core.taskdata.catalog import Catalog, TaskEntry, load_catalog
 from medbench_core.errors import DataError
 from medbench_core.layout import Layout
-from medbench_core.model import Task
-from medbench_core.models import ModelSpec, load_baseline, load_registry
+from medbench_core.taskdata.task import Task
+from medbench_core.retrieval.model_registry import ModelSpec, load_baseline, load_registry
 from medbench_core.provenance import file_hash, git_sha
 from runtime.mlflow_store import MLflowResource, dagster_run_alive
 
@@ -88,8 +88,8 @@ class RegistryResource(dg.ConfigurableResource):
         return load_baseline(self.models_file)
 
     def expansions(self) -> list:
-        """The ``expansions:`` entries of the registry file (:mod:`medbench_core.expansion.spec`)."""
-        from medbench_core.expansion.spec import load_expansions
+        """The ``expansions:`` entries of the registry file (:mod:`medbench_core.retrieval.expansion.spec`)."""
+        from medbench_core.retrieval.expansion.spec import load_expansions
 
         return load_expansions(self.models_file)
 
@@ -158,11 +158,11 @@ class ComputeResource(dg.ConfigurableResource):
         if key not in _ENCODER:
             _ENCODER.clear()
             if spec.kind == "cross-encoder":
-                from medbench_core.fuse_rerank import load_cross_encoder
+                from medbench_core.retrieval.fuse_rerank import load_cross_encoder
 
                 _ENCODER[key] = load_cross_encoder(spec, device=device, progress=progress, online=self.online)
             else:
-                from medbench_core.retrieval import load_encoder
+                from medbench_core.retrieval.records import load_encoder
 
                 _ENCODER[key] = load_encoder(spec, device=device, progress=progress, online=self.online)
         return _ENCODER[key]
@@ -170,7 +170,7 @@ class ComputeResource(dg.ConfigurableResource):
     def generator(self, spec):
         """The causal LM of a ``source: generate`` expansion (an ExpansionSpec), loaded once per
         process: one generator is kept at a time, as one encoder is."""
-        from medbench_core.expansion.generate import Generator
+        from medbench_core.retrieval.expansion.generate import Generator
 
         device = self.torch_device()
         key = json.dumps([spec.resolve_path(spec.generator), spec.revision, spec.dtype, device], default=str)

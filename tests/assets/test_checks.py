@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from assets.checks import OVERLAP_CHECK, TASK_CHECK
-from medbench_core.contracts import gate_refusal, overlap_gate_path
+from medbench_core.taskdata.contracts import gate_refusal, overlap_gate_path
 from medbench_core.errors import ContractError
 from runtime.resources import ArtifactStoreResource, RegistryResource
 from tests.assets.project import PARTITIONS, curated_task, task_checks

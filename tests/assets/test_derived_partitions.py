@@ -18,9 +18,9 @@ import polars as pl
 import pytest
 import pytrec_eval
 
-from medbench_core.derived import registry_partition_keys
-from medbench_core.fuse_rerank import ranked
-from medbench_core.metrics import qrels_to_dict, run_to_dict
+from medbench_core.retrieval.derived import registry_partition_keys
+from medbench_core.retrieval.fuse_rerank import ranked
+from medbench_core.evaluation.metrics import qrels_to_dict, run_to_dict
 from orchestration.registry_sync import sync_model_partitions
 from tests.orchestration.derived_env import (
     BM25_K12,

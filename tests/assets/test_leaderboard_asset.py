@@ -20,13 +20,13 @@ import yaml
 from PIL import Image
 from scipy.stats import bootstrap, permutation_test, ttest_rel
 
-from medbench_core.derived import registry_partition_keys
+from medbench_core.retrieval.derived import registry_partition_keys
 from medbench_core.errors import DataError
-from medbench_core.expansion.contract import GATE_FILE
-from medbench_core.expansion.spec import load_expansions
-from medbench_core.model import TaskMeta, make_task, save_task
-from medbench_core.models import load_registry
-from medbench_core.pipeline import partition_keys
+from medbench_core.retrieval.expansion.contract import GATE_FILE
+from medbench_core.retrieval.expansion.spec import load_expansions
+from medbench_core.taskdata.task import TaskMeta, make_task, save_task
+from medbench_core.retrieval.model_registry import load_registry
+from medbench_core.retrieval.stages import partition_keys
 from medbench_core.storage import write_manifest
 from tests.assets.project import leaderboard
 from tests.orchestration.operating_env import BM25, BM25_K12, operated_world, write_models

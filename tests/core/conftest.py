@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from medbench_core.encoders import resolve_model_path
+from medbench_core.retrieval.encoders import resolve_model_path
 
 
 def _tiny_bert(folder: Path, head: str, seed: int = 0) -> Path:

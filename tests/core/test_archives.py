@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from medbench_core.archives import safe_extract
+from medbench_core.taskdata.archives import safe_extract
 from medbench_core.errors import DataError
 
 

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import pytrec_eval
 
-from medbench_core import bm25
-from medbench_core.catalog import build_task, load_catalog
-from medbench_core.metrics import evaluate, qrels_to_dict, run_to_dict
-from medbench_core.models import load_registry
-from medbench_core.pipeline import build_corpus_index, embed_corpus, retrieve
+from medbench_core.retrieval import bm25
+from medbench_core.taskdata.catalog import build_task, load_catalog
+from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
+from medbench_core.retrieval.model_registry import load_registry
+from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 
 ROOT = Path(__file__).resolve().parents[2]
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
@@ -128,7 +128,7 @@ def test_ties_by_doc_id_and_stopword_only_queries():
 _SAVE_INDEX = """
 import sys
 from pathlib import Path
-from medbench_core import bm25
+from medbench_core.retrieval import bm25
 docs = ["Aspirin lowers the risk of a second heart attack.", "Statins reduce LDL cholesterol.", "Gout is caused by uric acid crystals.",
         "Vitamin D supplements did not reduce fractures.", "Exercise lowers resting blood pressure and cholesterol."]
 bm25.save(bm25.fit(docs), Path(sys.argv[1]))

@@ -9,10 +9,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from medbench_core.index import build_index, search
-from medbench_core.metrics import breakdown, cross_lingual_gap, evaluate, qrels_to_dict, run_to_dict
-from medbench_core.model import TaskMeta, make_task
-from medbench_core.retrieval import candidate_pools, encode_side
+from medbench_core.retrieval.index import build_index, search
+from medbench_core.evaluation.metrics import breakdown, cross_lingual_gap, evaluate, qrels_to_dict, run_to_dict
+from medbench_core.taskdata.task import TaskMeta, make_task
+from medbench_core.retrieval.records import candidate_pools, encode_side
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 if not DATA.exists():
@@ -67,7 +67,7 @@ def _ndcg_correct_last(n_correct: int, n_options: int = 5) -> float:
 @pytest.fixture(scope="module")
 def inverted_mcqa_eval():
     """FrenchMedMCQA ranked by an encoder that puts every correct option below every wrong one."""
-    from medbench_core.readers.frenchmedmcqa import read_frenchmedmcqa
+    from medbench_core.taskdata.readers.frenchmedmcqa import read_frenchmedmcqa
 
     task = read_frenchmedmcqa(DATA / "frenchmedmcqa", "test")
     # Option texts repeat across questions with different answers, so the fake encoder keys on
@@ -106,7 +106,7 @@ def test_inverted_ranking_per_tier_by_hand(inverted_mcqa_eval):
 
 
 def test_pipeline_score_logs_tier_breakdowns_as_separate_metrics(inverted_mcqa_eval, tmp_path):
-    from medbench_core.pipeline import flat_metrics, score
+    from medbench_core.retrieval.stages import flat_metrics, score
 
     task, ev = inverted_mcqa_eval
     run = pl.DataFrame(

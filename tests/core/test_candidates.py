@@ -14,13 +14,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from medbench_core import bm25
+from medbench_core.retrieval import bm25
 from medbench_core.errors import DataError
-from medbench_core.index import build_index, search
-from medbench_core.metrics import evaluate, qrels_to_dict, run_to_dict
-from medbench_core.model import TaskMeta, make_task
-from medbench_core.ranking import rank_scores
-from medbench_core.retrieval import candidate_pools, encode_side
+from medbench_core.retrieval.index import build_index, search
+from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
+from medbench_core.taskdata.task import TaskMeta, make_task
+from medbench_core.retrieval.ranking import rank_scores
+from medbench_core.retrieval.records import candidate_pools, encode_side
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 if not DATA.exists():
@@ -173,7 +173,7 @@ def test_candidate_pools_dedupes_and_refuses_gaps():
 def test_frenchmedmcqa_each_question_ranks_only_its_options_and_metrics_match_pytrec_eval():
     import pytrec_eval
 
-    from medbench_core.readers.frenchmedmcqa import read_frenchmedmcqa
+    from medbench_core.taskdata.readers.frenchmedmcqa import read_frenchmedmcqa
 
     task = read_frenchmedmcqa(DATA / "frenchmedmcqa", "test")
     enc = HashEncoder()
@@ -209,8 +209,8 @@ def test_bm25_text_side_of_multimodal_records():
 def test_errors_from_encoders_name_the_record(tmp_path):
     import shutil
 
-    from medbench_core.retrieval import TextOnly
-    from medbench_core.readers.medicat import read_medicat
+    from medbench_core.retrieval.records import TextOnly
+    from medbench_core.taskdata.readers.medicat import read_medicat
 
     class NeverCalled:
         def encode(self, texts, *, role, languages=None):
@@ -232,7 +232,7 @@ def test_errors_from_encoders_name_the_record(tmp_path):
         """Fake encoder that loads every image like the CLIP encoder does."""
 
         def encode_records(self, texts, images, languages, role, ids=None):
-            from medbench_core.images import load_image
+            from medbench_core.taskdata.images import load_image
 
             for p, rid in zip(images, ids):
                 if p is not None:

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from medbench_core.errors import DataError
-from medbench_core.models import ModelSpec
+from medbench_core.retrieval.model_registry import ModelSpec
 
 pytestmark = pytest.mark.model
 
@@ -32,7 +32,7 @@ def spec(name: str = "tiny", **settings) -> ModelSpec:
 
 @pytest.fixture(scope="module")
 def encoder():
-    from medbench_core.clip import load_clip_encoder
+    from medbench_core.retrieval.clip import load_clip_encoder
 
     return load_clip_encoder(spec(seed=0))
 
@@ -68,7 +68,7 @@ def test_shape_dtype_and_unit_norm(encoder, xray_png):
 
 
 def test_same_seed_same_vectors_other_seed_other_vectors(encoder, xray_png):
-    from medbench_core.clip import load_clip_encoder
+    from medbench_core.retrieval.clip import load_clip_encoder
 
     texts, images, langs = _records(xray_png)
     a = encoder.encode_records(texts, images, langs, "passage")
@@ -79,8 +79,8 @@ def test_same_seed_same_vectors_other_seed_other_vectors(encoder, xray_png):
 
 
 def test_safetensors_round_trip(encoder, xray_png, tmp_path):
-    from medbench_core.clip import clip_revision, load_clip_encoder
-    from medbench_core.encoders import effective_revision
+    from medbench_core.retrieval.clip import clip_revision, load_clip_encoder
+    from medbench_core.retrieval.encoders import effective_revision
     from medbench_core.storage import sha256_file
 
     path = encoder.save_safetensors(tmp_path / "tiny.safetensors")
@@ -99,7 +99,7 @@ def test_safetensors_round_trip(encoder, xray_png, tmp_path):
 def test_weights_only_torch_checkpoint_loads(encoder, xray_png, tmp_path):
     import torch
 
-    from medbench_core.clip import load_clip_encoder
+    from medbench_core.retrieval.clip import load_clip_encoder
 
     # A DDP-style training checkpoint: {"state_dict": {"module.<key>": tensor}}.
     torch.save({"state_dict": {f"module.{k}": v for k, v in encoder.model.state_dict().items()}, "epoch": 3}, tmp_path / "ckpt.pt")
@@ -121,7 +121,7 @@ class _Payload:
 def test_pickle_checkpoint_is_refused_and_runs_nothing(tmp_path):
     import torch
 
-    from medbench_core.clip import load_clip_encoder
+    from medbench_core.retrieval.clip import load_clip_encoder
 
     # The payload is live: plain unpickling runs it.
     probe = tmp_path / "probe"
@@ -142,7 +142,7 @@ def test_pickle_checkpoint_is_refused_and_runs_nothing(tmp_path):
 def test_bad_checkpoints(encoder, tmp_path):
     from safetensors.torch import save_file
 
-    from medbench_core.clip import load_clip_encoder
+    from medbench_core.retrieval.clip import load_clip_encoder
 
     with pytest.raises(DataError, match=r"checkpoint .*absent\.safetensors not found"):
         load_clip_encoder(spec(checkpoint=str(tmp_path / "absent.safetensors")))
@@ -156,7 +156,7 @@ def test_bad_checkpoints(encoder, tmp_path):
 
 
 def test_bad_settings():
-    from medbench_core.clip import load_clip_encoder
+    from medbench_core.retrieval.clip import load_clip_encoder
 
     with pytest.raises(DataError, match=r"architecture 'no-such-arch' unknown.*medbench-tiny-clip"):
         load_clip_encoder(ModelSpec(name="x", kind="open_clip", settings={"architecture": "no-such-arch"}))
@@ -169,7 +169,7 @@ def test_bad_settings():
 
 
 def test_score_fusion_is_weighted_sum_of_same_modality_similarities(xray_png):
-    from medbench_core.clip import load_clip_encoder
+    from medbench_core.retrieval.clip import load_clip_encoder
 
     w = 0.3
     enc = load_clip_encoder(spec(seed=0, fusion="score", fusion_weight=w))
@@ -186,7 +186,7 @@ def test_score_fusion_is_weighted_sum_of_same_modality_similarities(xray_png):
 
 
 def test_embedding_fusion_is_renormalised_weighted_mean(xray_png):
-    from medbench_core.clip import load_clip_encoder
+    from medbench_core.retrieval.clip import load_clip_encoder
 
     w = 0.75
     enc = load_clip_encoder(spec(seed=0, fusion="embedding", fusion_weight=w))
@@ -201,7 +201,7 @@ def test_embedding_fusion_is_renormalised_weighted_mean(xray_png):
 
 
 def test_language_prefix_reaches_the_text_tower():
-    from medbench_core.clip import load_clip_encoder
+    from medbench_core.retrieval.clip import load_clip_encoder
 
     enc = load_clip_encoder(spec(seed=0, fusion="embedding", language_prefixes={"fr": {"query": "requête : "}}))
     v = enc.encode_records(["pneumonie", "pneumonie"], [None, None], ["fr", "en"], "query")
@@ -228,10 +228,10 @@ def test_medicat_with_random_clip_through_faiss_matches_pytrec_eval(encoder):
     """The whole dense path on a real image+text task with candidate pools."""
     import pytrec_eval
 
-    from medbench_core.index import build_index, search
-    from medbench_core.metrics import evaluate, qrels_to_dict, run_to_dict
-    from medbench_core.retrieval import candidate_pools, encode_side, load_encoder
-    from medbench_core.readers.medicat import read_medicat
+    from medbench_core.retrieval.index import build_index, search
+    from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
+    from medbench_core.retrieval.records import candidate_pools, encode_side, load_encoder
+    from medbench_core.taskdata.readers.medicat import read_medicat
 
     task = read_medicat(DATA / "medicat_sample", research_only=True)
     enc = load_encoder(spec(seed=0))
@@ -256,10 +256,10 @@ def test_medicat_with_random_clip_through_faiss_matches_pytrec_eval(encoder):
 
 @pytest.mark.slow
 def test_pneumoniamnist_1148_images_with_random_clip(tmp_path):
-    from medbench_core.index import build_index, search
-    from medbench_core.metrics import evaluate, qrels_to_dict, run_to_dict
-    from medbench_core.retrieval import encode_side, load_encoder
-    from medbench_core.readers.pneumoniamnist import read_pneumoniamnist
+    from medbench_core.retrieval.index import build_index, search
+    from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
+    from medbench_core.retrieval.records import encode_side, load_encoder
+    from medbench_core.taskdata.readers.pneumoniamnist import read_pneumoniamnist
 
     task = read_pneumoniamnist(DATA / "pneumoniamnist", tmp_path / "img")
     enc = load_encoder(ModelSpec(name="tiny", kind="open_clip", settings={"architecture": TINY}, batch_size=256))

@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 from PIL import Image
 
-from medbench_core.contracts import (
+from medbench_core.taskdata.contracts import (
     ALL_TASKS,
     NEAR_DUPLICATE_THRESHOLD,
     gate_refusal,
@@ -34,14 +34,14 @@ from medbench_core.contracts import (
 )
 from medbench_core.errors import ContractError
 from medbench_core.layout import Layout
-from medbench_core.licences import (
+from medbench_core.taskdata.licences import (
     DEFAULT_ALLOWLIST,
     LicencePolicy,
     is_permissive,
     is_restricted,
     normalise_licence,
 )
-from medbench_core.model import Task, TaskMeta, make_task
+from medbench_core.taskdata.task import Task, TaskMeta, make_task
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 if not SHARED.exists():
@@ -614,7 +614,7 @@ def test_lead_gate_reader_accepts_record_gate_fields(tmp_path):
 
 
 def test_importing_contracts_stays_light():
-    code = "import sys, medbench_core, medbench_core.contracts, medbench_core.licences; " \
+    code = "import sys, medbench_core, medbench_core.taskdata.contracts, medbench_core.taskdata.licences; " \
            "heavy = [m for m in ('great_expectations', 'sklearn', 'dagster') if m in sys.modules]; print(heavy)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], check=True)
     assert out.stdout.strip() == "[]"
@@ -626,13 +626,13 @@ needs_data = pytest.mark.skipif(not (SHARED / "scifact").exists(), reason="share
 
 
 def read_scifact():
-    from medbench_core.readers.beir import read_beir
+    from medbench_core.taskdata.readers.beir import read_beir
 
     return read_beir(SHARED / "scifact", name="scifact", split="train", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")
 
 
 def read_liveqa(**kw):
-    from medbench_core.readers.beir import read_beir
+    from medbench_core.taskdata.readers.beir import read_beir
 
     return read_beir(SHARED / "liveqa_medquad", name="liveqa_medquad", split="test", query_licence="unknown", doc_licence="CC-BY-4.0", duplicate_judgments="max", **kw)
 
@@ -673,10 +673,10 @@ def _sources():
     """The non-BEIR readers, as one namespace."""
     from types import SimpleNamespace
 
-    from medbench_core.readers.frenchmedmcqa import read_frenchmedmcqa
-    from medbench_core.readers.medicat import read_medicat
-    from medbench_core.readers.pneumoniamnist import read_pneumoniamnist
-    from medbench_core.readers.vqa_rad import read_vqa_rad
+    from medbench_core.taskdata.readers.frenchmedmcqa import read_frenchmedmcqa
+    from medbench_core.taskdata.readers.medicat import read_medicat
+    from medbench_core.taskdata.readers.pneumoniamnist import read_pneumoniamnist
+    from medbench_core.taskdata.readers.vqa_rad import read_vqa_rad
 
     return SimpleNamespace(read_frenchmedmcqa=read_frenchmedmcqa, read_medicat=read_medicat, read_pneumoniamnist=read_pneumoniamnist, read_vqa_rad=read_vqa_rad)
 

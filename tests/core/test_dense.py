@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from medbench_core.encoders import effective_revision, folder_revision, load_text_encoder, resolve_model_path
+from medbench_core.retrieval.encoders import effective_revision, folder_revision, load_text_encoder, resolve_model_path
 from medbench_core.errors import DataError
-from medbench_core.models import ModelSpec
+from medbench_core.retrieval.model_registry import ModelSpec
 
 pytestmark = pytest.mark.model
 
@@ -96,9 +96,9 @@ def test_hub_revision_is_pinned(tmp_path):
     (repo / "refs" / "main").write_text(commit)
     probe = f"""
 import json, sys
-from medbench_core.encoders import load_text_encoder, effective_revision
+from medbench_core.retrieval.encoders import load_text_encoder, effective_revision
 from medbench_core.errors import DataError
-from medbench_core.models import ModelSpec
+from medbench_core.retrieval.model_registry import ModelSpec
 out = {{}}
 for rev in ["{commit}", "{'b' * 40}"]:
     spec = ModelSpec(name="hub", kind="sentence-transformers", path="{HUB_ID}", revision=rev, settings={SETTINGS!r})

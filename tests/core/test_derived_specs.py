@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from medbench_core.derived import derived_stage_keys
+from medbench_core.retrieval.derived import derived_stage_keys
 from medbench_core.errors import DataError
-from medbench_core.models import ModelSpec, evaluation_order, load_baseline, load_registry, upstream_order
+from medbench_core.retrieval.model_registry import ModelSpec, evaluation_order, load_baseline, load_registry, upstream_order
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,8 +121,8 @@ def test_derived_key_follows_each_upstream_run_key():
 def test_applicability_follows_the_upstream_runs():
     import polars as pl
 
-    from medbench_core.derived import applicability
-    from medbench_core.model import TaskMeta, make_task
+    from medbench_core.retrieval.derived import applicability
+    from medbench_core.taskdata.task import TaskMeta, make_task
 
     images = make_task(
         TaskMeta(name="xray", source="test"),
@@ -146,9 +146,9 @@ def test_applicability_follows_the_upstream_runs():
 def test_registry_keys_chain_through_upstream_runs():
     import polars as pl
 
-    from medbench_core.derived import registry_partition_keys
-    from medbench_core.model import TaskMeta, make_task
-    from medbench_core.pipeline import partition_keys
+    from medbench_core.retrieval.derived import registry_partition_keys
+    from medbench_core.taskdata.task import TaskMeta, make_task
+    from medbench_core.retrieval.stages import partition_keys
 
     task = make_task(
         TaskMeta(name="t", source="test"),

@@ -7,8 +7,8 @@ import polars as pl
 import pytest
 from _expansion_fixtures import leaky_query, scifact_subset, synthetic_expansions
 
-from medbench_core.expansion.contract import COPY_WORDS, longest_shared_run, measure_leakage, validate_expansion, words
-from medbench_core.expansion.frame import expansion_frame
+from medbench_core.retrieval.expansion.contract import COPY_WORDS, longest_shared_run, measure_leakage, validate_expansion, words
+from medbench_core.retrieval.expansion.frame import expansion_frame
 
 
 @pytest.fixture(scope="module")

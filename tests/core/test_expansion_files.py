@@ -11,9 +11,9 @@ import pytest
 from _expansion_fixtures import scifact_subset, synthetic_expansions, write_r2med
 
 from medbench_core.errors import DataError
-from medbench_core.expansion import ExpansionSpec, load_expansion, split_reasoning, store_expansion
-from medbench_core.expansion.files import locate_file, read_expansion_file
-from medbench_core.expansion.stage import build_expansion, expansion_stage_key
+from medbench_core.retrieval.expansion import ExpansionSpec, load_expansion, split_reasoning, store_expansion
+from medbench_core.retrieval.expansion.files import locate_file, read_expansion_file
+from medbench_core.retrieval.expansion.stage import build_expansion, expansion_stage_key
 from medbench_core.storage import verify_manifest
 
 

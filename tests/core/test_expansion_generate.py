@@ -14,9 +14,9 @@ import pytest
 from _expansion_fixtures import CHAT_TEMPLATE, ROOT, scifact_subset, tiny_lm
 
 from medbench_core.errors import DataError
-from medbench_core.expansion import ExpansionSpec
-from medbench_core.expansion.generate import Generator, cut_words, generator_revision, lamer_passages, render
-from medbench_core.expansion.stage import build_expansion, expansion_identity
+from medbench_core.retrieval.expansion import ExpansionSpec
+from medbench_core.retrieval.expansion.generate import Generator, cut_words, generator_revision, lamer_passages, render
+from medbench_core.retrieval.expansion.stage import build_expansion, expansion_identity
 
 pytestmark = pytest.mark.model
 

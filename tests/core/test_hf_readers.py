@@ -22,10 +22,10 @@ from hf_layouts import (
     write_r2med_repo,
 )
 
-from medbench_core.catalog import build_task, load_catalog
+from medbench_core.taskdata.catalog import build_task, load_catalog
 from medbench_core.errors import DataError
-from medbench_core.readers.mteb import read_mteb
-from medbench_core.readers.r2med import read_r2med_repo
+from medbench_core.taskdata.readers.mteb import read_mteb
+from medbench_core.taskdata.readers.r2med import read_r2med_repo
 
 SHA = "8b9fec2db9eda4b5742d03732213fbaee8169556"  # MTEB's pin of R2MED/Biology, used here as a fixture sha
 
@@ -247,7 +247,7 @@ def test_r2med_repo_errors(tmp_path):
 
 
 def test_unknown_licence_is_research_only_under_the_licence_gate(tmp_path):
-    from medbench_core.contracts import validate_task
+    from medbench_core.taskdata.contracts import validate_task
 
     folder = write_r2med_repo(tmp_path / "a")
     refused = validate_task(read_r2med_repo(folder, name="r2med_a"))

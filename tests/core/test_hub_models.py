@@ -17,8 +17,8 @@ import pytest
 from hf_layouts import hub_cache
 
 from medbench_core.errors import DataError
-from medbench_core.model import TaskMeta, make_task
-from medbench_core.models import ModelSpec, load_registry, pin_revision
+from medbench_core.taskdata.task import TaskMeta, make_task
+from medbench_core.retrieval.model_registry import ModelSpec, load_registry, pin_revision
 
 pytestmark = pytest.mark.model
 
@@ -30,7 +30,7 @@ TEXTS = ["gout in the big toe", "metformin lowers blood glucose"]
 
 
 def link_package(folder: Path) -> None:
-    from medbench_core.encoders import resolve_model_path
+    from medbench_core.retrieval.encoders import resolve_model_path
 
     shutil.copytree(resolve_model_path(PKG), folder, symlinks=False, copy_function=os.symlink, dirs_exist_ok=True)
 
@@ -43,7 +43,7 @@ def cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def reference() -> np.ndarray:
-    from medbench_core.encoders import load_text_encoder
+    from medbench_core.retrieval.encoders import load_text_encoder
 
     return load_text_encoder(ModelSpec(name="pkg", kind="sentence-transformers", path=PKG, settings=SETTINGS)).encode(TEXTS, role="passage")
 
@@ -64,7 +64,7 @@ def test_revision_resolved_to_the_commit_at_registration(cache):
 
 @pytest.mark.parametrize("kind", ["sentence-transformers", "transformers"])
 def test_hub_id_loads_the_pinned_snapshot(cache, reference, kind):
-    from medbench_core.encoders import load_text_encoder
+    from medbench_core.retrieval.encoders import load_text_encoder
 
     extra = {"pooling": "mean"} if kind == "transformers" else {}
     enc = load_text_encoder(hub_spec(kind=kind, settings={**SETTINGS, **extra}), cache_dir=cache)
@@ -78,7 +78,7 @@ def test_hub_id_loads_the_pinned_snapshot(cache, reference, kind):
 def test_dtype_is_applied_to_the_weights(cache, reference, kind, dtype, torch_name):
     import torch
 
-    from medbench_core.encoders import load_text_encoder
+    from medbench_core.retrieval.encoders import load_text_encoder
 
     extra = {"pooling": "mean"} if kind == "transformers" else {}
     enc = load_text_encoder(hub_spec(kind=kind, settings={**SETTINGS, **extra, "dtype": dtype}), cache_dir=cache)
@@ -125,7 +125,7 @@ def write_registry(path: Path, allow: list[str], trust: bool | None) -> Path:
 def test_remote_code_runs_only_for_allowlisted_ids(tmp_path, custom_cache, reference, monkeypatch):
     import transformers.dynamic_module_utils as dynamic
 
-    from medbench_core.encoders import load_text_encoder
+    from medbench_core.retrieval.encoders import load_text_encoder
 
     # The repository's code is copied into transformers' modules cache: a tmp one, not ~/.cache/huggingface/modules.
     monkeypatch.setattr(dynamic, "HF_MODULES_CACHE", str(tmp_path / "hf_modules"))
@@ -167,8 +167,8 @@ def tiny_task(name: str, task_type: str = ""):
 @pytest.fixture(scope="module")
 def recording(cache):
     """The real encoder with its SentenceTransformer.encode wrapped to record the exact strings it receives."""
-    from medbench_core.encoders import SentenceTransformerEncoder
-    from medbench_core.retrieval import TextOnly
+    from medbench_core.retrieval.encoders import SentenceTransformerEncoder
+    from medbench_core.retrieval.records import TextOnly
 
     spec = hub_spec(settings={**SETTINGS, "instructions": INSTRUCTIONS})
 
@@ -194,7 +194,7 @@ def recording(cache):
     ids=["by-name", "by-type", "default"],
 )
 def test_instructions_reach_the_encoder_for_queries_only(tmp_path, recording, task, instruction):
-    from medbench_core.pipeline import build_corpus_index, embed_corpus, retrieve, run_params
+    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve, run_params
 
     spec, enc, seen = recording
     seen.clear()
@@ -212,7 +212,7 @@ def test_instructions_reach_the_encoder_for_queries_only(tmp_path, recording, ta
 
 
 def test_an_instruction_enters_its_tasks_run_key_only(cache):
-    from medbench_core.pipeline import partition_keys
+    from medbench_core.retrieval.stages import partition_keys
 
     spec = hub_spec(revision=SHA, settings={**SETTINGS, "instructions": INSTRUCTIONS})
     bio, case = tiny_task("r2med_biology"), tiny_task("r2med_pmc_clinical", "clinical_case")
@@ -232,8 +232,8 @@ CLIP_ID = "medbench-test/tiny-clip"
 
 
 def test_open_clip_hf_hub_model_loads_from_the_pinned_snapshot(tmp_path):
-    from medbench_core.clip import CONFIG_DIR, load_clip_encoder
-    from medbench_core.encoders import effective_revision
+    from medbench_core.retrieval.clip import CONFIG_DIR, load_clip_encoder
+    from medbench_core.retrieval.encoders import effective_revision
 
     random = ModelSpec(name="tiny", kind="open_clip", settings={"architecture": "medbench-tiny-clip", "seed": 3})
     source = load_clip_encoder(random)

@@ -13,12 +13,12 @@ import pytrec_eval
 from hf_layouts import write_jsonl
 from PIL import Image
 
-from medbench_core.catalog import build_task, load_catalog
-from medbench_core.contracts import validate_task
+from medbench_core.taskdata.catalog import build_task, load_catalog
+from medbench_core.taskdata.contracts import validate_task
 from medbench_core.errors import DataError
-from medbench_core.pipeline import score
-from medbench_core.readers.m3retrieve import read_m3retrieve
-from medbench_core.readers.multilingual import read_multilingual
+from medbench_core.retrieval.stages import score
+from medbench_core.taskdata.readers.m3retrieve import read_m3retrieve
+from medbench_core.taskdata.readers.multilingual import read_multilingual
 
 
 def png(seed: int) -> bytes:

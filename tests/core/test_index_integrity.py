@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from medbench_core.errors import DataError, IntegrityError
-from medbench_core.index import build_index, load_index, save_index, search
+from medbench_core.retrieval.index import build_index, load_index, save_index, search
 from medbench_core.storage import verify_manifest, write_manifest
 
 DIM = 8

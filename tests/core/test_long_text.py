@@ -14,11 +14,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from medbench_core.chunking import LongText, long_text, pool, split_text, windows
+from medbench_core.retrieval.chunking import LongText, long_text, pool, split_text, windows
 from medbench_core.errors import DataError
-from medbench_core.model import TaskMeta, make_task
-from medbench_core.models import ModelSpec
-from medbench_core.pipeline import build_corpus_index, embed_corpus, retrieve, run_params, stage_keys
+from medbench_core.taskdata.task import TaskMeta, make_task
+from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve, run_params, stage_keys
 
 CODES = {"embeddings": "a", "index": "b", "run": "c", "metrics": "d"}
 
@@ -165,7 +165,7 @@ TEN = "one two three four five six seven eight nine ten"
 
 @pytest.fixture(scope="module")
 def minilm():
-    from medbench_core.retrieval import load_encoder
+    from medbench_core.retrieval.records import load_encoder
 
     return load_encoder(ModelSpec(name="minilm", kind="sentence-transformers", path=PKG, settings={"max_length": 256, "normalize": True}))
 
@@ -183,7 +183,7 @@ def test_chunks_are_verbatim_token_windows(minilm):
 def test_truncate_default_gives_todays_vectors_and_chunk_vectors_are_the_bare_models(tmp_path, minilm):
     from sentence_transformers import SentenceTransformer
 
-    from medbench_core.encoders import resolve_model_path
+    from medbench_core.retrieval.encoders import resolve_model_path
 
     long_doc = " ".join([TEN] * 6)  # 60 tokens
     task = make_task(

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import pytrec_eval
 
-from medbench_core import bm25
-from medbench_core.catalog import build_task, load_catalog
-from medbench_core.metrics import DEFAULT_METRICS, evaluate, parse_metric, qrels_to_dict, run_to_dict
+from medbench_core.retrieval import bm25
+from medbench_core.taskdata.catalog import build_task, load_catalog
+from medbench_core.evaluation.metrics import DEFAULT_METRICS, evaluate, parse_metric, qrels_to_dict, run_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = ROOT.parent / "shared" / "data"

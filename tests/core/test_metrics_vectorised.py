@@ -14,10 +14,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from medbench_core.metrics import DEFAULT_METRICS, evaluate, evaluate_frame, parse_metric
+from medbench_core.evaluation.metrics import DEFAULT_METRICS, evaluate, evaluate_frame, parse_metric
 
 
-# --- the scalar evaluator medbench used up to this change (medbench_core/metrics.py) -----------
+# --- the scalar evaluator medbench used up to this change (medbench_core/evaluation/metrics.py) -----------
 def _rank(docs):
     ids = sorted(docs, reverse=True)
     ids.sort(key=lambda d: docs[d], reverse=True)

@@ -9,12 +9,12 @@ import faiss
 import numpy as np
 import pytest
 
-from medbench_core import bm25
-from medbench_core.encoders import load_text_encoder
-from medbench_core.index import ADD_CHUNK, build_index, search
-from medbench_core.models import ModelSpec
+from medbench_core.retrieval import bm25
+from medbench_core.retrieval.encoders import load_text_encoder
+from medbench_core.retrieval.index import ADD_CHUNK, build_index, search
+from medbench_core.retrieval.model_registry import ModelSpec
 from medbench_core.progress import resolve, want_progress
-from medbench_core.retrieval import load_encoder
+from medbench_core.retrieval.records import load_encoder
 
 TEXTS = [f"patient {i} presents with chest pain and shortness of breath" for i in range(10)]
 

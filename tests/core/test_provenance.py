@@ -12,9 +12,9 @@ import sys
 import polars as pl
 import pytest
 
-from medbench_core.model import TaskMeta, make_task
-from medbench_core.models import ModelSpec
-from medbench_core.pipeline import embed_corpus, stage_keys
+from medbench_core.taskdata.task import TaskMeta, make_task
+from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.stages import embed_corpus, stage_keys
 from medbench_core.storage import is_complete, replace_dir_atomic, write_manifest
 
 CODES = {"embeddings": "c-emb", "index": "c-idx", "run": "c-run", "metrics": "c-met"}
@@ -102,7 +102,7 @@ def test_batch_size_and_settings_order_do_not_change_any_key(tmp_path):
 
 def test_keys_are_the_same_in_another_process_with_another_hash_seed():
     code = (
-        "import json, sys; from medbench_core.models import ModelSpec; from medbench_core.pipeline import stage_keys; "
+        "import json, sys; from medbench_core.retrieval.model_registry import ModelSpec; from medbench_core.retrieval.stages import stage_keys; "
         "spec = ModelSpec(**json.loads(sys.argv[1])); print(json.dumps(stage_keys(spec, sys.argv[2], spec.revision, 100, json.loads(sys.argv[3]))))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

@@ -5,7 +5,7 @@ import random
 import numpy as np
 import polars as pl
 
-from medbench_core.ranking import RUN_SCHEMA, doc_order, run_frame
+from medbench_core.retrieval.ranking import RUN_SCHEMA, doc_order, run_frame
 
 
 def loop_doc_order(doc_ids):
@@ -46,7 +46,7 @@ def loop_search(index, queries, query_ids, doc_ids, k):
     """index.search as it was: one query at a time through ranking.topk."""
     import faiss
 
-    from medbench_core.ranking import topk
+    from medbench_core.retrieval.ranking import topk
 
     n, tie, hits = len(doc_ids), loop_doc_order(doc_ids), []
     k2 = min(n, k + 32)
@@ -64,7 +64,7 @@ def loop_search(index, queries, query_ids, doc_ids, k):
 
 
 def test_search_equals_the_per_query_loop_with_ties_and_short_rows():
-    from medbench_core.index import build_index, search
+    from medbench_core.retrieval.index import build_index, search
 
     rng = np.random.default_rng(3)
     docs = np.round(rng.standard_normal((3000, 8)), 0).astype(np.float32)  # coarse values: many equal scores

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from medbench_core.errors import DataError
-from medbench_core.readers.beir import read_beir
-from medbench_core.readers.common import read_qrels_tsv
+from medbench_core.taskdata.readers.beir import read_beir
+from medbench_core.taskdata.readers.common import read_qrels_tsv
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 LICENCES = {"query_licence": "CC-BY-4.0", "doc_licence": "CC-BY-4.0"}

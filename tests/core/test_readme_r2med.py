@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from medbench_core.catalog import load_catalog
-from medbench_core.models import load_registry
+from medbench_core.taskdata.catalog import load_catalog
+from medbench_core.retrieval.model_registry import load_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 R2MED = ["biology", "bioinformatics", "medical_sciences", "medxpertqa_exam", "medqa_diag", "pmc_treatment", "pmc_clinical", "iiyi_clinical"]

@@ -20,12 +20,12 @@ import polars as pl
 import pytest
 from PIL import Image
 
-from medbench_core.model import TaskMeta, make_task
-from medbench_core.pipeline import score
-from medbench_core.ranking import write_trec
-from medbench_core.exports import export, mteb_result
-from medbench_core.plots import diff_plot_png, diff_plot_size, heatmap_png, heatmap_size
-from medbench_core.reports import (
+from medbench_core.taskdata.task import TaskMeta, make_task
+from medbench_core.retrieval.stages import score
+from medbench_core.retrieval.ranking import write_trec
+from medbench_core.evaluation.exports import export, mteb_result
+from medbench_core.evaluation.plots import diff_plot_png, diff_plot_size, heatmap_png, heatmap_size
+from medbench_core.evaluation.reports import (
     Cell,
     breakdown_table,
     gap_table,
@@ -35,7 +35,7 @@ from medbench_core.reports import (
     significance,
     wide,
 )
-from medbench_core.stats import compare, format_cell
+from medbench_core.evaluation.stats import compare, format_cell
 
 R2 = 1 / math.log2(3)
 TASK_QUERIES = {
@@ -202,8 +202,8 @@ def test_export_writes_mteb_json_and_trec_runs(world, tmp_path):
 
 
 def test_a_task_without_baseline_results_gets_cis_but_no_test(world, tmp_path):
-    from medbench_core.reports import Significance, write_leaderboard
-    from medbench_core.stats import bootstrap_ci
+    from medbench_core.evaluation.reports import Significance, write_leaderboard
+    from medbench_core.evaluation.stats import bootstrap_ci
 
     _, _, cells = world
     values = [0.0, 0.5, 1.0, 0.25, 0.75]

@@ -10,12 +10,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from medbench_core.derived import UpstreamRun, build_derived_run, load_upstream_run
+from medbench_core.retrieval.derived import UpstreamRun, build_derived_run, load_upstream_run
 from medbench_core.errors import DataError
-from medbench_core.fuse_rerank import load_cross_encoder, rerank
-from medbench_core.model import TaskMeta, make_task
-from medbench_core.models import ModelSpec
-from medbench_core.ranking import RUN_SCHEMA
+from medbench_core.retrieval.fuse_rerank import load_cross_encoder, rerank
+from medbench_core.taskdata.task import TaskMeta, make_task
+from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.ranking import RUN_SCHEMA
 
 pytestmark = pytest.mark.model
 

@@ -19,13 +19,13 @@ import pytest
 from PIL import Image
 
 from medbench_core.errors import DataError
-from medbench_core.images import load_image
-from medbench_core.model import check_referential_integrity
-from medbench_core.readers.common import normalise_text, text_concept_id
-from medbench_core.readers.frenchmedmcqa import mcqa_tier, read_frenchmedmcqa
-from medbench_core.readers.medicat import read_medicat
-from medbench_core.readers.pneumoniamnist import read_pneumoniamnist
-from medbench_core.readers.vqa_rad import read_vqa_rad
+from medbench_core.taskdata.images import load_image
+from medbench_core.taskdata.task import check_referential_integrity
+from medbench_core.taskdata.readers.common import normalise_text, text_concept_id
+from medbench_core.taskdata.readers.frenchmedmcqa import mcqa_tier, read_frenchmedmcqa
+from medbench_core.taskdata.readers.medicat import read_medicat
+from medbench_core.taskdata.readers.pneumoniamnist import read_pneumoniamnist
+from medbench_core.taskdata.readers.vqa_rad import read_vqa_rad
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 if not DATA.exists():
@@ -364,7 +364,7 @@ def test_load_image_converts_modes(tmp_path):
 
 
 def test_load_image_refuses_bad_files_naming_record_and_path(tmp_path):
-    from medbench_core.images import _to_rgb
+    from medbench_core.taskdata.images import _to_rgb
 
     with pytest.raises(DataError, match=r"record r1: image .*missing\.png: file not found"):
         load_image(tmp_path / "missing.png", "r1")

@@ -20,7 +20,7 @@ import pytest
 from scipy import stats as sps
 
 from medbench_core.errors import DataError
-from medbench_core.stats import (
+from medbench_core.evaluation.stats import (
     STATS_SCHEMA,
     align,
     bootstrap_ci,

@@ -1,4 +1,4 @@
-"""Corpus vectors at scale (medbench_core/vectors.py): block writer, memory-mapped reads, early refusal.
+"""Corpus vectors at scale (medbench_core/retrieval/vectors.py): block writer, memory-mapped reads, early refusal.
 
 - The block writer's file is byte for byte ``np.save`` of the whole array, whatever the block order.
 - A corpus whose index would not fit is refused before anything beyond a one-record probe is
@@ -18,10 +18,10 @@ import polars as pl
 import pytest
 
 from medbench_core.errors import DataError
-from medbench_core.model import TaskMeta, make_task
-from medbench_core.models import ModelSpec
-from medbench_core.pipeline import build_corpus_index, embed_corpus, retrieve
-from medbench_core.vectors import GIB, MemoryBudgetError, check_memory, index_bytes, iter_blocks, load_vectors, npy_shape, write_npy_blocks
+from medbench_core.taskdata.task import TaskMeta, make_task
+from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
+from medbench_core.retrieval.vectors import GIB, MemoryBudgetError, check_memory, index_bytes, iter_blocks, load_vectors, npy_shape, write_npy_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 LIVEQA = ROOT.parent / "shared" / "data" / "liveqa_medquad"
@@ -134,10 +134,10 @@ def test_index_and_run_are_refused_before_reading_vectors_or_encoding_queries(tm
 def test_real_model_artifacts_are_the_bytes_the_one_shot_pipeline_wrote(tmp_path, index):
     import faiss
 
-    from medbench_core.index import build_index, save_index
-    from medbench_core.metrics import evaluate, qrels_to_dict, run_to_dict
-    from medbench_core.ranking import write_trec
-    from medbench_core.retrieval import encode_side, load_encoder
+    from medbench_core.retrieval.index import build_index, save_index
+    from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
+    from medbench_core.retrieval.ranking import write_trec
+    from medbench_core.retrieval.records import encode_side, load_encoder
 
     rows = [json.loads(x) for x in (LIVEQA / "corpus.jsonl").read_text().splitlines()[:300]]
     corpus = pl.DataFrame({"doc_id": [r["_id"] for r in rows], "text": [r["text"] for r in rows], "licence": ["CC-BY-4.0"] * len(rows)})
@@ -164,7 +164,7 @@ def test_real_model_artifacts_are_the_bytes_the_one_shot_pipeline_wrote(tmp_path
     assert (idx / "index.faiss").read_bytes() == (old / "index.faiss").read_bytes()
 
     run, _ = retrieve(spec, task, emb, idx, run_dir, k=10, encoder=encoder)
-    from medbench_core.index import search
+    from medbench_core.retrieval.index import search
 
     old_run = search(faiss.read_index(str(old / "index.faiss")), encode_side(encoder, task, "query"), task.queries["query_id"].to_list(), task.corpus["doc_id"].to_list(), 10)
     assert (run_dir / "run.trec").read_text() == write_trec(old_run, "medbench-minilm")

@@ -3,7 +3,7 @@
 import dagster as dg
 import pytest
 
-from medbench_core.catalog import load_catalog
+from medbench_core.taskdata.catalog import load_catalog
 from runtime import settings
 from orchestration.definitions import build_definitions
 from runtime.partitions import MODEL_PARTITIONS_NAME, partition_key, split_key

@@ -21,7 +21,7 @@ from datetime import UTC
 
 import pytest
 
-from medbench_core.derived import registry_partition_keys
+from medbench_core.retrieval.derived import registry_partition_keys
 from orchestration.freshness import EVALUATION_ASSETS, due_partitions, stale_status_resolver
 from orchestration.registry_sync import sync_model_partitions
 from tests.orchestration.derived_env import (

@@ -12,8 +12,8 @@ import types
 import dagster as dg
 import pytest
 
-from medbench_core.model_versions import model_version
-from medbench_core.models import load_registry
+from medbench_core.retrieval.model_versions import model_version
+from medbench_core.retrieval.model_registry import load_registry
 from orchestration.registry_sync import observed_model_version, pin_revisions, sync_model_partitions
 from runtime.resources import RegistryResource
 from tests.cli.command import medbench

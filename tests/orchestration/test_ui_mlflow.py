@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 
 from medbench_cli.ui import commands
-from medbench_core.plots import heatmap_size
+from medbench_core.evaluation.plots import heatmap_size
 from tests.assets.project import leaderboard
 from tests.orchestration.operating_env import BM25, BM25_K12, free_port, operated_world, server, write_models
 from tests.orchestration.test_ui import CHROMIUM, CHROMIUM_ARGS

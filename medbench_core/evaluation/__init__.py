@@ -1,0 +1,1 @@
+"""Evaluation: metrics, statistics, the leaderboard and reports, plots, exports and run records."""

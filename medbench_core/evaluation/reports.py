@@ -1,0 +1,462 @@
+"""Reports people open: the leaderboard with averages, CIs and significance markers, breakdown
+tables (tier, language, discipline) and the cross-lingual gap, a model x task heatmap, per-query
+difference plots against the baseline (drawn by :mod:`medbench_core.evaluation.plots`); the exports (MTEB
+results JSON, TREC runs) are :mod:`medbench_core.evaluation.exports`.
+
+Everything here reads what the stages already wrote (``metrics.json``, ``per_query.parquet``,
+``run.trec``) through :class:`Cell`; nothing recomputes a run. Plots use matplotlib's Agg backend
+with fixed sizes and no timestamp in the PNG, so the same numbers give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from medbench_core.errors import DataError
+from medbench_core.evaluation.plots import METRIC_LABELS, diff_plot_png, file_name, heatmap_png
+from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, compare, format_cell
+
+# ISO 639-1 (medbench's language field) -> ISO 639-3 + script, as MTEB writes languages.
+LANGUAGE_SCRIPTS = {
+    "en": "eng-Latn", "fr": "fra-Latn", "de": "deu-Latn", "es": "spa-Latn", "it": "ita-Latn", "pt": "por-Latn",
+    "nl": "nld-Latn", "ja": "jpn-Jpan", "zh": "zho-Hans", "ko": "kor-Hang", "ru": "rus-Cyrl", "ar": "ara-Arab",
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What the stages wrote for one model x task: the input of every report here.
+
+    ``metrics`` is the content of ``metrics.json`` (None: not evaluated, or its task's gate
+    failed); ``applicable`` False means the model cannot read the task (shown ``n/a``).
+    """
+
+    model: str
+    task: str
+    metrics: dict[str, Any] | None = None
+    applicable: bool = True
+    research_only: bool = False
+    per_query: pl.DataFrame | None = None
+    run_dir: Path | None = None
+    model_revision: str = ""
+    task_revision: str = ""
+    languages: tuple[str, ...] = ()
+    split: str = "test"
+    seconds: float | None = None
+    main_metric: str = "ndcg_at_10"
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def value(self, metric: str | None = None) -> float | None:
+        if self.metrics is None or not self.applicable:
+            return None
+        v = self.metrics.get("mean", {}).get(metric or self.main_metric)
+        return None if v is None else float(v)
+
+
+def load_cell(
+    model: str,
+    task: Any,
+    *,
+    metrics_dir: str | Path,
+    run_dir: str | Path | None = None,
+    model_revision: str = "",
+    split: str = "test",
+    stage_dirs: Iterable[str | Path] = (),
+    provenance: Mapping[str, Any] | None = None,
+) -> Cell:
+    """A :class:`Cell` from a metrics folder (``metrics.json``, ``per_query.parquet``) and its run folder.
+
+    ``task`` is the curated :class:`~medbench_core.taskdata.task.Task`; the evaluation time is the sum of
+    the ``seconds`` in the ``info.json`` of ``run_dir`` and of ``stage_dirs`` (embeddings, index).
+    The caller verifies the folders' manifests first.
+    """
+    metrics_dir = Path(metrics_dir)
+    path = metrics_dir / "metrics.json"
+    if not path.exists():
+        raise DataError(f"{path}: not found; materialise task_metrics for {model} x {task.name} first")
+    metrics = json.loads(path.read_text())
+    pq = metrics_dir / "per_query.parquet"
+    seconds = 0.0
+    found = False
+    for d in [*([run_dir] if run_dir else []), *stage_dirs]:
+        info = Path(d) / "info.json"
+        if info.exists():
+            seconds += float(json.loads(info.read_text()).get("seconds", 0.0))
+            found = True
+    return Cell(
+        model=model,
+        task=task.name,
+        metrics=metrics,
+        research_only=bool(task.meta.research_only),
+        per_query=pl.read_parquet(pq) if pq.exists() else None,
+        run_dir=Path(run_dir) if run_dir else None,
+        model_revision=model_revision,
+        task_revision=task.meta.source_revision or task.content_hash(),
+        languages=tuple(task.meta.languages),
+        split=split,
+        seconds=round(seconds, 3) if found else None,
+        main_metric=task.meta.main_metric,
+        provenance=dict(provenance or {}),
+    )
+
+
+# --- tables -------------------------------------------------------------------------------
+
+
+def leaderboard(cells: Iterable[Cell], models: list[str], tasks: list[str], metric: str = "ndcg_at_10") -> pl.DataFrame:
+    """Model x task means (4 places), an ``average`` over the tasks each model can read, and which.
+
+    ``average`` is the plain mean over the model's applicable tasks, listed in ``averaged_over``;
+    it is null when one of them has no value yet (an average over fewer tasks would not compare).
+    """
+    by = {(c.model, c.task): c for c in cells}
+    rows = []
+    for m in models:
+        row: dict[str, Any] = {"model": m}
+        vals, over, complete = [], [], True
+        for t in tasks:
+            c = by.get((m, t))
+            v = c.value(metric) if c else None
+            row[t] = None if v is None else round(v, 4)
+            if c is not None and not c.applicable:
+                continue
+            over.append(t)
+            if v is None:
+                complete = False
+            else:
+                vals.append(v)
+        row["average"] = round(sum(vals) / len(vals), 4) if vals and complete else None
+        row["averaged_over"] = ", ".join(over)
+        rows.append(row)
+    schema = {"model": pl.Utf8, **{t: pl.Float64 for t in tasks}, "average": pl.Float64, "averaged_over": pl.Utf8}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def significance(
+    cells: Iterable[Cell],
+    baseline: str,
+    tasks: list[str] | None = None,
+    metric: str = "ndcg_at_10",
+    *,
+    test: str = "permutation",
+    alpha: float = 0.05,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> pl.DataFrame:
+    """:func:`medbench_core.evaluation.stats.compare` on every task where the baseline has per-query values.
+
+    Models without per-query values on a task (not evaluated, not applicable) are left out of that
+    task's comparisons; a task whose baseline has none gives no rows.
+    """
+    by_task: dict[str, dict[str, pl.DataFrame]] = {}
+    for c in cells:
+        if c.applicable and c.per_query is not None and (tasks is None or c.task in tasks):
+            by_task.setdefault(c.task, {})[c.model] = c.per_query
+    frames = []
+    for task in tasks if tasks is not None else sorted(by_task):
+        pq = by_task.get(task, {})
+        if baseline not in pq:
+            continue
+        frames.append(compare(pq, baseline, task=task, metric=metric, test=test, alpha=alpha, n_resamples=n_resamples, n_boot=n_resamples, seed=seed))
+    from medbench_core.evaluation.stats import STATS_SCHEMA
+
+    return pl.concat(frames) if frames else pl.DataFrame(schema=STATS_SCHEMA)
+
+
+def leaderboard_markdown(
+    board: pl.DataFrame,
+    stats: pl.DataFrame | None = None,
+    *,
+    metric: str = "ndcg_at_10",
+    research_only: Iterable[str] = (),
+    not_applicable: Iterable[tuple[str, str]] = (),
+    baseline: str | None = None,
+    test: str = "permutation",
+    alpha: float = 0.05,
+    n_resamples: int | None = None,
+    seed: int | None = None,
+) -> str:
+    """The leaderboard as Markdown: ``0.6602 [0.63, 0.69] *`` cells where ``stats`` has the cell.
+
+    '-' is not evaluated, 'n/a' a model that cannot read the task. The notes under the table say
+    what the brackets, the star and the average are: the test (``test`` as in
+    :func:`medbench_core.evaluation.stats.compare`), ``alpha``, the correction, and, when given, the resamples
+    and seed of the randomisation test and the bootstrap.
+    """
+    tasks = [c for c in board.columns if c not in ("model", "average", "averaged_over")]
+    research_only, not_applicable = set(research_only), set(not_applicable)
+    st = {}
+    if stats is not None:
+        for r in stats.filter(pl.col("metric") == metric).iter_rows(named=True):
+            st[(r["model"], r["task"])] = r
+    head = ["model", *[f"{t} (research-only)" if t in research_only else t for t in tasks], "average"]
+    lines = [f"{METRIC_LABELS.get(metric, metric)} by model and task", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in board.iter_rows(named=True):
+        cells = [row["model"]]
+        for t in tasks:
+            if (row["model"], t) in not_applicable:
+                cells.append("n/a")
+            elif (row["model"], t) in st:
+                r = st[(row["model"], t)]
+                cells.append(format_cell(r["mean"], r["ci_low"], r["ci_high"], r["significant"]))
+            else:
+                cells.append(format_cell(row[t]))
+        cells.append(format_cell(row["average"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = [""]
+    if st:
+        any_row = next(iter(st.values()))
+        name = "paired randomisation test" if test == "permutation" else "paired t-test"
+        draws = f", {n_resamples} resamples, seed {seed}" if n_resamples is not None else ""
+        flips = f", {n_resamples} sign-flip resamples, seed {seed}" if test == "permutation" and n_resamples is not None else ""
+        notes.append(
+            f"[low, high]: 95% bootstrap CI of the mean over queries (percentile{draws}). *: differs from {baseline or any_row['baseline']} "
+            f"({name}, Holm-Bonferroni across the task's models, p < {alpha:g}; two-sided{flips})."
+        )
+    notes.append("average: mean over the tasks each model can read: " + "; ".join(f"{r['model']}: {r['averaged_over'] or 'none'}" for r in board.iter_rows(named=True)) + ".")
+    return "\n".join(lines + notes) + "\n"
+
+
+def breakdown_table(cells: Iterable[Cell], by: str, metric: str = "ndcg_at_10") -> pl.DataFrame:
+    """Long table (model, task, ``by`` value, metric) from the ``breakdowns`` of metrics.json.
+
+    ``by`` is ``tier``, ``language`` or ``discipline``; cells without that breakdown give no rows.
+    """
+    rows = []
+    for c in cells:
+        if c.metrics is None or not c.applicable:
+            continue
+        for group, vals in sorted(c.metrics.get("breakdowns", {}).get(by, {}).items()):
+            if metric in vals:
+                rows.append({"model": c.model, "task": c.task, by: str(group), metric: float(vals[metric])})
+    return pl.DataFrame(rows, schema={"model": pl.Utf8, "task": pl.Utf8, by: pl.Utf8, metric: pl.Float64})
+
+
+def wide(long: pl.DataFrame, by: str, metric: str = "ndcg_at_10", models: list[str] | None = None) -> pl.DataFrame:
+    """One row per model, one column per ``task/group`` (4 places), from :func:`breakdown_table`."""
+    if long.height == 0:
+        return pl.DataFrame(schema={"model": pl.Utf8})
+    keyed = long.with_columns((pl.col("task") + "/" + pl.col(by)).alias("_col"), pl.col(metric).round(4))
+    cols = keyed.select("task", by, "_col").unique().sort("task", by)["_col"].to_list()
+    out = keyed.pivot(on="_col", index="model", values=metric).select("model", *cols)
+    if models is not None:
+        out = pl.DataFrame({"model": [m for m in models if m in out["model"].to_list()]}).join(out, on="model", how="left")
+    return out
+
+
+def gap_table(cells: Iterable[Cell]) -> pl.DataFrame:
+    """Cross-lingual gap (model, task, language, gap): the best language's nDCG@10 minus each language's."""
+    rows = []
+    for c in cells:
+        if c.metrics is None or not c.applicable:
+            continue
+        for lang, gap in sorted(c.metrics.get("cross_lingual_gap", {}).items()):
+            rows.append({"model": c.model, "task": c.task, "language": lang, "gap": float(gap)})
+    return pl.DataFrame(rows, schema={"model": pl.Utf8, "task": pl.Utf8, "language": pl.Utf8, "gap": pl.Float64})
+
+
+def frame_markdown(df: pl.DataFrame, title: str = "", digits: int = 4) -> str:
+    """A frame as a Markdown table; floats to ``digits`` places, nulls as '-'."""
+    def fmt(v: Any) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+    lines = [title, ""] if title else []
+    lines += ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.iter_rows()]
+    return "\n".join(lines) + "\n"
+
+
+# --- plots --------------------------------------------------------------------------------
+
+
+BREAKDOWNS = ("tier", "language", "discipline")
+
+
+@dataclass(frozen=True)
+class Significance:
+    """How cells are compared with the baseline (see :func:`medbench_core.evaluation.stats.compare`)."""
+
+    baseline: str
+    metric: str = "ndcg_at_10"
+    test: str = "permutation"
+    alpha: float = 0.05
+    n_resamples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SEED
+
+    def describe(self) -> dict[str, Any]:
+        """What the leaderboard's legend, its JSON and the MLflow run state about the tests."""
+        return {
+            "baseline": self.baseline,
+            "metric": self.metric,
+            "test": "paired randomisation test (sign flips), two-sided" if self.test == "permutation" else "paired t-test, two-sided",
+            "also_reported": "paired t-test (p_ttest)" if self.test == "permutation" else "paired randomisation test (p_perm)",
+            "alpha": self.alpha,
+            "correction": "Holm-Bonferroni across the comparisons of one task",
+            "ci": "95% percentile bootstrap of the mean over queries",
+            "resamples": self.n_resamples,
+            "seed": self.seed,
+        }
+
+
+def expanded_beside(cells: Iterable[Cell], board: pl.DataFrame, specs: list[Any], sig: Significance, copies: Mapping[tuple[str, str], int] | None = None) -> pl.DataFrame:
+    """Every expanded model beside its plain retriever, task by task (:func:`medbench_core.retrieval.expansion.report.beside_retriever`),
+    with the paired test of the expanded model against its retriever on the same queries.
+
+    Per task, the expanded models of one retriever are one family for Holm's correction.
+    ``copies``: (model, task) -> expansions flagged as copying a relevant passage (EXPANSION_GATE.json).
+    """
+    from medbench_core.retrieval.expansion.report import beside_retriever
+
+    tasks = [c for c in board.columns if c not in ("model", "average", "averaged_over")]
+    rows = beside_retriever(board.select("model", *tasks), specs, dict(copies or {}))
+    if rows.height == 0:
+        return rows.with_columns(pl.lit(None, pl.Float64).alias("p_perm"), pl.lit(None, pl.Float64).alias("p_ttest"), pl.lit(None, pl.Float64).alias("p_holm"), pl.lit(None, pl.Boolean).alias("significant"))
+    pq = {(c.model, c.task): c.per_query for c in cells if c.applicable and c.per_query is not None}
+    tested: dict[tuple[str, str], dict[str, Any]] = {}
+    for (retriever, task), group in rows.group_by(["retriever", "task"], maintain_order=True):
+        have = {m: pq[(m, task)] for m in [retriever, *group["model"].to_list()] if (m, task) in pq}
+        if retriever not in have or len(have) < 2:
+            continue
+        res = compare(have, retriever, task=task, metric=sig.metric, test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, n_boot=sig.n_resamples, seed=sig.seed)
+        for r in res.filter(pl.col("model") != retriever).iter_rows(named=True):
+            tested[(r["model"], task)] = r
+    cols = {k: [tested.get((m, t), {}).get(k) for m, t in zip(rows["model"], rows["task"])] for k in ("p_perm", "p_ttest", "p_holm", "significant")}
+    return rows.with_columns(
+        *[pl.Series(k, v, dtype=pl.Float64) for k, v in cols.items() if k != "significant"],
+        pl.Series("significant", cols["significant"], dtype=pl.Boolean),
+    )
+
+
+def expanded_markdown(rows: pl.DataFrame, sig: Significance) -> str:
+    """Markdown of :func:`expanded_beside`: ``0.5734 (bm25 0.1919, +0.3815) *``, a warning on copied passages."""
+    label = METRIC_LABELS.get(sig.metric, sig.metric)
+    lines = [f"{label} of expanded models beside their retrievers", "", "| model | task | expanded | retriever | difference | p (Holm) |", "|---|---|---|---|---|---|"]
+
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:.4f}"
+
+    for r in rows.iter_rows(named=True):
+        delta = "-" if r["delta"] is None else f"{r['delta']:+.4f}" + (" *" if r["significant"] else "")
+        warn = f" (warning: {r['copies']} expansion(s) copy a relevant passage)" if r["copies"] else ""
+        lines.append(f"| {r['model']} | {r['task']} | {fmt(r['value'])}{warn} | {r['retriever']} {fmt(r['retriever_value'])} | {delta} | {fmt(r['p_holm'])} |")
+    lines.append("")
+    lines.append(f"*: the expanded model differs from its retriever ({sig.describe()['test']}, Holm-Bonferroni across the expanded models of one retriever on a task, p < {sig.alpha:g}).")
+    return "\n".join(lines) + "\n"
+
+
+def _ci_only(cells: Iterable[Cell], stats: pl.DataFrame, tasks: list[str], sig: Significance) -> pl.DataFrame:
+    """Rows for the cells :func:`significance` left out (their task has no baseline values, e.g. an
+    image task BM25 cannot read): the mean and its bootstrap CI, no baseline and no test."""
+    from medbench_core.evaluation.stats import STATS_SCHEMA, bootstrap_ci
+
+    done = set(zip(stats["model"].to_list(), stats["task"].to_list()))
+    rows = []
+    for c in cells:
+        if not c.applicable or c.per_query is None or c.task not in tasks or (c.model, c.task) in done or sig.metric not in c.per_query.columns:
+            continue
+        v = c.per_query[sig.metric].cast(pl.Float64).to_numpy()
+        if len(v) == 0:
+            continue
+        lo, hi = bootstrap_ci(v, n_resamples=sig.n_resamples, seed=sig.seed)
+        rows.append({"task": c.task, "model": c.model, "baseline": None, "metric": sig.metric, "n_queries": len(v), "mean": float(v.mean()),
+                     "ci_low": lo, "ci_high": hi, "diff": None, "p_ttest": None, "p_perm": None, "p_holm": None, "significant": False})  # fmt: skip
+    return pl.DataFrame(rows, schema=STATS_SCHEMA) if rows else pl.DataFrame(schema=STATS_SCHEMA)
+
+
+def write_leaderboard(
+    cells: list[Cell],
+    models: list[str],
+    tasks: list[str],
+    sig: Significance,
+    out_dir: str | Path,
+    *,
+    research_only: Iterable[str] = (),
+    specs: list[Any] | None = None,
+    copies: Mapping[tuple[str, str], int] | None = None,
+    footer: str = "",
+    extra_json: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Every report of the leaderboard, written into ``out_dir``; returns what was written.
+
+    ``leaderboard.md`` (the table with CIs and markers, its legend, breakdowns by tier, language
+    and discipline, the cross-lingual gap, expanded models beside their retrievers),
+    ``leaderboard.csv`` (means, average, which tasks it is over), ``leaderboard.json`` (all of it
+    plus ``extra_json``), ``stats.csv`` (one row per model x task compared with the baseline),
+    ``heatmap.png`` and ``diff/<task>.png`` (per-query differences from the baseline). Files are
+    written atomically; ``diff/`` is replaced whole.
+    """
+    from medbench_core.storage import replace_dir_atomic, write_json_atomic, write_text_atomic
+
+    out = Path(out_dir)
+    metric = sig.metric
+    board = leaderboard(cells, models, tasks, metric)
+    stats = significance(cells, sig.baseline, tasks, metric, test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed)
+    stats = pl.concat([stats, _ci_only(cells, stats, tasks, sig)])
+    na = {(c.model, c.task) for c in cells if not c.applicable}
+    md = leaderboard_markdown(
+        board, stats, metric=metric, research_only=research_only, not_applicable=na, baseline=sig.baseline,
+        test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed,
+    )  # fmt: skip
+    untested = sorted(set(stats.filter(pl.col("baseline").is_null())["task"].to_list()), key=tasks.index)
+    if untested:
+        md += f"No test on {', '.join(untested)}: {sig.baseline} has no result there (CIs only).\n"
+    if footer:
+        md += f"\n{footer}\n"
+    sections: dict[str, Any] = {}
+    label = METRIC_LABELS.get(metric, metric)
+    for by in BREAKDOWNS:
+        long = breakdown_table(cells, by, metric)
+        sections[by] = long.to_dicts()
+        # A task with one group (one language, one discipline) repeats its column of the main table.
+        several = long.group_by("task").agg(pl.col(by).n_unique().alias("n")).filter(pl.col("n") > 1)["task"].to_list()
+        table = wide(long.filter(pl.col("task").is_in(several)), by, metric, models)
+        if table.width > 1:
+            md += "\n" + frame_markdown(table, f"{label} by {by} (task/{by}; tasks with more than one {by})")
+    gaps = gap_table(cells)
+    sections["cross_lingual_gap"] = gaps.to_dicts()
+    if gaps.height:
+        md += "\n" + frame_markdown(gaps, "Cross-lingual gap: the best language's nDCG@10 minus each language's")
+    beside = expanded_beside(cells, board, specs or [], sig, copies)
+    if beside.height:
+        md += "\n" + expanded_markdown(beside, sig)
+    plots: list[str] = []
+    by_task: dict[str, dict[str, pl.DataFrame]] = {}
+    for c in cells:
+        if c.applicable and c.per_query is not None:
+            by_task.setdefault(c.task, {})[c.model] = c.per_query
+    compared = [t for t in tasks if sig.baseline in by_task.get(t, {}) and len(by_task[t]) > 1]
+
+    def draw(tmp: Path) -> None:
+        for t in compared:
+            ordered = {m: by_task[t][m] for m in models if m in by_task[t]}
+            diff_plot_png(ordered, sig.baseline, tmp / f"{file_name(t)}.png", task=t, metric=metric)
+
+    replace_dir_atomic(out / "diff", draw)
+    plots = [f"diff/{file_name(t)}.png" for t in compared]
+    heatmap_png(board, out / "heatmap.png", metric=metric, not_applicable=na)
+    write_text_atomic(out / "leaderboard.md", md)
+    write_text_atomic(out / "leaderboard.csv", board.write_csv())
+    write_text_atomic(out / "stats.csv", stats.write_csv())
+    doc = {
+        **dict(extra_json or {}),
+        "metric": metric,
+        "significance": sig.describe(),
+        "table": board.to_dicts(),
+        "stats": stats.to_dicts(),
+        "breakdowns": {k: v for k, v in sections.items() if k in BREAKDOWNS},
+        "cross_lingual_gap": sections["cross_lingual_gap"],
+        "expanded": beside.to_dicts(),
+        "plots": {"heatmap": "heatmap.png", "diff": plots},
+    }
+    write_json_atomic(out / "leaderboard.json", doc)
+    files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *plots]
+    return {"markdown": md, "board": board, "stats": stats, "expanded": beside, "files": files}

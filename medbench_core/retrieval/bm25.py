@@ -1,0 +1,113 @@
+"""BM25 through bm25s: Lucene scoring, English stopwords, Snowball stemming (PyStemmer).
+
+Scores come from bm25s; the top-k selection is ours so that ties are ordered by doc id
+(bm25s, like FAISS, leaves their order undefined).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from medbench_core.errors import DataError
+from medbench_core.progress import bar
+from medbench_core.progress import resolve as resolve_progress
+from medbench_core.retrieval.ranking import rank_scores
+
+
+def _bm25s():
+    import bm25s
+
+    # bm25s sets its logger to DEBUG on import: once anything configures the root logger, each
+    # index build prints "DEBUG:bm25s:..." into the main job's output.
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
+
+
+DEFAULTS = {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}
+FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy", "params.index.json", "vocab.index.json")
+
+
+def bm25_settings(settings: dict[str, Any] | None, language: str | None = None) -> dict[str, Any]:
+    """Effective settings; ``language_analyzers: {fr: {stopwords: fr, stemmer: french}}`` in the
+    model's settings picks the stopwords and stemmer for a task written in that language."""
+    out = dict(DEFAULTS)
+    settings = settings or {}
+    out.update({k: v for k, v in settings.items() if k in DEFAULTS})
+    per_lang = (settings.get("language_analyzers") or {}).get(language or "", {})
+    out.update({k: v for k, v in per_lang.items() if k in ("stopwords", "stemmer")})
+    return out
+
+
+def _stemmer(name: str | None):
+    if not name:
+        return None
+    import Stemmer
+
+    return Stemmer.Stemmer(name)
+
+
+def tokenize(texts: list[str], settings: dict[str, Any], progress: bool | None = False) -> list[list[str]]:
+    bm25s = _bm25s()
+
+    s = bm25_settings(settings)
+    return bm25s.tokenize(texts, stopwords=s["stopwords"], stemmer=_stemmer(s["stemmer"]), return_ids=False, show_progress=resolve_progress(progress))
+
+
+def fit(corpus_texts: list[str], settings: dict[str, Any] | None = None, progress: bool | None = False):
+    """Index ``corpus_texts`` with bm25s; returns the ``bm25s.BM25`` object. ``progress``: bars (bm25s's own)."""
+    bm25s = _bm25s()
+
+    s = bm25_settings(settings)
+    if not corpus_texts:
+        raise DataError("BM25: the corpus is empty")
+    tokens = tokenize(corpus_texts, s, progress)
+    if not any(tokens):
+        raise DataError("BM25: no document has indexable text (an image-only corpus, or only stopwords); BM25 cannot rank it")
+    retriever = bm25s.BM25(k1=float(s["k1"]), b=float(s["b"]), method=s["method"])
+    # bm25s numbers the vocabulary in the iteration order of a set of strings, which changes with
+    # each process's hash seed: the saved index would differ from one build to the next (same
+    # scores, other bytes). Numbering the sorted vocabulary ourselves makes it the same every time.
+    vocab = {token: i for i, token in enumerate(sorted({t for doc in tokens for t in doc}))}
+    retriever.index(([[vocab[t] for t in doc] for doc in tokens], vocab), show_progress=resolve_progress(progress))
+    return retriever
+
+
+def save(retriever, folder: Path) -> list[str]:
+    retriever.save(str(folder), allow_pickle=False)
+    return [f for f in FILES if (folder / f).exists()]
+
+
+def load(folder: Path):
+    bm25s = _bm25s()
+
+    return bm25s.BM25.load(str(folder), allow_pickle=False)
+
+
+def search(
+    retriever,
+    query_ids: list[str],
+    query_texts: list[str],
+    doc_ids: list[str],
+    k: int,
+    settings: dict[str, Any] | None = None,
+    candidates: dict[str, np.ndarray] | None = None,
+    progress: bool | None = False,
+) -> pl.DataFrame:
+    """Top ``k`` documents per query by BM25 score, ties by doc id; ``progress``: a bar over the queries."""
+    tokens = tokenize(query_texts, bm25_settings(settings))
+    with bar(total=len(tokens), desc="bm25 search", unit="query", progress=progress) as pbar:
+
+        def rows():
+            for t in tokens:
+                # bm25s fails on an empty token list (a query of stopwords only, or an image-only
+                # query with no text): such a query matches nothing, so every document scores 0.
+                row = retriever.get_scores(t) if t else np.zeros(len(doc_ids))
+                pbar.update(1)
+                yield row
+
+        return rank_scores(query_ids, doc_ids, rows(), k, candidates=candidates)

@@ -1,0 +1,387 @@
+"""open_clip encoders for records that carry text, an image, or both.
+
+A model is an architecture plus a checkpoint, both from the spec's settings:
+
+- ``architecture``: an open_clip model name (``ViT-B-32``), the name of a config bundled in
+  ``medbench_core/clip_configs/`` (``medbench-tiny-clip``, a two-layer ViT and text tower for
+  tests), or a path to such a ``.json`` config.
+- ``checkpoint`` (or the spec's ``path``): empty / ``none`` = random weights drawn with ``seed`` (default 0); a local
+  ``.safetensors`` file (loaded with safetensors); a local ``.pt`` / ``.pth`` / ``.bin`` file,
+  loaded only with ``torch.load(weights_only=True)`` so a pickle that runs code is refused;
+  ``hf-hub:<org>/<repo>`` (read from the local hub cache at the spec's pinned ``revision``,
+  downloaded only with ``online=True``), or an open_clip pretrained tag (``laion2b_s34b_b79k``),
+  downloaded by open_clip for users who have network. Other files are refused.
+- ``fusion`` (``score`` | ``embedding``) and ``fusion_weight`` ``w`` in [0, 1] (default 0.5),
+  the weight of the image side, for records carrying both text and an image:
+
+  * ``score`` (CLIP score fusion, "CLIP SF"): the vector is ``[sqrt(w)*img, sqrt(1-w)*txt]``
+    (twice the model's width), so the inner product of two such records is
+    ``w*cos(img, img') + (1-w)*cos(txt, txt')``. A record with one modality puts its one
+    vector ``v`` in both slots, ``[sqrt(w)*v, sqrt(1-w)*v]``: a text-only query against an
+    image-only document then scores exactly CLIP's ``cos(txt, img)``, and against a
+    text+image record ``w*cos(v, img') + (1-w)*cos(v, txt')``.
+  * ``embedding``: ``normalise(w*img + (1-w)*txt)``; one-modality records are their vector.
+
+  Every vector is float32 with unit L2 norm, so inner product is the score.
+- ``max_aspect_ratio`` (default 50): CLIP preprocessing resizes the shorter side to the input
+  size, so a 1x5000 strip would become a huge image; such images are refused.
+- ``query_prefix`` / ``passage_prefix`` / ``language_prefixes``: added to the text side, as
+  for text encoders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from medbench_core.retrieval.encoders import apply_prefixes
+from medbench_core.errors import DataError
+from medbench_core.taskdata.images import load_image
+from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.progress import bar as progress_bar
+from medbench_core.progress import resolve as resolve_progress
+from medbench_core.storage import sha256_file, write_with
+
+CONFIG_DIR = Path(__file__).with_name("clip_configs")
+FUSIONS = ("score", "embedding")
+TORCH_SUFFIXES = (".pt", ".pth", ".bin")
+_registered = False
+
+
+def bundled_architectures() -> list[str]:
+    """Names of the open_clip configs shipped in ``clip_configs/``."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+
+
+def _register_configs(open_clip: Any) -> None:
+    global _registered
+    if not _registered:
+        open_clip.add_model_config(CONFIG_DIR)
+        _registered = True
+
+
+def clip_settings(spec: ModelSpec) -> dict[str, Any]:
+    """The open_clip settings of ``spec`` with defaults filled in and values checked."""
+    s = dict(spec.settings)
+    ckpt = s.get("checkpoint") or spec.path or ""
+    out = {
+        "architecture": str(s.get("architecture") or ""),
+        "checkpoint": "" if str(ckpt).strip().lower() in ("", "none", "random") else str(ckpt).strip(),
+        "seed": int(s.get("seed", 0)),
+        "fusion": s.get("fusion", "score"),
+        "fusion_weight": float(s.get("fusion_weight", 0.5)),
+        "max_aspect_ratio": float(s.get("max_aspect_ratio", 50)),
+    }
+    if out["fusion"] not in FUSIONS:
+        raise DataError(f"model {spec.name}: fusion {out['fusion']!r} unknown; use one of {FUSIONS}")
+    if not 0.0 <= out["fusion_weight"] <= 1.0:
+        raise DataError(f"model {spec.name}: fusion_weight {out['fusion_weight']} must lie in [0, 1] (the image side's weight)")
+    if not out["architecture"] and not out["checkpoint"].startswith("hf-hub:"):
+        raise DataError(
+            f"model {spec.name}: settings need 'architecture' (an open_clip model name or one of {bundled_architectures()})"
+        )
+    return out
+
+
+def checkpoint_kind(checkpoint: str) -> str:
+    """``random``, ``safetensors``, ``torch`` (weights-only), ``hub`` (hf-hub:) or ``tag``; refuses other files."""
+    if not checkpoint:
+        return "random"
+    if checkpoint.startswith("hf-hub:"):
+        return "hub"
+    p = Path(checkpoint)
+    suffix = p.suffix.lower()
+    if suffix == ".safetensors":
+        return "safetensors"
+    if suffix in TORCH_SUFFIXES:
+        return "torch"
+    if p.exists() or "/" in checkpoint or "\\" in checkpoint or suffix:
+        raise DataError(
+            f"checkpoint {checkpoint!r}: only .safetensors files, or {'/'.join(TORCH_SUFFIXES)} files that load with "
+            "torch.load(weights_only=True), are accepted; convert other formats to safetensors"
+        )
+    return "tag"
+
+
+def clip_revision(spec: ModelSpec) -> str:
+    """What identifies the weights: ``random:seed=N``, ``sha256:<16 hex>`` of a local file, or the hub id/tag."""
+    s = clip_settings(spec)
+    kind = checkpoint_kind(s["checkpoint"])
+    if kind == "random":
+        return f"random:seed={s['seed']}"
+    if kind in ("safetensors", "torch"):
+        p = Path(s["checkpoint"])
+        if not p.is_file():
+            raise DataError(f"model {spec.name}: checkpoint {p} not found")
+        return "sha256:" + sha256_file(p)[:16]
+    if kind == "hub" and spec.revision:
+        from medbench_core.hub import resolve_revision
+
+        try:  # a branch pinned in the registry: the commit the local hub cache records for it
+            return resolve_revision(s["checkpoint"][len("hf-hub:") :], spec.revision, repo_type="model", online=False)
+        except DataError:
+            return spec.revision
+    return spec.revision or s["checkpoint"]
+
+
+def _load_state_dict(path: Path, kind: str, model_name: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise DataError(f"model {model_name}: checkpoint {path} not found")
+    if kind == "safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path), device="cpu")
+        except (SafetensorError, OSError) as exc:
+            raise DataError(f"model {model_name}: {path} is not a readable safetensors file ({exc})") from exc
+    import pickle
+
+    import torch
+
+    try:
+        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, TypeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(
+            f"model {model_name}: refused {path}: it does not load with torch.load(weights_only=True) ({first}). "
+            "It may hold code; convert trusted weights to .safetensors"
+        ) from exc
+    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+        obj = obj["state_dict"]
+    if not isinstance(obj, dict) or not all(hasattr(v, "shape") for v in obj.values()):
+        raise DataError(f"model {model_name}: {path} does not hold a state dict of tensors")
+    # Checkpoints saved from DistributedDataParallel prefix every key with "module.".
+    return {k.removeprefix("module."): v for k, v in obj.items()}
+
+
+class ClipEncoder:
+    """An open_clip model with its preprocessing and tokenizer; see the module docstring."""
+
+    def __init__(self, spec: ModelSpec, model: Any, preprocess: Any, tokenizer: Any, settings: dict[str, Any], device: str, progress: bool | None = False):
+        import torch
+
+        self.spec = spec
+        self.model = model
+        self.preprocess = preprocess
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.device = device
+        self.progress = resolve_progress(progress)
+        self._torch = torch
+        self.width: int | None = None
+        size = getattr(model.visual, "preprocess_cfg", {}).get("size", 224)
+        self.image_size = size if isinstance(size, int) else max(size)
+
+    @property
+    def dim(self) -> int:
+        """Length of the vectors :meth:`encode_records` returns."""
+        base = self._embed_dim()
+        return 2 * base if self.settings["fusion"] == "score" else base
+
+    def _embed_dim(self) -> int:
+        if self.width is None:
+            with self._torch.inference_mode():
+                self.width = int(self.model.encode_text(self.tokenizer(["x"]).to(self.device)).shape[1])
+        return self.width
+
+    def encode_texts(self, texts: list[str]) -> np.ndarray:
+        """L2-normalised text embeddings (n, width), float32."""
+        torch = self._torch
+        out = []
+        bs = max(1, int(self.spec.batch_size))
+        with torch.inference_mode():
+            for i in progress_bar(range(0, len(texts), bs), desc=f"{self.spec.name} texts", unit="batch", progress=self.progress and len(texts) > 0):
+                tok = self.tokenizer(texts[i : i + bs]).to(self.device)
+                out.append(self.model.encode_text(tok, normalize=True).float().cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, self._embed_dim()), dtype=np.float32)
+
+    def _pixels(self, path: Path, rid: str) -> Any:
+        img = load_image(path, rid)
+        w, h = img.size
+        ratio = max(w, h) / min(w, h)
+        if ratio > self.settings["max_aspect_ratio"]:
+            raise DataError(
+                f"record {rid}: image {path} is {w}x{h} (aspect ratio {ratio:.0f}); model {self.spec.name} takes at most "
+                f"{self.settings['max_aspect_ratio']:.0f} (setting max_aspect_ratio); crop the image"
+            )
+        try:
+            return self.preprocess(img)
+        except Exception as exc:  # a transform failing on one image must name that image
+            raise DataError(f"record {rid}: model {self.spec.name} cannot take image {path} ({exc})") from exc
+
+    def encode_images(self, paths: list[Path], ids: list[str]) -> np.ndarray:
+        """L2-normalised image embeddings (n, width), float32; errors name the record id and file."""
+        torch = self._torch
+        out = []
+        bs = max(1, int(self.spec.batch_size))
+        with torch.inference_mode():
+            for i in progress_bar(range(0, len(paths), bs), desc=f"{self.spec.name} images", unit="batch", progress=self.progress and len(paths) > 0):
+                batch = torch.stack([self._pixels(p, r) for p, r in zip(paths[i : i + bs], ids[i : i + bs])])
+                batch = batch.to(device=self.device, dtype=next(self.model.parameters()).dtype)
+                out.append(self.model.encode_image(batch, normalize=True).float().cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, self._embed_dim()), dtype=np.float32)
+
+    def encode_records(
+        self,
+        texts: list[str | None],
+        images: list[Path | None],
+        languages: list[str | None],
+        role: str,
+        ids: list[str] | None = None,
+    ) -> np.ndarray:
+        """One unit vector per record (float32), fusing text and image as the settings say.
+
+        ``ids`` (optional) name records in errors; without them a record is named by its role
+        and position. A record with neither text nor image raises :class:`DataError`.
+        """
+        n = len(texts)
+        if len(images) != n or len(languages) != n:
+            raise DataError(f"model {self.spec.name}: {n} texts, {len(images)} images and {len(languages)} languages for {role} records")
+        names = [str(x) for x in ids] if ids is not None else [f"{role} record at position {i}" for i in range(n)]
+        has_t = [isinstance(t, str) and bool(t.strip()) for t in texts]
+        has_i = [im is not None and str(im) != "" for im in images]
+        empty = [names[i] for i in range(n) if not has_t[i] and not has_i[i]]
+        if empty:
+            raise DataError(f"model {self.spec.name}: {len(empty)} {role} record(s) have neither text nor image, e.g. {empty[:5]}")
+
+        t_idx = [i for i in range(n) if has_t[i]]
+        i_idx = [i for i in range(n) if has_i[i]]
+        prefixed = apply_prefixes([texts[i] for i in t_idx], self.spec.settings, role, [languages[i] for i in t_idx])
+        t_emb = self.encode_texts(prefixed)
+        i_emb = self.encode_images([Path(images[i]) for i in i_idx], [names[i] for i in i_idx])
+        d = self._embed_dim()
+        txt = np.zeros((n, d), dtype=np.float32)
+        img = np.zeros((n, d), dtype=np.float32)
+        txt[t_idx] = t_emb
+        img[i_idx] = i_emb
+        # A record with one modality uses that vector for both sides.
+        t_only = np.asarray(has_t) & ~np.asarray(has_i)
+        i_only = np.asarray(has_i) & ~np.asarray(has_t)
+        img[t_only] = txt[t_only]
+        txt[i_only] = img[i_only]
+
+        w = self.settings["fusion_weight"]
+        if self.settings["fusion"] == "score":
+            out = np.concatenate([math.sqrt(w) * img, math.sqrt(1.0 - w) * txt], axis=1)
+        else:
+            out = w * img + (1.0 - w) * txt
+        # Renormalise: exact for "embedding", and removes float error for "score".
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        bad = [names[i] for i in np.flatnonzero(norms[:, 0] < 1e-6)]
+        if bad:
+            raise DataError(f"model {self.spec.name}: the fused vector of {bad[:5]} is zero (text and image cancel out); change fusion_weight")
+        return np.ascontiguousarray(out / norms, dtype=np.float32)
+
+    def save_safetensors(self, path: str | Path) -> Path:
+        """Write the model's weights as a ``.safetensors`` file (atomically); returns the path."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        if path.suffix != ".safetensors":
+            raise DataError(f"{path}: weights are saved as .safetensors only")
+        state = {k: v.detach().cpu().contiguous().clone() for k, v in self.model.state_dict().items()}
+        return write_with(path, lambda tmp: save_file(state, str(tmp)))
+
+
+@contextlib.contextmanager
+def _quiet_random_init_warning() -> Iterator[None]:
+    # open_clip warns "initialized randomly" on the root logger even when weights follow from
+    # a local file (loaded below) or random weights are what the spec asks for.
+    class _Drop(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "No pretrained weights loaded" not in record.getMessage()
+
+    f = _Drop()
+    root = logging.getLogger()
+    root.addFilter(f)
+    try:
+        yield
+    finally:
+        root.removeFilter(f)
+
+
+def hub_checkpoint_folder(spec: ModelSpec, *, online: bool = False, cache_dir: str | Path | None = None) -> Path:
+    """The snapshot folder of an ``hf-hub:<org>/<name>`` checkpoint at the spec's pinned revision.
+
+    Read from the local hub cache (``models--org--name/snapshots/<sha>``); only ``online`` downloads.
+    """
+    from medbench_core.hub import snapshot
+
+    repo = clip_settings(spec)["checkpoint"][len("hf-hub:") :]
+    try:
+        folder, _ = snapshot(repo, spec.revision or "main", repo_type="model", online=online, cache_dir=cache_dir)
+    except DataError as exc:
+        raise DataError(f"model {spec.name}: cannot load hf-hub:{repo} ({exc})") from exc
+    if not (folder / "open_clip_config.json").is_file():
+        raise DataError(f"model {spec.name}: {folder} has no open_clip_config.json; it is not an open_clip hub model")
+    return folder
+
+
+def load_clip_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None) -> ClipEncoder:
+    """Build the open_clip model of ``spec`` (see the module docstring) in eval mode on ``device``; ``progress``: bars while encoding.
+
+    An ``hf-hub:`` checkpoint is loaded from its snapshot folder at the pinned revision
+    (open_clip's ``local-dir:``; safetensors first, other weights only with ``weights_only``);
+    ``dtype`` is applied to the weights.
+    """
+    import open_clip
+    import torch
+
+    from medbench_core.retrieval.encoders import torch_dtype
+
+    s = clip_settings(spec)
+    kind = checkpoint_kind(s["checkpoint"])
+    dtype = torch_dtype(spec)
+    local_dir = f"local-dir:{hub_checkpoint_folder(spec, online=online, cache_dir=cache_dir)}" if kind == "hub" else ""
+    _register_configs(open_clip)
+    arch = s["architecture"]
+    if arch.endswith(".json"):
+        cfg = Path(arch)
+        if not cfg.is_file():
+            raise DataError(f"model {spec.name}: architecture config {cfg} not found")
+        open_clip.add_model_config(cfg)
+        arch = cfg.stem
+    if kind != "hub" and arch not in open_clip.list_models():
+        raise DataError(
+            f"model {spec.name}: architecture {arch!r} unknown; use an open_clip model name (open_clip.list_models()) "
+            f"or a bundled config: {bundled_architectures()}"
+        )
+    try:
+        # A private RNG stream: random weights depend on the seed only, not on what ran before.
+        with torch.random.fork_rng(devices=[]), _quiet_random_init_warning():
+            torch.manual_seed(s["seed"])
+            if kind == "hub":
+                model, _, preprocess = open_clip.create_model_and_transforms(local_dir, device="cpu", weights_only=True)
+                tokenizer = open_clip.get_tokenizer(local_dir)
+            else:
+                pretrained = s["checkpoint"] if kind == "tag" else None
+                model, _, preprocess = open_clip.create_model_and_transforms(
+                    arch, pretrained=pretrained, pretrained_text=False, device="cpu", weights_only=True
+                )
+                tokenizer = open_clip.get_tokenizer(arch)
+    except DataError:
+        raise
+    except Exception as exc:  # network, missing tag, bad config: say which model and what to do
+        raise DataError(
+            f"model {spec.name}: open_clip could not build {arch or s['checkpoint']!r} with checkpoint {s['checkpoint'] or 'random'!r} "
+            f"({type(exc).__name__}: {exc}); offline runs need a local .safetensors checkpoint"
+        ) from exc
+    if kind in ("safetensors", "torch"):
+        path = Path(s["checkpoint"])
+        state = _load_state_dict(path, kind, spec.name)
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            lines = str(exc).splitlines()
+            raise DataError(f"model {spec.name}: {path} does not fit architecture {arch!r}: {' '.join(lines[:3])[:500]}") from exc
+    model = model.to(device).eval()
+    if dtype is not None:
+        model = model.to(dtype)
+    return ClipEncoder(spec, model, preprocess, tokenizer, s, device, progress=progress)

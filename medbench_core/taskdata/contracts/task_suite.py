@@ -1,0 +1,171 @@
+"""The per-task contract: schema, referential integrity and licences of one curated task (:func:`validate_task`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from medbench_core.taskdata.contracts.gx import Spec, Table, column_values, is_int_column, pandas_dtype, record_ids, run_tables
+from medbench_core.taskdata.contracts.results import (
+    ID_COLUMNS,
+    TABLE_FILES,
+    TABLE_SCHEMAS,
+    ContractResult,
+    summarise,
+    write_contract,
+)
+from medbench_core.errors import DataError
+from medbench_core.taskdata.licences import DEFAULT_POLICY, LicencePolicy, normalise_licence
+from medbench_core.taskdata.task import MODALITIES, Task
+
+
+def _image_checker(task: Task):
+    """ref -> 'ok' or the reason it is refused; cached because many records share an image."""
+    from medbench_core.taskdata.images import load_image
+
+    cache: dict[str, str] = {}
+
+    def check(ref: str | None) -> str | None:
+        if ref is None:
+            return None
+        if ref not in cache:
+            try:
+                path = task.resolve_image(ref)
+                load_image(path, ref)
+                cache[ref] = "ok"
+            except DataError as exc:
+                cache[ref] = str(exc)
+        return cache[ref]
+
+    return check
+
+
+def _schema_specs(df: pl.DataFrame, table: str) -> list[Spec]:
+    file = TABLE_FILES[table]
+    specs = [Spec("ExpectTableRowCountToBeBetween", {"min_value": 1}, "integrity", f"{file} has at least one row")]
+    for col, dtype in TABLE_SCHEMAS[table].items():
+        specs.append(Spec("ExpectColumnToExist", {"column": col}, "schema", f"column {col!r} is present"))
+        if col in df.columns:
+            want = pandas_dtype(dtype)
+            specs.append(Spec("ExpectColumnTypeToBe", {"column": col, "type_": want}, "schema", f"column {col!r} has type {dtype} ({want} in pandas)"))
+    for col in ID_COLUMNS[table]:
+        if col in df.columns:
+            specs.append(Spec("ExpectColumnValuesToNotBeNull", {"column": col}, "schema", f"every row has a {col}", show_values=False))
+    return specs
+
+
+def _record_table(task: Task, table: str, policy: LicencePolicy, research_only: bool, check_image) -> Table:
+    """queries or corpus, with derived columns for content, images and licences."""
+    df = task.queries if table == "queries" else task.corpus
+    key = ID_COLUMNS[table][0]
+    specs = _schema_specs(df, table)
+    if key in df.columns:
+        specs.append(Spec("ExpectColumnValuesToBeUnique", {"column": key}, "schema", f"{key} is unique"))
+    texts = column_values(df, "text")
+    titles = column_values(df, "title") if table == "corpus" else [None] * df.height
+    images = column_values(df, "image")
+    has_content = [bool((x or "").strip() or (t or "").strip()) or im is not None for x, t, im in zip(texts, titles, images)]
+    what = "query" if table == "queries" else "document"
+    specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": "has_content", "value_set": [True]}, "schema", f"every {what} has non-empty text or an image", show_values=False))
+    derived: dict[str, pl.Series] = {"has_content": pl.Series(has_content, dtype=pl.Boolean)}
+    if "image" in df.columns:
+        derived["image_check"] = pl.Series([check_image(r) for r in images], dtype=pl.Utf8)
+        specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": "image_check", "value_set": ["ok"]}, "schema", "every image reference resolves to a readable image inside the task's image folder"))
+    if "modality" in df.columns:
+        specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": "modality", "value_set": list(MODALITIES)}, "schema", f"modality is one of {list(MODALITIES)}"))
+    if "licence" in df.columns:
+        specs.append(Spec("ExpectColumnValuesToNotBeNull", {"column": "licence"}, "licence", "every record carries a licence ('unknown' when the source states none)", show_values=False))
+        derived["licence_canonical"] = pl.Series([None if v is None else normalise_licence(v) for v in column_values(df, "licence")], dtype=pl.Utf8)
+        allowed = sorted(policy.allowed(research_only))
+        scope = "allowlist + unknown/NC/ND (research-only task)" if research_only else "licence allowlist"
+        specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": "licence_canonical", "value_set": allowed}, "licence", f"every licence is in the {scope}"))
+    if table == "queries" and key in df.columns:
+        qids = df[key].to_list()
+        if "query_id" in task.qrels.columns and is_int_column(task.qrels, "relevance"):
+            pos = task.qrels.filter(pl.col("relevance") > 0).group_by("query_id").len()
+            n_pos = dict(zip(pos["query_id"].to_list(), pos["len"].to_list()))
+            derived["positive_judgments"] = pl.Series([n_pos.get(q, 0) for q in qids], dtype=pl.Int64)
+            specs.append(Spec("ExpectColumnValuesToBeBetween", {"column": "positive_judgments", "min_value": 1}, "integrity", "every query has at least one positive judgment in qrels.parquet", show_values=False))
+        if task.candidates is not None and "query_id" in task.candidates.columns:
+            pools = task.candidates.group_by("query_id").len()
+            n_cand = dict(zip(pools["query_id"].to_list(), pools["len"].to_list()))
+            derived["candidates"] = pl.Series([n_cand.get(q, 0) for q in qids], dtype=pl.Int64)
+            specs.append(Spec("ExpectColumnValuesToBeBetween", {"column": "candidates", "min_value": 1}, "integrity", "every query has a non-empty candidate pool in candidates.parquet", show_values=False))
+    frame = df.with_columns(record_ids(df, table), *[s.alias(n) for n, s in derived.items()])
+    return Table(table, TABLE_FILES[table], frame, specs)
+
+
+def _pair_table(task: Task, table: str) -> Table:
+    """qrels or candidates: ids must join, no pair twice; qrels positives inside the pool."""
+    df = task.qrels if table == "qrels" else task.candidates
+    assert df is not None
+    specs = _schema_specs(df, table)
+    derived: dict[str, pl.Series] = {}
+    if {"query_id", "doc_id"} <= set(df.columns):
+        specs.append(Spec("ExpectCompoundColumnsToBeUnique", {"column_list": ["query_id", "doc_id"]}, "schema", "no (query_id, doc_id) pair appears twice", show_values=False))
+    for col, side, other in (("query_id", "queries", task.queries), ("doc_id", "corpus", task.corpus)):
+        if col in df.columns:
+            known = set(other[col].to_list()) if col in other.columns else set()
+            derived[f"{col}_known"] = pl.Series([v in known for v in df[col].to_list()], dtype=pl.Boolean)
+            specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": f"{col}_known", "value_set": [True]}, "integrity", f"every {col} names a row of {TABLE_FILES[side]}", show_values=False))
+    if table == "qrels" and task.candidates is not None and {"query_id", "doc_id"} <= set(df.columns) and is_int_column(df, "relevance") and {"query_id", "doc_id"} <= set(task.candidates.columns):
+        pool = set(zip(task.candidates["query_id"].to_list(), task.candidates["doc_id"].to_list()))
+        in_pool = [None if (r is None or r <= 0) else (q, d) in pool for q, d, r in df.select("query_id", "doc_id", "relevance").iter_rows()]
+        derived["positive_in_pool"] = pl.Series(in_pool, dtype=pl.Boolean)
+        specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": "positive_in_pool", "value_set": [True]}, "integrity", "every positive judgment is inside its query's candidate pool", show_values=False))
+    if "relevance" in df.columns:
+        specs.append(Spec("ExpectColumnValuesToNotBeNull", {"column": "relevance"}, "schema", "every judgment has a relevance", show_values=False))
+    frame = df.with_columns(record_ids(df, table), *[s.alias(n) for n, s in derived.items()])
+    return Table(table, TABLE_FILES[table], frame, specs)
+
+
+def validate_task(
+    task: Task,
+    out_dir: str | Path | None = None,
+    *,
+    policy: LicencePolicy = DEFAULT_POLICY,
+    research_only: bool | None = None,
+) -> ContractResult:
+    """Run the schema, integrity and licence suites on one task.
+
+    ``research_only`` defaults to ``task.meta.research_only``. With ``out_dir`` the GX results,
+    the verdict and the data docs are written there (paths on the result). Never raises on bad
+    data: the verdict is ``passed`` and ``message`` names the file, rows and values at fault.
+    """
+    research_only = task.meta.research_only if research_only is None else research_only
+    check_image = _image_checker(task)
+    tables = [_record_table(task, t, policy, research_only, check_image) for t in ("queries", "corpus")]
+    tables.append(_pair_table(task, "qrels"))
+    if task.candidates is not None:
+        tables.append(_pair_table(task, "candidates"))
+    outcomes, results_path, docs_path = run_tables(task.name, tables, Path(out_dir) if out_dir else None)
+
+    licences: dict[str, int] = {}
+    for t in tables[:2]:
+        if "licence_canonical" in t.frame.columns:
+            for lic, n in t.frame["licence_canonical"].fill_null("null").value_counts().iter_rows():
+                licences[lic] = licences.get(lic, 0) + n
+    admitted = sorted(lic for lic in licences if lic != "null" and policy.needs_research_only(lic))
+    extra = []
+    if research_only:
+        extra.append(
+            "research-only task: " + (f"admits licence(s) {', '.join(f'{x} ({licences[x]} records)' for x in admitted)} outside the allowlist" if admitted else "every licence is also in the allowlist")
+        )
+    passed, message = summarise(f"task {task.name}", outcomes, extra)
+    try:
+        digest = task.content_hash()
+    except (DataError, OSError, pl.exceptions.PolarsError):
+        digest = None  # a missing column or an image that cannot be hashed: the outcomes say which
+    result = ContractResult(
+        name=task.name,
+        passed=passed,
+        outcomes=tuple(outcomes),
+        message=message,
+        research_only=research_only,
+        content_hash=digest,
+        licences=dict(sorted(licences.items())),
+        results_path=results_path,
+        data_docs_path=docs_path,
+    )
+    return write_contract(Path(out_dir) if out_dir else None, result)

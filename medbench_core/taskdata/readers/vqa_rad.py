@@ -1,0 +1,106 @@
+"""VQA-RAD: clinician question -> radiology image, the organ as the discipline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from medbench_core.errors import DataError
+from medbench_core.taskdata.images import load_image
+from medbench_core.taskdata.licences import normalise_licence
+from medbench_core.taskdata.task import (
+    Task,
+    TaskMeta,
+    resolve_inside,
+)
+from medbench_core.taskdata.readers.common import (
+    build_task_from_rows,
+    load_json,
+)
+
+VQA_RAD_SPLITS = {"train": ("freeform", "para"), "test": ("test_freeform", "test_para")}
+_ORGANS = {"CHEST": "chest", "ABD": "abdomen", "HEAD": "head"}
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
+def read_vqa_rad(
+    folder: str | Path,
+    split: str = "test",
+    *,
+    name: str = "vqa_rad",
+    licence: str = "CC0-1.0",
+    research_only: bool = False,
+    source: str = "",
+    description: str = "",
+) -> Task:
+    """VQA-RAD (``vqa_rad.json`` + ``images/``) as question -> image retrieval.
+
+    Queries: the questions of ``split`` (``test``: phrase types test_freeform/test_para;
+    ``train``: freeform/para; ``all``), id ``q<qid>``, text the question, discipline the
+    image's organ (CHEST -> chest, ABD -> abdomen, HEAD -> head). Corpus: every image in
+    ``images/`` (id its file stem, e.g. ``synpic54610``), including images no question asks
+    about. Qrels: the image a question was asked about is relevant (1). No tiers or concept ids
+    (the source has neither). Every image is decoded once so a broken file fails here.
+    """
+    folder = Path(folder)
+    path = folder / "vqa_rad.json"
+    root = folder / "images"
+    if split not in (*VQA_RAD_SPLITS, "all"):
+        raise DataError(f"VQA-RAD split {split!r} unknown; use train, test or all")
+    types = {t for s, ts in VQA_RAD_SPLITS.items() if split in (s, "all") for t in ts}
+    data = load_json(path)
+    if not isinstance(data, list):
+        raise DataError(f"{path}: expected a JSON list of question records, got {type(data).__name__}")
+    if not root.is_dir():
+        raise DataError(f"{root}: image folder not found")
+    lic = normalise_licence(licence)
+    organ_of: dict[str, str] = {}
+    queries, qrels = [], []
+    seen: set[str] = set()
+    for i, rec in enumerate(data):
+        if not isinstance(rec, dict):
+            raise DataError(f"{path}: record {i}: expected a JSON object, got {type(rec).__name__}")
+        qid = f"q{str(rec.get('qid', '')).strip()}"
+        where = f"{path}: record {i} (qid {rec.get('qid')!r})"
+        if qid == "q":
+            raise DataError(f"{where}: no 'qid'")
+        image = str(rec.get("image_name") or "").strip()
+        question = str(rec.get("question") or "").strip()
+        if not image and not question:
+            raise DataError(f"{where}: has neither a question nor an image")
+        if not image:
+            raise DataError(f"{where}: has no image_name; a question -> image pair needs its image")
+        resolve_inside(root, image, what=where)
+        organ_raw = str(rec.get("image_organ") or "").strip().upper()
+        organ = _ORGANS.get(organ_raw, organ_raw.lower() or "unknown")
+        did = Path(image).stem
+        organ_of.setdefault(did, organ)
+        if rec.get("phrase_type") not in types:
+            continue
+        if not question:
+            raise DataError(f"{where}: has no question text")
+        if qid in seen:
+            raise DataError(f"{where}: qid appears twice")
+        seen.add(qid)
+        queries.append({"query_id": qid, "text": question, "language": "en", "modality": "text", "discipline": organ, "concept_ids": [], "licence": lic})
+        qrels.append({"query_id": qid, "doc_id": did, "relevance": 1})
+    files = sorted(p for p in root.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES)
+    on_disk = {p.stem: p.name for p in files}
+    missing = sorted(set(organ_of) - set(on_disk))
+    if missing:
+        raise DataError(f"{path}: question(s) name image(s) missing from {root}: {missing[:10]}")
+    corpus = []
+    for did, fname in on_disk.items():
+        load_image(resolve_inside(root, fname, what=f"{root} image {did}"), did)
+        corpus.append({"doc_id": did, "image": fname, "language": "en", "modality": "image", "discipline": organ_of.get(did, "unknown"), "concept_ids": [], "licence": lic})
+    if not queries:
+        raise DataError(f"{path}: no questions in split {split!r}")
+    meta = TaskMeta(
+        name=name,
+        source=source or f"VQA-RAD (Lau et al., Scientific Data 2018), {split} questions",
+        description=description or "Clinician-written radiology question -> the image it was asked about (M3Retrieve question-to-image shape)",
+        licences=(lic,),
+        query_modality="text",
+        doc_modality="image",
+        research_only=research_only,
+    )
+    return build_task_from_rows(meta, queries, corpus, qrels, None, root, str(path))
