@@ -55,7 +55,8 @@ def expand(context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.Mat
 def _expand(context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.MaterializeResult:
     r = context.resources
     model, task = split_key(context.partition_key)
-    if r.registry.model(model).kind != "expanded":  # most partitions: say so at once, with one constant data version
+    spec = r.registry.model(model)
+    if not spec.plugin.expansion_name(spec):  # most partitions: say so at once, with one constant data version
         skip = no_expansion(model)
         return dg.MaterializeResult(
             metadata={"model": model, "task": task, "applicable": skip.applicable, "reason": skip.reason, "label": skip.label},
@@ -99,7 +100,8 @@ def judge(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     """The expansion contract on the stored expansion (a recorded verdict on the same texts and rules is reused), logged to MLflow."""
     r = context.resources
     model, _ = split_key(context.partition_key)
-    if r.registry.model(model).kind != "expanded":
+    spec = r.registry.model(model)
+    if not spec.plugin.expansion_name(spec):
         return dg.AssetCheckResult(passed=True, metadata={"reason": no_expansion(model).reason})
     p = open_partition(context.partition_key, r.store, r.registry, DEFAULT_K)
     skip = p.no_artifact(EXPANSION_STAGE)

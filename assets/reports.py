@@ -15,7 +15,6 @@ import dagster as dg
 
 from assets.stage import ASSET_OF_STAGE
 from medbench_core.retrieval.derived import applicability, derived_revision, registry_partition_keys
-from medbench_core.retrieval.encoders import cached_revision
 from medbench_core.errors import MedbenchError
 from medbench_core.retrieval.expansion.contract import GATE_FILE
 from medbench_core.retrieval.expansion.spec import load_expansions
@@ -50,9 +49,10 @@ class LeaderboardConfig(dg.Config):
 
 def expansion_copies(store: ArtifactStoreResource, spec: ModelSpec, task: str, keys: dict[str, str]) -> int:
     """How many of an expanded model's expansions copy a relevant passage, from its expansion's EXPANSION_GATE.json (0 when none recorded)."""
-    if spec.kind != "expanded" or "expansion" not in keys:
+    expansion = spec.plugin.expansion_name(spec)
+    if not expansion or "expansion" not in keys:
         return 0
-    gate = store.layout.expansion_dir(spec.expansion, task, keys["expansion"]) / GATE_FILE
+    gate = store.layout.expansion_dir(expansion, task, keys["expansion"]) / GATE_FILE
     try:
         doc = json.loads(gate.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
@@ -85,7 +85,7 @@ def task_cells(
             continue
         run = store.artifact_dir(spec.name, task.name, "run", keys["run"])
         own = [] if spec.derived else [store.artifact_dir(spec.name, task.name, s, keys[s]) for s in ("embeddings", "index")]
-        revision = derived_revision(spec) if spec.kind == "cross-encoder" else "" if spec.derived else cached_revision(spec)
+        revision = derived_revision(spec)
         provenance = {
             "metrics_key": keys["metrics"],
             "run_key": keys["run"],

@@ -37,8 +37,8 @@ def build(run: StageRun, tmp: Path) -> list[str]:
 def build_derived(run: StageRun, tmp: Path) -> list[str]:
     p, compute, config = run.partition, run.resources.compute, run.config
     # The model kept loaded in this process: the cross-encoder, or an expanded model's retriever's encoder.
-    loaded = p.registry[p.spec.retriever] if p.spec.kind == "expanded" else p.spec
-    model = compute.encoder(loaded, config.progress) if loaded.kind != "fusion" else None
+    loaded = p.spec.plugin.model_for_run(p.spec, p.registry)
+    model = compute.encoder(loaded, config.progress) if loaded is not None else None
     _, info = build_derived_run(p.spec, p.task, run.inputs, tmp, k=config.k, device=compute.torch_device(), progress=config.progress, model=model)
     return [*info["files"], "info.json"]
 

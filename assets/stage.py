@@ -8,9 +8,9 @@ own for this partition, reuse a complete artifact with the same provenance key o
 atomically with its manifest, and return the provenance as metadata and data version.
 
 Keys are resolved registry-wide (:func:`medbench_core.retrieval.derived.registry_partition_keys`): a model
-built from upstreams (fusion, cross-encoder, expanded; :data:`medbench_core.retrieval.model_registry.DERIVED_KINDS`)
-has keys over its upstreams' keys, writes no corpus embeddings or index of its own (the stages
-say why, with a label other than ``n/a``), and its run stage reads what its upstreams stored.
+built from upstreams (its kind is derived: fusion, cross-encoder, expanded) has keys over its
+upstreams' keys, writes no corpus embeddings or index of its own (the stages say why, with a label
+other than ``n/a``), and its run stage reads the inputs its kind names.
 """
 
 from collections.abc import Callable
@@ -22,15 +22,13 @@ from typing import Any
 import dagster as dg
 
 from medbench_core.retrieval.derived import (
-    Upstream,
-    expansion_input,
     load_upstream_corpus,
     load_upstream_expansion,
     load_upstream_run,
     model_revision,
     registry_partition_keys,
 )
-from medbench_core.retrieval.derived import applicability as derived_applicability
+from medbench_core.retrieval.kinds.base import Input
 from medbench_core.errors import DataError, IntegrityError, MedbenchError
 from medbench_core.layout import ENCODING_STAGES, STAGES
 from medbench_core.taskdata.task import Task
@@ -109,8 +107,9 @@ class Partition:
     def dir(self, stage: str) -> Path:
         if stage == EXPANSION_STAGE:
             return self.store.layout.expansion_dir(self.expansion.name, self.task_name, self.keys[EXPANSION_STAGE])
-        if self.spec.kind == "expanded" and stage in ("embeddings", "index"):
-            return self.upstream_dir(self.spec.retriever, stage)  # the same key: its retriever's corpus
+        owner = self.spec.plugin.corpus_of(self.spec)
+        if owner and owner != self.model and stage in ("embeddings", "index"):
+            return self.upstream_dir(owner, stage)  # the same key: its retriever's corpus
         return self.store.artifact_dir(self.model, self.task_name, stage, self.keys[stage])
 
     def upstream_dir(self, model: str, stage: str) -> Path:
@@ -129,18 +128,18 @@ class Partition:
         if self.not_applicable:
             return NoArtifact(self.not_applicable)
         if stage == EXPANSION_STAGE:
-            return None if self.spec.kind == "expanded" else no_expansion(self.model)
+            return None if self.spec.plugin.expansion_name(self.spec) else no_expansion(self.model)
         if self.spec.derived and stage in ("embeddings", "index"):
             asset = ASSET_OF_STAGE[stage]
-            if self.spec.kind == "expanded":
-                return NoArtifact(f"reuses {self.spec.retriever}'s {asset} {self.keys[stage]}", "reused")
+            owner = self.spec.plugin.corpus_of(self.spec)
+            if owner:
+                return NoArtifact(f"reuses {owner}'s {asset} {self.keys[stage]}", "reused")
             return NoArtifact(f"built from upstream runs ({', '.join(self.spec.upstream)}); no {asset} of its own", "derived")
         return None
 
     def upstream_run_keys(self) -> dict[str, str]:
         """Run key of each model whose run this one's is built from (an expanded model: a LameR expansion's upstream)."""
-        names = [self.spec.expansion_upstream] if self.spec.kind == "expanded" and self.spec.expansion_upstream else list(self.spec.upstream)
-        return {u: self.upstream_keys[u]["run"] for u in names}
+        return {u: self.upstream_keys[u]["run"] for u in self.spec.plugin.upstream_runs(self.spec)}
 
     def require_upstream(self, upstream: str, stage: str, folder: Path) -> None:
         """``folder`` holds a complete artifact of ``upstream``'s ``stage``; a DataError saying what to run otherwise."""
@@ -156,35 +155,41 @@ class Partition:
         except IntegrityError as exc:
             raise DataError(f"model {self.model}: upstream model {upstream!r}'s {asset} {where} fails its manifest ({exc}); rematerialise it: {todo} --force") from exc
 
-    def load_inputs(self) -> dict[str, Upstream]:
-        """What a derived model's run is built from, each verified (:func:`medbench_core.retrieval.derived.inputs`).
+    def load_inputs(self) -> dict[str, Input]:
+        """What a derived model's run is built from, as its kind names them, each verified.
 
-        Fusion and rerank: each upstream model's run. Expanded: the retriever's corpus
-        embeddings and index, and the expansion, refused unless its contract passed. Raises
-        DataError naming the model, the upstream, the task and what to run.
+        An upstream model's run; a retriever's stored corpus (its embeddings and index); an
+        expansion, refused unless its contract passed. Raises DataError naming the model, the
+        upstream, the task and what to run.
         """
-        if self.spec.kind != "expanded":
-            out = {}
-            for u in self.spec.upstream:
-                folder = self.upstream_dir(u, "run")
-                self.require_upstream(u, "run", folder)
-                out[u] = load_upstream_run(folder, key=self.upstream_keys[u]["run"])
-            return out
-        r, e = self.spec.retriever, self.expansion
-        for stage in ("embeddings", "index"):
-            self.require_upstream(r, stage, self.dir(stage))
-        corpus = load_upstream_corpus(self.registry[r], self.dir("embeddings"), self.dir("index"), key=self.keys["index"])
-        folder = self.dir(EXPANSION_STAGE)
+        out: dict[str, Input] = {}
+        for ref in self.spec.plugin.inputs(self.spec):
+            if ref.what == "run":
+                folder = self.upstream_dir(ref.name, "run")
+                self.require_upstream(ref.name, "run", folder)
+                out[ref.label] = load_upstream_run(folder, key=self.upstream_keys[ref.name]["run"])
+            elif ref.what == "corpus":
+                for stage in ("embeddings", "index"):
+                    self.require_upstream(ref.name, stage, self.upstream_dir(ref.name, stage))
+                out[ref.label] = load_upstream_corpus(
+                    self.registry[ref.name], self.upstream_dir(ref.name, "embeddings"), self.upstream_dir(ref.name, "index"), key=self.upstream_keys[ref.name]["index"]
+                )
+            else:
+                out[ref.label] = self.load_expansion()
+        return out
+
+    def load_expansion(self) -> Input:
+        """The partition's stored expansion, refused unless its contract passed on exactly its key."""
+        folder, e = self.dir(EXPANSION_STAGE), self.expansion
         if not (folder / MANIFEST).exists():
             raise DataError(
                 f"model {self.model}: no expansion {e.name} of task {self.task_name} (key {folder.name}); nothing was stored for {self.model}. "
                 f"Materialise {EXPANSION_ASSET} first: medbench run --models {self.model} --tasks {self.task_name}"
             )
         try:
-            expansion = load_upstream_expansion(e, folder, self.keys[EXPANSION_STAGE])
+            return load_upstream_expansion(e, folder, self.keys[EXPANSION_STAGE])
         except MedbenchError as exc:
             raise DataError(f"model {self.model} on task {self.task_name}: {exc}") from exc
-        return {r: corpus, expansion_input(e.name): expansion}
 
     def materialize(self, stage: str, build: Callable[[Path], list[str]], *, force: bool = False, needs: tuple[str, ...] = ()) -> bool:
         """Write the stage's artifact unless a complete one exists for its key; True on a cache hit.
@@ -223,9 +228,9 @@ def open_partition(partition_key: str, store: ArtifactStoreResource, registry: R
     spec = by_name.get(model) or registry.model(model)  # the latter says what to do about a model no longer registered
     task = store.load_task(task_name)
     store.layout.require_gate(task_name, task.content_hash())
-    not_applicable = derived_applicability(spec, task, by_name)
+    not_applicable = spec.plugin.applicability(spec, task, by_name)
     chain = [*upstream_order(model, specs), model]
-    expansions = registry.expansions() if any(by_name[n].kind == "expanded" for n in chain) else []
+    expansions = registry.expansions() if any(by_name[n].plugin.expansion_name(by_name[n]) for n in chain) else []
     try:
         keys = registry_partition_keys(list(by_name.values()), task, k, names=[model], expansions=expansions)
     except MedbenchError:
@@ -234,7 +239,7 @@ def open_partition(partition_key: str, store: ArtifactStoreResource, registry: R
         # e.g. an expansion with no file for an image task: nothing will be computed; the keys only name the data versions.
         na = artifact_key(model=spec.identity(), task=task.content_hash(), k=k, not_applicable=not_applicable)
         keys = {model: {stage: na for stage in (*STAGES, EXPANSION_STAGE)}}
-    expansion = next((e for e in expansions if e.name == spec.expansion), None) if spec.kind == "expanded" else None
+    expansion = next((e for e in expansions if e.name == spec.plugin.expansion_name(spec)), None)
     revision = model_revision(spec, by_name)  # once per process and model identity
     upstream_keys = {n: v for n, v in keys.items() if n != model}
     return Partition(model, task_name, spec, task, revision, keys[model], store, not_applicable, upstream_keys, by_name, expansion)

@@ -45,7 +45,7 @@ def main() -> None:
     from sentence_transformers import SentenceTransformer
 
     from medbench_core.taskdata.catalog import build_task, load_catalog
-    from medbench_core.retrieval.encoders import resolve_model_path
+    from medbench_core.retrieval.weights import resolve_model_path
     from medbench_core.taskdata.task import make_task
     from medbench_core.retrieval.model_registry import load_registry
     from medbench_core.retrieval.records import load_encoder

@@ -97,7 +97,7 @@ def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) ->
 
     stored: dict = {}
     for spec in specs:
-        if spec.kind == "bm25" or spec.derived:  # built from upstreams: a fusion loads nothing, the others load after their upstreams
+        if not spec.plugin.loads_weights or spec.derived:  # built from upstreams: loaded after their upstreams
             continue
         if force:
             return spec.name

@@ -275,8 +275,9 @@ def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given
             folders = {s: layout.artifact_dir(model, task, s, cell.get(f"{s}_key", "-")) for s in ("run", "metrics")}
             if not spec.derived:  # a derived model has no corpus artifacts of its own
                 folders |= {s: layout.artifact_dir(model, task, s, cell.get(f"{s}_key", "-")) for s in ("embeddings", "index")}
-            if spec.kind == "expanded":
-                folders["expansion"] = layout.expansion_dir(spec.expansion, task, cell.get("expansion_key", "-"))
+            expansion = spec.plugin.expansion_name(spec)
+            if expansion:
+                folders["expansion"] = layout.expansion_dir(expansion, task, cell.get("expansion_key", "-"))
             for stage, folder in folders.items():
                 if not is_complete(folder):
                     raise Undecided(f"{model} x {task}: its {stage} artifact is missing or fails its manifest")

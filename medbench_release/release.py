@@ -73,9 +73,9 @@ def artifact_dirs(data_dir: Path, entry: dict[str, Any]) -> dict[str, Path]:
 
 
 def _derived(kind: str) -> bool:
-    from medbench_core.retrieval.model_registry import DERIVED_KINDS
+    from medbench_core.retrieval.kinds import get_kind
 
-    return kind in DERIVED_KINDS
+    return get_kind(kind).derived
 
 
 def collect_runs(tracking_uri: str, benchmark: str, data_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:

@@ -99,13 +99,13 @@ def _research(entry: dict[str, Any], task, dirs: dict[str, Path], out: Path):
     """Re-run retrieval on the stored index: dense models with the stored query vectors, BM25 on its bm25s index."""
     import numpy as np
 
-    from medbench_core.retrieval.model_registry import ModelSpec
+    from medbench_core.retrieval.model_registry import model_spec
     from medbench_core.retrieval.stages import retrieve
 
     if "embeddings" not in dirs:  # before a spec is made: a derived entry's record has no upstreams to make it from
         return None, "run built from upstream runs (re-scored, not re-searched)"
     kind = entry["model_kind"]
-    spec = ModelSpec(
+    spec = model_spec(
         name=entry["model"],
         kind=kind,
         path="" if entry["model_id"] in ("", kind) else entry["model_id"],
@@ -113,9 +113,10 @@ def _research(entry: dict[str, Any], task, dirs: dict[str, Path], out: Path):
     )
     k = json.loads((dirs["run"] / "info.json").read_text())["k"]
     label = f"{entry['model']} x {entry['task']}"
-    if kind == "bm25":
+    if not spec.plugin.loads_weights:  # its queries need no model (BM25): searched again on its own stored index
         run, _ = retrieve(spec, task, dirs["embeddings"], dirs["index"], out, k=k)
-        return run, "bm25s index"
+        index_type = json.loads((dirs["index"] / "info.json").read_text()).get("type", kind)
+        return run, "bm25s index" if index_type == "bm25s-sparse" else f"{index_type} index"
     q_file = dirs["run"] / "query_embeddings.npy"
     if not (dirs["index"] / "index.faiss").exists() or not q_file.exists():
         return None, "no stored index or query vectors to re-search"

@@ -114,7 +114,7 @@ def model_observations(instance: dg.DagsterInstance, registry: RegistryResource,
             continue
         pin = pins.get(spec.name)
         if observed_model_version(instance, spec.name) != version:
-            metadata = {"kind": spec.kind, "revision": str(spec.revision), "settings": dg.MetadataValue.json(spec.settings)}
+            metadata = {"kind": spec.kind, "revision": str(spec.revision), "settings": dg.MetadataValue.json(spec.settings.explicit())}
             if pin is not None:
                 metadata["hub_id"] = pin.hub_id
                 metadata["pinned_revision"] = pin.sha or f"unresolved: {pin.error}"

@@ -144,27 +144,20 @@ class ComputeResource(dg.ConfigurableResource):
         return {"auto": None, "never": False, "always": True}[self.faiss_gpu]
 
     def encoder(self, spec: ModelSpec, progress: bool = False):
-        """The dense encoder of ``spec`` (a cross-encoder's model for kind cross-encoder), loaded once
-        per process; None for BM25 and fusion, which load no weights.
+        """The loaded model of ``spec`` (its kind's: a dense or CLIP encoder, a cross-encoder), loaded once
+        per process; None for a kind that loads no weights (BM25, fusion, expanded).
 
         Under the in-process executor corpus_embeddings and retrieval_run of a partition run in
         one process; loading the model twice cost seconds per partition (bench/bench_overhead.py).
         One model is kept at a time. The main job loads it early, while the tasks are prepared.
         """
-        if spec.kind in ("bm25", "fusion", "expanded"):
+        if not spec.plugin.loads_weights:
             return None
         device = self.torch_device()
-        key = json.dumps([spec.to_dict(), device, progress, self.online], sort_keys=True, default=str)
+        key = json.dumps([spec.to_entry(), device, progress, self.online], sort_keys=True, default=str)
         if key not in _ENCODER:
             _ENCODER.clear()
-            if spec.kind == "cross-encoder":
-                from medbench_core.retrieval.fuse_rerank import load_cross_encoder
-
-                _ENCODER[key] = load_cross_encoder(spec, device=device, progress=progress, online=self.online)
-            else:
-                from medbench_core.retrieval.records import load_encoder
-
-                _ENCODER[key] = load_encoder(spec, device=device, progress=progress, online=self.online)
+            _ENCODER[key] = spec.plugin.load(spec, device=device, progress=progress, online=self.online)
         return _ENCODER[key]
 
     def generator(self, spec):

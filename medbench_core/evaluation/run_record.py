@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from medbench_core.taskdata.task import Task
-from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.kinds.spec import ModelSpec
 
 RUN_KEY_TAG = "medbench.run_key"  # the metrics stage's provenance key: one FINISHED run per key
 DAGSTER_RUN_TAG = "medbench.dagster_run_id"  # which Dagster run logged it (stale-run reconciliation)
@@ -52,7 +52,7 @@ def evaluation_params(
         "model_id": spec.path or spec.kind,
         "model_kind": spec.kind,
         "model_revision": revision,
-        "model_settings": json.dumps(spec.settings, sort_keys=True),
+        "model_settings": json.dumps(spec.settings.explicit(), sort_keys=True),
         "task": task.name,
         "task_content_hash": task.content_hash(),
         "task_licences": ",".join(task.meta.licences),
@@ -84,14 +84,7 @@ def derived_params(spec: ModelSpec, upstream_run_keys: dict[str, str], run_info:
         return {}
     out = {"upstream_models": ",".join(upstream_run_keys)}
     out.update({f"upstream.{_param_name(name)}.run_key": key for name, key in upstream_run_keys.items()})
-    if spec.kind == "expanded":
-        info = run_info or {}
-        out.update(
-            retriever=spec.retriever,
-            expansion=spec.expansion,
-            expansion_key=str((info.get("expansion") or {}).get("key", "")),
-            combine=json.dumps(info.get("combine") or {}, sort_keys=True),
-        )
+    out.update(spec.plugin.record_params(spec, run_info or {}))
     return out
 
 

@@ -100,6 +100,19 @@ def search(
 ) -> pl.DataFrame:
     """Top ``k`` documents per query by BM25 score, ties by doc id; ``progress``: a bar over the queries."""
     tokens = tokenize(query_texts, bm25_settings(settings))
+    return search_tokens(retriever, query_ids, tokens, doc_ids, k, candidates=candidates, progress=progress)
+
+
+def search_tokens(
+    retriever,
+    query_ids: list[str],
+    tokens: list[list[str]],
+    doc_ids: list[str],
+    k: int,
+    candidates: dict[str, np.ndarray] | None = None,
+    progress: bool | None = False,
+) -> pl.DataFrame:
+    """:func:`search` of queries already tokenized (an expanded query is a combination of token lists)."""
     with bar(total=len(tokens), desc="bm25 search", unit="query", progress=progress) as pbar:
 
         def rows():

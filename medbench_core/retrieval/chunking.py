@@ -48,31 +48,27 @@ class LongText:
         return {"long_text": "chunk", "chunk_pooling": self.pooling, "chunk_size": self.size, "chunk_stride": self.stride, "max_length": self.max_length}
 
 
-def long_text(settings: dict[str, Any], model: str = "model", kind: str = "sentence-transformers") -> LongText:
-    """The checked long-text settings of a model (``kind`` bm25 reads whole documents: always ``truncate``, with no limit)."""
-    mode = settings.get("long_text", "truncate")
-    max_length = settings.get("max_length")
-    if kind == "bm25":
-        return LongText(mode="truncate", max_length=None)
+def long_text(settings: Any, model: str = "model") -> LongText:
+    """The checked long-text policy of a text encoder's settings (the dense kinds' settings object)."""
+    mode = settings.long_text
+    max_length = settings.max_length
     if mode not in MODES:
         raise DataError(f"model {model}: long_text {mode!r} unknown; use one of {MODES}")
     if mode == "truncate":
-        stray = [k for k in SETTING_KEYS[1:] if k in settings]
+        stray = [k for k in SETTING_KEYS[1:] if k in settings.explicit()]
         if stray:
             raise DataError(f"model {model}: {stray} only apply with long_text: chunk")
         return LongText(mode="truncate", max_length=max_length)
-    if kind == "open_clip":
-        raise DataError(f"model {model}: long_text: chunk is for text encoders; CLIP's text tower reads 77 tokens")
-    pooling = settings.get("chunk_pooling", "max")
+    pooling = settings.chunk_pooling
     if pooling not in POOLINGS:
         raise DataError(f"model {model}: chunk_pooling {pooling!r} unknown; use one of {POOLINGS}")
     default_size = int(max_length) - 2 if max_length else 0
-    size = int(settings.get("chunk_size") or default_size)
+    size = int(settings.chunk_size or default_size)
     if size < 1:
         raise DataError(f"model {model}: long_text: chunk needs chunk_size (tokens) or max_length")
     if max_length and size + 2 > int(max_length):
         raise DataError(f"model {model}: chunk_size {size} + 2 special tokens exceeds max_length {max_length}; chunks would be truncated")
-    stride = int(settings.get("chunk_stride") or size)
+    stride = int(settings.chunk_stride or size)
     if not 1 <= stride <= size:
         raise DataError(f"model {model}: chunk_stride {stride} must lie in [1, chunk_size={size}] (gaps would drop text)")
     return LongText(mode="chunk", pooling=pooling, size=size, stride=stride, max_length=max_length)

@@ -40,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from medbench_core.retrieval.encoders import apply_prefixes
+from medbench_core.retrieval.instructions import apply_prefixes
 from medbench_core.errors import DataError
 from medbench_core.taskdata.images import load_image
-from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.progress import bar as progress_bar
 from medbench_core.progress import resolve as resolve_progress
 from medbench_core.storage import sha256_file, write_with
@@ -67,26 +67,17 @@ def _register_configs(open_clip: Any) -> None:
 
 
 def clip_settings(spec: ModelSpec) -> dict[str, Any]:
-    """The open_clip settings of ``spec`` with defaults filled in and values checked."""
-    s = dict(spec.settings)
-    ckpt = s.get("checkpoint") or spec.path or ""
-    out = {
-        "architecture": str(s.get("architecture") or ""),
+    """The open_clip settings of ``spec`` (the kind's typed settings), the checkpoint taken from ``path`` when the settings give none."""
+    s = spec.settings
+    ckpt = s.checkpoint or spec.path or ""
+    return {
+        "architecture": s.architecture,
         "checkpoint": "" if str(ckpt).strip().lower() in ("", "none", "random") else str(ckpt).strip(),
-        "seed": int(s.get("seed", 0)),
-        "fusion": s.get("fusion", "score"),
-        "fusion_weight": float(s.get("fusion_weight", 0.5)),
-        "max_aspect_ratio": float(s.get("max_aspect_ratio", 50)),
+        "seed": s.seed,
+        "fusion": s.fusion,
+        "fusion_weight": s.fusion_weight,
+        "max_aspect_ratio": s.max_aspect_ratio,
     }
-    if out["fusion"] not in FUSIONS:
-        raise DataError(f"model {spec.name}: fusion {out['fusion']!r} unknown; use one of {FUSIONS}")
-    if not 0.0 <= out["fusion_weight"] <= 1.0:
-        raise DataError(f"model {spec.name}: fusion_weight {out['fusion_weight']} must lie in [0, 1] (the image side's weight)")
-    if not out["architecture"] and not out["checkpoint"].startswith("hf-hub:"):
-        raise DataError(
-            f"model {spec.name}: settings need 'architecture' (an open_clip model name or one of {bundled_architectures()})"
-        )
-    return out
 
 
 def checkpoint_kind(checkpoint: str) -> str:
@@ -334,7 +325,7 @@ def load_clip_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | Non
     import open_clip
     import torch
 
-    from medbench_core.retrieval.encoders import torch_dtype
+    from medbench_core.retrieval.weights import torch_dtype
 
     s = clip_settings(spec)
     kind = checkpoint_kind(s["checkpoint"])

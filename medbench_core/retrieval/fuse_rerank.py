@@ -3,7 +3,7 @@ cross-encoder reranking of an upstream run's top documents.
 
 Ranks and ties follow :mod:`medbench_core.retrieval.ranking`: documents by score descending, equal scores by
 document id descending (trec_eval's order), both when an upstream rank is read and when the result
-is ordered and cut. :mod:`medbench_core.retrieval.derived` makes these partitions' runs with them.
+is ordered and cut. The ``fusion`` and ``cross-encoder`` kinds (:mod:`medbench_core.retrieval.kinds`) make their runs with them.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.taskdata.task import Task
-from medbench_core.retrieval.model_registry import FUSION_NORMS, ModelSpec
 from medbench_core.progress import resolve as resolve_progress
 from medbench_core.retrieval.ranking import RUN_SCHEMA
 
 DEFAULT_K = 100  # documents per query kept in a run, as medbench_core.retrieval.stages.DEFAULT_K
+FUSION_METHODS = ("rrf", "wsum")
+FUSION_NORMS = ("min-max", "max", "zmuv", "none")
 _EPS = 1e-9  # ranx's floor on a normaliser's denominator
 
 
@@ -127,32 +128,6 @@ def fuse(
 
 
 # --- cross-encoder reranking --------------------------------------------------------------
-
-
-def load_cross_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False) -> Any:
-    """The sentence-transformers ``CrossEncoder`` of ``spec``: a local folder, ``pkg:<module>``, or a
-    hub id read from the local hub cache at its pinned revision (``online`` lets it download), as
-    the encoders load their weights (:func:`medbench_core.retrieval.encoders.model_folder`)."""
-    from sentence_transformers import CrossEncoder
-
-    from medbench_core.retrieval.encoders import check_remote_code, model_folder
-    from medbench_core.progress import library_bars
-
-    try:
-        folder = model_folder(spec, online=online)
-    except DataError as exc:
-        raise DataError(f"model {spec.name}: cannot load cross-encoder ({exc}); offline runs need a local folder or a cached hub id") from exc
-    check_remote_code(spec, folder)
-    kwargs: dict[str, Any] = {"device": device}
-    if spec.settings.get("max_length"):
-        kwargs["max_length"] = int(spec.settings["max_length"])
-    if spec.trust_remote_code:
-        kwargs["trust_remote_code"] = True
-    try:
-        with library_bars(progress):
-            return CrossEncoder(str(folder), **kwargs)
-    except (OSError, ValueError) as exc:
-        raise DataError(f"model {spec.name}: cannot load cross-encoder {str(folder)!r} ({exc})") from exc
 
 
 def rerank(

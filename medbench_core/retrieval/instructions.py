@@ -24,19 +24,19 @@ DEFAULT_TEMPLATE = "Instruct: {instruction}\nQuery: {query}"
 SETTING_KEYS = ("instructions", "query_template")
 
 
-def uses_instructions(settings: dict[str, Any]) -> bool:
-    """True when the model's settings hold instructions."""
-    return any(k in settings for k in SETTING_KEYS)
+def uses_instructions(settings: Any) -> bool:
+    """True when the model's settings hold instructions (a kind's settings object)."""
+    return any(getattr(settings, k, None) is not None for k in SETTING_KEYS)
 
 
-def resolve(settings: dict[str, Any], task_name: str, task_type: str = "", model: str = "model") -> tuple[str, str] | None:
+def resolve(settings: Any, task_name: str, task_type: str = "", model: str = "model") -> tuple[str, str] | None:
     """``(template, instruction)`` for a task, or None when the model has no instruction for it."""
     if not uses_instructions(settings):
         return None
-    table = settings.get("instructions") or {}
+    table = settings.instructions or {}
     if not isinstance(table, dict):
         raise DataError(f"model {model}: instructions must map a task name, task type or 'default' to an instruction")
-    template = settings.get("query_template") or DEFAULT_TEMPLATE
+    template = settings.query_template or DEFAULT_TEMPLATE
     if "{query}" not in template or "{instruction}" not in template:
         raise DataError(f"model {model}: query_template {template!r} needs both {{instruction}} and {{query}}")
     for key in (task_name, task_type, "default"):
@@ -54,9 +54,22 @@ def format_queries(texts: list[str | None], prompt: tuple[str, str] | None) -> l
     return [None if t is None else template.replace("{instruction}", instruction).replace("{query}", t) for t in texts]
 
 
-def key_part(settings: dict[str, Any], task_name: str, task_type: str = "", model: str = "model") -> dict[str, Any]:
+def key_part(settings: Any, task_name: str, task_type: str = "", model: str = "model") -> dict[str, Any]:
     """What enters the run key: the resolved ``(template, instruction)``, or ``{}`` for a model without instructions."""
     if not uses_instructions(settings):
         return {}
     prompt = resolve(settings, task_name, task_type, model)
     return {"query_prompt": list(prompt) if prompt else None}
+
+
+def _prefix(settings: Any, role: str, language: str | None) -> str:
+    per_lang = getattr(settings, "language_prefixes", None) or {}
+    if language and language in per_lang and role in per_lang[language]:
+        return per_lang[language][role]
+    return getattr(settings, f"{role}_prefix", "") or ""
+
+
+def apply_prefixes(texts: list[str], settings: Any, role: str, languages: list[str] | None) -> list[str]:
+    """Each text with the prefix of its ``role`` (``query``, ``passage``, ``expansion``), per language when the settings give one."""
+    langs = languages if languages is not None else [None] * len(texts)
+    return [_prefix(settings, role, lang) + t for t, lang in zip(texts, langs)]

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from medbench_core.retrieval.derived import derived_revision
-from medbench_core.retrieval.encoders import cached_revision
 from medbench_core.errors import MedbenchError
-from medbench_core.retrieval.expansion.stage import expansion_fingerprint
-from medbench_core.retrieval.model_registry import ModelSpec, evaluation_order
 from medbench_core.provenance import artifact_key
+from medbench_core.retrieval.expansion.stage import expansion_fingerprint
+from medbench_core.retrieval.kinds.base import cached_revision
+from medbench_core.retrieval.model_registry import ModelSpec, evaluation_order
 
 
 def model_version(
@@ -33,7 +32,7 @@ def model_version(
     """
     if not spec.derived:
         return artifact_key(model=spec.identity(), revision=revision or cached_revision(spec))
-    own = "" if spec.kind == "expanded" else (revision or derived_revision(spec))
+    own = revision or spec.plugin.weights_revision(spec) if spec.plugin.loads_weights else ""
     return artifact_key(model=spec.identity(), revision=own, upstream=dict(upstream_versions or {}), expansion=expansion)
 
 
@@ -58,8 +57,8 @@ def model_versions(
             continue
         try:
             expansion = None
-            if spec.kind == "expanded":
-                e = by_expansion[spec.expansion]
+            if spec.plugin.expansion_name(spec):
+                e = by_expansion[spec.plugin.expansion_name(spec)]
                 expansion = {"name": e.name, "tasks": expansion_fingerprint(e, list(tasks), upstream_version=out.get(e.upstream))}
             pin = pins.get(name)
             out[name] = model_version(spec, {u: out[u] for u in spec.upstream}, expansion, revision=getattr(pin, "sha", None))

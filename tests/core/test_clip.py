@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.model_registry import ModelSpec, model_spec
 
 pytestmark = pytest.mark.model
 
@@ -27,7 +27,7 @@ TINY = "medbench-tiny-clip"
 
 
 def spec(name: str = "tiny", **settings) -> ModelSpec:
-    return ModelSpec(name=name, kind="open_clip", settings={"architecture": TINY, **settings}, batch_size=4)
+    return model_spec(name=name, kind="open_clip", settings={"architecture": TINY, **settings}, batch_size=4)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_same_seed_same_vectors_other_seed_other_vectors(encoder, xray_png):
 
 def test_safetensors_round_trip(encoder, xray_png, tmp_path):
     from medbench_core.retrieval.clip import clip_revision, load_clip_encoder
-    from medbench_core.retrieval.encoders import effective_revision
+    from medbench_core.retrieval.kinds.base import effective_revision
     from medbench_core.storage import sha256_file
 
     path = encoder.save_safetensors(tmp_path / "tiny.safetensors")
@@ -159,9 +159,9 @@ def test_bad_settings():
     from medbench_core.retrieval.clip import load_clip_encoder
 
     with pytest.raises(DataError, match=r"architecture 'no-such-arch' unknown.*medbench-tiny-clip"):
-        load_clip_encoder(ModelSpec(name="x", kind="open_clip", settings={"architecture": "no-such-arch"}))
+        load_clip_encoder(model_spec(name="x", kind="open_clip", settings={"architecture": "no-such-arch"}))
     with pytest.raises(DataError, match="settings need 'architecture'"):
-        load_clip_encoder(ModelSpec(name="x", kind="open_clip", settings={}))
+        load_clip_encoder(model_spec(name="x", kind="open_clip", settings={}))
     with pytest.raises(DataError, match="fusion 'sum' unknown"):
         load_clip_encoder(spec(fusion="sum"))
     with pytest.raises(DataError, match=r"fusion_weight 1.5 must lie in \[0, 1\]"):
@@ -262,7 +262,7 @@ def test_pneumoniamnist_1148_images_with_random_clip(tmp_path):
     from medbench_core.taskdata.readers.pneumoniamnist import read_pneumoniamnist
 
     task = read_pneumoniamnist(DATA / "pneumoniamnist", tmp_path / "img")
-    enc = load_encoder(ModelSpec(name="tiny", kind="open_clip", settings={"architecture": TINY}, batch_size=256))
+    enc = load_encoder(model_spec(name="tiny", kind="open_clip", settings={"architecture": TINY}, batch_size=256))
     d = encode_side(enc, task, "passage")
     assert d.shape == (1148, 64)
     np.testing.assert_allclose(np.linalg.norm(d, axis=1), 1.0, atol=1e-5)

@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from medbench_core.retrieval.encoders import effective_revision, folder_revision, load_text_encoder, resolve_model_path
+from medbench_core.retrieval.kinds.base import effective_revision
+from medbench_core.retrieval.kinds.dense import load_text_encoder
+from medbench_core.retrieval.weights import folder_revision, resolve_model_path
 from medbench_core.errors import DataError
-from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.model_registry import model_spec
 
 pytestmark = pytest.mark.model
 
@@ -38,18 +40,18 @@ def real_texts() -> list[str]:
 
 @pytest.fixture(scope="module")
 def st_vectors():
-    enc = load_text_encoder(ModelSpec(name="minilm", kind="sentence-transformers", path=PKG, settings=SETTINGS))
+    enc = load_text_encoder(model_spec(name="minilm", kind="sentence-transformers", path=PKG, settings=SETTINGS))
     return enc.encode(real_texts(), role="passage")
 
 
 def test_sentence_transformers_and_transformers_mean_pooling_agree(st_vectors):
-    tf = load_text_encoder(ModelSpec(name="minilm-tf", kind="transformers", path=PKG, settings={**SETTINGS, "pooling": "mean"}))
+    tf = load_text_encoder(model_spec(name="minilm-tf", kind="transformers", path=PKG, settings={**SETTINGS, "pooling": "mean"}))
     vec = tf.encode(real_texts(), role="passage")
     assert st_vectors.shape == vec.shape == (6, 384) and vec.dtype == np.float32
     assert np.allclose(np.linalg.norm(vec, axis=1), 1.0, atol=1e-6)
     assert np.abs(st_vectors - vec).max() < 1e-5
     # The comparison can fail: CLS pooling of the same model gives other vectors.
-    cls = load_text_encoder(ModelSpec(name="minilm-cls", kind="transformers", path=PKG, settings={**SETTINGS, "pooling": "cls"}))
+    cls = load_text_encoder(model_spec(name="minilm-cls", kind="transformers", path=PKG, settings={**SETTINGS, "pooling": "cls"}))
     assert np.abs(cls.encode(real_texts(), role="passage") - vec).max() > 1e-2  # pooling really matters
 
 
@@ -57,7 +59,7 @@ def test_encoder_equals_bare_sentence_transformers_with_prefix():
     from sentence_transformers import SentenceTransformer
 
     texts = real_texts()[:3]
-    spec = ModelSpec(name="minilm", kind="sentence-transformers", path=PKG, settings={**SETTINGS, "query_prefix": "query: "})
+    spec = model_spec(name="minilm", kind="sentence-transformers", path=PKG, settings={**SETTINGS, "query_prefix": "query: "})
     ours = load_text_encoder(spec).encode(texts, role="query")
     bare = SentenceTransformer(resolve_model_path(PKG), device="cpu")
     bare.max_seq_length = 256
@@ -69,11 +71,11 @@ def test_local_folder_path_and_its_revision(tmp_path, st_vectors):
     pkg_dir = Path(resolve_model_path(PKG))
     # A registry revision string means nothing for a folder: it is not passed on, and the folder's
     # content hash identifies the weights instead.
-    spec = ModelSpec(name="local", kind="sentence-transformers", path=str(pkg_dir), revision="no-such-revision", settings=SETTINGS)
+    spec = model_spec(name="local", kind="sentence-transformers", path=str(pkg_dir), revision="no-such-revision", settings=SETTINGS)
     assert np.abs(load_text_encoder(spec).encode(real_texts(), role="passage") - st_vectors).max() < 1e-6
     rev = effective_revision(spec)
     assert rev == folder_revision(pkg_dir) and rev.startswith("sha256:") and len(rev) == 7 + 16
-    assert effective_revision(ModelSpec(name="p", kind="sentence-transformers", path=PKG)) == rev
+    assert effective_revision(model_spec(name="p", kind="sentence-transformers", path=PKG)) == rev
 
     # A copy (hard links: no 90 MB copied) has the same revision until one of its files changes.
     copy = tmp_path / "minilm"
@@ -96,18 +98,19 @@ def test_hub_revision_is_pinned(tmp_path):
     (repo / "refs" / "main").write_text(commit)
     probe = f"""
 import json, sys
-from medbench_core.retrieval.encoders import load_text_encoder, effective_revision
+from medbench_core.retrieval.kinds.dense import load_text_encoder
+from medbench_core.retrieval.kinds.base import effective_revision
 from medbench_core.errors import DataError
-from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.model_registry import model_spec
 out = {{}}
 for rev in ["{commit}", "{'b' * 40}"]:
-    spec = ModelSpec(name="hub", kind="sentence-transformers", path="{HUB_ID}", revision=rev, settings={SETTINGS!r})
+    spec = model_spec(name="hub", kind="sentence-transformers", path="{HUB_ID}", revision=rev, settings={SETTINGS!r})
     out[rev[:1] + "_revision"] = effective_revision(spec)
     try:
         out[rev[:1]] = load_text_encoder(spec).encode(["gout in the toe"], role="query")[0].tolist()
     except DataError as exc:
         out[rev[:1]] = str(exc)
-out["unpinned"] = effective_revision(ModelSpec(name="hub", kind="sentence-transformers", path="{HUB_ID}"))
+out["unpinned"] = effective_revision(model_spec(name="hub", kind="sentence-transformers", path="{HUB_ID}"))
 print(json.dumps(out))
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
@@ -115,7 +118,7 @@ print(json.dumps(out))
     assert res.returncode == 0, res.stderr[-2000:]
     out = json.loads(res.stdout.splitlines()[-1])
     assert out["a_revision"] == commit and out["b_revision"] == "b" * 40 and out["unpinned"] == "unpinned"
-    want = load_text_encoder(ModelSpec(name="m", kind="sentence-transformers", path=PKG, settings=SETTINGS)).encode(["gout in the toe"], role="query")[0]
+    want = load_text_encoder(model_spec(name="m", kind="sentence-transformers", path=PKG, settings=SETTINGS)).encode(["gout in the toe"], role="query")[0]
     assert np.abs(np.asarray(out["a"]) - want).max() < 1e-6
     assert out["b"].startswith(f"model hub: cannot load '{HUB_ID}'")
 
@@ -124,14 +127,14 @@ print(json.dumps(out))
 def test_bad_paths_give_a_clear_data_error(tmp_path, kind):
     missing = tmp_path / "no-model-here"
     with pytest.raises(DataError, match=rf"model path '{missing}': no such folder"):
-        load_text_encoder(ModelSpec(name="m", kind=kind, path=str(missing)))
+        load_text_encoder(model_spec(name="m", kind=kind, path=str(missing)))
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match=rf"model m: cannot load '{tmp_path / 'empty'}'"):
-        load_text_encoder(ModelSpec(name="m", kind=kind, path=str(tmp_path / "empty")))
+        load_text_encoder(model_spec(name="m", kind=kind, path=str(tmp_path / "empty")))
     with pytest.raises(DataError, match="Python package 'not_installed_pkg' is not installed"):
-        load_text_encoder(ModelSpec(name="m", kind=kind, path="pkg:not_installed_pkg"))
+        load_text_encoder(model_spec(name="m", kind=kind, path="pkg:not_installed_pkg"))
     with pytest.raises(DataError, match="kind bm25 is not a text encoder"):
-        load_text_encoder(ModelSpec(name="m", kind="bm25"))
+        load_text_encoder(model_spec(name="m", kind="bm25"))
 
 
 def test_folder_revision_of_a_folder_living_under_a_cache_dir(tmp_path):

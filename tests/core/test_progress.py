@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from medbench_core.retrieval import bm25
-from medbench_core.retrieval.encoders import load_text_encoder
+from medbench_core.retrieval.kinds.dense import load_text_encoder
 from medbench_core.retrieval.index import ADD_CHUNK, build_index, search
-from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.model_registry import model_spec
 from medbench_core.progress import resolve, want_progress
 from medbench_core.retrieval.records import load_encoder
 
@@ -68,7 +68,7 @@ def test_bm25_fit_and_search(capfd):
 @pytest.mark.model
 @pytest.mark.parametrize("kind, desc", [("sentence-transformers", "Batches"), ("transformers", "tiny passages")])
 def test_text_encoders(capfd, tiny_bert_dir, kind, desc):
-    spec = ModelSpec(name="tiny", kind=kind, path=str(tiny_bert_dir), batch_size=4, settings={"max_length": 32})
+    spec = model_spec(name="tiny", kind=kind, path=str(tiny_bert_dir), batch_size=4, settings={"max_length": 32})
     quiet, loud, a, b = run_quiet_and_loud(capfd, lambda p: load_text_encoder(spec, progress=p).encode(TEXTS, role="passage"))
     assert quiet == "" and is_bar(loud, desc) and "3/3" in loud  # 10 texts in batches of 4
     assert np.array_equal(a, b)
@@ -76,7 +76,7 @@ def test_text_encoders(capfd, tiny_bert_dir, kind, desc):
 
 @pytest.mark.model
 def test_clip_encoder(capfd):
-    spec = ModelSpec(name="tiny-clip", kind="open_clip", settings={"architecture": "medbench-tiny-clip"}, batch_size=4)
+    spec = model_spec(name="tiny-clip", kind="open_clip", settings={"architecture": "medbench-tiny-clip"}, batch_size=4)
     quiet, loud, a, b = run_quiet_and_loud(capfd, lambda p: load_encoder(spec, progress=p).encode_records(TEXTS, [None] * 10, ["en"] * 10, "query"))
     assert quiet == "" and is_bar(loud, "tiny-clip texts") and "3/3" in loud
     assert np.array_equal(a, b)

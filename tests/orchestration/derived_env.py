@@ -43,7 +43,7 @@ def write_prompts(root: Path, hyde: str = HYDE_PROMPT, lamer: str = LAMER_PROMPT
 
 def tiny_cross_encoder(folder: Path) -> Path:
     """A seeded random-weight BERT cross-encoder folder (tests/core/conftest.py builds the same)."""
-    from tests.core.conftest import _tiny_bert
+    from tests.core.tiny_models import tiny_bert as _tiny_bert
 
     return folder if (folder / "config.json").exists() else _tiny_bert(folder, "cross-encoder")
 

@@ -16,25 +16,19 @@ Defaults are R2MED's (its evaluation scripts): BM25: hyde ``replace``, query2doc
 lamer ``concat`` x1; dense: hyde and lamer ``mean``, query2doc ``concat`` with ``[SEP]``.
 
 An expanded model reuses its retriever's corpus representation and index (same keys), so
-only the run and the metrics are its own.
+only the run and the metrics are its own; its retriever's kind searches with the expanded queries
+(kind ``expanded``, :mod:`medbench_core.retrieval.kinds.expanded`).
 """
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.expansion.frame import answers
-from medbench_core.retrieval.expansion.rules import DEFAULT_SEPARATOR, MODES, R2MED_DEFAULTS, Combine, family, resolve_combine  # noqa: F401  (re-exported)
+from medbench_core.retrieval.expansion.rules import DEFAULT_SEPARATOR, MODES, R2MED_DEFAULTS, Combine  # noqa: F401  (re-exported)
 from medbench_core.taskdata.task import Task
-from medbench_core.retrieval.model_registry import ModelSpec
 
 
 def bm25_query_tokens(queries: list[str], expansions: list[str], combine: Combine, settings: dict[str, Any]) -> list[list[str]]:
@@ -86,103 +80,3 @@ def dense_query_vectors(encoder, task: Task, expansions: list[str], combine: Com
         return np.ascontiguousarray(m, dtype=np.float32)
     texts = dense_query_texts(task.queries["text"].fill_null("").to_list(), expansions, combine)
     return _encode(encoder, texts, langs, "query", ids)
-
-
-def retrieve_expanded(
-    retriever: ModelSpec,
-    task: Task,
-    expansions: pl.DataFrame,
-    combine: Combine,
-    emb_dir: Path,
-    index_dir: Path,
-    out: Path,
-    *,
-    k: int = 100,
-    tag: str = "expanded",
-    device: str = "cpu",
-    progress: bool = False,
-    encoder=None,
-) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Rank the top ``k`` documents for the expanded queries, on ``retriever``'s stored corpus.
-
-    ``emb_dir`` and ``index_dir`` are the retriever's ``corpus_embeddings`` and ``corpus_index``
-    artifacts on this task (as :func:`medbench_core.retrieval.stages.embed_corpus` and
-    :func:`~medbench_core.retrieval.stages.build_corpus_index` wrote them). Writes ``run.parquet``,
-    ``run.trec``, ``info.json`` (and ``query_embeddings.npy`` for dense retrievers) into ``out``,
-    in the schema :func:`medbench_core.retrieval.stages.retrieve` uses.
-    """
-    from medbench_core.retrieval import bm25
-    from medbench_core.retrieval.stages import _read_json, load_corpus_embeddings, task_language
-    from medbench_core.retrieval.ranking import rank_scores, write_trec
-    from medbench_core.retrieval.records import candidate_pools, load_encoder
-
-    t0 = time.perf_counter()
-    doc_ids = _read_json(Path(emb_dir) / "doc_ids.json")
-    if doc_ids != task.corpus["doc_id"].to_list():
-        raise DataError(f"{emb_dir}: stored document ids do not match task {task.name}; rematerialise {retriever.name}'s corpus_embeddings")
-    query_ids = task.queries["query_id"].to_list()
-    exp = answers(expansions, query_ids, f"expansion for task {task.name}")
-    pools = candidate_pools(task)
-    files = ["run.parquet", "run.trec"]
-    if family(retriever) == "lexical":
-        settings = bm25.bm25_settings(retriever.settings, task_language(task))
-        tokens = bm25_query_tokens(task.queries["text"].fill_null("").to_list(), exp, combine, settings)
-        index = bm25.load(Path(emb_dir))
-        # An empty token list (only stopwords) matches nothing: bm25s fails on it, so score 0.
-        rows = (index.get_scores(t) if t else np.zeros(len(doc_ids)) for t in tokens)
-        run = rank_scores(query_ids, doc_ids, rows, k, candidates=pools)
-    else:
-        from medbench_core.retrieval.index import load_index, search
-
-        encoder = encoder or load_encoder(retriever, device=device, progress=progress)
-        q = dense_query_vectors(encoder, task, exp, combine, normalize=bool(retriever.settings.get("normalize", True)))
-        np.save(Path(out) / "query_embeddings.npy", q, allow_pickle=False)
-        files.append("query_embeddings.npy")
-        _, demb = load_corpus_embeddings(Path(emb_dir)) if pools is not None else (None, None)
-        run = search(load_index(Path(index_dir) / "index.faiss"), q, query_ids, doc_ids, k, doc_emb=demb, candidates=pools)
-    run.write_parquet(Path(out) / "run.parquet", statistics=False)
-    (Path(out) / "run.trec").write_text(write_trec(run, f"medbench-{tag}"))
-    info = {
-        "k": k,
-        "n_queries": len(query_ids),
-        "n_rows": run.height,
-        "retriever": retriever.name,
-        "combine": combine.to_dict(),
-        "seconds": round(time.perf_counter() - t0, 3),
-        "files": files,
-    }
-    (Path(out) / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    return run, info
-
-
-def expanded_stage_keys(
-    spec: ModelSpec,
-    retriever: ModelSpec,
-    task_hash: str,
-    retriever_revision: str,
-    expansion_key: str,
-    combine: Combine,
-    k: int,
-    codes: dict[str, str],
-    metrics: tuple[str, ...] | None = None,
-    *,
-    retriever_keys: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """Stage keys of an expanded model on one task.
-
-    ``embeddings`` and ``index`` are the retriever's own keys (its stored corpus is reused): those
-    of ``retriever_keys`` when given (:func:`medbench_core.retrieval.stages.partition_keys` of the
-    retriever, which also covers a task's dataset revision), else computed from ``task_hash``
-    and ``retriever_revision``. The run key covers the expanded model's name (a rename is a new
-    model, as for every kind), the index key, the expansion's key, the resolved combination (so
-    writing R2MED's default out changes nothing), k and the code of the expanded run
-    (``codes["expanded_run"]``); the metrics key the run key and the metric list.
-    """
-    from medbench_core.evaluation.metrics import DEFAULT_METRICS
-    from medbench_core.retrieval.stages import stage_keys
-    from medbench_core.provenance import artifact_key
-
-    base = dict(retriever_keys) if retriever_keys is not None else stage_keys(retriever, task_hash, retriever_revision, k, codes)
-    run = artifact_key(stage="expanded_run", model=spec.name, upstream=base["index"], expansion=expansion_key, combine=combine.to_dict(), k=k, code=codes["expanded_run"])
-    met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics or DEFAULT_METRICS), code=codes["metrics"])
-    return {"expansion": expansion_key, "embeddings": base["embeddings"], "index": base["index"], "run": run, "metrics": met}

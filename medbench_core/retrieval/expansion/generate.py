@@ -32,7 +32,7 @@ _REVISION_SUFFIXES = (".jinja",)  # chat templates saved beside tokenizer_config
 def generator_revision(spec: ExpansionSpec) -> str:
     """The generator's revision: a local folder's content hash (weights, configs, tokenizer and chat
     template files), else the pinned revision of a hub id."""
-    from medbench_core.retrieval.encoders import folder_revision, resolve_model_path
+    from medbench_core.retrieval.weights import folder_revision, resolve_model_path
 
     path = resolve_model_path(spec.resolve_path(spec.generator))
     if Path(path).is_dir():
@@ -59,7 +59,7 @@ def cached_generator_revision(spec: ExpansionSpec) -> str:
     """:func:`generator_revision`, hashed again only when a file of the folder changed (name, size or
     mtime): the registry's versions are computed on every sensor tick, and a generator's weights
     are gigabytes."""
-    from medbench_core.retrieval.encoders import resolve_model_path
+    from medbench_core.retrieval.weights import resolve_model_path
 
     path = resolve_model_path(spec.resolve_path(spec.generator))
     if not Path(path).is_dir():
@@ -127,7 +127,7 @@ class Generator:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from medbench_core.retrieval.encoders import resolve_model_path
+        from medbench_core.retrieval.weights import resolve_model_path
 
         resolved = resolve_model_path(path)
         local = Path(resolved).is_dir()

@@ -56,13 +56,14 @@ def beside_retriever(board: pl.DataFrame, models: list[ModelSpec], copies: dict[
     values = {(r["model"], t): r[t] for r in board.iter_rows(named=True) for t in tasks}
     rows = []
     for m in models:
-        if m.kind != "expanded":
+        retriever = m.plugin.corpus_of(m)
+        if not m.plugin.expansion_name(m) or not retriever:
             continue
         for t in tasks:
-            v, base = values.get((m.name, t)), values.get((m.retriever, t))
+            v, base = values.get((m.name, t)), values.get((retriever, t))
             rows.append({
                 "model": m.name,
-                "retriever": m.retriever,
+                "retriever": retriever,
                 "task": t,
                 "value": v,
                 "retriever_value": base,

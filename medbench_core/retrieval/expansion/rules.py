@@ -7,19 +7,9 @@ when it is read.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from medbench_core.errors import DataError
-
-
-class ModelSpec(Protocol):
-    """The fields of a model entry these rules read (medbench_core.retrieval.model_registry imports this module, not the reverse)."""
-
-    name: str
-    kind: str
-    combine: str
-    repeat_query: int | None
-    settings: dict[str, Any]
 
 
 MODES = ("concat", "replace", "mean")
@@ -49,38 +39,39 @@ R2MED_DEFAULTS: dict[tuple[str, str], Combine] = {
 }
 
 
-def family(retriever: ModelSpec) -> str:
-    """``lexical`` (BM25) or ``dense`` (text encoders); other kinds cannot take a text expansion."""
-    if retriever.kind == "bm25":
-        return "lexical"
-    if retriever.kind in ("sentence-transformers", "transformers"):
-        return "dense"
-    raise DataError(f"model {retriever.name}: kind {retriever.kind} cannot be expanded; use a bm25 or text-encoder retriever")
+def family(retriever: Any) -> str:
+    """How a text expansion meets ``retriever`` (a model spec): ``lexical`` or ``dense``, as its kind says; DataError for a kind that cannot take one."""
+    fam = retriever.plugin.expansion_family
+    if fam is None:
+        raise DataError(f"model {retriever.name}: kind {retriever.kind} cannot be expanded; use a bm25 or text-encoder retriever")
+    return fam
 
 
-def resolve_combine(spec: ModelSpec, retriever: ModelSpec, method: str) -> Combine:
-    """The combination ``spec`` (kind ``expanded``) asks for, R2MED's default filling what it leaves out.
+def resolve_combination(
+    model: str, fam: str, method: str, *, combine: str = "", repeat_query: int | None = None, separator: str | None = None, retriever: str = "its retriever"
+) -> Combine:
+    """The combination expanded model ``model`` asks for (``combine``, ``repeat_query``, ``separator``)
+    with a retriever of family ``fam``, R2MED's default for ``method`` filling what it leaves out.
 
     Equal settings give an equal :class:`Combine`, so writing a default out does not change a key.
     """
-    fam = family(retriever)
     default = R2MED_DEFAULTS[(fam, method)]
-    mode = spec.combine or default.mode
-    where = f"model {spec.name}"
+    mode = combine or default.mode
+    where = f"model {model}"
     if mode not in MODES:
         raise DataError(f"{where}: combine {mode!r} unknown; use one of {', '.join(MODES)}")
     if mode == "mean" and fam == "lexical":
-        raise DataError(f"{where}: combine 'mean' averages embeddings; retriever {retriever.name} is BM25 (use concat or replace)")
-    sep = spec.settings.get("separator")
+        raise DataError(f"{where}: combine 'mean' averages embeddings; retriever {retriever} is BM25 (use concat or replace)")
+    sep = separator
     if mode != "concat":
-        if spec.repeat_query is not None:
+        if repeat_query is not None:
             raise DataError(f"{where}: repeat_query is for combine 'concat' only")
         if sep is not None:
             raise DataError(f"{where}: settings.separator is for combine 'concat' only")
         return Combine(mode)
     if fam == "lexical" and sep is not None:
         raise DataError(f"{where}: BM25 joins token lists; settings.separator is for dense retrievers only")
-    repeat = spec.repeat_query if spec.repeat_query is not None else (default.repeat_query if default.mode == "concat" else 1)
+    repeat = repeat_query if repeat_query is not None else (default.repeat_query if default.mode == "concat" else 1)
     if repeat < 1:
         raise DataError(f"{where}: repeat_query must be at least 1")
     if fam == "lexical":

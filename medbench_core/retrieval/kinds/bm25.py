@@ -1,0 +1,120 @@
+"""Kind ``bm25``: bm25s with Lucene scoring by default, stopwords and a Snowball stemmer (PyStemmer).
+
+Its "embedding" is the sparse bm25s index of the corpus; it needs no FAISS index. A task written in
+one language takes that language's analyzer from ``language_analyzers``. Ties are ordered by doc id
+(:mod:`medbench_core.retrieval.ranking`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from medbench_core.errors import DataError
+from medbench_core.retrieval.kinds.base import RetrieverKind, StoredCorpus
+from medbench_core.retrieval.kinds.settings import KindSettings
+from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.taskdata.task import Task
+
+METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")  # bm25s's variants
+
+
+@dataclass(frozen=True)
+class BM25Settings(KindSettings):
+    """``k1``, ``b``, ``method`` (a bm25s variant), ``stopwords`` (a language code or a list),
+    ``stemmer`` (a PyStemmer algorithm, or null for none), ``language_analyzers``
+    (``{lang: {stopwords: .., stemmer: ..}}``)."""
+
+    k1: float = 1.5
+    b: float = 0.75
+    method: str = "lucene"
+    stopwords: str | list | None = "en"
+    stemmer: str | None = "english"
+    language_analyzers: dict = field(default_factory=dict)
+
+    CHOICES = {"method": METHODS}
+    HINTS = {"max_length": "BM25 indexes every token of a document", "long_text": "BM25 indexes every token of a document"}
+
+    def check(self, where: str) -> None:
+        if self.k1 < 0 or not 0.0 <= self.b <= 1.0:
+            raise DataError(f"{where}: BM25 needs k1 >= 0 and 0 <= b <= 1, not k1={self.k1}, b={self.b}")
+        for lang, analyzer in self.language_analyzers.items():
+            if not isinstance(analyzer, dict) or set(analyzer) - {"stopwords", "stemmer"}:
+                raise DataError(f"{where}: language_analyzers.{lang} takes 'stopwords' and 'stemmer' only, not {analyzer!r}")
+        if self.stemmer:
+            _check_stemmer(self.stemmer, where)
+        for analyzer in self.language_analyzers.values():
+            if analyzer.get("stemmer"):
+                _check_stemmer(analyzer["stemmer"], where)
+
+
+def _check_stemmer(name: str, where: str) -> None:
+    import Stemmer
+
+    if name not in Stemmer.algorithms():
+        raise DataError(f"{where}: stemmer {name!r} unknown; PyStemmer has {', '.join(sorted(Stemmer.algorithms()))}")
+
+
+def task_language(task: Task) -> str | None:
+    """The task's one language, or None when its records mix languages."""
+    langs = set(task.queries["language"].drop_nulls().to_list()) | set(task.corpus["language"].drop_nulls().to_list())
+    return langs.pop() if len(langs) == 1 else None
+
+
+class BM25Kind(RetrieverKind):
+    name = "bm25"
+    Settings = BM25Settings
+    version = "1"
+    takes_path = False
+    no_path_reason = "BM25 has no weights"
+    expansion_family = "lexical"
+
+    def revision(self, spec: ModelSpec) -> str:
+        return spec.revision or "bm25s"
+
+    def index_identity(self, spec: ModelSpec) -> Any:
+        return "bm25s"
+
+    def analyzer(self, spec: ModelSpec, task: Task) -> dict[str, Any]:
+        """The effective bm25s settings on ``task`` (its language's analyzer when the settings give one)."""
+        from medbench_core.retrieval import bm25
+
+        return bm25.bm25_settings(asdict(spec.settings), task_language(task))
+
+    def long_text_params(self, spec: ModelSpec, model: Any = None) -> dict[str, Any]:
+        return {"long_text": "whole"}  # BM25 indexes every token of a document
+
+    def embed_corpus(self, spec: ModelSpec, task: Task, out: Path, *, model: Any, progress: bool, available: Any) -> dict[str, Any]:
+        from medbench_core.retrieval import bm25
+
+        analyzer = self.analyzer(spec, task)
+        files = bm25.save(bm25.fit(task.doc_text(), analyzer, progress=progress), out)
+        return {"representation": "bm25s-sparse", "n_docs": task.corpus.height, "settings": analyzer, **self.long_text_params(spec), "files": files}
+
+    def build_index(self, spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None, progress: bool | None, available: Any) -> dict[str, Any]:
+        return {"type": "bm25s-sparse", "built_on": "cpu", "files": []}
+
+    def represent_queries(self, spec: ModelSpec, task: Task, model: Any, *, prompt: tuple[str, str] | None, expansion: Any = None) -> list[list[str]]:
+        """Token lists: the queries' own, or an expansion combined with them (:func:`~medbench_core.retrieval.expansion.combine.bm25_query_tokens`)."""
+        from medbench_core.retrieval import bm25
+
+        analyzer = self.analyzer(spec, task)
+        texts = task.queries["text"].fill_null("").to_list()
+        if expansion is None:
+            return [list(t) for t in bm25.tokenize(texts, analyzer)]
+        from medbench_core.retrieval.expansion.combine import bm25_query_tokens
+
+        expansions, combine = expansion
+        return bm25_query_tokens(texts, expansions, combine, analyzer)
+
+    def search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, queries: Any, k: int, *, pools: Any, progress: bool) -> pl.DataFrame:
+        from medbench_core.retrieval import bm25
+
+        index = bm25.load(corpus.embeddings)
+        return bm25.search_tokens(index, task.queries["query_id"].to_list(), queries, task.corpus["doc_id"].to_list(), k, candidates=pools, progress=progress)
+
+
+KIND = BM25Kind()

@@ -1,0 +1,113 @@
+"""Model kinds as plugins (medbench_core/retrieval/kinds): one module per kind, registered by name; the
+rest of medbench asks a model's kind and never compares kind names; each kind owns a typed settings
+schema that refuses what it does not know, naming the file, the entry and the closest known key."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from medbench_core.errors import DataError
+from medbench_core.retrieval.kinds import KINDS, get_kind, kind_names
+from medbench_core.retrieval.kinds.base import DerivedKind, Kind, RetrieverKind
+from medbench_core.retrieval.model_registry import load_registry, model_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("medbench_core", "runtime", "assets", "orchestration", "medbench_cli", "medbench_release")
+KINDS_DIR = ROOT / "medbench_core" / "retrieval" / "kinds"
+
+
+def test_every_registered_kind_is_one_module_with_a_kind_of_that_name():
+    assert kind_names() == ("bm25", "sentence-transformers", "transformers", "open_clip", "cross-encoder", "fusion", "expanded")
+    for name, target in KINDS.items():
+        module, _ = target.split(":")
+        assert (KINDS_DIR / f"{module}.py").is_file(), name
+        kind = get_kind(name)
+        assert isinstance(kind, Kind) and kind.name == name
+        assert isinstance(kind, RetrieverKind) != isinstance(kind, DerivedKind)  # either searches the corpus or builds from upstreams
+        assert dataclasses.is_dataclass(kind.Settings) and kind.Settings.__dataclass_params__.frozen
+        assert kind.version
+
+
+def _kind_comparisons(path: Path) -> list[str]:
+    """``x.kind == ...`` / ``in`` / ``!=`` comparisons, and comparisons with a registered kind's name, in ``path``."""
+    names = set(kind_names())
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        on_kind = any(isinstance(s, ast.Attribute) and s.attr == "kind" for s in sides)
+        operands = [e for s in sides for e in (s.elts if isinstance(s, (ast.Tuple, ast.List, ast.Set)) else [s])]
+        literals = {s.value for s in operands if isinstance(s, ast.Constant) and isinstance(s.value, str)}
+        if on_kind or literals & names:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_code_outside_the_kinds_package_compares_kind_names():
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if KINDS_DIR not in path.parents:
+                found += _kind_comparisons(path)
+    # Names that are not model kinds (index types, checkpoint types, GX expectation classes) compare
+    # a local variable, never ``.kind`` of a model, and never a registered kind's name.
+    assert [f for f in found if not f.endswith("spec.kind == 'ExpectColumnToExist'")] == []
+
+
+def test_the_grep_would_notice_a_comparison(tmp_path):
+    bad = tmp_path / "m.py"
+    bad.write_text('def f(spec):\n    if spec.kind == "bm25":\n        return 1\n    return "open_clip" in (spec.name,)\n')
+    global ROOT
+    root, ROOT = ROOT, tmp_path
+    try:
+        assert len(_kind_comparisons(bad)) == 2
+    finally:
+        ROOT = root
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"name": "bm25", "kind": "bm25", "settings": {"bb": 0.4}}, r"model 'bm25': unknown setting 'bb' for kind bm25 \(did you mean 'b'\?\)"),
+        ({"name": "bm25", "kind": "bm25", "settings": {"methd": "lucene"}}, r"unknown setting 'methd' for kind bm25 \(did you mean 'method'\?\)"),
+        ({"name": "bm25", "kind": "bm25", "settings": {"k1": "high"}}, r"setting 'k1' must be float, not 'high'"),
+        ({"name": "bm25", "kind": "bm25", "settings": {"method": "bm26"}}, r"method 'bm26' unknown; use one of lucene, robertson"),
+        ({"name": "bm25", "kind": "bm25", "settings": {"stemmer": "klingon"}}, r"stemmer 'klingon' unknown; PyStemmer has"),
+        ({"name": "st", "kind": "sentence-transformers", "path": "x", "settings": {"normalise": True}}, r"unknown setting 'normalise' .*did you mean 'normalize'"),
+        ({"name": "st", "kind": "sentence-transformers", "path": "x", "settings": {"pooling": "cls"}}, r"use kind transformers to choose mean or cls"),
+        ({"name": "c", "kind": "open_clip", "settings": {"architecture": "medbench-tiny-clip", "fusion_wieght": 0.3}}, r"did you mean 'fusion_weight'"),
+        ({"name": "c", "kind": "open_clip", "settings": {"architecture": "medbench-tiny-clip", "fusion_weight": 2}}, r"fusion_weight 2.0 must lie in \[0, 1\]"),
+        ({"name": "x", "kind": "bm-25"}, r"unknown kind 'bm-25' \(did you mean 'bm25'\?\)"),
+        ({"name": "x", "kind": "bm25", "revison": "r"}, r"unknown field 'revison' for kind bm25 \(did you mean 'revision'\?\)"),
+        ({"name": "x", "kind": "bm25", "path": "models/x"}, r"kind bm25 takes no 'path'; BM25 has no weights"),
+        ({"name": "f", "kind": "fusion", "fusion": {"runs": ["a", "b"], "kk": 3}}, r"fusion has unknown field 'kk' \(did you mean 'k'\?\)"),
+    ],
+)
+def test_a_typo_is_refused_naming_the_file_the_entry_and_the_closest_key(tmp_path, entry, message):
+    import yaml
+
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump({"models": [entry]}))
+    with pytest.raises(DataError, match=message) as err:
+        load_registry(path)
+    assert str(err.value).startswith(f"{path}: model {entry['name']!r}")
+
+
+def test_settings_are_typed_and_identity_holds_what_differs_from_the_defaults():
+    spec = model_spec(name="bm25", kind="bm25", settings={"k1": 1, "b": 0.4})
+    assert spec.settings.k1 == 1.0 and isinstance(spec.settings.k1, float) and spec.settings.method == "lucene"
+    assert spec.identity()["settings"] == {"k1": 1.0, "b": 0.4}
+    assert model_spec(**spec.to_entry()) == spec  # the entry form reads back to the same spec
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.settings.k1 = 2.0  # type: ignore[misc]
+
+
+def test_the_project_registry_reads_with_every_setting_known():
+    specs = load_registry(ROOT / "models.yaml")
+    assert [s.kind for s in specs] == ["bm25", "sentence-transformers", "open_clip", "fusion"]
+    assert [type(s.settings).__name__ for s in specs] == ["BM25Settings", "TextEncoderSettings", "ClipSettings", "NoSettings"]
