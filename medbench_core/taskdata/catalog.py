@@ -102,15 +102,15 @@ def load_catalog(path: str | Path) -> Catalog:
             at = f"{path}: task {name!r}"
             if e.get("path") is not None:
                 check_path(e["path"], at)
-            if e.get("dataset") and not e.get("path"):
-                if not rd.reads_hub:
-                    raise DataError(f"{at}: reader {e['reader']!r} reads local folders only; give 'path' (readers with 'dataset' and 'revision' options read hub datasets)")
-                if not e.get("revision"):
-                    raise DataError(
-                        f"{at}: hub dataset {e['dataset']!r} has no revision; pin one "
-                        "(revision: <40-hex commit sha>) so the task reads the same data every time"
-                    )
-            read_options = parse_options(rd, e, at, called=str(e["reader"]))
+            hub = bool(e.get("dataset")) and not e.get("path")
+            if hub and not rd.reads_hub:
+                raise DataError(f"{at}: reader {e['reader']!r} reads local folders only; give 'path' (readers with 'dataset' and 'revision' options read hub datasets)")
+            read_options = parse_options(rd, e, at, called=str(e["reader"]))  # before the revision: a typo'd 'revison' explains it
+            if hub and not e.get("revision"):
+                raise DataError(
+                    f"{at}: hub dataset {e['dataset']!r} has no revision; pin one "
+                    "(revision: <40-hex commit sha>) so the task reads the same data every time"
+                )
             opts = {k: v for k, v in e.items() if k not in {"name", "reader", "path", "research_only"}}
             tasks.append(
                 TaskEntry(name=name, reader=e["reader"], path=str(e.get("path") or ""), research_only=read_options.research_only, options=opts, read_options=read_options)
@@ -120,7 +120,7 @@ def load_catalog(path: str | Path) -> Catalog:
 
 
 def check_path(value: Any, where: str) -> str:
-    """A task's ``path``: relative to the data folder and staying inside it, or absolute (recorded as such)."""
+    """A task's ``path``, normalised: relative to the data folder and staying inside it, or absolute (recorded as such)."""
     if not isinstance(value, str) or not value.strip():
         raise DataError(f"{where}: 'path' must be a non-empty string (a folder or file under the data folder, or an absolute path)")
     if Path(value).is_absolute():
@@ -131,7 +131,7 @@ def check_path(value: Any, where: str) -> str:
             f"{where}: path {value!r} leaves the data folder through '..'; give a path inside the data folder, "
             "or an absolute path (recorded as such in the task's provenance)"
         )
-    return value
+    return norm
 
 
 def subset_slug(subset: str) -> str:
@@ -185,8 +185,7 @@ def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path, *,
     options = entry.read_options or parse_options(rd, {"name": entry.name, "research_only": entry.research_only, **entry.options}, f"task {entry.name!r}", called=entry.reader)
     src: Path | None = None
     if entry.path:
-        check_path(entry.path, f"task {entry.name!r}")
-        src = Path(data_root) / entry.path
+        src = Path(data_root) / check_path(entry.path, f"task {entry.name!r}")
         if not src.exists():
             raise DataError(f"task {entry.name}: source {src} not found (is ../shared/data beside the checkout?)")
     context = ReadContext(scratch=Path(work_dir) / "images", online=online, hub_cache=Path(hub_cache) if hub_cache else None)

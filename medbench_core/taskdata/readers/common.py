@@ -162,17 +162,17 @@ def unmapped_text(obj: dict[str, Any], known: set[str] | frozenset[str]) -> str 
     return next((k for k, v in obj.items() if k not in known and isinstance(v, str) and v.strip()), None)
 
 
-def refuse_unmapped(obj: dict[str, Any], known: set[str] | frozenset[str], where: str, left: str) -> None:
+def refuse_unmapped(obj: dict[str, Any], known: set[str] | frozenset[str], where: str, left: str, hint: str = "") -> None:
     """No silent drop: raise when a record ``left`` with no text carries text in a field it does not map.
 
     ``left`` says what the record is left with (e.g. ``"no text"``); the message names the field
-    and the fields the reader knows.
+    and the fields the reader knows, then ``hint``.
     """
     field = unmapped_text(obj, known)
     if field is not None:
         raise DataError(
             f"{where}: field {field!r} holds text that this reader does not map, and the record would be left with {left}; "
-            f"the fields it knows are {', '.join(sorted(known))}"
+            f"the fields it knows are {', '.join(sorted(known))}{hint}"
         )
 
 

@@ -346,7 +346,10 @@ def read_retrieval_files(
                 image = one_value(obj, spec.image, at, "an image") if images is not None and spec.image else None
                 has_text = bool(row["text"].strip() or row.get("title", "").strip())
                 if not has_text:
-                    refuse_unmapped(obj, known, f"{where}: {side} record {rid}", "no text" if image is not None else "nothing")
+                    if image is not None:
+                        hint = " (if that field is not the record's text, list it in ignore_fields)"
+                        refuse_unmapped(obj, known, f"{where}: {side} record {rid}", "no text", hint)
+                    refuse_unmapped(obj, known, f"{where}: {side} record {rid}", "nothing")
                     if image is None:
                         raise DataError(f"{where}: {side} record {rid} has no text" + (" and no image" if images is not None else ""))
                 row["image"] = images.ref(image, side, rid, where) if image is not None else None

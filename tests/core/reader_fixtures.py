@@ -1,0 +1,197 @@
+"""One small valid source per reader, written by the tests into tmp, in that reader's own layout.
+
+Each writer takes the folder and ``unknown``: when given, one record's text is written under that
+field name instead of the field the reader maps (the record is left with no text), which every
+reader must refuse (issue 22.2). Each returns a :class:`Written`: what to pass to the reader and
+where the altered record is, so a test can check that the error names file, place, id and field.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from PIL import Image
+
+
+def png(seed: int, size: int = 8) -> bytes:
+    arr = (np.random.default_rng(seed).random((size, size, 3)) * 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def jpeg(seed: int, size: int = 16) -> bytes:
+    arr = (np.random.default_rng(seed).random((size, size, 3)) * 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@dataclass
+class Written:
+    source: Path  # the folder or file named by ``path`` in tasks.yaml
+    options: dict[str, Any]  # the reader's options, as a tasks.yaml entry would give them
+    file: Path | None = None  # the file holding the altered record
+    place: str = ""  # how the error names its place: ":3" (a line) or ": question 0" (a JSON list item)
+    rid: str = ""  # the altered record's id
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _moved(rec: dict, text_field: str, unknown: str | None) -> dict:
+    if unknown is None:
+        return rec
+    rec = dict(rec)
+    rec[unknown] = rec.pop(text_field)
+    return rec
+
+
+def write_beir(folder: Path, unknown: str | None = None) -> Written:
+    docs = [{"_id": "d1", "title": "Gout", "text": "urate crystals in the big toe"}, {"_id": "d2", "text": "inhaled steroids for asthma"}]
+    docs[1] = _moved(docs[1], "text", unknown)
+    corpus = jsonl(folder / "corpus.jsonl", docs)
+    jsonl(folder / "queries.jsonl", [{"_id": "q1", "text": "big toe pain"}, {"_id": "q2", "text": "asthma inhaler"}])
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
+    return Written(folder, {"query_licence": "CC-BY-4.0", "doc_licence": "CC-BY-4.0"}, corpus, ":2", "d2")
+
+
+def write_mteb(folder: Path, unknown: str | None = None) -> Written:
+    jsonl(folder / "corpus.jsonl", [{"_id": "d1", "title": "Gout", "text": "urate crystals"}, {"_id": "d2", "text": "asthma steroids"}])
+    queries = jsonl(folder / "queries.jsonl", [_moved({"_id": "q1", "text": "big toe pain"}, "text", unknown), {"_id": "q2", "text": "asthma"}])
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
+    return Written(folder, {}, queries, ":1", "q1")
+
+
+def write_multilingual(folder: Path, unknown: str | None = None) -> Written:
+    w = write_mteb(folder, unknown)
+    rows = [json.loads(line) for line in w.file.read_text().splitlines()]
+    jsonl(w.file, [{**r, "language": lang} for r, lang in zip(rows, ("fr", "en"))])
+    return w
+
+
+def write_r2med_repo(folder: Path, unknown: str | None = None) -> Written:
+    jsonl(folder / "corpus.jsonl", [{"id": "p1", "text": "urate crystals"}, {"id": "p2", "text": "asthma steroids"}])
+    query = jsonl(
+        folder / "query.jsonl",
+        [{"id": "q1", "text": "toe pain", "doc_id": ["p1"], "answer": "", "body_system": "musculoskeletal"}, _moved({"id": "q2", "text": "wheeze", "body_system": "respiratory"}, "text", unknown)],
+    )
+    jsonl(folder / "qrels.jsonl", [{"q_id": "q1", "p_id": "p1", "score": 1}, {"q_id": "q2", "p_id": "p2", "score": 1}])
+    return Written(folder, {}, query, ":2", "q2")
+
+
+def write_m3retrieve(folder: Path, unknown: str | None = None) -> Written:
+    """A release with one discipline folder and images.zip at the root (the published layout)."""
+    disc = folder / "Cardiology"
+    queries = jsonl(
+        disc / "queries.jsonl",
+        [_moved({"_id": "q1", "caption": "ECG with ST elevation", "image_path": "c1.png"}, "caption", unknown), {"_id": "q2", "caption": "aortic stenosis murmur", "image_path": "c2.png"}],
+    )
+    jsonl(disc / "corpus.jsonl", [{"_id": "p1", "title": "Infarction", "text": "ST elevation marks an acute infarction."}, {"_id": "p2", "text": "Aortic stenosis gives a systolic murmur."}])
+    (disc / "qrels").mkdir(parents=True, exist_ok=True)
+    (disc / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tp1\t1.0\nq2\tp2\t1.0\n")
+    with zipfile.ZipFile(folder / "images.zip", "w") as zf:
+        zf.writestr("Cardiology/c1.png", png(1))
+        zf.writestr("Cardiology/c2.png", png(2))
+    return Written(folder, {"subset": "Cardiology"}, queries, ":1", "q1")
+
+
+def write_mbeir(folder: Path, unknown: str | None = None) -> Written:
+    (folder / "mbeir_images" / "x").mkdir(parents=True, exist_ok=True)
+    (folder / "mbeir_images" / "x" / "a.png").write_bytes(png(3))
+    jsonl(
+        folder / "query" / "test" / "mbeir_toy_task1_test.jsonl",
+        [{"qid": "9:1", "query_txt": "a red heart", "query_img_path": None, "query_modality": "text", "query_src_content": "{}", "pos_cand_list": ["9:10"], "neg_cand_list": [], "task_id": 1}],
+    )
+    pool = jsonl(
+        folder / "cand_pool" / "local" / "mbeir_toy_task1_cand_pool.jsonl",
+        [
+            {"did": "9:10", "txt": "the heart pumps blood", "img_path": None, "modality": "text", "src_content": "{}"},
+            _moved({"did": "9:11", "txt": "a kidney", "img_path": None, "modality": "text", "src_content": "{}"}, "txt", unknown),
+            {"did": "9:12", "txt": "", "img_path": "mbeir_images/x/a.png", "modality": "image", "src_content": "{}"},
+        ],
+    )
+    (folder / "qrels" / "test").mkdir(parents=True, exist_ok=True)
+    (folder / "qrels" / "test" / "mbeir_toy_task1_test_qrels.txt").write_text("9:1 0 9:10 1 1\n")
+    return Written(folder, {"subset": "toy_task1"}, pool, ":2", "9:11")
+
+
+def mcqa_record(i: int, **over) -> dict:
+    rec = {"id": f"q{i}", "question": f"Question {i} ?", "answers": {c: f"option {i}{c}" for c in "abcde"}, "correct_answers": ["b"], "subject_name": "pharmacie", "nbr_correct_answers": 1}
+    rec.update(over)
+    return rec
+
+
+def write_frenchmedmcqa(folder: Path, unknown: str | None = None) -> Written:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "test.json"
+    path.write_text(json.dumps([_moved(mcqa_record(1), "question", unknown), mcqa_record(2)]))
+    return Written(folder, {}, path, ": question 0", "q1")
+
+
+def write_medicat(folder: Path, unknown: str | None = None) -> Written:
+    (folder / "figures").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(2):
+        (folder / "figures" / f"h{i}_f{i}.png").write_bytes(png(10 + i))
+        rows.append({"pdf_hash": f"h{i}", "fig_key": f"Figure{i}", "fig_uri": f"f{i}.png", "s2_caption": f"Figure {i}. A chest film.", "radiology": True})
+    rows[0] = _moved(rows[0], "s2_caption", unknown)
+    path = jsonl(folder / "sample.jsonl", rows)
+    return Written(folder, {}, path, ":1", "h0/Figure0")
+
+
+def write_vqa_rad(folder: Path, unknown: str | None = None) -> Written:
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    for i in range(2):
+        (folder / "images" / f"synpic{i}.jpg").write_bytes(jpeg(20 + i))
+    recs = [
+        {"qid": str(i), "phrase_type": "test_freeform", "image_name": f"synpic{i}.jpg", "image_organ": "CHEST", "question": f"Is there an effusion {i}?", "answer": "no"}
+        for i in range(2)
+    ]
+    recs[0] = _moved(recs[0], "question", unknown)
+    path = folder / "vqa_rad.json"
+    path.write_text(json.dumps(recs))
+    return Written(folder, {}, path, ": record 0", "'0'")
+
+
+def write_pneumoniamnist(folder: Path, unknown: str | None = None) -> Written:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    arrays = {
+        f"{s}_{k}": v
+        for s in ("val", "test")
+        for k, v in (("images", rng.integers(0, 255, (3, 28, 28), dtype=np.uint8)), ("labels", np.array([[0], [1], [1]], np.uint8)))
+    }
+    if unknown is not None:
+        arrays[unknown] = np.array(["normal lungs", "lobar pneumonia", "patchy opacities"])
+    path = folder / "pneumoniamnist.npz"
+    np.savez(path, **arrays)
+    return Written(path, {}, path, "", unknown or "")
+
+
+WRITERS: dict[str, Callable[[Path, str | None], Written]] = {
+    "beir": write_beir,
+    "mteb": write_mteb,
+    "hf_retrieval": write_mteb,
+    "multilingual": write_multilingual,
+    "mmed_ir": write_multilingual,
+    "r2med_repo": write_r2med_repo,
+    "m3retrieve": write_m3retrieve,
+    "mbeir": write_mbeir,
+    "frenchmedmcqa": write_frenchmedmcqa,
+    "medicat": write_medicat,
+    "vqa_rad": write_vqa_rad,
+    "pneumoniamnist": write_pneumoniamnist,
+}
