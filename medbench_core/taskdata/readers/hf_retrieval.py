@@ -349,7 +349,8 @@ def read_retrieval_files(
                     if image is not None:
                         hint = " (if that field is not the record's text, list it in ignore_fields)"
                         refuse_unmapped(obj, known, f"{where}: {side} record {rid}", "no text", hint)
-                    refuse_unmapped(obj, known, f"{where}: {side} record {rid}", "nothing")
+                    else:
+                        refuse_unmapped(obj, known, f"{where}: {side} record {rid}", "nothing")
                     if image is None:
                         raise DataError(f"{where}: {side} record {rid} has no text" + (" and no image" if images is not None else ""))
                 row["image"] = images.ref(image, side, rid, where) if image is not None else None
