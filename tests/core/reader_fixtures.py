@@ -8,8 +8,10 @@ where the altered record is, so a test can check that the error names file, plac
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,3 +197,125 @@ WRITERS: dict[str, Callable[[Path, str | None], Written]] = {
     "vqa_rad": write_vqa_rad,
     "pneumoniamnist": write_pneumoniamnist,
 }
+
+
+# --- the M3Retrieve release, a hub cache, and BM25 straight from bm25s -----------------------------
+
+SHA = "94c83da4d03bf7423e9135b7fe80badc97d78133"  # any 40-hex commit; the snapshot's folder name
+
+# The dataset card as the release's (Tensorists/M3Retrieve README.md front matter; configs commented out there).
+CARD = """---
+license: cc-by-sa-4.0
+language:
+- en
+tags:
+- biology
+- medical
+size_categories:
+- 100K<n<1M
+---
+This contains a sample of the M3Retrevie Benchmark. Each of the folder contains 3 files queries.jsonl,
+corpus.jsonl, qrels/test.tsv. The images can be found in the images.zip file.
+"""
+
+DISCIPLINES = {
+    "Cardiology": {
+        "queries": [
+            ("c-q1", "ECG showing ST elevation in the anterior leads", "c1.jpg"),
+            ("c-q2", "Echocardiogram of a dilated left ventricle with reduced ejection fraction", "c2.jpg"),
+            ("c-q3", "Chest film with an enlarged cardiac silhouette", "c3.png"),
+        ],
+        "corpus": [
+            ("c-d1", "Anterior myocardial infarction", "ST elevation in the anterior leads indicates an acute anterior infarction of the left ventricle."),
+            ("c-d2", "Dilated cardiomyopathy", "A dilated left ventricle with reduced ejection fraction defines dilated cardiomyopathy."),
+            ("c-d3", "Cardiomegaly", "An enlarged cardiac silhouette on a chest film suggests cardiomegaly or effusion."),
+            ("c-d4", "", "Atrial fibrillation gives an irregularly irregular rhythm without P waves."),
+            ("c-d5", "Aortic stenosis", "A crescendo-decrescendo systolic murmur radiates to the carotids."),
+            ("c-d6", "Pericarditis", "Diffuse ST elevation with PR depression points to pericarditis rather than infarction."),
+        ],
+        "qrels": [("c-q1", "c-d1", "1.0"), ("c-q1", "c-d6", "1.0"), ("c-q2", "c-d2", "1.0"), ("c-q3", "c-d3", "1.0")],
+    },
+    "Anatomy and Physiology": {
+        "queries": [
+            ("a-q1", "Cross-section of the femur showing compact and spongy bone", "Anatomy and Physiology/a1.png"),
+            ("a-q2", "Diagram of the nephron and its loop of Henle", "Anatomy and Physiology/a2.jpg"),
+        ],
+        "corpus": [
+            ("a-d1", "Bone tissue", "Compact bone surrounds spongy bone in the shaft of long bones such as the femur."),
+            ("a-d2", "The nephron", "The loop of Henle of the nephron concentrates urine in the kidney."),
+            ("a-d3", "Skeletal muscle", "Sarcomeres of skeletal muscle shorten as actin slides over myosin."),
+        ],
+        "qrels": [("a-q1", "a-d1", "1.0"), ("a-q2", "a-d2", "1.0")],
+    },
+}
+
+
+def image_bytes(name: str) -> bytes:
+    seed = int(hashlib.sha256(name.encode()).hexdigest()[:6], 16)
+    return jpeg(seed, 24) if name.endswith(".jpg") else png(seed, 12)
+
+
+def member_of(discipline: str, image_path: str) -> str:
+    # The archive holds one top folder, then a folder per discipline ("sorted based on their
+    # medical disciplines", the card says); image_path may or may not repeat the discipline.
+    rel = image_path if image_path.startswith(f"{discipline}/") else f"{discipline}/{image_path}"
+    return f"images/{rel}"
+
+
+def write_release(root: Path, disciplines_folder: str = "") -> Path:
+    """The release as published: README card at the root, one folder per discipline, images.zip at the root."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "README.md").write_text(CARD)
+    base = root / disciplines_folder if disciplines_folder else root
+    with zipfile.ZipFile(root / "images.zip", "w") as zf:
+        for disc, d in DISCIPLINES.items():
+            jsonl(base / disc / "queries.jsonl", [{"_id": q, "caption": c, "image_path": p} for q, c, p in d["queries"]])
+            jsonl(base / disc / "corpus.jsonl", [{"_id": i, "title": t, "text": x} for i, t, x in d["corpus"]])
+            (base / disc / "qrels").mkdir(parents=True, exist_ok=True)
+            (base / disc / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{c}\t{s}\n" for q, c, s in d["qrels"]))
+            for _, _, p in d["queries"]:
+                zf.writestr(member_of(disc, p), image_bytes(p))
+    return root
+
+
+def hub_snapshot(cache: Path, repo_id: str, src: Path, sha: str = SHA) -> Path:
+    """``src`` as huggingface_hub caches it: bytes in ``blobs/<sha256>``, ``snapshots/<sha>/<path>`` relative links to them, ``refs/main``."""
+    repo = cache / f"datasets--{repo_id.replace('/', '--')}"
+    snap = repo / "snapshots" / sha
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    for p in sorted(src.rglob("*")):
+        if not p.is_file():
+            continue
+        data = p.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        link = snap / p.relative_to(src)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))  # ../../blobs/<hash>, more ../ for deeper files
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(sha)
+    return snap
+
+
+
+def bare_bm25(disc: str, release: Path) -> tuple[dict, dict]:
+    """BM25 straight from the release's files with bm25s (the registry's settings) and its qrels for pytrec_eval."""
+    import bm25s
+    import Stemmer
+
+    folder = release / disc
+    docs = [json.loads(line) for line in (folder / "corpus.jsonl").read_text().splitlines()]
+    queries = [json.loads(line) for line in (folder / "queries.jsonl").read_text().splitlines()]
+    qrels: dict[str, dict[str, int]] = {}
+    for row in (folder / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        q, d, s = row.split("\t")
+        qrels.setdefault(q, {})[d] = int(float(s))
+    stemmer = Stemmer.Stemmer("english")
+    retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    retriever.index(bm25s.tokenize([(d["title"] + " " + d["text"]).strip() for d in docs], stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    tokens = bm25s.tokenize([q["caption"] for q in queries], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
+    run = {}
+    for q, t in zip(queries, tokens):
+        scores = retriever.get_scores(t)
+        run[q["_id"]] = {d["_id"]: float(s) for d, s in zip(docs, scores)}
+    return qrels, run

@@ -4,8 +4,7 @@ the M-BEIR root; each record's declared modality checked against what it carries
 from __future__ import annotations
 
 import pytest
-from reader_fixtures import jsonl, png
-from test_m3retrieve_release import hub_snapshot
+from reader_fixtures import hub_snapshot, jsonl, png
 
 from medbench_core.errors import DataError
 from medbench_core.taskdata.catalog import build_task, load_catalog

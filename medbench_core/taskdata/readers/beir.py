@@ -50,27 +50,25 @@ def read_beir(folder: str | Path, options: BeirOptions, context: ReadContext | N
     for p in (corpus_path, queries_path, qrels_path):
         need_file(p)
 
-    def records(path: Path, what: str, fields: frozenset[str]) -> list[dict]:
+    def records(path: Path, what: str, key: str, fields: frozenset[str]) -> list[dict]:
         rows = []
         seen = SeenIds(what)
+        with_title = "title" in fields
         for lineno, obj in iter_jsonl(path):
             rid = id_of(obj, path, lineno)
-            where = f"{path}:{lineno}"
-            seen.add(rid, obj[first_present(obj, ("_id", "id"))], where)
-            row = {"id": rid}
-            for key in ("title", "text") if "title" in fields else ("text",):
-                value = obj.get(key)
+            seen.add(rid, obj[first_present(obj, ("_id", "id"))], path, lineno)
+            text, title = obj.get("text"), obj.get("title") if with_title else None
+            for name, value in (("text", text), ("title", title)):
                 if value is not None and not isinstance(value, str):
-                    raise DataError(f"{where}: {what} {rid}: {key!r} is {type(value).__name__}, not a string")
-                row[key] = value or ""
-            if not "".join(row.get(k, "") for k in ("title", "text")).strip():
-                refuse_unmapped(obj, fields, f"{where}: {what} {rid}", "no text")
-                raise DataError(f"{where}: {what} {rid} has no text")
-            rows.append(row)
+                    raise DataError(f"{path}:{lineno}: {what} {rid}: {name!r} is {type(value).__name__}, not a string")
+            if (not text or text.isspace()) and (not title or title.isspace()):
+                refuse_unmapped(obj, fields, f"{path}:{lineno}: {what} {rid}", "no text")
+                raise DataError(f"{path}:{lineno}: {what} {rid} has no text")
+            rows.append({key: rid, "title": title or "", "text": text or ""} if with_title else {key: rid, "text": text or ""})
         return rows
 
-    docs = [{"doc_id": r["id"], "title": r["title"], "text": r["text"]} for r in records(corpus_path, "document", CORPUS_FIELDS)]
-    queries = [{"query_id": r["id"], "text": r["text"]} for r in records(queries_path, "query", QUERY_FIELDS)]
+    docs = records(corpus_path, "document", "doc_id", CORPUS_FIELDS)
+    queries = records(queries_path, "query", "query_id", QUERY_FIELDS)
     qrels = read_qrels_tsv(qrels_path, duplicates=o.duplicate_judgments)
     if o.require_positive:
         positive = qrels.filter(pl.col("relevance") > 0)["query_id"].unique()

@@ -95,7 +95,7 @@ def iter_jsonl(path: str | Path, *, gz: bool = False) -> Iterator[tuple[int, dic
     path = Path(path)
     records = 0
     for lineno, line in iter_lines(path, gz=gz):
-        if not line.strip():
+        if not line or line.isspace():
             continue
         try:
             obj = json.loads(line)
@@ -111,6 +111,8 @@ def iter_jsonl(path: str | Path, *, gz: bool = False) -> Iterator[tuple[int, dic
 
 def id_value(raw: Any, where: str, field: str = "_id") -> str:
     """A record id as a string, by the rule above; DataError naming ``where`` and ``field`` otherwise."""
+    if type(raw) is str and raw and not raw[0].isspace() and not raw[-1].isspace():
+        return raw  # the common case, first
     if isinstance(raw, bool) or not isinstance(raw, (str, int)):
         kind = "null" if raw is None else type(raw).__name__
         raise DataError(f"{where}: {field!r} is {kind} {raw!r}; an id must be a string or an integer")
@@ -122,14 +124,20 @@ def id_value(raw: Any, where: str, field: str = "_id") -> str:
 
 def first_present(obj: dict[str, Any], names: tuple[str, ...]) -> str | None:
     """The first of ``names`` that ``obj`` holds with a value that is not None."""
-    return next((n for n in names if obj.get(n) is not None), None)
+    for n in names:
+        if obj.get(n) is not None:
+            return n
+    return None
 
 
 def id_of(obj: dict[str, Any], path: Path, lineno: int, names: tuple[str, ...] = ("_id", "id")) -> str:
     field = first_present(obj, names)
     if field is None:
         raise DataError(f"{path}:{lineno}: record has no {' or '.join(repr(n) for n in names)}")
-    return id_value(obj[field], f"{path}:{lineno}", field)
+    raw = obj[field]
+    if type(raw) is str and raw and not raw[0].isspace() and not raw[-1].isspace():
+        return raw
+    return id_value(raw, f"{path}:{lineno}", field)
 
 
 class SeenIds:
@@ -137,17 +145,24 @@ class SeenIds:
 
     def __init__(self, what: str):
         self.what = what
-        self.first: dict[str, tuple[str, Any]] = {}
+        self.first: dict[str, Any] = {}  # id -> where it was read (a "file:line" text, or a line of the current file)
+        self.numbers: set[str] = set()  # ids read from a JSON integer
 
-    def add(self, rid: str, raw: Any, where: str) -> None:
-        if rid in self.first:
-            first_where, first_raw = self.first[rid]
-            if type(first_raw) is not type(raw):
-                note = f"; {_shown(first_raw)} and {_shown(raw)} are the same id once ids are read as strings"
-            else:
-                note = ""
-            raise DataError(f"{where}: {self.what} id {rid!r} appears twice (first at {first_where}){note}")
-        self.first[rid] = (where, raw)
+    def add(self, rid: str, raw: Any, where: Any, line: int | None = None) -> None:
+        """Record ``rid`` read at ``where`` (a ``file:line`` text, or a file with ``line``); a second time raises."""
+        first = self.first.get(rid)
+        if first is None:
+            self.first[rid] = where if line is None else line
+            if type(raw) is not str:
+                self.numbers.add(rid)
+            return
+        first_where = first if isinstance(first, str) else f"{where}:{first}"
+        here = where if line is None else f"{where}:{line}"
+        note = ""
+        if (rid in self.numbers) != (type(raw) is not str):
+            number, text = (rid, raw) if rid in self.numbers else (raw, rid)
+            note = f"; {_shown(int(number))} and {_shown(str(text))} are the same id once ids are read as strings"
+        raise DataError(f"{here}: {self.what} id {rid!r} appears twice (first at {first_where}){note}")
 
     def __contains__(self, rid: str) -> bool:
         return rid in self.first
@@ -182,6 +197,10 @@ def relevance(raw: Any, where: str) -> int:
     Float scores (M3Retrieve's qrels declare ``score`` float64) are read when they are whole
     numbers; a fractional grade is refused rather than truncated.
     """
+    if type(raw) is int:
+        return raw
+    if type(raw) is str and raw.isascii() and raw.isdigit():
+        return int(raw)
     try:
         value = float(raw)
     except (TypeError, ValueError):
@@ -202,16 +221,23 @@ def iter_qrels_tsv(path: str | Path) -> Iterator[tuple[str, str, str, int]]:
     """
     path = Path(path)
     header = False
-    for lineno, line in iter_lines(path):
-        if not line.strip():
+    at = [0]
+
+    def lines() -> Iterator[str]:
+        for lineno, line in iter_lines(path):
+            at[0] = lineno
+            yield line
+
+    for row in csv.reader(lines(), delimiter="\t"):
+        if not row or not "".join(row).strip():
             continue
-        row = next(csv.reader([line], delimiter="\t"))
+        lineno = at[0]
         where = f"{path}:{lineno}"
         if not header:
             if row[0].strip().lower() not in QRELS_HEADER_IDS:
                 raise DataError(
                     f"{where}: no header line; a qrels .tsv starts with 'query-id<TAB>corpus-id<TAB>score' "
-                    f"(found {line[:60]!r}); add the header"
+                    f"(found {chr(9).join(row)[:60]!r}); add the header"
                 )
             header = True
             continue

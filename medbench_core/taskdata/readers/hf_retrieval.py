@@ -208,20 +208,30 @@ class Layout:
     check: Callable[[str, dict[str, Any], dict[str, Any], str], None] | None = None
 
 
-def one_value(obj: dict[str, Any], names: tuple[str, ...], where: str, what: str) -> Any:
+def blank(value: Any) -> bool:
+    """None, or a string of whitespace only."""
+    return value is None or (isinstance(value, str) and (not value or value.isspace()))
+
+
+def one_value(obj: dict[str, Any], names: tuple[str, ...], where: str, rid: str, what: str) -> Any:
     """The value of the one field of ``names`` that ``obj`` fills; two fields holding different values are refused."""
-    filled = [(n, obj[n]) for n in names if obj.get(n) not in (None, "") and not (isinstance(obj[n], str) and not obj[n].strip())]
-    if len({repr(v) for _, v in filled}) > 1:
-        shown = " and ".join(repr(n) for n, _ in filled)
-        raise DataError(f"{where}: fields {shown} both hold {what}, with different values; keep one of them")
-    return filled[0][1] if filled else None
+    field, found = None, None
+    for n in names:
+        v = obj.get(n)
+        if blank(v):
+            continue
+        if field is None:
+            field, found = n, v
+        elif v != found:
+            raise DataError(f"{where}: record {rid}: fields {field!r} and {n!r} both hold {what}, with different values; keep one of them")
+    return found
 
 
-def text_value(obj: dict[str, Any], names: tuple[str, ...], where: str) -> str:
-    value = one_value(obj, names, where, "text")
+def text_value(obj: dict[str, Any], names: tuple[str, ...], where: str, rid: str) -> str:
+    value = one_value(obj, names, where, rid, "text")
     if value is not None and not isinstance(value, str):
         field = next(n for n in names if obj.get(n) is value)
-        raise DataError(f"{where}: {field!r} is {type(value).__name__}, not a string")
+        raise DataError(f"{where}: record {rid}: {field!r} is {type(value).__name__}, not a string")
     return value or ""
 
 
@@ -337,33 +347,36 @@ def read_retrieval_files(
         seen = SeenIds(side)
         for path in paths:
             for where, obj in iter_records(path):
+                field = first_present(obj, spec.ids)
                 rid = record_id(obj, where, spec.ids)
-                seen.add(rid, obj[first_present(obj, spec.ids)], where)
-                at = f"{where}: record {rid}"
-                row: dict[str, Any] = {key: rid, "text": text_value(obj, spec.text, at)}
+                seen.add(rid, obj[field], where)
+                text = text_value(obj, spec.text, where, rid)
+                row: dict[str, Any] = {key: rid, "text": text}
+                title = ""
                 if side == "corpus":
-                    row["title"] = text_value(obj, spec.title, at) if spec.title else ""
-                image = one_value(obj, spec.image, at, "an image") if images is not None and spec.image else None
-                has_text = bool(row["text"].strip() or row.get("title", "").strip())
+                    title = row["title"] = text_value(obj, spec.title, where, rid) if spec.title else ""
+                image = one_value(obj, spec.image, where, rid, "an image") if images is not None and spec.image else None
+                has_text = not blank(text) or not blank(title)
                 if not has_text:
                     if image is not None:
                         hint = " (if that field is not the record's text, list it in ignore_fields)"
                         refuse_unmapped(obj, known, f"{where}: {side} record {rid}", "no text", hint)
                     else:
                         refuse_unmapped(obj, known, f"{where}: {side} record {rid}", "nothing")
-                    if image is None:
                         raise DataError(f"{where}: {side} record {rid} has no text" + (" and no image" if images is not None else ""))
                 row["image"] = images.ref(image, side, rid, where) if image is not None else None
                 row["modality"] = "both" if has_text and row["image"] else "image" if row["image"] else "text"
                 lang = first_field(obj, LANGUAGE_FIELDS)
                 if lang is None and side == "queries" and layout.query_language_required:
                     raise DataError(f"{where}: query {rid} has no 'language'; every query of this layout names its language")
-                row["language"] = str(lang).strip() if lang is not None and str(lang).strip() else o.language
+                lang = str(lang).strip() if lang is not None else ""
+                row["language"] = lang or o.language
                 disc = obj.get(layout.discipline_field) if layout.discipline_field else None
-                row["discipline"] = str(disc).strip() if disc not in (None, "") and str(disc).strip() else o.discipline
+                disc = str(disc).strip() if disc is not None else ""
+                row["discipline"] = disc or o.discipline
                 row["licence"] = _licence(obj, query_licence if side == "queries" else doc_licence)
                 if layout.check is not None:
-                    layout.check(side, obj, row, at)
+                    layout.check(side, obj, row, f"{where}: record {rid}")
                 rows.append(row)
         return rows
 
