@@ -278,8 +278,12 @@ def write_release(root: Path, disciplines_folder: str = "") -> Path:
     return root
 
 
-def hub_snapshot(cache: Path, repo_id: str, src: Path, sha: str = SHA) -> Path:
-    """``src`` as huggingface_hub caches it: bytes in ``blobs/<sha256>``, ``snapshots/<sha>/<path>`` relative links to them, ``refs/main``."""
+def hub_snapshot(cache: Path, repo_id: str, src: Path, sha: str = SHA, shared_store: bool = False) -> Path:
+    """``src`` as huggingface_hub caches it: bytes in ``blobs/<sha256>``, ``snapshots/<sha>/<path>`` relative links to them, ``refs/main``.
+
+    With ``shared_store`` each blob is itself a link into the cache-wide store
+    ``<cache>/blobs/<2 hex>/<64 hex>``, as huggingface_hub 2 writes Xet files.
+    """
     repo = cache / f"datasets--{repo_id.replace('/', '--')}"
     snap = repo / "snapshots" / sha
     (repo / "blobs").mkdir(parents=True, exist_ok=True)
@@ -287,15 +291,22 @@ def hub_snapshot(cache: Path, repo_id: str, src: Path, sha: str = SHA) -> Path:
         if not p.is_file():
             continue
         data = p.read_bytes()
-        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.write_bytes(data)
+        digest = hashlib.sha256(data).hexdigest()
+        blob = repo / "blobs" / digest
+        if shared_store:
+            stored = cache / "blobs" / digest[:2] / digest
+            stored.parent.mkdir(parents=True, exist_ok=True)
+            stored.write_bytes(data)
+            if not blob.is_symlink():
+                blob.symlink_to(os.path.relpath(stored, blob.parent))
+        else:
+            blob.write_bytes(data)
         link = snap / p.relative_to(src)
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(os.path.relpath(blob, link.parent))  # ../../blobs/<hash>, more ../ for deeper files
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / "main").write_text(sha)
     return snap
-
 
 
 def bare_bm25(disc: str, release: Path) -> tuple[dict, dict]:

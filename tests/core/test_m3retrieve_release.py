@@ -75,10 +75,11 @@ def test_the_curated_task_passes_its_contract(local, tmp_path):
     assert verdict.licences == {"CC-BY-SA-4.0": 5}
 
 
-def test_a_hub_cache_snapshot_gives_the_same_tasks_offline(local, tmp_path):
+@pytest.mark.parametrize("shared_store", [False, True], ids=["blobs", "xet-shared-store"])
+def test_a_hub_cache_snapshot_gives_the_same_tasks_offline(local, tmp_path, shared_store):
     data, catalog = local
     cache = tmp_path / "hub"
-    snap = hub_snapshot(cache, "Tensorists/M3Retrieve", data / "M3Retrieve")
+    snap = hub_snapshot(cache, "Tensorists/M3Retrieve", data / "M3Retrieve", shared_store=shared_store)
     assert (snap / "Cardiology" / "queries.jsonl").is_symlink() and (snap / "images.zip").is_symlink()
     hub = load_catalog(catalogue(tmp_path / "hub.yaml", "dataset: Tensorists/M3Retrieve, revision: main"))
     for name in catalog.names:
@@ -106,6 +107,13 @@ def test_a_snapshot_link_leading_outside_its_blobs_is_refused(local, tmp_path):
     with pytest.raises(DataError) as err:
         build_task(hub.task("m3r_cardiology"), tmp_path, tmp_path / "w", hub_cache=cache)
     assert str(err.value).startswith(f"{link}: a symbolic link to '{outside}' ({outside}), which is not a file in the repository's blobs")
+    # A blob of the repository linking anywhere but the cache-wide store is refused too.
+    link.unlink()
+    blob = cache / "datasets--Tensorists--M3Retrieve" / "blobs" / ("0" * 64)
+    blob.symlink_to(outside)
+    link.symlink_to(f"../../../blobs/{blob.name}")
+    with pytest.raises(DataError, match=r"which is not a file in the repository's blobs"):
+        build_task(hub.task("m3r_cardiology"), tmp_path, tmp_path / "w", hub_cache=cache)
 
 
 def test_bm25_on_the_captions_equals_bm25s_and_pytrec_eval(local, tmp_path):

@@ -161,13 +161,11 @@ class Source:
         """``path`` (a file or folder under the root) when no link on its way leads outside what is allowed."""
         path = Path(path)
         where = f"{what}: " if what else ""
-        allowed = (self.blobs or self.root).resolve()
         root = self.root.resolve()
         real = path.resolve()
-        if self.hub:
-            inside = real.is_relative_to(root) or real.is_relative_to(allowed)
-        else:
-            inside = real.is_relative_to(root)
+        inside = real.is_relative_to(root)
+        if self.hub and not inside:  # the repository's blobs, or the cache-wide store they may link to
+            inside = any(real.is_relative_to(b.resolve()) for b in (self.blobs, self.blobs.parent.parent / "blobs"))
         if not inside:
             raise DataError(f"{where}{path} leads to {real}, outside {self.root}" + (f" and its repository's blobs ({self.blobs})" if self.hub else "") + "; refusing it")
         return path
@@ -197,19 +195,39 @@ def relative_path(rel: str, what: str) -> PurePosixPath:
     return p
 
 
+_SHARED_BLOB = re.compile(r"^[0-9a-f]{2}/[0-9a-f]{64}$")
+
+
 def check_snapshot_links(snapshot: Path, blobs: Path) -> None:
-    """Refuse a snapshot holding a symbolic link that does not resolve into its repository's ``blobs/``."""
-    blobs_real = blobs.resolve()
+    """Refuse a snapshot holding a symbolic link that does not lead into its repository's ``blobs/``.
+
+    huggingface_hub links ``snapshots/<sha>/<path>`` to ``../../blobs/<etag>``; since version 2 a
+    blob may itself be a link into the cache-wide store ``<cache>/blobs/<2 hex>/<64 hex>`` (Xet
+    files shared between repositories, ``huggingface_hub/utils/_shared_blobs.py``). Exactly those
+    two steps are followed; any other link is refused.
+    """
+    blobs = Path(os.path.normpath(blobs))
+    shared = blobs.parent.parent / "blobs"
+
+    def target(link: Path) -> Path:
+        return Path(os.path.normpath(link.parent / os.readlink(link)))
+
     for folder, dirs, files in os.walk(snapshot):
         for name in (*dirs, *files):
             p = Path(folder) / name
-            if p.is_symlink():
-                real = p.resolve()
-                if not real.is_relative_to(blobs_real) or not real.is_file():
-                    raise DataError(
-                        f"{p}: a symbolic link to {os.readlink(p)!r} ({real}), which is not a file in the repository's blobs "
-                        f"({blobs}); a hub snapshot links only into its own blobs: refusing the snapshot"
-                    )
+            if not p.is_symlink():
+                continue
+            blob = target(p)
+            ok = blob.parent == blobs and (blob.is_file() and not blob.is_symlink())
+            if blob.parent == blobs and blob.is_symlink():
+                store = target(blob)
+                rel = store.relative_to(shared).as_posix() if store.is_relative_to(shared) else ""
+                ok = bool(_SHARED_BLOB.match(rel)) and store.is_file() and not store.is_symlink()
+            if not ok:
+                raise DataError(
+                    f"{p}: a symbolic link to {os.readlink(p)!r} ({p.resolve()}), which is not a file in the repository's blobs "
+                    f"({blobs}); a hub snapshot links only into its own blobs: refusing the snapshot"
+                )
 
 
 def locate(folder: str | Path | None, *, name: str, dataset: str, revision: str, online: bool, hub_cache: str | Path | None) -> Source:
