@@ -221,3 +221,19 @@ def test_reading_without_a_scratch_folder_says_so(tmp_path):
         read_m3retrieve(tmp_path / "r", M3RetrieveOptions(name="t", subset="Cardiology"))
     task = read_m3retrieve(tmp_path / "r", M3RetrieveOptions(name="t", subset="Cardiology"), ReadContext(scratch=tmp_path / "s"))
     assert task.image_root == tmp_path / "s" and pl.Series(task.queries["image"]).null_count() == 0
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("disciplines_folder: ../x", r"task t_cardiology: disciplines_folder '../x' contains '..'"),
+        ("images: ../images.zip", r"task t_cardiology: option 'images' '../images.zip' contains '..'"),
+        ("images: nowhere", r"task t_cardiology: option 'images': 'nowhere' is neither an archive nor a folder"),
+    ],
+)
+def test_folder_options_stay_inside_the_dataset(tmp_path, option, message):
+    write_release(tmp_path / "data" / "r")
+    cat = tmp_path / "t.yaml"
+    cat.write_text(f"tasks:\n  - {{name: t, reader: m3retrieve, path: r, {option}, subsets: [Cardiology]}}\n")
+    with pytest.raises(DataError, match=message):
+        build_task(load_catalog(cat).task("t_cardiology"), tmp_path / "data", tmp_path / "w")

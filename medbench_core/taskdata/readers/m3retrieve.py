@@ -88,10 +88,10 @@ class ReleaseImages(ImageSource):
                 if self.archive is None:
                     raise DataError(f"{where}: option 'images': no archive {images!r} in {source.root}")
             else:
-                folder = source.root / images
-                if not folder.is_dir():
+                rel = relative_path(images, f"{where}: option 'images'").as_posix()
+                if not (source.root / rel).is_dir():
                     raise DataError(f"{where}: option 'images': {images!r} is neither an archive nor a folder in {source.root}")
-                self.dirs.insert(0, images.strip("/"))
+                self.dirs.insert(0, rel)
         else:
             self.archive = next((a for d in self.dirs if (a := source.file(f"{d}/images.zip" if d else "images.zip", where)) is not None), None)
         self._members: set[str] | None = None
@@ -173,10 +173,12 @@ def read_m3retrieve(folder: str | Path | None, options: M3RetrieveOptions, conte
     context = context or ReadContext()
     source = locate(folder, name=o.name, dataset=o.dataset, revision=o.revision, online=context.online, hub_cache=context.hub_cache)
     where = f"task {o.name}"
-    base_rel = o.disciplines_folder.strip("/")
+    base_rel = relative_path(o.disciplines_folder, f"{where}: disciplines_folder").as_posix() if o.disciplines_folder else ""
     base = source.root / base_rel if base_rel else source.root
     if not base.is_dir():
         raise DataError(f"{where}: disciplines_folder {base_rel!r} not found in {source.root}")
+    if o.subset:
+        relative_path(o.subset, f"{where}: subset")
     discipline = base / o.subset if o.subset else base
     if not discipline.is_dir():
         have = sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
