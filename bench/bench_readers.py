@@ -81,19 +81,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    from medbench_core.taskdata.readers.beir import read_beir
-    from medbench_core.taskdata.readers.mteb import read_mteb
-    from medbench_core.taskdata.readers.r2med import read_r2med_repo
+    from medbench_core.taskdata.readers.beir import BeirOptions, read_beir
+    from medbench_core.taskdata.readers.mteb import MtebOptions, read_mteb
+    from medbench_core.taskdata.readers.r2med import R2medRepoOptions, read_r2med_repo
 
     docs, queries, qrels = load_rows()
     n_records = len(docs) + len(queries) + len(qrels)
     with tempfile.TemporaryDirectory() as tmp:
         copies = write_copies(Path(tmp))
         readers = {
-            "beir": lambda: read_beir(SCIFACT, name="scifact", split="train", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0"),
-            "mteb (parquet)": lambda: read_mteb(copies["mteb (parquet)"], name="scifact", split="train", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0"),
-            "mteb (jsonl + card)": lambda: read_mteb(copies["mteb (jsonl + card)"], name="scifact", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0"),
-            "r2med_repo": lambda: read_r2med_repo(copies["r2med_repo"], name="scifact", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0"),
+            "beir": lambda: read_beir(SCIFACT, BeirOptions(name="scifact", split="train", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")),
+            "mteb (parquet)": lambda: read_mteb(copies["mteb (parquet)"], MtebOptions(name="scifact", split="train", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")),
+            "mteb (jsonl + card)": lambda: read_mteb(copies["mteb (jsonl + card)"], MtebOptions(name="scifact", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")),
+            "r2med_repo": lambda: read_r2med_repo(copies["r2med_repo"], R2medRepoOptions(name="scifact", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")),
         }
         best: dict[str, float] = {}
         shapes: dict[str, tuple[int, int, int]] = {}

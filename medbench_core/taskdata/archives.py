@@ -17,6 +17,7 @@ import re
 import stat
 import tarfile
 import zipfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -118,14 +119,23 @@ def _write_member(root: Path, m: _Member, reader) -> None:
             out.write(chunk)
 
 
-def safe_extract(archive: str | os.PathLike[str], dest: str | os.PathLike[str], *, max_bytes: int | None = None, replace: bool = False) -> list[str]:
+def safe_extract(
+    archive: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    *,
+    max_bytes: int | None = None,
+    replace: bool = False,
+    only: Collection[str] | None = None,
+) -> list[str]:
     """Extract a zip or tar (plain, gz, bz2, xz) archive into ``dest``; return the file names written.
 
     Refuses, before writing anything, any member that is absolute, contains ``..``, is a
     symbolic or hard link, a device or FIFO, appears twice, or makes the total exceed
     ``max_bytes``; the DataError names the archive and the member. ``dest`` must not exist
     unless ``replace`` is true, in which case it is swapped for the new folder only once the
-    extraction is complete.
+    extraction is complete. With ``only`` (member names, as :func:`member_names` gives them)
+    every member is still checked, and only those files are written; a name the archive does
+    not hold is refused.
     """
     archive = Path(archive)
     dest = Path(dest)
@@ -135,15 +145,43 @@ def safe_extract(archive: str | os.PathLike[str], dest: str | os.PathLike[str], 
         raise DataError(f"{dest}: already exists; extract into a new folder or pass replace=True")
     if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
-            members = _zip_members(archive, zf)
+            members = _select(archive, _zip_members(archive, zf), only)
             _check_layout(archive, members, max_bytes)
             return _extract(dest, members, lambda m: zf.open(m.source))
     if tarfile.is_tarfile(archive):
         with tarfile.open(archive) as tf:
-            members = _tar_members(archive, tf)
+            members = _select(archive, _tar_members(archive, tf), only)
             _check_layout(archive, members, max_bytes)
             return _extract(dest, members, lambda m: _tar_reader(tf, m))
     raise DataError(f"{archive}: neither a zip nor a tar archive")
+
+
+def member_names(archive: str | os.PathLike[str]) -> list[str]:
+    """The (normalised, checked) names of the files in a zip or tar archive, without extracting anything."""
+    archive = Path(archive)
+    if not archive.is_file():
+        raise DataError(f"{archive}: archive not found")
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            members = _zip_members(archive, zf)
+    elif tarfile.is_tarfile(archive):
+        with tarfile.open(archive) as tf:
+            members = _tar_members(archive, tf)
+    else:
+        raise DataError(f"{archive}: neither a zip nor a tar archive")
+    _check_layout(archive, members, None)
+    return sorted(m.name for m in members if m.name and not m.is_dir)
+
+
+def _select(archive: Path, members: list[_Member], only: Collection[str] | None) -> list[_Member]:
+    if only is None:
+        return members
+    files = {m.name: m for m in members if m.name and not m.is_dir}
+    missing = sorted(set(only) - set(files))
+    if missing:
+        raise DataError(f"{archive}: holds no member {missing[0]!r}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    _check_layout(archive, members, None)  # a bad member anywhere refuses the archive, chosen or not
+    return [files[n] for n in sorted(set(only))]
 
 
 def _tar_reader(tf: tarfile.TarFile, m: _Member):

@@ -3,8 +3,13 @@
 Each entry names a reader and its arguments; ``research_only`` marks tasks whose licences
 are not permissive (they run, and everything they produce says so).
 
-An entry reads a local folder (``path``, under the shared data folder) or, for the readers in
-:data:`~medbench_core.taskdata.readers.HUB_READERS`, a hub dataset (``dataset`` + a pinned ``revision``).
+Every other key of an entry is an option of its reader, checked when the file is read: an unknown
+or mistyped option is refused naming the file, the task and the closest known option
+(``tasks.yaml: task 'x': unknown option 'spilt' for reader beir; did you mean 'split'?``).
+
+An entry reads a local folder (``path``: relative to the shared data folder, which it may not
+leave through ``..``, or absolute, which the task's provenance then records) or, for readers with
+``dataset`` and ``revision`` options, a hub dataset (``dataset`` + a pinned ``revision``).
 ``subsets`` turns one entry into one task per subset: a list of names, or a mapping from name to
 that subset's revision or to a mapping of its own options (``revision``, ``task_type``, ...). Each
 task is named ``<name>_<subset>`` (lowercase, ``-`` to ``_``), ``{subset}`` in ``path``,
@@ -18,26 +23,37 @@ task is named ``<name>_<subset>`` (lowercase, ``-`` to ``_``), ``{subset}`` in `
 
 from __future__ import annotations
 
+import dataclasses
+import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medbench_core.errors import DataError
-from medbench_core.taskdata.task import Task
-from medbench_core.taskdata.readers import HUB_READERS, IMAGE_SCRATCH, READERS, RENDERS_FILES, SUBSET_READERS, reader
+from medbench_core.taskdata.readers import ReadContext, ReaderOptions, get_reader, parse_options
 from medbench_core.yaml_file import read_yaml_mapping
+
+if TYPE_CHECKING:
+    from medbench_core.taskdata.task import Task
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 
 
 @dataclass(frozen=True)
 class TaskEntry:
+    """One task of the catalogue: its reader, source ``path`` and options.
+
+    ``options`` holds the entry's reader options as written (after ``subsets`` expansion);
+    ``read_options`` the reader's validated options object built from them.
+    """
+
     name: str
     reader: str
     path: str
     research_only: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    read_options: ReaderOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -58,7 +74,7 @@ class Catalog:
 
 
 def load_catalog(path: str | Path) -> Catalog:
-    """Read ``tasks.yaml``; errors name the file and the entry at fault."""
+    """Read ``tasks.yaml``; errors name the file and the entry at fault, and the closest known option or reader."""
     path = Path(path)
     doc = read_yaml_mapping(path, "task catalogue")
     entries = doc.get("tasks")
@@ -69,29 +85,53 @@ def load_catalog(path: str | Path) -> Catalog:
     for i, raw in enumerate(entries):
         if not isinstance(raw, dict) or not {"name", "reader"} <= set(raw) or not ({"path", "dataset"} & set(raw)):
             raise DataError(f"{path}: tasks[{i}] needs 'name', 'reader' and 'path' (a local folder) or 'dataset' (a hub dataset id)")
-        if "subsets" in raw and raw["reader"] not in SUBSET_READERS:
-            raise DataError(f"{path}: task {raw['name']!r}: reader {raw['reader']!r} has no subsets; readers with subsets: {sorted(SUBSET_READERS)}")
-        for e in expand_subsets(raw, f"{path}: task {raw['name']!r}"):
+        where = f"{path}: task {raw['name']!r}"
+        try:
+            rd = get_reader(str(raw["reader"]))
+        except DataError as exc:
+            raise DataError(f"{where}: {exc}") from None
+        if "subsets" in raw and not rd.takes_subsets:
+            raise DataError(f"{where}: reader {raw['reader']!r} has no subsets (readers with a 'subset' option take them)")
+        for e in expand_subsets(raw, where):
             name = e["name"]
-            if not _NAME_RE.match(name):
+            if not isinstance(name, str) or not _NAME_RE.match(name):
                 raise DataError(f"{path}: task name {name!r}: use lowercase letters, digits and '_'")
             if name in seen:
                 raise DataError(f"{path}: task {name!r} appears twice")
             seen.add(name)
-            if e["reader"] not in READERS:
-                raise DataError(f"{path}: task {name!r}: unknown reader {e['reader']!r}; known: {sorted(READERS)}")
-            if e.get("dataset") and not e.get("path"):
-                if e["reader"] not in HUB_READERS:
-                    raise DataError(f"{path}: task {name!r}: reader {e['reader']!r} reads local folders only; give 'path' (hub readers: {sorted(HUB_READERS)})")
-                if not e.get("revision"):
-                    raise DataError(
-                        f"{path}: task {name!r}: hub dataset {e['dataset']!r} has no revision; pin one "
-                        "(revision: <40-hex commit sha>) so the task reads the same data every time"
-                    )
+            at = f"{path}: task {name!r}"
+            if e.get("path") is not None:
+                check_path(e["path"], at)
+            hub = bool(e.get("dataset")) and not e.get("path")
+            if hub and not rd.reads_hub:
+                raise DataError(f"{at}: reader {e['reader']!r} reads local folders only; give 'path' (readers with 'dataset' and 'revision' options read hub datasets)")
+            read_options = parse_options(rd, e, at, called=str(e["reader"]))  # before the revision: a typo'd 'revison' explains it
+            if hub and not e.get("revision"):
+                raise DataError(
+                    f"{at}: hub dataset {e['dataset']!r} has no revision; pin one "
+                    "(revision: <40-hex commit sha>) so the task reads the same data every time"
+                )
             opts = {k: v for k, v in e.items() if k not in {"name", "reader", "path", "research_only"}}
-            tasks.append(TaskEntry(name=name, reader=e["reader"], path=str(e.get("path") or ""), research_only=bool(e.get("research_only", False)), options=opts))
+            tasks.append(
+                TaskEntry(name=name, reader=e["reader"], path=str(e.get("path") or ""), research_only=read_options.research_only, options=opts, read_options=read_options)
+            )
     allow = doc.get("licence_allowlist") or []
     return Catalog(benchmark=str(doc.get("benchmark", "medbench")), tasks=tuple(tasks), licence_allowlist=tuple(allow))
+
+
+def check_path(value: Any, where: str) -> str:
+    """A task's ``path``, normalised: relative to the data folder and staying inside it, or absolute (recorded as such)."""
+    if not isinstance(value, str) or not value.strip():
+        raise DataError(f"{where}: 'path' must be a non-empty string (a folder or file under the data folder, or an absolute path)")
+    if Path(value).is_absolute():
+        return value
+    norm = posixpath.normpath(value.replace("\\", "/"))
+    if norm == ".." or norm.startswith("../"):
+        raise DataError(
+            f"{where}: path {value!r} leaves the data folder through '..'; give a path inside the data folder, "
+            "or an absolute path (recorded as such in the task's provenance)"
+        )
+    return norm
 
 
 def subset_slug(subset: str) -> str:
@@ -135,20 +175,22 @@ def expand_subsets(entry: dict[str, Any], where: str) -> list[dict[str, Any]]:
 def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path, *, online: bool = False, hub_cache: str | Path | None = None) -> Task:
     """Read the source dataset of ``entry`` (a folder under ``data_root``, or a hub dataset) into a Task.
 
-    ``work_dir`` is a scratch folder for readers that must render files (PneumoniaMNIST images,
-    image bytes of Parquet datasets). Hub datasets are downloaded only with ``online=True``;
-    otherwise they must be in the local hub cache (``hub_cache``, default huggingface_hub's).
+    ``work_dir`` holds the reader's scratch folder (``images/``: rendered PNGs, image bytes of
+    Parquet datasets, images taken out of an archive). Hub datasets are downloaded only with
+    ``online=True``; otherwise they must be in the local hub cache (``hub_cache``, default
+    huggingface_hub's). A source named by an absolute ``path`` is recorded in the task's
+    metadata (``source_path``).
     """
+    rd = get_reader(entry.reader)
+    options = entry.read_options or parse_options(rd, {"name": entry.name, "research_only": entry.research_only, **entry.options}, f"task {entry.name!r}", called=entry.reader)
     src: Path | None = None
     if entry.path:
-        src = Path(data_root) / entry.path
+        src = Path(data_root) / check_path(entry.path, f"task {entry.name!r}")
         if not src.exists():
             raise DataError(f"task {entry.name}: source {src} not found (is ../shared/data beside the checkout?)")
-    read = reader(entry.reader)
-    args = (src, Path(work_dir) / "images") if entry.reader in RENDERS_FILES else (src,)
-    extra: dict[str, Any] = {}
-    if entry.reader in HUB_READERS:
-        extra.update(online=online, hub_cache=hub_cache)
-    if entry.reader in IMAGE_SCRATCH:
-        extra["image_scratch"] = Path(work_dir) / "images"
-    return read(*args, name=entry.name, research_only=entry.research_only, **entry.options, **extra)
+    context = ReadContext(scratch=Path(work_dir) / "images", online=online, hub_cache=Path(hub_cache) if hub_cache else None)
+    task = rd.read(src, options, context)
+    if entry.path and Path(entry.path).is_absolute():
+        task.meta = dataclasses.replace(task.meta, source_path=str(Path(entry.path)))
+        task._hash = None
+    return task

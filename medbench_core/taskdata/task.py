@@ -63,7 +63,7 @@ _KEYS = {"queries": "query_id", "corpus": "doc_id"}
 
 # TaskMeta fields written only when set, so that the content hash (and every artifact key) of a
 # task read before they existed stays what it was.
-OPTIONAL_META = ("dataset", "subset", "task_type")
+OPTIONAL_META = ("dataset", "subset", "task_type", "source_path")
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,9 @@ class TaskMeta:
     ``dataset`` names the source (a hub dataset id, or the catalogue path of a local folder),
     ``source_revision`` the revision read (a hub commit sha, or ``sha256:<16 hex>`` of a local
     folder's files), ``subset`` the subset of a multi-subset dataset and ``task_type`` a task
-    family (instruction templates may be chosen by it). All four are empty for the bundled tasks.
+    family (instruction templates may be chosen by it). ``source_path`` is the absolute path a
+    catalogue entry named (a source outside the data folder); empty otherwise. All five are empty
+    for the bundled tasks.
     """
 
     name: str
@@ -89,6 +91,7 @@ class TaskMeta:
     dataset: str = ""
     subset: str = ""
     task_type: str = ""
+    source_path: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -102,9 +105,15 @@ class TaskMeta:
     def provenance(self) -> dict[str, str]:
         """Where the data came from, for MLflow params and leaderboards: only the fields that are set.
 
-        Keys: ``dataset``, ``dataset_revision``, ``subset``, ``task_type``.
+        Keys: ``dataset``, ``dataset_revision``, ``subset``, ``task_type``, ``source_path``.
         """
-        out = {"dataset": self.dataset, "dataset_revision": self.source_revision, "subset": self.subset, "task_type": self.task_type}
+        out = {
+            "dataset": self.dataset,
+            "dataset_revision": self.source_revision,
+            "subset": self.subset,
+            "task_type": self.task_type,
+            "source_path": self.source_path,
+        }
         return {k: v for k, v in out.items() if v}
 
     @classmethod

@@ -94,6 +94,32 @@ def test_unknown_names_exit_2_with_a_suggestion_before_any_work(tmp_path, args, 
     assert not any((tmp_path / d).exists() for d in ("data", "state", "dagster_home"))  # no work started
 
 
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("spilt: train", "task 'scifact': unknown option 'spilt' for reader beir; did you mean 'split'?"),
+        ("split: [train]", "task 'scifact': option 'split' must be a string, not list"),
+        ("path: ../../outside", "task 'scifact': path '../../outside' leaves the data folder through '..'"),
+    ],
+    ids=["typo", "type", "outside"],
+)
+def test_a_bad_task_option_exits_2_naming_file_task_and_option(tmp_path, option, message):
+    entry = {"name": "scifact", "reader": "beir", "path": "scifact", "split": "train", "query_licence": "CC-BY-4.0", "doc_licence": "ODC-By-1.0"}
+    key, value = option.split(": ", 1)
+    entry[key] = value  # a new key (the typo) or a changed value
+    tasks = tmp_path / "tasks.yaml"
+    tasks.write_text("tasks:\n  - " + "\n    ".join(f"{k}: {v}" for k, v in entry.items()) + "\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MEDBENCH_") and k != "DAGSTER_HOME"}
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK_FIRST, "run"], env={**base, **state_env(tmp_path), "MEDBENCH_TASKS": str(tasks), "PYTHONPATH": str(ROOT)},
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.stdout.split() == ["2", "False"]  # a configuration error: exit 2, before Dagster is imported
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"medbench run: error: {tasks}: {message}"), out.stderr
+    assert not any((tmp_path / d).exists() for d in ("data", "state", "dagster_home"))
+
+
 def test_the_leaderboard_is_printed_as_saved_and_a_missing_one_exits_1(tmp_path):
     env = state_env(tmp_path)
     missing = medbench("leaderboard", env=env)

@@ -67,9 +67,9 @@ def _ndcg_correct_last(n_correct: int, n_options: int = 5) -> float:
 @pytest.fixture(scope="module")
 def inverted_mcqa_eval():
     """FrenchMedMCQA ranked by an encoder that puts every correct option below every wrong one."""
-    from medbench_core.taskdata.readers.frenchmedmcqa import read_frenchmedmcqa
+    from medbench_core.taskdata.readers.frenchmedmcqa import FrenchMedMCQAOptions, read_frenchmedmcqa
 
-    task = read_frenchmedmcqa(DATA / "frenchmedmcqa", "test")
+    task = read_frenchmedmcqa(DATA / "frenchmedmcqa", FrenchMedMCQAOptions(split="test"))
     # Option texts repeat across questions with different answers, so the fake encoder keys on
     # the document id: the corpus text is replaced by the id (the ranking is all we test).
     task.corpus = task.corpus.with_columns(pl.col("doc_id").alias("text"))

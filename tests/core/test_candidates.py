@@ -173,9 +173,9 @@ def test_candidate_pools_dedupes_and_refuses_gaps():
 def test_frenchmedmcqa_each_question_ranks_only_its_options_and_metrics_match_pytrec_eval():
     import pytrec_eval
 
-    from medbench_core.taskdata.readers.frenchmedmcqa import read_frenchmedmcqa
+    from medbench_core.taskdata.readers.frenchmedmcqa import FrenchMedMCQAOptions, read_frenchmedmcqa
 
-    task = read_frenchmedmcqa(DATA / "frenchmedmcqa", "test")
+    task = read_frenchmedmcqa(DATA / "frenchmedmcqa", FrenchMedMCQAOptions(split="test"))
     enc = HashEncoder()
     q, d = encode_side(enc, task, "query"), encode_side(enc, task, "passage")
     doc_ids = task.corpus["doc_id"].to_list()

@@ -231,9 +231,9 @@ def test_medicat_with_random_clip_through_faiss_matches_pytrec_eval(encoder):
     from medbench_core.retrieval.index import build_index, search
     from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
     from medbench_core.retrieval.records import candidate_pools, encode_side, load_encoder
-    from medbench_core.taskdata.readers.medicat import read_medicat
+    from medbench_core.taskdata.readers.medicat import MedicatOptions, read_medicat
 
-    task = read_medicat(DATA / "medicat_sample", research_only=True)
+    task = read_medicat(DATA / "medicat_sample", MedicatOptions(research_only=True))
     enc = load_encoder(spec(seed=0))
     assert type(enc).__name__ == "ClipEncoder"
     q, d = encode_side(enc, task, "query"), encode_side(enc, task, "passage")
@@ -259,9 +259,10 @@ def test_pneumoniamnist_1148_images_with_random_clip(tmp_path):
     from medbench_core.retrieval.index import build_index, search
     from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
     from medbench_core.retrieval.records import encode_side, load_encoder
-    from medbench_core.taskdata.readers.pneumoniamnist import read_pneumoniamnist
+    from medbench_core.taskdata.readers import ReadContext
+    from medbench_core.taskdata.readers.pneumoniamnist import PneumoniaMNISTOptions, read_pneumoniamnist
 
-    task = read_pneumoniamnist(DATA / "pneumoniamnist", tmp_path / "img")
+    task = read_pneumoniamnist(DATA / "pneumoniamnist", PneumoniaMNISTOptions(), ReadContext(scratch=tmp_path / "img"))
     enc = load_encoder(model_spec(name="tiny", kind="open_clip", settings={"architecture": TINY}, batch_size=256))
     d = encode_side(enc, task, "passage")
     assert d.shape == (1148, 64)

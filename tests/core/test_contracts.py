@@ -626,15 +626,15 @@ needs_data = pytest.mark.skipif(not (SHARED / "scifact").exists(), reason="share
 
 
 def read_scifact():
-    from medbench_core.taskdata.readers.beir import read_beir
+    from medbench_core.taskdata.readers.beir import BeirOptions, read_beir
 
-    return read_beir(SHARED / "scifact", name="scifact", split="train", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")
+    return read_beir(SHARED / "scifact", BeirOptions(name="scifact", split="train", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0"))
 
 
 def read_liveqa(**kw):
-    from medbench_core.taskdata.readers.beir import read_beir
+    from medbench_core.taskdata.readers.beir import BeirOptions, read_beir
 
-    return read_beir(SHARED / "liveqa_medquad", name="liveqa_medquad", split="test", query_licence="unknown", doc_licence="CC-BY-4.0", duplicate_judgments="max", **kw)
+    return read_beir(SHARED / "liveqa_medquad", BeirOptions(name="liveqa_medquad", split="test", query_licence="unknown", doc_licence="CC-BY-4.0", duplicate_judgments="max", **kw))
 
 
 @pytest.mark.slow
@@ -681,6 +681,14 @@ def _sources():
     return SimpleNamespace(read_frenchmedmcqa=read_frenchmedmcqa, read_medicat=read_medicat, read_pneumoniamnist=read_pneumoniamnist, read_vqa_rad=read_vqa_rad)
 
 
+def _pneumonia_args(scratch):
+    """The options and the scratch folder of the PneumoniaMNIST reader."""
+    from medbench_core.taskdata.readers import ReadContext
+    from medbench_core.taskdata.readers.pneumoniamnist import PneumoniaMNISTOptions
+
+    return PneumoniaMNISTOptions(), ReadContext(scratch=scratch)
+
+
 @pytest.mark.slow
 @needs_data
 def test_frenchmedmcqa_passes():
@@ -692,7 +700,7 @@ def test_frenchmedmcqa_passes():
 @pytest.mark.slow
 @needs_data
 def test_pneumoniamnist_passes(tmp_path):
-    res = validate_task(_sources().read_pneumoniamnist(SHARED / "pneumoniamnist", tmp_path / "images"))
+    res = validate_task(_sources().read_pneumoniamnist(SHARED / "pneumoniamnist", *_pneumonia_args(tmp_path / "images")))
     assert res.passed, res.message
     assert set(res.licences) == {"CC-BY-4.0"}
 
@@ -728,7 +736,7 @@ def test_real_tasks_do_not_overlap(tmp_path):
         read_scifact(),
         read_liveqa(require_positive=True),
         s.read_frenchmedmcqa(SHARED / "frenchmedmcqa"),
-        s.read_pneumoniamnist(SHARED / "pneumoniamnist", tmp_path / "images"),
+        s.read_pneumoniamnist(SHARED / "pneumoniamnist", *_pneumonia_args(tmp_path / "images")),
         s.read_medicat(SHARED / "medicat_sample"),
         s.read_vqa_rad(SHARED / "vqa_rad"),
     ]

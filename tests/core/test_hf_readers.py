@@ -24,8 +24,9 @@ from hf_layouts import (
 
 from medbench_core.taskdata.catalog import build_task, load_catalog
 from medbench_core.errors import DataError
-from medbench_core.taskdata.readers.mteb import read_mteb
-from medbench_core.taskdata.readers.r2med import read_r2med_repo
+from medbench_core.taskdata.readers import ReadContext
+from medbench_core.taskdata.readers.mteb import MtebOptions, read_mteb
+from medbench_core.taskdata.readers.r2med import R2medRepoOptions, read_r2med_repo
 
 SHA = "8b9fec2db9eda4b5742d03732213fbaee8169556"  # MTEB's pin of R2MED/Biology, used here as a fixture sha
 
@@ -44,7 +45,7 @@ def assert_expected_task(task, *, joined_titles: bool = True) -> None:
 @pytest.mark.parametrize("write", [write_mteb_jsonl, write_mteb_parquet, write_r2med_hub], ids=["jsonl+tsv", "parquet-configs", "dataset-card"])
 def test_every_mteb_layout_reads_the_same_task(tmp_path, write):
     folder = write(tmp_path / "ds")
-    task = read_mteb(folder, name="t")
+    task = read_mteb(folder, MtebOptions(name="t"))
     assert_expected_task(task)
     # No licence anywhere: unknown, which the licence gate admits only for research-only tasks.
     assert set(task.queries["licence"]) | set(task.corpus["licence"]) == {"unknown"} and task.meta.licences == ("unknown",)
@@ -54,18 +55,18 @@ def test_every_mteb_layout_reads_the_same_task(tmp_path, write):
 
 def test_a_changed_file_changes_the_local_revision(tmp_path):
     folder = write_mteb_jsonl(tmp_path / "ds")
-    before = read_mteb(folder, name="t").meta.source_revision
-    assert read_mteb(folder, name="t").meta.source_revision == before
+    before = read_mteb(folder, MtebOptions(name="t")).meta.source_revision
+    assert read_mteb(folder, MtebOptions(name="t")).meta.source_revision == before
     (folder / "qrels" / "test.tsv").write_text((folder / "qrels" / "test.tsv").read_text().replace("q8\td22\t0", "q8\td22\t1"))
-    assert read_mteb(folder, name="t").meta.source_revision != before
+    assert read_mteb(folder, MtebOptions(name="t")).meta.source_revision != before
 
 
 def test_split_choice(tmp_path):
     folder = write_mteb_parquet(tmp_path / "ds")
-    dev = read_mteb(folder, name="t", split="dev")
+    dev = read_mteb(folder, MtebOptions(name="t", split="dev"))
     assert dev.qrels.rows() == [("q9", "d20", 1)] and dev.queries["query_id"].to_list() == ["q9"]
     with pytest.raises(DataError, match=r"default: split 'validation' not found; it has \['dev', 'test'\]"):
-        read_mteb(folder, name="t", split="validation")
+        read_mteb(folder, MtebOptions(name="t", split="validation"))
 
 
 def test_subset_configs_and_subfolders(tmp_path):
@@ -75,12 +76,12 @@ def test_subset_configs_and_subfolders(tmp_path):
     one = write_mteb_parquet(tmp_path / "one")
     for part, src in (("corpus", "corpus"), ("queries", "queries"), ("qrels", "default")):
         (one / src).rename(folder / f"Biology-{part}")
-    task = read_mteb(folder, name="t", subset="Biology")
+    task = read_mteb(folder, MtebOptions(name="t", subset="Biology"))
     assert_expected_task(task)
     assert task.meta.subset == "Biology"
     # A subfolder per subset.
     write_mteb_jsonl(tmp_path / "tree" / "Cardiology")
-    task = read_mteb(tmp_path / "tree", name="t", subset="Cardiology")
+    task = read_mteb(tmp_path / "tree", MtebOptions(name="t", subset="Cardiology"))
     assert_expected_task(task)
     assert task.meta.dataset == "tree" and task.meta.subset == "Cardiology"
 
@@ -90,17 +91,17 @@ def test_subset_configs_and_subfolders(tmp_path):
 
 def test_hub_dataset_at_a_pinned_revision_from_the_local_cache(tmp_path):
     cache, _ = hub_cache(tmp_path / "hub", "R2MED/Biology", lambda d: write_r2med_hub(d, licence="cc-by-4.0"), sha=SHA)
-    task = read_mteb(None, name="r2med_biology", dataset="R2MED/Biology", revision=SHA, hub_cache=cache)
+    task = read_mteb(None, MtebOptions(name="r2med_biology", dataset="R2MED/Biology", revision=SHA), ReadContext(hub_cache=cache))
     assert_expected_task(task)
     assert (task.meta.dataset, task.meta.source_revision) == ("R2MED/Biology", SHA)
     assert task.meta.licences == ("CC-BY-4.0",)  # the dataset card's licence
     # A branch is resolved to the commit it points at, and that commit is what is recorded.
-    assert read_mteb(None, name="t", dataset="R2MED/Biology", revision="main", hub_cache=cache).meta.source_revision == SHA
+    assert read_mteb(None, MtebOptions(name="t", dataset="R2MED/Biology", revision="main"), ReadContext(hub_cache=cache)).meta.source_revision == SHA
 
 
 def test_hub_dataset_without_a_revision_is_refused(tmp_path):
     with pytest.raises(DataError) as err:
-        read_mteb(None, name="r2med_biology", dataset="R2MED/Biology", hub_cache=tmp_path)
+        read_mteb(None, MtebOptions(name="r2med_biology", dataset="R2MED/Biology"), ReadContext(hub_cache=tmp_path))
     assert str(err.value) == (
         "task r2med_biology: hub dataset 'R2MED/Biology' has no revision; pin one (revision: <40-hex commit sha>) "
         "so the task reads the same data every time"
@@ -121,19 +122,19 @@ def test_offline_hub_read_never_downloads(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
     other = "0" * 40
     with pytest.raises(DataError, match=rf"dataset R2MED/Biology@{other}: not in the local hub cache"):
-        read_mteb(None, name="t", dataset="R2MED/Biology", revision=other, hub_cache=tmp_path / "empty")
+        read_mteb(None, MtebOptions(name="t", dataset="R2MED/Biology", revision=other), ReadContext(hub_cache=tmp_path / "empty"))
     with pytest.raises(DataError, match=r"revision 'main' is not in the local hub cache .* run online once"):
-        read_mteb(None, name="t", dataset="R2MED/Biology", revision="main", hub_cache=tmp_path / "empty")
+        read_mteb(None, MtebOptions(name="t", dataset="R2MED/Biology", revision="main"), ReadContext(hub_cache=tmp_path / "empty"))
     assert calls == []
     # online=True goes to the hub (here: the patched downloader) at the pinned commit.
-    task = read_mteb(None, name="t", dataset="R2MED/Biology", revision=other, hub_cache=tmp_path / "empty", online=True)
+    task = read_mteb(None, MtebOptions(name="t", dataset="R2MED/Biology", revision=other), ReadContext(hub_cache=tmp_path / "empty", online=True))
     assert calls == [("R2MED/Biology", "dataset", other)]
     assert task.meta.source_revision == other and task.queries.height == 8
 
 
 def test_a_local_folder_refuses_a_revision(tmp_path):
     with pytest.raises(DataError, match="'revision' pins a hub dataset; the local folder .* is identified by the hash of its files"):
-        read_mteb(write_mteb_jsonl(tmp_path / "ds"), name="t", revision=SHA)
+        read_mteb(write_mteb_jsonl(tmp_path / "ds"), MtebOptions(name="t", revision=SHA))
 
 
 # --- malformed input: file, line (or row) and id ---------------------------------------------------
@@ -145,7 +146,7 @@ def test_malformed_jsonl_names_file_and_line(tmp_path):
     lines[2] = lines[2][:-5]
     (folder / "corpus.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(DataError) as err:
-        read_mteb(folder, name="t")
+        read_mteb(folder, MtebOptions(name="t"))
     assert str(err.value).startswith(f"{folder / 'corpus.jsonl'}:3: malformed JSON")
 
 
@@ -154,7 +155,7 @@ def test_parquet_record_without_id_names_file_and_row(tmp_path):
     path = folder / "queries" / "queries-00000-of-00001.parquet"
     pl.DataFrame({"_id": ["q1", None], "text": ["a", "b"]}).write_parquet(path)
     with pytest.raises(DataError, match=rf"^{path}: row 2: record has no '_id' or 'id'$"):
-        read_mteb(folder, name="t")
+        read_mteb(folder, MtebOptions(name="t"))
 
 
 def test_duplicate_ids_name_both_places(tmp_path):
@@ -163,7 +164,7 @@ def test_duplicate_ids_name_both_places(tmp_path):
         f.write(json.dumps({"_id": "d01", "text": "again"}) + "\n")
     corpus = folder / "corpus.jsonl"
     with pytest.raises(DataError, match=rf"^{corpus}:25: corpus id 'd01' appears twice \(first at {corpus}:1\)$"):
-        read_mteb(folder, name="t")
+        read_mteb(folder, MtebOptions(name="t"))
 
 
 @pytest.mark.parametrize(
@@ -171,7 +172,7 @@ def test_duplicate_ids_name_both_places(tmp_path):
     [
         ("q1\td01\thigh", "relevance 'high' is not an integer"),
         ("q1\td01\t0.5", "relevance '0.5' is not an integer"),
-        ("q1\td01", "expected 3 fields (query id, document id, score), got 2"),
+        ("q1\td01", "expected 3 tab-separated fields (query-id, corpus-id, score), got 2"),
         ("q1\tghost\t1", "judgment names document id 'ghost', which the corpus"),
         ("q7\td01\t1\nq7\td01\t2", "judgment for (q7, d01) appears again"),
     ],
@@ -183,7 +184,7 @@ def test_bad_qrels_lines_name_file_and_line(tmp_path, line, message):
     qrels.write_text(qrels.read_text() + line + "\n")
     n = len(qrels.read_text().splitlines())
     with pytest.raises(DataError) as err:
-        read_mteb(folder, name="t")
+        read_mteb(folder, MtebOptions(name="t"))
     assert str(err.value).startswith(f"{qrels}:{n}: {message}"), str(err.value)
 
 
@@ -191,7 +192,7 @@ def test_duplicate_judgments_can_keep_the_higher_grade(tmp_path):
     folder = write_mteb_jsonl(tmp_path / "ds")
     qrels = folder / "qrels" / "test.tsv"
     qrels.write_text(qrels.read_text() + "q8\td22\t2\n")
-    task = read_mteb(folder, name="t", duplicate_judgments="max")
+    task = read_mteb(folder, MtebOptions(name="t", duplicate_judgments="max"))
     assert {(q, d): g for q, d, g in task.qrels.iter_rows()} == {**EXPECTED_QRELS, ("q8", "d22"): 2}
 
 
@@ -199,24 +200,24 @@ def test_missing_parts_and_bad_cards_are_named(tmp_path):
     folder = write_mteb_jsonl(tmp_path / "ds")
     (folder / "qrels" / "test.tsv").unlink()
     with pytest.raises(DataError, match=rf"^{folder}: no qrels found"):
-        read_mteb(folder, name="t")
+        read_mteb(folder, MtebOptions(name="t"))
     card = write_r2med_hub(tmp_path / "card")
     (card / "data" / "query.jsonl").unlink()
     with pytest.raises(DataError, match=r"README.md: config 'query' split 'query': no file matches 'data/query.jsonl'"):
-        read_mteb(card, name="t")
+        read_mteb(card, MtebOptions(name="t"))
     (card / "README.md").write_text("---\nconfigs: [\n---\n")
     with pytest.raises(DataError, match=r"README.md: the dataset card's YAML front matter is not valid"):
-        read_mteb(card, name="t")
+        read_mteb(card, MtebOptions(name="t"))
     with pytest.raises(DataError, match=rf"^{tmp_path / 'nowhere'}: dataset folder not found$"):
-        read_mteb(tmp_path / "nowhere", name="t")
+        read_mteb(tmp_path / "nowhere", MtebOptions(name="t"))
 
 
 # --- R2MED's repository layout -----------------------------------------------------------------------
 
 
 def test_r2med_repo_layout_jsonl_and_txt_qrels(tmp_path):
-    a = read_r2med_repo(write_r2med_repo(tmp_path / "a", qrels="jsonl"), name="t")
-    b = read_r2med_repo(write_r2med_repo(tmp_path / "b", qrels="txt"), name="t")
+    a = read_r2med_repo(write_r2med_repo(tmp_path / "a", qrels="jsonl"), R2medRepoOptions(name="t"))
+    b = read_r2med_repo(write_r2med_repo(tmp_path / "b", qrels="txt"), R2medRepoOptions(name="t"))
     for task in (a, b):
         assert_expected_task(task)
     # body_system becomes the discipline (an empty one is no discipline).
@@ -229,18 +230,18 @@ def test_r2med_repo_errors(tmp_path):
     folder = write_r2med_repo(tmp_path / "a", qrels="jsonl")
     (folder / "qrels.txt").write_text("q1 d01 1\n")
     with pytest.raises(DataError, match="expected one qrels file, qrels.jsonl or qrels.txt; found both"):
-        read_r2med_repo(folder, name="t")
+        read_r2med_repo(folder, R2medRepoOptions(name="t"))
     (folder / "qrels.jsonl").unlink()
     (folder / "qrels.txt").write_text("q1 0 d01 2\nq1 d03\n")  # TREC form on line 1, a short line 2
     with pytest.raises(DataError, match=rf"^{folder / 'qrels.txt'}:2: expected 3 fields"):
-        read_r2med_repo(folder, name="t")
+        read_r2med_repo(folder, R2medRepoOptions(name="t"))
     write_jsonl(folder / "qrels.jsonl", [{"q_id": "q1", "p_id": "d01"}])
     (folder / "qrels.txt").unlink()
     with pytest.raises(DataError, match=rf"^{folder / 'qrels.jsonl'}:1: judgment \(q1, d01\) has no 'score'$"):
-        read_r2med_repo(folder, name="t")
+        read_r2med_repo(folder, R2medRepoOptions(name="t"))
     (folder / "query.jsonl").unlink()
     with pytest.raises(DataError, match=rf"^{folder / 'query.jsonl'}: file not found"):
-        read_r2med_repo(folder, name="t")
+        read_r2med_repo(folder, R2medRepoOptions(name="t"))
 
 
 # --- licences under the existing gate ----------------------------------------------------------------
@@ -250,14 +251,14 @@ def test_unknown_licence_is_research_only_under_the_licence_gate(tmp_path):
     from medbench_core.taskdata.contracts import validate_task
 
     folder = write_r2med_repo(tmp_path / "a")
-    refused = validate_task(read_r2med_repo(folder, name="r2med_a"))
+    refused = validate_task(read_r2med_repo(folder, R2medRepoOptions(name="r2med_a")))
     assert not refused.passed and refused.licences == {"unknown": 32}
     assert {o.aspect for o in refused.failures} == {"licence"}
-    admitted = validate_task(read_r2med_repo(folder, name="r2med_a", research_only=True))
+    admitted = validate_task(read_r2med_repo(folder, R2medRepoOptions(name="r2med_a", research_only=True)))
     assert admitted.passed and admitted.research_only
     assert "research-only task: admits licence(s) unknown (32 records) outside the allowlist" in admitted.message
     # A configured licence replaces unknown; then the task passes without research_only.
-    assert validate_task(read_r2med_repo(folder, name="r2med_a", licence="CC BY 4.0")).passed
+    assert validate_task(read_r2med_repo(folder, R2medRepoOptions(name="r2med_a", licence="CC BY 4.0"))).passed
 
 
 # --- the catalogue: subsets, hub entries, build_task -----------------------------------------------

@@ -17,8 +17,9 @@ from medbench_core.taskdata.catalog import build_task, load_catalog
 from medbench_core.taskdata.contracts import validate_task
 from medbench_core.errors import DataError
 from medbench_core.retrieval.stages import score
-from medbench_core.taskdata.readers.m3retrieve import read_m3retrieve
-from medbench_core.taskdata.readers.multilingual import read_multilingual
+from medbench_core.taskdata.readers import ReadContext
+from medbench_core.taskdata.readers.m3retrieve import M3RetrieveOptions, read_m3retrieve
+from medbench_core.taskdata.readers.multilingual import MultilingualOptions, read_multilingual
 
 
 def png(seed: int) -> bytes:
@@ -50,7 +51,7 @@ def write_m3_folder(folder):
 
 
 def test_m3retrieve_folder_records_images_and_modalities(tmp_path):
-    task = read_m3retrieve(write_m3_folder(tmp_path / "m3" / "Thorax"), name="m3_thorax", subset="")
+    task = read_m3retrieve(write_m3_folder(tmp_path / "m3" / "Thorax"), M3RetrieveOptions(name="m3_thorax", subset=""), ReadContext(scratch=tmp_path / "s"))
     q = {r["query_id"]: r for r in task.queries.iter_rows(named=True)}
     assert (q["q1"]["text"], q["q1"]["image"], q["q1"]["modality"]) == ("Which finding does this chest film show?", "images/x0.png", "both")
     assert (q["q2"]["text"], q["q2"]["image"], q["q2"]["modality"]) == ("", "images/x1.png", "image")
@@ -58,7 +59,7 @@ def test_m3retrieve_folder_records_images_and_modalities(tmp_path):
     d = {r["doc_id"]: r["modality"] for r in task.corpus.iter_rows(named=True)}
     assert d == {"p1": "text", "p2": "text", "p3": "image", "p4": "both"}
     assert task.meta.query_modality == "both,image,text" and task.meta.doc_modality == "both,image,text"
-    assert task.resolve_image("images/x2.png").read_bytes() == png(2)
+    assert task.resolve_image("images/x2.png").read_bytes() == png(2) and task.image_root == tmp_path / "s"
     # Its discipline is the subset's (one task per discipline folder through the catalogue).
     cat = tmp_path / "tasks.yaml"
     cat.write_text("tasks:\n  - {name: m3, reader: m3retrieve, path: m3, research_only: true, subsets: [Thorax]}\n")
@@ -78,7 +79,7 @@ def test_m3retrieve_parquet_image_bytes_are_written_to_the_scratch_folder(tmp_pa
     pl.DataFrame({"id": ["p1", "p2"], "text": ["", "pneumonia"], "image": [{"bytes": png(5), "path": "a.png"}, None]}).write_parquet(folder / "corpus" / "test.parquet")
     pl.DataFrame({"id": ["q1"], "text": ["consolidation"]}).write_parquet(folder / "queries" / "test.parquet")
     pl.DataFrame({"query-id": ["q1", "q1"], "corpus-id": ["p1", "p2"], "score": [1, 0]}).write_parquet(folder / "qrels" / "test.parquet")
-    task = read_m3retrieve(folder, name="m3", image_scratch=tmp_path / "scratch")
+    task = read_m3retrieve(folder, M3RetrieveOptions(name="m3"), ReadContext(scratch=tmp_path / "scratch"))
     ref = task.corpus.filter(pl.col("doc_id") == "p1")["image"].item()
     assert ref.startswith("corpus/p1-") and ref.endswith(".png")
     assert task.resolve_image(ref).read_bytes() == png(5) and task.image_root == tmp_path / "scratch"
@@ -87,14 +88,15 @@ def test_m3retrieve_parquet_image_bytes_are_written_to_the_scratch_folder(tmp_pa
 def test_m3retrieve_errors_name_file_line_and_record(tmp_path):
     folder = write_m3_folder(tmp_path / "m3")
     (folder / "images" / "x2.png").unlink()
-    with pytest.raises(DataError, match=rf"^{folder / 'corpus.jsonl'}:3: record p3: image 'images/x2.png' not found under {folder}$"):
-        read_m3retrieve(folder, name="m3")
+    context = ReadContext(scratch=tmp_path / "s")
+    with pytest.raises(DataError, match=rf"^{folder / 'corpus.jsonl'}:3: record p3: image 'images/x2.png' not found: looked in {folder}$"):
+        read_m3retrieve(folder, M3RetrieveOptions(name="m3"), context)
     write_jsonl(folder / "corpus.jsonl", [{"_id": "p1", "text": "", "image": "../outside.png"}])
     with pytest.raises(DataError, match=r"corpus.jsonl:1: record p1: image '../outside.png' contains '..'"):
-        read_m3retrieve(folder, name="m3")
+        read_m3retrieve(folder, M3RetrieveOptions(name="m3"), context)
     write_jsonl(folder / "corpus.jsonl", [{"_id": "p1", "text": ""}])
     with pytest.raises(DataError, match=r"corpus.jsonl:1: corpus record p1 has no text and no image$"):
-        read_m3retrieve(folder, name="m3")
+        read_m3retrieve(folder, M3RetrieveOptions(name="m3"), context)
 
 
 # --- multilingual -------------------------------------------------------------------------------------
@@ -124,12 +126,12 @@ def write_multilingual(folder, drop_language_of: str | None = None):
     write_jsonl(folder / "queries.jsonl", [{"_id": q, "text": t, **({} if q == drop_language_of else {"language": lang})} for q, lang, t in QUERIES])
     write_jsonl(folder / "corpus.jsonl", [{"_id": d, "text": t} for d, t in DOCS])
     (folder / "qrels").mkdir(parents=True)
-    (folder / "qrels" / "test.tsv").write_text("".join(f"{q}\t{d}\t{g}\n" for q, r in QRELS.items() for d, g in r.items()))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{g}\n" for q, r in QRELS.items() for d, g in r.items()))
     return folder
 
 
 def test_multilingual_queries_give_per_language_metrics_and_the_gap(tmp_path):
-    task = read_multilingual(write_multilingual(tmp_path / "ml"), name="ml", research_only=True)
+    task = read_multilingual(write_multilingual(tmp_path / "ml"), MultilingualOptions(name="ml", research_only=True))
     assert dict(task.queries.select("query_id", "language").iter_rows()) == {q: lang for q, lang, _ in QUERIES}
     assert set(task.corpus["language"]) == {"en"} and task.meta.languages == ("en", "fr", "ja")
     run = pl.DataFrame(
@@ -153,4 +155,4 @@ def test_multilingual_queries_give_per_language_metrics_and_the_gap(tmp_path):
 def test_a_query_without_its_language_is_named(tmp_path):
     folder = write_multilingual(tmp_path / "ml", drop_language_of="q-fr-2")
     with pytest.raises(DataError, match=rf"^{folder / 'queries.jsonl'}:4: query q-fr-2 has no 'language'"):
-        read_multilingual(folder, name="ml")
+        read_multilingual(folder, MultilingualOptions(name="ml"))

@@ -21,11 +21,12 @@ from PIL import Image
 from medbench_core.errors import DataError
 from medbench_core.taskdata.images import load_image
 from medbench_core.taskdata.task import check_referential_integrity
+from medbench_core.taskdata.readers import ReadContext
 from medbench_core.taskdata.readers.common import normalise_text, text_concept_id
-from medbench_core.taskdata.readers.frenchmedmcqa import mcqa_tier, read_frenchmedmcqa
-from medbench_core.taskdata.readers.medicat import read_medicat
-from medbench_core.taskdata.readers.pneumoniamnist import read_pneumoniamnist
-from medbench_core.taskdata.readers.vqa_rad import read_vqa_rad
+from medbench_core.taskdata.readers.frenchmedmcqa import FrenchMedMCQAOptions, mcqa_tier, read_frenchmedmcqa
+from medbench_core.taskdata.readers.medicat import MedicatOptions, read_medicat
+from medbench_core.taskdata.readers.pneumoniamnist import PneumoniaMNISTOptions, read_pneumoniamnist
+from medbench_core.taskdata.readers.vqa_rad import VqaRadOptions, read_vqa_rad
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 if not DATA.exists():
@@ -46,7 +47,7 @@ MEDICAT_LICENCES = {
 
 @pytest.fixture(scope="module")
 def mcqa():
-    return read_frenchmedmcqa(DATA / "frenchmedmcqa", "test")
+    return read_frenchmedmcqa(DATA / "frenchmedmcqa", FrenchMedMCQAOptions(split="test"))
 
 
 def test_frenchmedmcqa_counts(mcqa):
@@ -113,7 +114,7 @@ def test_tier_rule_follows_chance_level_ndcg():
 
 
 def test_frenchmedmcqa_dev_split_and_research_flag():
-    t = read_frenchmedmcqa(DATA / "frenchmedmcqa", "dev", name="fmcqa_dev", research_only=True)
+    t = read_frenchmedmcqa(DATA / "frenchmedmcqa", FrenchMedMCQAOptions(split="dev", name="fmcqa_dev", research_only=True))
     assert (t.name, t.queries.height, t.corpus.height, t.meta.research_only) == ("fmcqa_dev", 312, 1560, True)
 
 
@@ -149,7 +150,7 @@ def test_frenchmedmcqa_bad_input(tmp_path):
 @pytest.fixture(scope="module")
 def pneumonia(tmp_path_factory):
     image_dir = tmp_path_factory.mktemp("pneumonia_images")
-    return read_pneumoniamnist(DATA / "pneumoniamnist" / "pneumoniamnist_val_test.npz", image_dir), image_dir
+    return read_pneumoniamnist(DATA / "pneumoniamnist" / "pneumoniamnist_val_test.npz", PneumoniaMNISTOptions(), ReadContext(scratch=image_dir)), image_dir
 
 
 def test_pneumoniamnist_counts_and_relevance(pneumonia):
@@ -189,7 +190,7 @@ def test_pneumoniamnist_rewrite_is_idempotent_and_repairs(pneumonia):
     before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in image_dir.glob("*.png")}
     damaged = image_dir / "val_0005.png"
     damaged.write_bytes(b"not a png")
-    again = read_pneumoniamnist(DATA / "pneumoniamnist", image_dir)  # the folder works as well as the file
+    again = read_pneumoniamnist(DATA / "pneumoniamnist", PneumoniaMNISTOptions(), ReadContext(scratch=image_dir))  # the folder works as well as the file
     after = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in image_dir.glob("*.png")}
     assert after["val_0005.png"][1] == before["val_0005.png"][1]  # repaired to the same bytes
     unchanged = [n for n in before if n != "val_0005.png" and after[n][0] == before[n][0]]
@@ -200,27 +201,27 @@ def test_pneumoniamnist_rewrite_is_idempotent_and_repairs(pneumonia):
 
 def test_pneumoniamnist_bad_input(tmp_path):
     with pytest.raises(DataError, match="missing.npz: file not found"):
-        read_pneumoniamnist(tmp_path / "missing.npz", tmp_path / "img")
+        read_pneumoniamnist(tmp_path / "missing.npz", PneumoniaMNISTOptions(), ReadContext(scratch=tmp_path / "img"))
     np.savez(tmp_path / "a.npz", val_images=np.zeros((2, 28, 28), np.uint8), val_labels=np.array([[0], [1]], np.uint8))
     with pytest.raises(DataError, match=r"split 'test' needs arrays 'test_images' and 'test_labels'"):
-        read_pneumoniamnist(tmp_path / "a.npz", tmp_path / "img")
+        read_pneumoniamnist(tmp_path / "a.npz", PneumoniaMNISTOptions(), ReadContext(scratch=tmp_path / "img"))
     assert not (tmp_path / "img").exists()  # the good val split was not written either
     np.savez(tmp_path / "b.npz", val_images=np.zeros((2, 28, 28), np.uint8), val_labels=np.array([[0], [2]], np.uint8))
     with pytest.raises(DataError, match=r"val_labels\[1\] = 2"):
-        read_pneumoniamnist(tmp_path / "b.npz", tmp_path / "img", splits=("val",))
+        read_pneumoniamnist(tmp_path / "b.npz", PneumoniaMNISTOptions(splits=("val",)), ReadContext(scratch=tmp_path / "img"))
     np.savez(tmp_path / "c.npz", val_images=np.zeros((2, 28, 28), np.uint8), val_labels=np.array([0], np.uint8))
     with pytest.raises(DataError, match="2 images but val_labels has 1 labels"):
-        read_pneumoniamnist(tmp_path / "c.npz", tmp_path / "img", splits=("val",))
+        read_pneumoniamnist(tmp_path / "c.npz", PneumoniaMNISTOptions(splits=("val",)), ReadContext(scratch=tmp_path / "img"))
     np.savez(tmp_path / "d.npz", val_images=np.array([object()] * 2, dtype=object), val_labels=np.zeros(2, np.uint8))
     with pytest.raises(DataError, match="d.npz: not a readable .npz of plain arrays"):
-        read_pneumoniamnist(tmp_path / "d.npz", tmp_path / "img", splits=("val",))
+        read_pneumoniamnist(tmp_path / "d.npz", PneumoniaMNISTOptions(splits=("val",)), ReadContext(scratch=tmp_path / "img"))
     with pytest.raises(DataError, match="unknown finding"):
-        read_pneumoniamnist(DATA / "pneumoniamnist", tmp_path / "img", prompts={"covid": ["x"]})
+        read_pneumoniamnist(DATA / "pneumoniamnist", PneumoniaMNISTOptions(prompts={"covid": ["x"]}), ReadContext(scratch=tmp_path / "img"))
 
 
 def test_pneumoniamnist_custom_prompts(tmp_path):
     np.savez(tmp_path / "s.npz", val_images=np.arange(3 * 4 * 4, dtype=np.uint8).reshape(3, 4, 4), val_labels=np.array([[1], [0], [1]], np.uint8))
-    t = read_pneumoniamnist(tmp_path / "s.npz", tmp_path / "img", splits=("val",), prompts={"pneumonia": ["lobar pneumonia"]})
+    t = read_pneumoniamnist(tmp_path / "s.npz", PneumoniaMNISTOptions(splits=("val",), prompts={"pneumonia": ["lobar pneumonia"]}), ReadContext(scratch=tmp_path / "img"))
     assert t.queries["query_id"].to_list() == ["pneumonia_0"]
     assert sorted(t.qrels.filter(pl.col("relevance") == 1)["doc_id"]) == ["val_0000", "val_0002"]
 
@@ -230,7 +231,7 @@ def test_pneumoniamnist_custom_prompts(tmp_path):
 
 @pytest.fixture(scope="module")
 def medicat():
-    return read_medicat(DATA / "medicat_sample", research_only=True)
+    return read_medicat(DATA / "medicat_sample", MedicatOptions(research_only=True))
 
 
 def test_medicat_shape_and_licences(medicat):
@@ -270,7 +271,7 @@ def test_medicat_pairs_and_candidates(medicat):
 
 
 def test_medicat_figure_context_makes_image_plus_text_queries():
-    t = read_medicat(DATA / "medicat_sample", figure_context=True)
+    t = read_medicat(DATA / "medicat_sample", MedicatOptions(figure_context=True))
     figs = t.queries.filter(pl.col("query_id").str.starts_with("fig2cap:"))
     # 7 of the 10 figures are cited in their article's text (s2orc_references).
     assert dict(Counter(figs["modality"])) == {"both": 7, "image": 3}
@@ -326,7 +327,7 @@ def test_medicat_bad_input(tmp_path):
 
 
 def test_vqa_rad_test_split():
-    t = read_vqa_rad(DATA / "vqa_rad", "test")
+    t = read_vqa_rad(DATA / "vqa_rad", VqaRadOptions(split="test"))
     raw = json.loads((DATA / "vqa_rad" / "vqa_rad.json").read_text())
     assert len(raw) == 2248
     assert t.queries.height == 308 + 143  # test_freeform + test_para
@@ -344,7 +345,7 @@ def test_vqa_rad_test_split():
     assert row["text"] == q["question"].strip()
     assert t.qrels.filter(pl.col("query_id") == f"q{q['qid']}")["doc_id"].to_list() == [Path(q["image_name"]).stem]
     with pytest.raises(DataError, match="split 'val' unknown"):
-        read_vqa_rad(DATA / "vqa_rad", "val")
+        read_vqa_rad(DATA / "vqa_rad", VqaRadOptions(split="val"))
 
 
 # --- images ----------------------------------------------------------------------------------

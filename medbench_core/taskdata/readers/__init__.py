@@ -1,61 +1,66 @@
 """Readers: each turns one source dataset layout into a :class:`~medbench_core.taskdata.task.Task`.
 
-- :func:`read_beir`: a BEIR folder (text -> text).
-- :func:`read_frenchmedmcqa`: concept discrimination; each French question ranks its own five
-  options (a candidate-set task), difficulty tiers from the number of correct options.
-- :func:`read_pneumoniamnist`: query-to-image; a text prompt per finding ranks the chest X-rays.
-- :func:`read_medicat`: visual context retrieval, figure -> caption and caption -> figure in
-  one task, each direction restricted to the other side by candidate pools.
-- :func:`read_vqa_rad`: question -> radiology image, the organ as the discipline.
-- :func:`read_mteb` (``mteb``, alias ``hf_retrieval``): the Hugging Face retrieval layout of MTEB
-  and R2MED's hub datasets, from a local folder or a hub dataset id at a pinned revision.
-- :func:`read_r2med_repo` (``r2med_repo``): R2MED's repository layout (corpus.jsonl, query.jsonl, qrels).
-- :func:`read_m3retrieve` (``m3retrieve``): M3Retrieve-style folders whose records carry images.
-- :func:`read_multilingual` (``multilingual``, alias ``mmed_ir``): every query names its language.
+- ``beir``: a BEIR folder (text -> text).
+- ``frenchmedmcqa``: concept discrimination; each French question ranks its own five options (a
+  candidate-set task), difficulty tiers from the number of correct options.
+- ``pneumoniamnist``: query-to-image; a text prompt per finding ranks the chest X-rays.
+- ``medicat``: visual context retrieval, figure -> caption and caption -> figure in one task, each
+  direction restricted to the other side by candidate pools.
+- ``vqa_rad``: question -> radiology image, the organ as the discipline.
+- ``mteb`` (alias ``hf_retrieval``): the Hugging Face retrieval layout of MTEB and R2MED's hub
+  datasets, from a local folder or a hub dataset id at a pinned revision.
+- ``r2med_repo``: R2MED's repository layout (corpus.jsonl, query.jsonl, qrels).
+- ``m3retrieve``: the M3Retrieve release (discipline folders, captions, images.zip).
+- ``mbeir``: UniIR's M-BEIR layout (query/, cand_pool/, qrels/, mbeir_images/).
+- ``multilingual`` (alias ``mmed_ir``): every query names its language.
 
-Every reader takes ``name``, ``research_only`` (from configuration, never inferred) and optional
-``source`` / ``description`` texts for the task metadata. Every record carries language,
-modality, discipline, concept ids and a licence. Malformed files are reported with file and
-line; records that cannot be used (no text and no image, a missing or unreadable image) with
-their id.
+Each reader module defines a frozen options dataclass and registers
+``READER = Reader(name, Options, read)``; :data:`REGISTRY` below names its module once. Adding a
+reader is that module, one line here, and its tests (docs/tasks_and_readers.md). Modules are
+imported on first use, so ``import medbench_core`` stays light.
+
+Every reader reads strictly (:mod:`.common`): UTF-8 only (a BOM and CRLF line ends are accepted),
+errors name the file and line (and byte offset, id and field where there is one), empty files and
+duplicate ids are refused, ids are strings (a JSON integer id is read as its digits), and a record
+whose text would be lost because it sits in a field the reader does not map is refused naming that
+field. Every record carries language, modality, discipline, concept ids and a licence.
 
 Concept ids (used by the cross-task concept-overlap contract): a concept written as text gets
-:func:`text_concept_id`, ``txt:`` + the first 16 hex digits of the sha256 of the text after
-:func:`normalise_text` (Unicode NFKC, case folding, punctuation to spaces, whitespace
-collapsed). The same concept spelled with different case or punctuation in two tasks therefore
-gets the same id. Findings are ``finding:<name>``; MedICaT figures ``medicat:<pdf_hash>/<fig_key>``.
+:func:`~.common.text_concept_id`, ``txt:`` + the first 16 hex digits of the sha256 of the text
+after :func:`~.common.normalise_text` (Unicode NFKC, case folding, punctuation to spaces,
+whitespace collapsed). Findings are ``finding:<name>``; MedICaT figures ``medicat:<pdf_hash>/<fig_key>``.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 
-# reader name in tasks.yaml -> "module:function" under medbench_core.taskdata.readers, imported on use
-READERS: dict[str, str] = {
-    "beir": "beir:read_beir",
-    "frenchmedmcqa": "frenchmedmcqa:read_frenchmedmcqa",
-    "pneumoniamnist": "pneumoniamnist:read_pneumoniamnist",
-    "medicat": "medicat:read_medicat",
-    "vqa_rad": "vqa_rad:read_vqa_rad",
-    "mteb": "mteb:read_mteb",
-    "hf_retrieval": "mteb:read_mteb",
-    "r2med_repo": "r2med:read_r2med_repo",
-    "m3retrieve": "m3retrieve:read_m3retrieve",
-    "multilingual": "multilingual:read_multilingual",
-    "mmed_ir": "multilingual:read_multilingual",
+from medbench_core.errors import DataError
+from medbench_core.taskdata.readers.base import ReadContext, Reader, ReaderOptions, closest, parse_options
+
+# reader name in tasks.yaml -> module under medbench_core.taskdata.readers that defines READER
+REGISTRY: dict[str, str] = {
+    "beir": "beir",
+    "frenchmedmcqa": "frenchmedmcqa",
+    "pneumoniamnist": "pneumoniamnist",
+    "medicat": "medicat",
+    "vqa_rad": "vqa_rad",
+    "mteb": "mteb",
+    "hf_retrieval": "mteb",
+    "r2med_repo": "r2med",
+    "m3retrieve": "m3retrieve",
+    "mbeir": "mbeir",
+    "multilingual": "multilingual",
+    "mmed_ir": "multilingual",
 }
-# Readers that render files (images) into a scratch folder, passed as their second argument.
-RENDERS_FILES = frozenset({"pneumoniamnist"})
-# Readers that can read a hub dataset (``dataset:`` + ``revision:``); they take ``online`` and ``hub_cache``.
-HUB_READERS = frozenset({"mteb", "hf_retrieval", "m3retrieve", "multilingual", "mmed_ir"})
-# Readers that may write image bytes into a scratch folder, passed as ``image_scratch``.
-IMAGE_SCRATCH = frozenset({"m3retrieve"})
-# Readers that take ``subset`` (so a catalogue entry may list ``subsets``).
-SUBSET_READERS = HUB_READERS | {"r2med_repo"}
 
 
-def reader(name: str) -> Callable:
-    """The read function registered as ``name`` (see :data:`READERS`)."""
-    module, function = READERS[name].split(":")
-    return getattr(importlib.import_module(f"medbench_core.taskdata.readers.{module}"), function)
+def get_reader(name: str) -> Reader:
+    """The reader registered as ``name``; an unknown name is refused naming the closest one."""
+    if name not in REGISTRY:
+        raise DataError(f"unknown reader {name!r}{closest(name, tuple(REGISTRY))} (readers: {', '.join(sorted(REGISTRY))})")
+    module = importlib.import_module(f"medbench_core.taskdata.readers.{REGISTRY[name]}")
+    return module.READER
+
+
+__all__ = ["REGISTRY", "ReadContext", "Reader", "ReaderOptions", "get_reader", "parse_options"]

@@ -2,84 +2,104 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.taskdata.readers.base import ReadContext, Reader, ReaderOptions
+from medbench_core.taskdata.readers.common import SeenIds, first_present, id_of, iter_jsonl, need_file, read_qrels_tsv, refuse_unmapped
 from medbench_core.taskdata.task import Task, TaskMeta, check_referential_integrity, make_task
-from medbench_core.taskdata.readers.common import id_of, iter_jsonl, need_file, read_qrels_tsv
+
+# Fields of a BEIR record: the id, the text (and the corpus's title); ``metadata`` is BEIR's free-form
+# mapping (SciFact's and LiveQA's carry one), which no task field holds.
+QUERY_FIELDS = frozenset({"_id", "id", "text", "metadata"})
+CORPUS_FIELDS = frozenset({"_id", "id", "title", "text", "metadata"})
 
 
-def read_beir(
-    folder: str | Path,
-    *,
-    name: str,
-    split: str = "test",
-    query_licence: str,
-    doc_licence: str,
-    language: str = "en",
-    discipline: str | None = None,
-    source: str = "",
-    description: str = "",
-    research_only: bool = False,
-    only_judged_queries: bool = True,
-    duplicate_judgments: str = "error",
-    require_positive: bool = False,
-) -> Task:
-    """Read a BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``).
+@dataclass(frozen=True, kw_only=True)
+class BeirOptions(ReaderOptions):
+    """Options of the ``beir`` reader.
 
-    Licences are given per side because BEIR files carry none. With ``only_judged_queries``
-    the queries are those that the split's qrels judge, as BEIR and MTEB evaluate them.
-    ``duplicate_judgments`` is passed to :func:`read_qrels_tsv`; with ``require_positive``
-    queries that no judgment grades above 0 are dropped with their judgments (the data
-    contract requires a positive judgment per query).
+    Licences are given per side because BEIR files carry none. With ``only_judged_queries`` the
+    queries are those that the split's qrels judge, as BEIR and MTEB evaluate them.
+    ``duplicate_judgments: max`` keeps the highest grade of a pair judged twice (``error``
+    refuses it); with ``require_positive`` queries that no judgment grades above 0 are dropped
+    with their judgments (the data contract requires a positive judgment per query).
     """
+
+    query_licence: str
+    doc_licence: str
+    split: str = "test"
+    language: str = "en"
+    discipline: str | None = None
+    only_judged_queries: bool = True
+    duplicate_judgments: Literal["error", "max"] = "error"
+    require_positive: bool = False
+
+
+def read_beir(folder: str | Path, options: BeirOptions, context: ReadContext | None = None) -> Task:
+    """Read a BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``); see :class:`BeirOptions`."""
+    o = options
     folder = Path(folder)
     corpus_path = folder / "corpus.jsonl"
     queries_path = folder / "queries.jsonl"
-    qrels_path = folder / "qrels" / f"{split}.tsv"
+    qrels_path = folder / "qrels" / f"{o.split}.tsv"
     for p in (corpus_path, queries_path, qrels_path):
         need_file(p)
 
-    docs = []
-    for lineno, obj in iter_jsonl(corpus_path):
-        docs.append({"doc_id": id_of(obj, corpus_path, lineno), "title": obj.get("title") or "", "text": obj.get("text") or ""})
-    queries = []
-    for lineno, obj in iter_jsonl(queries_path):
-        queries.append({"query_id": id_of(obj, queries_path, lineno), "text": obj.get("text") or ""})
-    qrels = read_qrels_tsv(qrels_path, duplicates=duplicate_judgments)
-    if require_positive:
+    def records(path: Path, what: str, key: str, fields: frozenset[str]) -> list[dict]:
+        rows = []
+        seen = SeenIds(what)
+        with_title = "title" in fields
+        for lineno, obj in iter_jsonl(path):
+            rid = id_of(obj, path, lineno)
+            seen.add(rid, obj[first_present(obj, ("_id", "id"))], path, lineno)
+            text, title = obj.get("text"), obj.get("title") if with_title else None
+            for name, value in (("text", text), ("title", title)):
+                if value is not None and not isinstance(value, str):
+                    raise DataError(f"{path}:{lineno}: {what} {rid}: {name!r} is {type(value).__name__}, not a string")
+            if (not text or text.isspace()) and (not title or title.isspace()):
+                refuse_unmapped(obj, fields, f"{path}:{lineno}: {what} {rid}", "no text")
+                raise DataError(f"{path}:{lineno}: {what} {rid} has no text")
+            rows.append({key: rid, "title": title or "", "text": text or ""} if with_title else {key: rid, "text": text or ""})
+        return rows
+
+    docs = records(corpus_path, "document", "doc_id", CORPUS_FIELDS)
+    queries = records(queries_path, "query", "query_id", QUERY_FIELDS)
+    qrels = read_qrels_tsv(qrels_path, duplicates=o.duplicate_judgments)
+    if o.require_positive:
         positive = qrels.filter(pl.col("relevance") > 0)["query_id"].unique()
         qrels = qrels.filter(pl.col("query_id").is_in(positive.implode()))
 
     qdf = pl.DataFrame(queries, schema={"query_id": pl.Utf8, "text": pl.Utf8})
-    if only_judged_queries:
+    if o.only_judged_queries:
         judged = set(qrels["query_id"].to_list())
         unknown = sorted(judged - set(qdf["query_id"].to_list()))
         if unknown:
             raise DataError(f"{qrels_path}: names {len(unknown)} query id(s) not in {queries_path}: {unknown[:10]}")
         qdf = qdf.filter(pl.col("query_id").is_in(list(judged)))
-    common = {"language": language, "discipline": discipline}
     qdf = qdf.with_columns(
-        pl.lit(language).alias("language"),
+        pl.lit(o.language).alias("language"),
         pl.lit("text").alias("modality"),
-        pl.lit(discipline, dtype=pl.Utf8).alias("discipline"),
-        pl.lit(query_licence).alias("licence"),
+        pl.lit(o.discipline, dtype=pl.Utf8).alias("discipline"),
+        pl.lit(o.query_licence).alias("licence"),
     )
     ddf = pl.DataFrame(docs, schema={"doc_id": pl.Utf8, "title": pl.Utf8, "text": pl.Utf8}).with_columns(
-        pl.lit(common["language"]).alias("language"),
+        pl.lit(o.language).alias("language"),
         pl.lit("text").alias("modality"),
-        pl.lit(discipline, dtype=pl.Utf8).alias("discipline"),
-        pl.lit(doc_licence).alias("licence"),
+        pl.lit(o.discipline, dtype=pl.Utf8).alias("discipline"),
+        pl.lit(o.doc_licence).alias("licence"),
     )
     meta = TaskMeta(
-        name=name,
-        source=source or str(folder.name),
-        description=description,
-        licences=tuple(sorted({query_licence, doc_licence})),
-        languages=(language,),
-        research_only=research_only,
+        name=o.name,
+        source=o.source or str(folder.name),
+        description=o.description,
+        licences=tuple(sorted({o.query_licence, o.doc_licence})),
+        languages=(o.language,),
+        research_only=o.research_only,
     )
     task = make_task(meta, qdf, ddf, qrels)
     try:
@@ -87,3 +107,6 @@ def read_beir(
     except DataError as exc:
         raise DataError(f"{qrels_path}: {exc}") from exc
     return task
+
+
+READER = Reader("beir", BeirOptions, read_beir)

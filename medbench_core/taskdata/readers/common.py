@@ -1,19 +1,22 @@
-"""What every reader shares: JSONL and JSON with file:line errors, BEIR-style qrels, text concept ids,
-rows to a checked Task, PNG bytes written only when they change.
+"""What every reader shares: strict text files (UTF-8, file:line:byte errors, empty files, ids and
+duplicates), JSONL and JSON, BEIR-style qrels, the no-silent-drop check, text concept ids, rows to a
+checked Task, files written only when they change.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
+import gzip
 import hashlib
 import io
 import json
+import math
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import polars as pl
 
 from medbench_core.errors import DataError
@@ -29,70 +32,251 @@ from medbench_core.taskdata.task import (
 )
 from medbench_core.storage import write_bytes_atomic
 
+if TYPE_CHECKING:
+    import numpy as np
+
 
 def need_file(path: Path) -> Path:
     if not path.exists():
         raise DataError(f"{path}: file not found")
+    if not path.is_file():
+        raise DataError(f"{path}: not a regular file")
     return path
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for each non-blank line; malformed lines name file and line."""
+# --- strict text files ---------------------------------------------------------------------------
+#
+# The rules every reader follows (docs/tasks_and_readers.md, "Strict reading"):
+# - text files are UTF-8; a byte sequence that is not is refused naming the file, the line, the
+#   byte offset in the file and the byte; a UTF-8 BOM at the start and CRLF line ends are accepted;
+# - an empty file (0 bytes, or blank lines only) is refused naming the file;
+# - ids are strings: a JSON string is used as written (stripped), a JSON integer as its decimal
+#   digits; a float, boolean, list, object or null id is refused. Two records whose ids are equal
+#   after this (``1`` and ``"1"`` among them) are duplicates, refused naming both lines.
+
+
+def iter_lines(path: str | Path, *, gz: bool = False) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for each line of a UTF-8 file, line ends (LF or CRLF) removed.
+
+    A BOM at the start is skipped. Bytes that are not UTF-8 raise DataError naming the file, the
+    line and the byte offset (in the decompressed stream for ``gz``); an empty file raises too.
+    """
     path = need_file(Path(path))
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from exc
-            if not isinstance(obj, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-            yield lineno, obj
+    opener = gzip.open if gz else open
+    offset = 0
+    lineno = 0
+    try:
+        with opener(path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                start = offset
+                offset += len(raw)
+                if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                    raw, start = raw[len(codecs.BOM_UTF8) :], start + len(codecs.BOM_UTF8)
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    where = "of the decompressed file" if gz else "in the file"
+                    raise DataError(
+                        f"{path}:{lineno}: not UTF-8: byte 0x{raw[exc.start]:02x} at byte offset {start + exc.start} {where} "
+                        f"(column {exc.start + 1}, {exc.reason}); re-encode the file as UTF-8"
+                    ) from None
+                yield lineno, text.rstrip("\r\n")
+    except (OSError, EOFError) as exc:  # a truncated .gz, an unreadable file
+        raise DataError(f"{path}: cannot be read ({exc})") from exc
+    if offset == 0:
+        raise DataError(f"{path}: file is empty (0 bytes)")
 
 
-def id_of(obj: dict[str, Any], path: Path, lineno: int) -> str:
-    raw = obj.get("_id", obj.get("id"))
-    if raw is None or str(raw) == "":
-        raise DataError(f"{path}:{lineno}: record has no '_id'")
-    return str(raw)
+def iter_jsonl(path: str | Path, *, gz: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-blank line; malformed lines name file and line.
+
+    A file without a single record (empty, or blank lines only) is refused naming the file.
+    """
+    path = Path(path)
+    records = 0
+    for lineno, line in iter_lines(path, gz=gz):
+        if not line or line.isspace():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(obj, dict):
+            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        records += 1
+        yield lineno, obj
+    if not records:
+        raise DataError(f"{path}: no records (the file holds only blank lines)")
+
+
+def id_value(raw: Any, where: str, field: str = "_id") -> str:
+    """A record id as a string, by the rule above; DataError naming ``where`` and ``field`` otherwise."""
+    if type(raw) is str and raw and not raw[0].isspace() and not raw[-1].isspace():
+        return raw  # the common case, first
+    if isinstance(raw, bool) or not isinstance(raw, (str, int)):
+        kind = "null" if raw is None else type(raw).__name__
+        raise DataError(f"{where}: {field!r} is {kind} {raw!r}; an id must be a string or an integer")
+    value = raw.strip() if isinstance(raw, str) else str(raw)
+    if not value:
+        raise DataError(f"{where}: {field!r} is empty")
+    return value
+
+
+def first_present(obj: dict[str, Any], names: tuple[str, ...]) -> str | None:
+    """The first of ``names`` that ``obj`` holds with a value that is not None."""
+    for n in names:
+        if obj.get(n) is not None:
+            return n
+    return None
+
+
+def id_of(obj: dict[str, Any], path: Path, lineno: int, names: tuple[str, ...] = ("_id", "id")) -> str:
+    field = first_present(obj, names)
+    if field is None:
+        raise DataError(f"{path}:{lineno}: record has no {' or '.join(repr(n) for n in names)}")
+    raw = obj[field]
+    if type(raw) is str and raw and not raw[0].isspace() and not raw[-1].isspace():
+        return raw
+    return id_value(raw, f"{path}:{lineno}", field)
+
+
+class SeenIds:
+    """Ids already read on one side, to refuse a duplicate naming both places (file:line)."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.first: dict[str, Any] = {}  # id -> where it was read (a "file:line" text, or a line of the current file)
+        self.numbers: set[str] = set()  # ids read from a JSON integer
+
+    def add(self, rid: str, raw: Any, where: Any, line: int | None = None) -> None:
+        """Record ``rid`` read at ``where`` (a ``file:line`` text, or a file with ``line``); a second time raises."""
+        first = self.first.get(rid)
+        if first is None:
+            self.first[rid] = where if line is None else line
+            if type(raw) is not str:
+                self.numbers.add(rid)
+            return
+        first_where = first if isinstance(first, str) else f"{where}:{first}"
+        here = where if line is None else f"{where}:{line}"
+        note = ""
+        if (rid in self.numbers) != (type(raw) is not str):
+            number, text = (rid, raw) if rid in self.numbers else (raw, rid)
+            note = f"; {_shown(int(number))} and {_shown(str(text))} are the same id once ids are read as strings"
+        raise DataError(f"{here}: {self.what} id {rid!r} appears twice (first at {first_where}){note}")
+
+    def __contains__(self, rid: str) -> bool:
+        return rid in self.first
+
+
+def _shown(raw: Any) -> str:
+    return f"the number {raw}" if isinstance(raw, int) else f"the string {json.dumps(raw)}"
+
+
+def unmapped_text(obj: dict[str, Any], known: set[str] | frozenset[str]) -> str | None:
+    """The first field of ``obj`` outside ``known`` whose value is a non-empty string, or None."""
+    return next((k for k, v in obj.items() if k not in known and isinstance(v, str) and v.strip()), None)
+
+
+def refuse_unmapped(obj: dict[str, Any], known: set[str] | frozenset[str], where: str, left: str, hint: str = "") -> None:
+    """No silent drop: raise when a record ``left`` with no text carries text in a field it does not map.
+
+    ``left`` says what the record is left with (e.g. ``"no text"``); the message names the field
+    and the fields the reader knows, then ``hint``.
+    """
+    field = unmapped_text(obj, known)
+    if field is not None:
+        raise DataError(
+            f"{where}: field {field!r} holds text that this reader does not map, and the record would be left with {left}; "
+            f"the fields it knows are {', '.join(sorted(known))}{hint}"
+        )
+
+
+def relevance(raw: Any, where: str) -> int:
+    """An integer grade; ``1``, ``1.0`` and ``"2"`` are accepted, ``0.5`` and ``"high"`` are not.
+
+    Float scores (M3Retrieve's qrels declare ``score`` float64) are read when they are whole
+    numbers; a fractional grade is refused rather than truncated.
+    """
+    if type(raw) is int:
+        return raw
+    if type(raw) is str and raw.isascii() and raw.isdigit():
+        return int(raw)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(raw, bool) or not math.isfinite(value) or value != int(value):
+        raise DataError(f"{where}: relevance {raw!r} is not an integer")
+    return int(value)
+
+
+QRELS_HEADER_IDS = ("query-id", "query_id", "q_id", "qid")
+
+
+def iter_qrels_tsv(path: str | Path) -> Iterator[tuple[str, str, str, int]]:
+    """Yield ``(where, query_id, doc_id, grade)`` from a BEIR qrels TSV.
+
+    The first line must be BEIR's header (``query-id<TAB>corpus-id<TAB>score``): MTEB and BEIR
+    read that line as the header, so a file without one would lose its first judgment there.
+    """
+    path = Path(path)
+    header = False
+    at = [0]
+
+    def lines() -> Iterator[str]:
+        for lineno, line in iter_lines(path):
+            at[0] = lineno
+            yield line
+
+    for row in csv.reader(lines(), delimiter="\t"):
+        if not row or not "".join(row).strip():
+            continue
+        lineno = at[0]
+        where = f"{path}:{lineno}"
+        if not header:
+            if row[0].strip().lower() not in QRELS_HEADER_IDS:
+                raise DataError(
+                    f"{where}: no header line; a qrels .tsv starts with 'query-id<TAB>corpus-id<TAB>score' "
+                    f"(found {chr(9).join(row)[:60]!r}); add the header"
+                )
+            header = True
+            continue
+        if len(row) != 3:
+            raise DataError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, score), got {len(row)}")
+        qid, did = row[0].strip(), row[1].strip()
+        if not qid or not did:
+            raise DataError(f"{where}: empty {'query-id' if not qid else 'corpus-id'}")
+        yield where, qid, did, relevance(row[2].strip(), where)
 
 
 def read_qrels_tsv(path: str | Path, duplicates: str = "error") -> pl.DataFrame:
     """BEIR qrels: a header ``query-id corpus-id score`` then one judgment a line.
 
-    A (query, document) pair judged more than once raises, unless ``duplicates="max"``, which
-    keeps its highest grade (LiveQA-MedQuAD judges 168 pairs twice with different grades).
+    A (query, document) pair judged more than once raises naming both lines, unless
+    ``duplicates="max"``, which keeps its highest grade (LiveQA-MedQuAD judges 168 pairs twice
+    with different grades).
     """
     if duplicates not in ("error", "max"):
         raise ValueError(f"duplicates must be 'error' or 'max', not {duplicates!r}")
-    path = need_file(Path(path))
-    rows: list[tuple[str, str, int]] = []
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, delimiter="\t")
-        for lineno, row in enumerate(reader, start=1):
-            if not row or not "".join(row).strip():
-                continue
-            if lineno == 1 and row[0].strip().lower() in {"query-id", "query_id", "qid"}:
-                continue
-            if len(row) < 3:
-                raise DataError(f"{path}:{lineno}: expected 3 tab-separated fields (query-id, corpus-id, score), got {len(row)}")
-            try:
-                score = int(row[2])
-            except ValueError as exc:
-                raise DataError(f"{path}:{lineno}: relevance {row[2]!r} is not an integer") from exc
-            rows.append((row[0].strip(), row[1].strip(), score))
-    if not rows:
+    path = Path(path)
+    grades: dict[tuple[str, str], int] = {}
+    first_at: dict[tuple[str, str], str] = {}
+    for where, qid, did, grade in iter_qrels_tsv(path):
+        pair = (qid, did)
+        if pair in grades:
+            if duplicates == "error":
+                raise DataError(
+                    f"{where}: judgment for ({qid}, {did}) appears more than once (first at {first_at[pair]}); "
+                    "pass duplicates='max' (duplicate_judgments: max) to keep the highest grade"
+                )
+            grades[pair] = max(grades[pair], grade)
+        else:
+            grades[pair] = grade
+            first_at[pair] = where
+    if not grades:
         raise DataError(f"{path}: no judgments")
-    df = pl.DataFrame(rows, schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "relevance": pl.Int32}, orient="row")
-    dup = df.filter(pl.struct("query_id", "doc_id").is_duplicated())
-    if dup.height and duplicates == "max":
-        return df.group_by("query_id", "doc_id", maintain_order=True).agg(pl.col("relevance").max())
-    if dup.height:
-        first = dup.row(0)
-        raise DataError(f"{path}: judgment for ({first[0]}, {first[1]}) appears more than once; pass duplicates='max' to keep the highest grade")
-    return df
+    rows = [(q, d, g) for (q, d), g in grades.items()]
+    return pl.DataFrame(rows, schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "relevance": pl.Int32}, orient="row")
 
 
 def normalise_text(text: str) -> str:
@@ -111,15 +295,21 @@ def text_concept_id(text: str) -> str:
 
 
 def load_json(path: Path) -> Any:
-    if not path.exists():
-        raise DataError(f"{path}: file not found")
+    """A whole JSON file, by the strict rules above (UTF-8 with the line and byte offset of a bad byte, BOM accepted)."""
+    data = need_file(Path(path)).read_bytes()
+    if not data.strip():
+        raise DataError(f"{path}: file is empty" + (" (0 bytes)" if not data else " (only whitespace)"))
+    skip = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from exc
+        text = data[skip:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        at = skip + exc.start
+        line = data.count(b"\n", 0, at) + 1
+        raise DataError(f"{path}:{line}: not UTF-8: byte 0x{data[at]:02x} at byte offset {at} ({exc.reason}); re-encode the file as UTF-8") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
 
 
 def build_task_from_rows(meta: TaskMeta, queries: list[dict], corpus: list[dict], qrels: list[dict], candidates: list[dict] | None, image_root: Path | None, where: str) -> Task:
@@ -156,7 +346,7 @@ def png_bytes(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def write_png_if_changed(path: Path, data: bytes) -> bool:
+def write_bytes_if_changed(path: Path, data: bytes) -> bool:
     """Write ``data`` atomically unless ``path`` already holds exactly these bytes; True if written."""
     if path.is_file() and not path.is_symlink() and path.stat().st_size == len(data) and path.read_bytes() == data:
         return False

@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from medbench_core.errors import DataError
 from medbench_core.taskdata.licences import normalise_licence
-from medbench_core.taskdata.task import (
-    Task,
-    TaskMeta,
-)
+from medbench_core.taskdata.readers.base import ReadContext, Reader, ReaderOptions
 from medbench_core.taskdata.readers.common import (
     build_task_from_rows,
+    id_value,
     load_json,
+    refuse_unmapped,
     text_concept_id,
 )
+from medbench_core.taskdata.task import Task, TaskMeta
 
 MCQA_LETTERS = ("a", "b", "c", "d", "e")
+# The fields of a FrenchMedMCQA question record (the dataset's own JSON).
+FIELDS = frozenset({"id", "question", "answers", "correct_answers", "nbr_correct_answers", "subject_name"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrenchMedMCQAOptions(ReaderOptions):
+    """Options of the ``frenchmedmcqa`` reader: the ``split`` file read and the dataset's ``licence``."""
+
+    name: str = "frenchmedmcqa"
+    split: str = "test"
+    licence: str = "Apache-2.0"
 
 
 def mcqa_tier(n_correct: int) -> str:
@@ -37,16 +49,7 @@ def mcqa_tier(n_correct: int) -> str:
     return "easy"
 
 
-def read_frenchmedmcqa(
-    folder: str | Path,
-    split: str = "test",
-    *,
-    name: str = "frenchmedmcqa",
-    licence: str = "Apache-2.0",
-    research_only: bool = False,
-    source: str = "",
-    description: str = "",
-) -> Task:
+def read_frenchmedmcqa(folder: str | Path, options: FrenchMedMCQAOptions | None = None, context: ReadContext | None = None) -> Task:
     """FrenchMedMCQA ``<folder>/<split>.json`` as a concept-discrimination task.
 
     One query per question (id: the question's ``id``; text: the question; ``tier`` from
@@ -56,26 +59,33 @@ def read_frenchmedmcqa(
     judge all five (correct 1, others 0). Language ``fr``, discipline the record's
     ``subject_name``, licence ``licence`` normalised.
     """
+    o = options or FrenchMedMCQAOptions()
+    name, split = o.name, o.split
     folder = Path(folder)
     path = folder if folder.suffix == ".json" else folder / f"{split}.json"
     data = load_json(path)
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON list of questions, got {type(data).__name__}")
-    lic = normalise_licence(licence)
+    lic = normalise_licence(o.licence)
     queries, corpus, qrels, cands = [], [], [], []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for i, rec in enumerate(data):
-        qid = str(rec.get("id", "")).strip() if isinstance(rec, dict) else ""
-        where = f"{path}: question {i}" + (f" (id {qid})" if qid else "")
         if not isinstance(rec, dict):
-            raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+            raise DataError(f"{path}: question {i}: expected a JSON object, got {type(rec).__name__}")
+        raw = rec.get("id")
+        qid = id_value(raw, f"{path}: question {i}", "id") if raw not in (None, "") else ""
+        where = f"{path}: question {i}" + (f" (id {qid})" if qid else "")
         if not qid:
             raise DataError(f"{where}: no 'id'")
         if qid in seen:
-            raise DataError(f"{where}: id appears twice")
-        seen.add(qid)
-        question = (rec.get("question") or "").strip()
+            raise DataError(f"{where}: id appears twice (first as question {seen[qid]})")
+        seen[qid] = i
+        question = rec.get("question")
+        if question is not None and not isinstance(question, str):
+            raise DataError(f"{where}: 'question' is {type(question).__name__}, not a string")
+        question = (question or "").strip()
         if not question:
+            refuse_unmapped(rec, FIELDS, where, "no question text")
             raise DataError(f"{where}: record has no question text (and no image); fix or drop the record")
         answers = rec.get("answers")
         if not isinstance(answers, dict) or sorted(answers) != list(MCQA_LETTERS):
@@ -114,10 +124,13 @@ def read_frenchmedmcqa(
         raise DataError(f"{path}: no questions")
     meta = TaskMeta(
         name=name,
-        source=source or f"FrenchMedMCQA (Labrak et al., 2022), {split} split",
-        description=description or "French pharmacy exam question -> its own five options; correct options relevant (MMed-Bench-IR concept discrimination shape)",
+        source=o.source or f"FrenchMedMCQA (Labrak et al., 2022), {split} split",
+        description=o.description or "French pharmacy exam question -> its own five options; correct options relevant (MMed-Bench-IR concept discrimination shape)",
         licences=(lic,),
         languages=("fr",),
-        research_only=research_only,
+        research_only=o.research_only,
     )
     return build_task_from_rows(meta, queries, corpus, qrels, cands, None, str(path))
+
+
+READER = Reader("frenchmedmcqa", FrenchMedMCQAOptions, read_frenchmedmcqa)

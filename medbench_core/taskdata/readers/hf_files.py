@@ -16,9 +16,11 @@ A part holding several splits uses ``split``; a part holding one split uses it w
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterable
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from medbench_core.errors import DataError
@@ -42,7 +44,7 @@ def dataset_card(folder: Path) -> dict[str, Any]:
     path = folder / "README.md"
     if not path.is_file():
         return {}
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = path.read_bytes().decode("utf-8", errors="replace").removeprefix("\ufeff").replace("\r\n", "\n")
     m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, flags=re.DOTALL)
     if not m:
         return {}
@@ -130,3 +132,126 @@ def files_revision(paths: Iterable[Path], root: Path) -> str:
             while chunk := f.read(1 << 20):
                 h.update(chunk)
     return "sha256:" + h.hexdigest()[:16]
+
+
+# --- where a dataset is read from: a local folder or a hub snapshot --------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    """A dataset's root folder: a local folder, or a snapshot in the hub cache.
+
+    ``revision`` is the hub commit sha (``""`` for a local folder, whose revision is the hash of
+    the files read: :func:`files_revision`). ``blobs`` is the repository's ``blobs/`` folder when
+    the root is a snapshot: the snapshot's files are symbolic links into it (huggingface_hub's
+    cache layout), which are followed; a link anywhere else is refused (:func:`check_snapshot_links`).
+    In a local folder a link must stay inside the folder.
+    """
+
+    root: Path
+    dataset: str
+    revision: str = ""
+    blobs: Path | None = None
+
+    @property
+    def hub(self) -> bool:
+        return self.blobs is not None
+
+    def check(self, path: Path, what: str = "") -> Path:
+        """``path`` (a file or folder under the root) when no link on its way leads outside what is allowed."""
+        path = Path(path)
+        where = f"{what}: " if what else ""
+        root = self.root.resolve()
+        real = path.resolve()
+        inside = real.is_relative_to(root)
+        if self.hub and not inside:  # the repository's blobs, or the cache-wide store they may link to
+            inside = any(real.is_relative_to(b.resolve()) for b in (self.blobs, self.blobs.parent.parent / "blobs"))
+        if not inside:
+            raise DataError(f"{where}{path} leads to {real}, outside {self.root}" + (f" and its repository's blobs ({self.blobs})" if self.hub else "") + "; refusing it")
+        return path
+
+    def file(self, rel: str, what: str) -> Path | None:
+        """The file ``rel`` (a relative POSIX path, :func:`relative_path`) under the root, None when there is none."""
+        full = self.root.joinpath(*relative_path(rel, what).parts)
+        if not full.is_file():
+            return None
+        return self.check(full, what)
+
+
+def relative_path(rel: str, what: str) -> PurePosixPath:
+    """``rel`` as a relative POSIX path; ``..``, absolute paths and backslashes are refused.
+
+    ``what`` names the reference in errors (``"<file>:<line>: record <id>: image"``).
+    """
+    if not isinstance(rel, str) or not rel.strip():
+        raise DataError(f"{what}: empty path")
+    if "\\" in rel:
+        raise DataError(f"{what} {rel!r} has a backslash; paths in a dataset use '/'")
+    p = PurePosixPath(rel.strip())
+    if p.is_absolute() or re.match(r"^[A-Za-z]:", str(p)):
+        raise DataError(f"{what} {rel!r} is an absolute path; paths in a dataset are relative to it")
+    if ".." in p.parts:
+        raise DataError(f"{what} {rel!r} contains '..' and would leave the dataset")
+    return p
+
+
+_SHARED_BLOB = re.compile(r"^[0-9a-f]{2}/[0-9a-f]{64}$")
+
+
+def check_snapshot_links(snapshot: Path, blobs: Path) -> None:
+    """Refuse a snapshot holding a symbolic link that does not lead into its repository's ``blobs/``.
+
+    huggingface_hub links ``snapshots/<sha>/<path>`` to ``../../blobs/<etag>``; since version 2 a
+    blob may itself be a link into the cache-wide store ``<cache>/blobs/<2 hex>/<64 hex>`` (Xet
+    files shared between repositories, ``huggingface_hub/utils/_shared_blobs.py``). Exactly those
+    two steps are followed; any other link is refused.
+    """
+    blobs = Path(os.path.normpath(blobs))
+    shared = blobs.parent.parent / "blobs"
+
+    def target(link: Path) -> Path:
+        return Path(os.path.normpath(link.parent / os.readlink(link)))
+
+    for folder, dirs, files in os.walk(snapshot):
+        for name in (*dirs, *files):
+            p = Path(folder) / name
+            if not p.is_symlink():
+                continue
+            blob = target(p)
+            ok = blob.parent == blobs and (blob.is_file() and not blob.is_symlink())
+            if blob.parent == blobs and blob.is_symlink():
+                store = target(blob)
+                rel = store.relative_to(shared).as_posix() if store.is_relative_to(shared) else ""
+                ok = bool(_SHARED_BLOB.match(rel)) and store.is_file() and not store.is_symlink()
+            if not ok:
+                raise DataError(
+                    f"{p}: a symbolic link to {os.readlink(p)!r} ({p.resolve()}), which is not a file in the repository's blobs "
+                    f"({blobs}); a hub snapshot links only into its own blobs: refusing the snapshot"
+                )
+
+
+def locate(folder: str | Path | None, *, name: str, dataset: str, revision: str, online: bool, hub_cache: str | Path | None) -> Source:
+    """The :class:`Source` of a local folder or of a pinned hub dataset (read from the hub cache unless ``online``)."""
+    if folder is None or str(folder) == "":
+        if not dataset:
+            raise DataError(f"task {name}: give 'path' (a local folder) or 'dataset' (a hub dataset id with a pinned revision)")
+        if not revision:
+            raise DataError(
+                f"task {name}: hub dataset {dataset!r} has no revision; pin one (revision: <40-hex commit sha>) "
+                "so the task reads the same data every time"
+            )
+        from medbench_core.hub import snapshot
+
+        root, sha = snapshot(dataset, revision, repo_type="dataset", online=online, cache_dir=hub_cache)
+        blobs = root.parent.parent / "blobs"
+        check_snapshot_links(root, blobs)
+        return Source(root, dataset, sha, blobs)
+    root = Path(folder)
+    if revision:
+        raise DataError(
+            f"task {name}: 'revision' pins a hub dataset; the local folder {root} is identified by the hash of its files "
+            "(drop 'revision', or read the hub dataset with 'dataset' instead of 'path')"
+        )
+    if not root.is_dir():
+        raise DataError(f"{root}: dataset folder not found")
+    return Source(root, dataset or root.name)

@@ -2,32 +2,31 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from medbench_core.errors import DataError
-from medbench_core.taskdata.images import load_image
 from medbench_core.taskdata.licences import normalise_licence
-from medbench_core.taskdata.task import (
-    Task,
-    TaskMeta,
-    resolve_inside,
-)
-from medbench_core.taskdata.readers.common import (
-    build_task_from_rows,
-    iter_jsonl,
+from medbench_core.taskdata.readers.base import ReadContext, Reader, ReaderOptions
+from medbench_core.taskdata.readers.common import build_task_from_rows, iter_jsonl, refuse_unmapped
+from medbench_core.taskdata.task import Task, TaskMeta, resolve_inside
+
+# The fields of a MedICaT record (its release's JSON lines).
+FIELDS = frozenset(
+    {"pdf_hash", "fig_key", "fig_uri", "s2_caption", "s2orc_caption", "s2orc_references", "radiology", "scope", "predicted_type", "oa_info"}
 )
 
 
-def read_medicat(
-    folder: str | Path,
-    *,
-    name: str = "medicat",
-    caption_field: str = "s2_caption",
-    figure_context: bool = False,
-    research_only: bool = False,
-    source: str = "",
-    description: str = "",
-) -> Task:
+@dataclass(frozen=True, kw_only=True)
+class MedicatOptions(ReaderOptions):
+    """Options of the ``medicat`` reader: the ``caption_field`` used, and ``figure_context`` (figure queries carry the citing sentences)."""
+
+    name: str = "medicat"
+    caption_field: str = "s2_caption"
+    figure_context: bool = False
+
+
+def read_medicat(folder: str | Path, options: MedicatOptions | None = None, context: ReadContext | None = None) -> Task:
     """MedICaT sample (``sample.jsonl`` + ``figures/``) as one visual-context task, both directions.
 
     For each figure record (key ``<pdf_hash>/<fig_key>``):
@@ -47,6 +46,10 @@ def read_medicat(
     ``radiology`` when the record's ``radiology`` flag is set, else ``medical imaging``.
     ``research_only`` comes from configuration (MedICaT itself is non-commercial).
     """
+    from medbench_core.taskdata.images import load_image
+
+    o = options or MedicatOptions()
+    name, caption_field, figure_context = o.name, o.caption_field, o.figure_context
     folder = Path(folder)
     path = folder if folder.suffix == ".jsonl" else folder / "sample.jsonl"
     root = path.parent / "figures"
@@ -63,6 +66,8 @@ def read_medicat(
         seen[key] = lineno
         caption = rec.get(caption_field)
         caption = caption.strip() if isinstance(caption, str) else ""
+        if not caption:
+            refuse_unmapped(rec, FIELDS | {caption_field}, where, f"no caption ({caption_field})")
         if not caption and not fig_uri:
             raise DataError(f"{where}: has neither a caption ({caption_field}) nor an image (fig_uri)")
         if not caption:
@@ -95,11 +100,14 @@ def read_medicat(
         cands.extend({"query_id": f"cap2fig:{key}", "doc_id": f"figure:{k}"} for k in seen)
     meta = TaskMeta(
         name=name,
-        source=source or "MedICaT sample (Subramanian et al., Findings of EMNLP 2020), PubMed Central figures",
-        description=description or "Figure -> its caption and caption -> its figure, each ranked among the other side only (M3Retrieve visual context shape)",
+        source=o.source or "MedICaT sample (Subramanian et al., Findings of EMNLP 2020), PubMed Central figures",
+        description=o.description or "Figure -> its caption and caption -> its figure, each ranked among the other side only (M3Retrieve visual context shape)",
         licences=tuple(sorted({q["licence"] for q in queries})),
         query_modality=",".join(sorted({q["modality"] for q in queries})),
         doc_modality="image,text",
-        research_only=research_only,
+        research_only=o.research_only,
     )
     return build_task_from_rows(meta, queries, corpus, qrels, cands, root, str(path))
+
+
+READER = Reader("medicat", MedicatOptions, read_medicat)

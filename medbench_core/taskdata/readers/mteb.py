@@ -2,117 +2,103 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from medbench_core.errors import DataError
+from medbench_core.taskdata.readers.base import ReadContext, Reader
+from medbench_core.taskdata.readers.hf_files import Source, files_revision, find_part, locate
+from medbench_core.taskdata.readers.hf_retrieval import FilesOptions, HubOptions, ImageSource, Layout, read_retrieval_files, side_licences
 from medbench_core.taskdata.task import Task
-from medbench_core.taskdata.readers.hf_files import files_revision, find_part
-from medbench_core.taskdata.readers.hf_retrieval import Layout, read_retrieval_files, side_licences
 
 
-def locate(
-    folder: str | Path | None, *, name: str, dataset: str, revision: str, subset: str, online: bool, hub_cache: str | Path | None
-) -> tuple[Path, str, str, str]:
-    """``(root, config prefix, dataset, revision)`` of a local folder or a pinned hub dataset.
+@dataclass(frozen=True, kw_only=True)
+class MtebOptions(HubOptions):
+    """Options of the ``mteb`` reader (:class:`~.hf_retrieval.HubOptions`).
 
-    A local folder's revision is ``sha256:`` of the files read (filled in by the caller); a hub
-    dataset's is the commit sha its pinned revision resolves to. A subset is a subfolder when the
-    folder has one of that name, otherwise the prefix of MTEB's ``<subset>-corpus`` configs.
+    A ``subset`` is a subfolder when the dataset has one of that name, otherwise the prefix of
+    MTEB's ``<subset>-corpus`` configs.
     """
-    if folder is None or str(folder) == "":
-        if not dataset:
-            raise DataError(f"task {name}: give 'path' (a local folder) or 'dataset' (a hub dataset id with a pinned revision)")
-        if not revision:
-            raise DataError(
-                f"task {name}: hub dataset {dataset!r} has no revision; pin one (revision: <40-hex commit sha>) "
-                "so the task reads the same data every time"
-            )
-        from medbench_core.hub import snapshot
-
-        root, sha = snapshot(dataset, revision, repo_type="dataset", online=online, cache_dir=hub_cache)
-    else:
-        root = Path(folder)
-        if revision:
-            raise DataError(
-                f"task {name}: 'revision' pins a hub dataset; the local folder {root} is identified by the hash of its files "
-                "(drop 'revision', or read the hub dataset with 'dataset' instead of 'path')"
-            )
-        if not root.is_dir():
-            raise DataError(f"{root}: dataset folder not found")
-        dataset = dataset or root.name
-        sha = ""
-    prefix = subset
-    if subset and (root / subset).is_dir():
-        root, prefix = root / subset, ""
-    return root, prefix, dataset, sha
 
 
-def read_mteb(
-    folder: str | Path | None = None,
+def subset_root(source: Source, subset: str) -> tuple[Path, str]:
+    """``(folder, config prefix)``: the subset's subfolder, or the root with ``subset`` as MTEB's config prefix."""
+    if subset and (source.root / subset).is_dir():
+        return source.check(source.root / subset, f"subset {subset!r}"), ""
+    return source.root, subset
+
+
+def read_parts(
+    source: Source,
+    folder: Path,
+    prefix: str,
+    options: HubOptions,
+    layout: Layout,
     *,
-    name: str,
-    dataset: str = "",
-    revision: str = "",
-    subset: str = "",
-    split: str = "test",
-    online: bool = False,
-    hub_cache: str | Path | None = None,
-    licence: str | None = None,
-    query_licence: str | None = None,
-    doc_licence: str | None = None,
-    language: str = "en",
-    discipline: str | None = None,
-    task_type: str = "",
-    source: str = "",
-    description: str = "",
-    research_only: bool = False,
-    only_judged_queries: bool = True,
-    duplicate_judgments: str = "error",
-    require_positive: bool = False,
-    layout: Layout | None = None,
-    image_scratch: str | Path | None = None,
+    images: ImageSource | None = None,
+    card_folders: tuple[Path, ...] = (),
+    default_source: str = "",
 ) -> Task:
-    """Read an MTEB-format retrieval dataset (corpus, queries/query, qrels: see :mod:`.hf_retrieval`).
+    """Find the three parts in ``folder`` (:func:`~.hf_files.find_part`) and read them with :func:`read_found`."""
+    parts = {part: find_part(folder, part, split=options.split, subset=prefix) for part in ("corpus", "queries", "qrels")}
+    return read_found(source, parts, options, layout, images=images, card_folders=(folder, *card_folders), default_source=default_source)
 
-    ``folder``: a local copy (files, config subfolders, or a dataset card naming the files).
-    Without it, ``dataset`` is a hub dataset id read at the pinned ``revision`` (refused
-    without one); only ``online=True`` may download it, otherwise it must be in the local hub
-    cache (``hub_cache``, default huggingface_hub's). The task metadata records the dataset,
-    the revision read (commit sha, or ``sha256:`` of a local folder's files) and the subset.
 
-    Licences: a record's own ``licence``/``license`` field, else ``query_licence`` /
-    ``doc_licence``, else ``licence``, else the dataset card's ``license``, else ``unknown``
-    (which the licence gate admits only for a task marked ``research_only``).
+def read_found(
+    source: Source,
+    parts: dict[str, list[Path]],
+    options: FilesOptions,
+    layout: Layout,
+    *,
+    images: ImageSource | None = None,
+    card_folders: tuple[Path, ...] = (),
+    default_source: str = "",
+) -> Task:
+    """Read the files of the three parts (shared by the readers of HF-layout datasets).
+
+    ``card_folders``: where a dataset card's licence is looked for, in order. ``default_source``
+    formats ``{dataset}`` and ``{revision}``. The revision of a local folder is ``sha256:`` of the
+    files read, ``images.files()`` (an image archive) among them.
     """
-    root, prefix, dataset, sha = locate(folder, name=name, dataset=dataset, revision=revision, subset=subset, online=online, hub_cache=hub_cache)
-    parts = {part: find_part(root, part, split=split, subset=prefix) for part in ("corpus", "queries", "qrels")}
-    if not sha:
-        sha = files_revision([p for ps in parts.values() for p in ps], root)
-    q_lic, d_lic = side_licences(root, licence, query_licence, doc_licence)
+    o = options
+    parts = {part: [source.check(p) for p in paths] for part, paths in parts.items()}
+    q_lic, d_lic = side_licences(list(card_folders), o.licence, o.query_licence, o.doc_licence)
+    sha = source.revision or files_revision([p for ps in parts.values() for p in ps] + (images.files() if images else []), source.root)
+    shown = sha[:19] if sha.startswith("sha256:") else sha[:12]
     meta: dict[str, Any] = {
-        "source": source or f"{dataset}@{sha[:19] if sha.startswith('sha256:') else sha[:12]}" + (f" ({subset})" if subset else ""),
-        "description": description,
-        "dataset": dataset,
+        "source": o.source or (default_source or "{dataset}@{revision}").format(dataset=source.dataset, revision=shown) + (f" ({o.subset})" if o.subset else ""),
+        "description": o.description,
+        "dataset": source.dataset,
         "source_revision": sha,
-        "subset": subset,
-        "task_type": task_type,
+        "subset": o.subset,
+        "task_type": o.task_type,
     }
     return read_retrieval_files(
-        name=name,
+        options=o,
         corpus_files=parts["corpus"],
         query_files=parts["queries"],
         qrels_files=parts["qrels"],
-        root=root,
-        layout=layout or Layout(),
+        layout=layout,
         meta=meta,
         query_licence=q_lic,
         doc_licence=d_lic,
-        language=language,
-        discipline=discipline,
-        research_only=research_only,
-        only_judged_queries=only_judged_queries,
-        duplicate_judgments=duplicate_judgments,
-        require_positive=require_positive,
-        image_scratch=Path(image_scratch) if image_scratch else None,
+        images=images,
     )
+
+
+def read_mteb(folder: str | Path | None, options: MtebOptions, context: ReadContext | None = None) -> Task:
+    """Read an MTEB-format retrieval dataset (corpus, queries/query, qrels: see :mod:`.hf_retrieval`).
+
+    ``folder``: a local copy (files, config subfolders, or a dataset card naming the files).
+    Without it, ``options.dataset`` is a hub dataset id read at the pinned ``revision`` (refused
+    without one); only ``context.online`` may download it, otherwise it must be in the local hub
+    cache (``context.hub_cache``, default huggingface_hub's). The task metadata records the
+    dataset, the revision read (commit sha, or ``sha256:`` of a local folder's files) and the subset.
+    """
+    context = context or ReadContext()
+    source = locate(folder, name=options.name, dataset=options.dataset, revision=options.revision, online=context.online, hub_cache=context.hub_cache)
+    root, prefix = subset_root(source, options.subset)
+    return read_parts(source, root, prefix, options, Layout(), card_folders=(source.root,))
+
+
+READER = Reader("mteb", MtebOptions, read_mteb)

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from medbench_core.errors import DataError
 from medbench_core.taskdata.licences import normalise_licence
-from medbench_core.taskdata.task import (
-    Task,
-    TaskMeta,
-    resolve_inside,
-)
-from medbench_core.taskdata.readers.common import (
-    build_task_from_rows,
-    png_bytes,
-    write_png_if_changed,
-)
+from medbench_core.taskdata.readers.base import ReadContext, Reader, ReaderOptions
+from medbench_core.taskdata.readers.common import build_task_from_rows, png_bytes, write_bytes_if_changed
+from medbench_core.taskdata.task import Task, TaskMeta, resolve_inside
 
 PNEUMONIA_FINDINGS = {0: "normal", 1: "pneumonia"}
 DEFAULT_PNEUMONIA_PROMPTS: dict[str, tuple[str, ...]] = {
@@ -26,19 +18,22 @@ DEFAULT_PNEUMONIA_PROMPTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def read_pneumoniamnist(
-    npz_path: str | Path,
-    image_dir: str | Path,
-    *,
-    name: str = "pneumoniamnist",
-    splits: tuple[str, ...] = ("val", "test"),
-    prompts: dict[str, tuple[str, ...] | list[str]] | None = None,
-    licence: str = "CC-BY-4.0",
-    research_only: bool = False,
-    source: str = "",
-    description: str = "",
-) -> Task:
-    """PneumoniaMNIST as text-prompt -> image retrieval; writes the images as PNG into ``image_dir``.
+# MedMNIST's .npz holds <split>_images and <split>_labels for train, val and test.
+MEDMNIST_ARRAYS = frozenset(f"{s}_{k}" for s in ("train", "val", "test") for k in ("images", "labels"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PneumoniaMNISTOptions(ReaderOptions):
+    """Options of the ``pneumoniamnist`` reader: the ``splits`` read, the query ``prompts`` per finding, the ``licence``."""
+
+    name: str = "pneumoniamnist"
+    splits: tuple[str, ...] = ("val", "test")
+    prompts: dict[str, tuple[str, ...]] | None = None
+    licence: str = "CC-BY-4.0"
+
+
+def read_pneumoniamnist(npz_path: str | Path, options: PneumoniaMNISTOptions | None = None, context: ReadContext | None = None) -> Task:
+    """PneumoniaMNIST as text-prompt -> image retrieval; writes the images as PNG into the scratch folder (``image_dir``).
 
     ``npz_path`` is the ``.npz`` (``<split>_images`` uint8 (n, 28, 28), ``<split>_labels``
     0 normal / 1 pneumonia) or the folder holding exactly one. Each image becomes document
@@ -49,7 +44,12 @@ def read_pneumoniamnist(
     Queries: one per prompt, id ``<finding>_<j>`` (``normal_0``, ``pneumonia_1``...), text
     the prompt. Every query judges every image: 1 when the image's label is the prompt's
     finding, else 0. Concept ids ``finding:<finding>`` on both sides; discipline ``radiology``.
+    An array of text in the file that the reader does not know (e.g. ``val_captions``) is refused.
     """
+    import numpy as np
+
+    o = options or PneumoniaMNISTOptions()
+    name, splits, prompts, licence = o.name, o.splits, o.prompts, o.licence
     npz_path = Path(npz_path)
     if npz_path.is_dir():
         found = sorted(npz_path.glob("*.npz"))
@@ -69,6 +69,9 @@ def read_pneumoniamnist(
             arrays = {k: npz[k] for k in npz.files}
     except (ValueError, OSError) as exc:
         raise DataError(f"{npz_path}: not a readable .npz of plain arrays ({exc})") from exc
+    for key, arr in arrays.items():
+        if key not in MEDMNIST_ARRAYS and arr.dtype.kind in "US" and arr.size and any(str(v).strip() for v in arr.reshape(-1)):
+            raise DataError(f"{npz_path}: array {key!r} holds text that this reader does not map; the arrays it knows are {', '.join(sorted(MEDMNIST_ARRAYS))}")
 
     # Check every split before writing anything, so bad input leaves image_dir as it was.
     checked: list[tuple[str, np.ndarray, np.ndarray]] = []
@@ -86,7 +89,7 @@ def read_pneumoniamnist(
             raise DataError(f"{npz_path}: {lk}[{int(bad[0])}] = {labs[bad[0]]}; labels must be 0 (normal) or 1 (pneumonia)")
         checked.append((split, imgs, labs))
 
-    image_dir = Path(image_dir)
+    image_dir = (context or ReadContext()).need_scratch(f"{npz_path}")
     image_dir.mkdir(parents=True, exist_ok=True)
     corpus: list[dict] = []
     labels: dict[str, str] = {}
@@ -94,7 +97,7 @@ def read_pneumoniamnist(
         for i in range(imgs.shape[0]):
             did = f"{split}_{i:04d}"
             ref = f"{did}.png"
-            write_png_if_changed(resolve_inside(image_dir, ref, what=f"{npz_path} image {did}"), png_bytes(imgs[i]))
+            write_bytes_if_changed(resolve_inside(image_dir, ref, what=f"{npz_path} image {did}"), png_bytes(imgs[i]))
             finding = PNEUMONIA_FINDINGS[int(labs[i])]
             labels[did] = finding
             corpus.append({"doc_id": did, "image": ref, "language": "en", "modality": "image", "discipline": "radiology", "concept_ids": [f"finding:{finding}"], "licence": lic})
@@ -108,11 +111,14 @@ def read_pneumoniamnist(
             qrels.extend({"query_id": qid, "doc_id": d, "relevance": int(f == finding)} for d, f in labels.items())
     meta = TaskMeta(
         name=name,
-        source=source or f"PneumoniaMNIST (MedMNIST v2), {'+'.join(splits)} splits",
-        description=description or "Text prompt describing a finding (normal / pneumonia) -> 28x28 chest X-rays with that label (M3Retrieve query-to-image shape)",
+        source=o.source or f"PneumoniaMNIST (MedMNIST v2), {'+'.join(splits)} splits",
+        description=o.description or "Text prompt describing a finding (normal / pneumonia) -> 28x28 chest X-rays with that label (M3Retrieve query-to-image shape)",
         licences=(lic,),
         query_modality="text",
         doc_modality="image",
-        research_only=research_only,
+        research_only=o.research_only,
     )
     return build_task_from_rows(meta, queries, corpus, qrels, None, image_dir, str(npz_path))
+
+
+READER = Reader("pneumoniamnist", PneumoniaMNISTOptions, read_pneumoniamnist)

@@ -10,42 +10,38 @@ break down by body system.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from medbench_core.errors import DataError
+from medbench_core.taskdata.readers.base import ReadContext, Reader
+from medbench_core.taskdata.readers.hf_files import Source, files_revision
+from medbench_core.taskdata.readers.hf_retrieval import FilesOptions, Layout, Side, read_retrieval_files, side_licences
 from medbench_core.taskdata.task import Task
-from medbench_core.taskdata.readers.hf_files import files_revision
-from medbench_core.taskdata.readers.hf_retrieval import Layout, read_retrieval_files, side_licences
 
 QRELS_NAMES = ("qrels.jsonl", "qrels.txt")
+# R2MED's queries also carry the ids of their relevant documents and the reference answer: the
+# qrels say which documents are relevant, and an answer is not part of a retrieval query.
+LAYOUT = Layout(queries=Side(ignored=("doc_id", "answer")), corpus=Side(), discipline_field="body_system")
 
 
-def read_r2med_repo(
-    folder: str | Path,
-    *,
-    name: str,
-    subset: str = "",
-    dataset: str = "",
-    licence: str | None = None,
-    query_licence: str | None = None,
-    doc_licence: str | None = None,
-    discipline: str | None = None,
-    task_type: str = "",
-    source: str = "",
-    description: str = "",
-    research_only: bool = False,
-    duplicate_judgments: str = "error",
-) -> Task:
+@dataclass(frozen=True, kw_only=True)
+class R2medRepoOptions(FilesOptions):
+    """Options of the ``r2med_repo`` reader (:class:`~.hf_retrieval.FilesOptions`); ``subset`` names a task subfolder."""
+
+
+def read_r2med_repo(folder: str | Path, options: R2medRepoOptions, context: ReadContext | None = None) -> Task:
     """Read one R2MED task folder (``folder``, or ``folder/<subset>`` when ``subset`` is given).
 
     The revision recorded is ``sha256:`` of the three files. Records state no licence: unless
     one is configured they are ``unknown`` (research-only under the licence gate).
     """
-    root = Path(folder)
-    if subset and (root / subset).is_dir():
-        root = root / subset
+    o = options
+    top = Path(folder)
+    root = top / o.subset if o.subset and (top / o.subset).is_dir() else top
     if not root.is_dir():
         raise DataError(f"{root}: R2MED task folder not found")
+    source = Source(top, o.dataset or root.name)
     corpus, query = root / "corpus.jsonl", root / "query.jsonl"
     for p in (corpus, query):
         if not p.is_file():
@@ -54,27 +50,20 @@ def read_r2med_repo(
     if len(qrels) != 1:
         found = "both" if qrels else "neither"
         raise DataError(f"{root}: expected one qrels file, qrels.jsonl or qrels.txt; found {found}")
-    sha = files_revision([corpus, query, qrels[0]], root)
-    q_lic, d_lic = side_licences(None, licence, query_licence, doc_licence)
+    files = [source.check(p) for p in (corpus, query, qrels[0])]
+    sha = files_revision(files, root)
+    q_lic, d_lic = side_licences([], o.licence, o.query_licence, o.doc_licence)
     meta = {
-        "source": source or f"R2MED repository layout: {root.name}",
-        "description": description,
-        "dataset": dataset or root.name,
+        "source": o.source or f"R2MED repository layout: {root.name}",
+        "description": o.description,
+        "dataset": o.dataset or root.name,
         "source_revision": sha,
-        "subset": subset,
-        "task_type": task_type,
+        "subset": o.subset,
+        "task_type": o.task_type,
     }
     return read_retrieval_files(
-        name=name,
-        corpus_files=[corpus],
-        query_files=[query],
-        qrels_files=qrels,
-        root=root,
-        layout=Layout(discipline_field="body_system"),
-        meta=meta,
-        query_licence=q_lic,
-        doc_licence=d_lic,
-        discipline=discipline,
-        research_only=research_only,
-        duplicate_judgments=duplicate_judgments,
+        options=o, corpus_files=[corpus], query_files=[query], qrels_files=qrels, layout=LAYOUT, meta=meta, query_licence=q_lic, doc_licence=d_lic
     )
+
+
+READER = Reader("r2med_repo", R2medRepoOptions, read_r2med_repo)

@@ -2,36 +2,37 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from medbench_core.errors import DataError
-from medbench_core.taskdata.images import load_image
 from medbench_core.taskdata.licences import normalise_licence
-from medbench_core.taskdata.task import (
-    Task,
-    TaskMeta,
-    resolve_inside,
-)
-from medbench_core.taskdata.readers.common import (
-    build_task_from_rows,
-    load_json,
-)
+from medbench_core.taskdata.readers.base import ReadContext, Reader, ReaderOptions
+from medbench_core.taskdata.readers.common import build_task_from_rows, load_json, refuse_unmapped
+from medbench_core.taskdata.task import Task, TaskMeta, resolve_inside
 
 VQA_RAD_SPLITS = {"train": ("freeform", "para"), "test": ("test_freeform", "test_para")}
 _ORGANS = {"CHEST": "chest", "ABD": "abdomen", "HEAD": "head"}
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+# The fields of a VQA-RAD question record (its release's JSON).
+FIELDS = frozenset(
+    {
+        "qid", "phrase_type", "qid_linked_id", "image_case_url", "image_name", "image_organ", "evaluation", "question",
+        "question_rephrase", "question_relation", "question_frame", "question_type", "answer", "answer_type",
+    }
+)
 
 
-def read_vqa_rad(
-    folder: str | Path,
-    split: str = "test",
-    *,
-    name: str = "vqa_rad",
-    licence: str = "CC0-1.0",
-    research_only: bool = False,
-    source: str = "",
-    description: str = "",
-) -> Task:
+@dataclass(frozen=True, kw_only=True)
+class VqaRadOptions(ReaderOptions):
+    """Options of the ``vqa_rad`` reader: the question ``split`` (train, test or all) and the ``licence``."""
+
+    name: str = "vqa_rad"
+    split: str = "test"
+    licence: str = "CC0-1.0"
+
+
+def read_vqa_rad(folder: str | Path, options: VqaRadOptions | None = None, context: ReadContext | None = None) -> Task:
     """VQA-RAD (``vqa_rad.json`` + ``images/``) as question -> image retrieval.
 
     Queries: the questions of ``split`` (``test``: phrase types test_freeform/test_para;
@@ -41,6 +42,10 @@ def read_vqa_rad(
     about. Qrels: the image a question was asked about is relevant (1). No tiers or concept ids
     (the source has neither). Every image is decoded once so a broken file fails here.
     """
+    from medbench_core.taskdata.images import load_image
+
+    o = options or VqaRadOptions()
+    name, split, licence = o.name, o.split, o.licence
     folder = Path(folder)
     path = folder / "vqa_rad.json"
     root = folder / "images"
@@ -55,7 +60,7 @@ def read_vqa_rad(
     lic = normalise_licence(licence)
     organ_of: dict[str, str] = {}
     queries, qrels = [], []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for i, rec in enumerate(data):
         if not isinstance(rec, dict):
             raise DataError(f"{path}: record {i}: expected a JSON object, got {type(rec).__name__}")
@@ -65,6 +70,8 @@ def read_vqa_rad(
             raise DataError(f"{where}: no 'qid'")
         image = str(rec.get("image_name") or "").strip()
         question = str(rec.get("question") or "").strip()
+        if not question:
+            refuse_unmapped(rec, FIELDS, where, "no question")
         if not image and not question:
             raise DataError(f"{where}: has neither a question nor an image")
         if not image:
@@ -79,8 +86,8 @@ def read_vqa_rad(
         if not question:
             raise DataError(f"{where}: has no question text")
         if qid in seen:
-            raise DataError(f"{where}: qid appears twice")
-        seen.add(qid)
+            raise DataError(f"{where}: qid appears twice (first as record {seen[qid]})")
+        seen[qid] = i
         queries.append({"query_id": qid, "text": question, "language": "en", "modality": "text", "discipline": organ, "concept_ids": [], "licence": lic})
         qrels.append({"query_id": qid, "doc_id": did, "relevance": 1})
     files = sorted(p for p in root.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES)
@@ -96,11 +103,14 @@ def read_vqa_rad(
         raise DataError(f"{path}: no questions in split {split!r}")
     meta = TaskMeta(
         name=name,
-        source=source or f"VQA-RAD (Lau et al., Scientific Data 2018), {split} questions",
-        description=description or "Clinician-written radiology question -> the image it was asked about (M3Retrieve question-to-image shape)",
+        source=o.source or f"VQA-RAD (Lau et al., Scientific Data 2018), {split} questions",
+        description=o.description or "Clinician-written radiology question -> the image it was asked about (M3Retrieve question-to-image shape)",
         licences=(lic,),
         query_modality="text",
         doc_modality="image",
-        research_only=research_only,
+        research_only=o.research_only,
     )
     return build_task_from_rows(meta, queries, corpus, qrels, None, root, str(path))
+
+
+READER = Reader("vqa_rad", VqaRadOptions, read_vqa_rad)
