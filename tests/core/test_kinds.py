@@ -40,7 +40,8 @@ def _kind_comparisons(path: Path) -> list[str]:
         if not isinstance(node, ast.Compare):
             continue
         sides = [node.left, *node.comparators]
-        on_kind = any(isinstance(s, ast.Attribute) and s.attr == "kind" for s in sides)
+        # ``x.kind`` of a model (numpy's ``dtype.kind`` is another thing)
+        on_kind = any(isinstance(s, ast.Attribute) and s.attr == "kind" and not (isinstance(s.value, ast.Attribute) and s.value.attr == "dtype") for s in sides)
         operands = [e for s in sides for e in (s.elts if isinstance(s, (ast.Tuple, ast.List, ast.Set)) else [s])]
         literals = {s.value for s in operands if isinstance(s, ast.Constant) and isinstance(s.value, str)}
         if on_kind or literals & names:
