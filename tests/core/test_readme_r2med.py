@@ -1,4 +1,4 @@
-"""The README's "Evaluate R2MED" entries are valid catalogue and registry entries, as written."""
+"""The "Evaluate R2MED" entries of docs/r2med.md are valid catalogue and registry entries, as written."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ R2MED = ["biology", "bioinformatics", "medical_sciences", "medxpertqa_exam", "me
 
 
 def yaml_blocks() -> list[str]:
-    text = ROOT.joinpath("README.md").read_text()
+    text = ROOT.joinpath("docs", "r2med.md").read_text()
     section = text[text.index("## Evaluate R2MED (or any MTEB-format dataset)") :]
     return re.findall(r"```yaml\n(.*?)```", section, flags=re.DOTALL)
 
