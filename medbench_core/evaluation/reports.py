@@ -52,6 +52,9 @@ class Cell:
     seconds: float | None = None
     main_metric: str = "ndcg_at_10"
     provenance: dict[str, Any] = field(default_factory=dict)
+    dataset: str = ""  # the source dataset (a hub id, or a local folder's catalogue path)
+    subset: str = ""
+    mteb_task: str = ""  # MTEB's name of the task, when it was read as one
 
     def value(self, metric: str | None = None) -> float | None:
         if self.metrics is None or not self.applicable:
@@ -104,6 +107,9 @@ def load_cell(
         seconds=round(seconds, 3) if found else None,
         main_metric=task.meta.main_metric,
         provenance=dict(provenance or {}),
+        dataset=task.meta.dataset,
+        subset=task.meta.subset,
+        mteb_task=task.meta.mteb_task,
     )
 
 

@@ -63,7 +63,7 @@ _KEYS = {"queries": "query_id", "corpus": "doc_id"}
 
 # TaskMeta fields written only when set, so that the content hash (and every artifact key) of a
 # task read before they existed stays what it was.
-OPTIONAL_META = ("dataset", "subset", "task_type")
+OPTIONAL_META = ("dataset", "subset", "task_type", "mteb_task")
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,8 @@ class TaskMeta:
     ``source_revision`` the revision read (a hub commit sha, or ``sha256:<16 hex>`` of a local
     folder's files), ``subset`` the subset of a multi-subset dataset and ``task_type`` a task
     family (instruction templates may be chosen by it). All four are empty for the bundled tasks.
+    ``mteb_task`` is MTEB's name of the task when it was read as one (``reader: mteb, task:``): the
+    name its exported results carry.
     """
 
     name: str
@@ -89,6 +91,7 @@ class TaskMeta:
     dataset: str = ""
     subset: str = ""
     task_type: str = ""
+    mteb_task: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -102,9 +105,9 @@ class TaskMeta:
     def provenance(self) -> dict[str, str]:
         """Where the data came from, for MLflow params and leaderboards: only the fields that are set.
 
-        Keys: ``dataset``, ``dataset_revision``, ``subset``, ``task_type``.
+        Keys: ``dataset``, ``dataset_revision``, ``subset``, ``task_type``, ``mteb_task``.
         """
-        out = {"dataset": self.dataset, "dataset_revision": self.source_revision, "subset": self.subset, "task_type": self.task_type}
+        out = {"dataset": self.dataset, "dataset_revision": self.source_revision, "subset": self.subset, "task_type": self.task_type, "mteb_task": self.mteb_task}
         return {k: v for k, v in out.items() if v}
 
     @classmethod
