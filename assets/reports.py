@@ -187,6 +187,13 @@ def log_leaderboard(context, mlflow: MLflowResource, experiment: str, sig: Signi
                 metrics[f"{prefix}/{col}"] = float(r[col])
         if r["p_holm"] is not None:
             metrics[f"{prefix}/significant"] = 1.0 if r["significant"] else 0.0
+    groups: dict[str, list[str]] = {}
+    for r in written["ranks"].iter_rows(named=True):  # per task and for the average (task "average")
+        prefix = "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"{r['task']}/{r['model']}")
+        for col in ("rank", "rank_low", "rank_high"):
+            metrics[f"{prefix}/{col}"] = float(r[col])
+        groups.setdefault(r["task"], []).append(f"{r['model']}: {r['group']}")
+    params |= {f"groups.{task}": "; ".join(g) for task, g in groups.items()}  # the letters of the groups no test separates
     files = [out / f for f in written["files"] if not f.startswith("diff/")]
     if (out / "diff").is_dir() and any((out / "diff").iterdir()):
         files.append(out / "diff")  # logged as the folder diff/

@@ -73,7 +73,10 @@ def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_
     assert "| bm25-k12 | 1.0000 [1.00, 1.00] | 1.0000 [1.00, 1.00] | 1.0000 |" in board
     assert "| bm25-b05 | - | - | - |" in board
     assert "*: differs from bm25 (paired randomisation test, Holm-Bonferroni across the task's models, p < 0.05; two-sided, 10000 sign-flip resamples, seed 0)" in board
-    assert (reports / "leaderboard.csv").read_text().splitlines()[0] == "model,scifact,liveqa_medquad,average,averaged_over"
+    assert (reports / "leaderboard.csv").read_text().splitlines()[0] == "model,scifact,liveqa_medquad,average,averaged_over,rank,rank_low,rank_high,group"
+    # Equal on every query: in every resample they tie for first, and no test separates them (one group).
+    assert "| bm25 | 1 [1, 1] a | 1 [1, 1] a | 1 [1, 1] a |" in board and "| bm25-k12 | 1 [1, 1] a | 1 [1, 1] a | 1 [1, 1] a |" in board
+    assert "| bm25-b05 | - | - | - |" in board.split("Rank by nDCG@10")[1]
     stats = pl.read_csv(reports / "stats.csv")
     assert stats.filter(pl.col("model") == "bm25-k12")["p_perm"].to_list() == [1.0, 1.0] and not stats["significant"].any()
     assert saved["significance"]["baseline"] == "bm25" and saved["significance"]["resamples"] == 10000 and saved["significance"]["seed"] == 0
@@ -93,6 +96,7 @@ def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_
     assert {"heatmap.png", "leaderboard.md", "leaderboard.json", "stats.csv", "diff/scifact.png", "diff/liveqa_medquad.png"} <= names
     assert run.data.metrics["scifact/bm25-k12/p_perm"] == 1.0 and run.data.metrics["scifact/bm25-k12/significant"] == 0.0
     assert run.data.params["significance.baseline"] == "bm25"
+    assert run.data.metrics["average/bm25-k12/rank_high"] == 1.0 and run.data.params["groups.scifact"] == "bm25: a; bm25-k12: a"
     # ... and the same inputs reuse it.
     with world.instance() as instance:
         again = dg.materialize([leaderboard], resources=resources, instance=instance).asset_materializations_for_node("leaderboard")[0].metadata
