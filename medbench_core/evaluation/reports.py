@@ -482,14 +482,19 @@ def write_leaderboard(
     copies: Mapping[tuple[str, str], int] | None = None,
     footer: str = "",
     extra_json: Mapping[str, Any] | None = None,
+    published: Iterable[Any] = (),
+    model_names: Mapping[str, str] | None = None,
+    mteb_tasks: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Every report of the leaderboard, written into ``out_dir``; returns what was written.
 
     ``leaderboard.md`` (the table with CIs and markers, its legend, breakdowns by tier, language
     and discipline, the cross-lingual gap, expanded models beside their retrievers),
     ``leaderboard.csv`` (means, average, which tasks it is over, the average's rank interval and
-    group), ``leaderboard.json`` (all of it, the rank table of :func:`rank_table`, plus
-    ``extra_json``), ``stats.csv`` (one row per model x task compared with the baseline, with its
+    group; the published value, difference and whether it lies in our CI per task, when
+    ``published`` sources have some), ``leaderboard.json`` (all of it, the rank table of
+    :func:`rank_table`, the published comparison of :func:`medbench_core.evaluation.published.compare_published`
+    (``model_names``: medbench model -> its MTEB name; ``mteb_tasks``: task -> its MTEB name), plus ``extra_json``), ``stats.csv`` (one row per model x task compared with the baseline, with its
     rank, rank interval and group on the task), ``heatmap.png`` (rows labelled with the average's
     rank) and ``diff/<task>.png`` (per-query differences from the baseline). Files are
     written atomically; ``diff/`` is replaced whole.
@@ -516,6 +521,19 @@ def write_leaderboard(
     stats = stats.join(ranks.select("task", "model", *rank_cols), on=["task", "model"], how="left", maintain_order="left")
     average_ranks = ranks.filter(pl.col("task") == AVERAGE).select("model", *rank_cols)
     board_csv = board.join(average_ranks, on="model", how="left", maintain_order="left")
+    from medbench_core.evaluation.published import PUBLISHED_SCHEMA, compare_published, published_markdown, summary
+
+    sources = list(published)
+    versus = compare_published(cells, stats, sources, metric=metric, model_names=model_names, mteb_tasks=mteb_tasks) if sources else pl.DataFrame(schema=PUBLISHED_SCHEMA)
+    if versus.height:
+        md += "\n" + published_markdown(versus, METRIC_LABELS.get(metric, metric))
+        pub = versus.select("task", "model", pl.col("published"), pl.col("diff").alias("published_diff"), pl.col("in_ci").alias("published_in_ci"),
+                            pl.col("status").alias("published_status"))  # fmt: skip
+        stats = stats.join(pub, on=["task", "model"], how="left", maintain_order="left")
+        for t in [t for t in tasks if t in set(versus["task"])]:
+            per = versus.filter(pl.col("task") == t).select("model", pl.col("published").alias(f"published.{t}"),
+                                                            pl.col("diff").alias(f"published_diff.{t}"), pl.col("in_ci").alias(f"published_in_ci.{t}"))  # fmt: skip
+            board_csv = board_csv.join(per, on="model", how="left", maintain_order="left")
     if footer:
         md += f"\n{footer}\n"
     sections: dict[str, Any] = {}
@@ -561,6 +579,7 @@ def write_leaderboard(
         "table": board.to_dicts(),
         "stats": stats.to_dicts(),
         "ranks": ranks.to_dicts(),
+        **({"published": {"sources": [str(src.path) for src in sources], "summary": summary(versus), "cells": versus.to_dicts()}} if sources else {}),
         "breakdowns": {k: v for k, v in sections.items() if k in BREAKDOWNS},
         "cross_lingual_gap": sections["cross_lingual_gap"],
         "expanded": beside.to_dicts(),
@@ -568,4 +587,4 @@ def write_leaderboard(
     }
     write_json_atomic(out / "leaderboard.json", doc)
     files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *plots]
-    return {"markdown": md, "board": board, "stats": stats, "ranks": ranks, "expanded": beside, "files": files}
+    return {"markdown": md, "board": board, "stats": stats, "ranks": ranks, "published": versus, "expanded": beside, "files": files}
