@@ -36,3 +36,20 @@ def test_readme_model_entries_load(tmp_path):
     assert specs["bm25-r2med"].settings == {"k1": 0.9, "b": 0.4, "method": "lucene", "stopwords": "en", "stemmer": "porter"}
     assert specs["bge-large-en-v1.5"].hub_id == "BAAI/bge-large-en-v1.5"
     assert specs["bge-large-en-v1.5-chunked"].settings["long_text"] == "chunk"
+
+
+def test_readme_hub_expansion_entry_reads_each_task_from_its_own_dataset_at_the_tasks_revision(tmp_path):
+    from medbench_core.retrieval.expansion.files import hub_location, relative_file
+    from medbench_core.retrieval.expansion.spec import load_expansions
+
+    (block,) = [b for b in yaml_blocks() if "hub:R2MED/{task}" in b]
+    (tmp_path / "models.yaml").write_text(block)
+    (spec,) = load_expansions(tmp_path / "models.yaml")
+    (tmp_path / "tasks.yaml").write_text("tasks:\n" + yaml_blocks()[0])
+    catalog = load_catalog(tmp_path / "tasks.yaml")
+    for t in R2MED:
+        entry = catalog.task(f"r2med_{t}")
+        # The same hub dataset and commit as the task's own data.
+        assert hub_location(spec, entry.name) == (entry.options["dataset"], entry.options["revision"])
+        assert relative_file(spec, entry.name) == "hyde/qwq-32b/query_with_hydoc.jsonl"
+    assert spec.reasoning_rule() == "think"
