@@ -25,6 +25,7 @@ from typing import Any
 
 from medbench_core.errors import DataError
 from medbench_core.taskdata.task import Task
+from medbench_core.taskdata.mteb_tasks import expand_entries as expand_mteb_entries, reader_for as mteb_reader_for
 from medbench_core.taskdata.readers import HUB_READERS, IMAGE_SCRATCH, READERS, RENDERS_FILES, SUBSET_READERS, reader
 from medbench_core.yaml_file import read_yaml_mapping
 
@@ -64,6 +65,7 @@ def load_catalog(path: str | Path) -> Catalog:
     entries = doc.get("tasks")
     if not isinstance(entries, list) or not entries:
         raise DataError(f"{path}: expected a non-empty top-level 'tasks:' list")
+    entries = expand_mteb_entries(entries, path)  # reader: mteb with task:/benchmark: -> entries from mteb's metadata
     tasks = []
     seen = set()
     for i, raw in enumerate(entries):
@@ -144,7 +146,7 @@ def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path, *,
         src = Path(data_root) / entry.path
         if not src.exists():
             raise DataError(f"task {entry.name}: source {src} not found (is ../shared/data beside the checkout?)")
-    read = reader(entry.reader)
+    read = mteb_reader_for(entry) or reader(entry.reader)
     args = (src, Path(work_dir) / "images") if entry.reader in RENDERS_FILES else (src,)
     extra: dict[str, Any] = {}
     if entry.reader in HUB_READERS:

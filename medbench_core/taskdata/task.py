@@ -63,7 +63,7 @@ _KEYS = {"queries": "query_id", "corpus": "doc_id"}
 
 # TaskMeta fields written only when set, so that the content hash (and every artifact key) of a
 # task read before they existed stays what it was.
-OPTIONAL_META = ("dataset", "subset", "task_type", "mteb_task")
+OPTIONAL_META = ("dataset", "subset", "task_type", "mteb_task", "domains")
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class TaskMeta:
     folder's files), ``subset`` the subset of a multi-subset dataset and ``task_type`` a task
     family (instruction templates may be chosen by it). All four are empty for the bundled tasks.
     ``mteb_task`` is MTEB's name of the task when it was read as one (``reader: mteb, task:``): the
-    name its exported results carry.
+    name its exported results carry; ``domains`` are MTEB's domains of it.
     """
 
     name: str
@@ -92,11 +92,13 @@ class TaskMeta:
     subset: str = ""
     task_type: str = ""
     mteb_task: str = ""
+    domains: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["licences"] = list(self.licences)
         d["languages"] = list(self.languages)
+        d["domains"] = list(self.domains)
         for k in OPTIONAL_META:
             if not d[k]:
                 del d[k]
@@ -116,6 +118,7 @@ class TaskMeta:
         d = {k: v for k, v in d.items() if k in known}
         d["licences"] = tuple(d.get("licences", ()))
         d["languages"] = tuple(d.get("languages", ("en",)))
+        d["domains"] = tuple(d.get("domains", ()))
         return cls(**d)
 
 
