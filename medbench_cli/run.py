@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from medbench_cli.common import check_names, describe, prepare_environment, quiet_run_config
+from medbench_cli.common import check_names, describe, leaderboard_run_config, prepare_environment, published_summary, quiet_run_config
 from runtime import settings
 
 
@@ -42,6 +42,11 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--recheck", action="store_true",
         help="run every step even when nothing changed since the last complete run (stored artifacts are still reused)",
+    )  # fmt: skip
+    p.add_argument(
+        "--published", type=Path, metavar="DIR",
+        help="a folder of published results (MTEB's results layout or R2MED's result files): shown beside ours in the leaderboard "
+        "(default: published_results of tasks.yaml)",
     )  # fmt: skip
     # Internal: the prepare phase as the child process runs it.
     p.add_argument("--prepare-only", action="store_true", help=argparse.SUPPRESS)
@@ -151,9 +156,10 @@ def _plan(args: argparse.Namespace) -> tuple[list[str], list[str], list, object]
     return models, tasks, specs, catalog
 
 
-def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: float, force: bool = False) -> tuple[object, bool]:
+def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: float, force: bool = False, published: Path | None = None) -> tuple[object, bool]:
     """The inputs to record after this run (None: not recordable), and whether the last
-    complete run already answered the request, said with its leaderboard (:mod:`medbench_cli.uptodate`)."""
+    complete run already answered the request, said with its leaderboard (:mod:`medbench_cli.uptodate`;
+    with ``published``, the leaderboard alone is rebuilt first to show those scores beside ours)."""
     from medbench_cli import uptodate
 
     given = None
@@ -170,6 +176,8 @@ def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: floa
         f"materialised, logged to MLflow and verified against their manifests; nothing to run (--force recomputes)",
         flush=True,
     )
+    if published is not None:
+        rebuild_leaderboard(published)
     show_leaderboard(done.leaderboard, settings.default_tracking_uri())
     print(f"total {time.perf_counter() - t0:.1f}s")
     return given, True
@@ -200,10 +208,25 @@ def record_complete_run(defs, board_result, given, models: list[str], tasks: lis
     )  # fmt: skip
 
 
+def rebuild_leaderboard(published: Path | None = None) -> None:
+    """The build_leaderboard job alone, from the stored metrics (``medbench leaderboard --rebuild``)."""
+    import dagster as dg
+
+    from orchestration.definitions import build_definitions
+    from orchestration.jobs import LEADERBOARD_JOB
+
+    defs = build_definitions()
+    defs.resources["mlflow"].ensure_store()  # the leaderboard is logged as an MLflow run
+    defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=dg.DagsterInstance.get(), run_config=leaderboard_run_config(published))
+
+
 def show_leaderboard(board: Path, tracking_uri: str) -> None:
     """The saved leaderboard, as every run ends: its markdown, where it is and where MLflow is."""
     print()
     print(board.read_text())
+    line = published_summary(board)
+    if line:
+        print(f"[published] {line}")
     print(f"saved to {board} (and .csv, .json); MLflow: {tracking_uri}")
 
 
@@ -284,7 +307,7 @@ def main(args: argparse.Namespace) -> int:
     # Decided once: bars in an interactive terminal, none in CI or when stderr goes to a log.
     progress = want_progress(sys.stderr.isatty(), os.environ)
     models, tasks, specs, catalog = _plan(args)
-    given, done = (None, False) if args.prepare_only else answered(specs, catalog, models, tasks, t0, args.force or args.recheck)
+    given, done = (None, False) if args.prepare_only else answered(specs, catalog, models, tasks, t0, args.force or args.recheck, args.published)
     if done:
         return 0
     model = None
@@ -325,7 +348,7 @@ def main(args: argparse.Namespace) -> int:
     failures = prepared["failures"] + evaluate(defs, instance, models, prepared["usable"], args.force, progress)
     from orchestration.jobs import LEADERBOARD_JOB
 
-    board = defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=True)
+    board = defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=instance, run_config=leaderboard_run_config(args.published), raise_on_error=True)
     # A complete run records what it read and wrote, so that the next one can say at once that nothing changed.
     record_complete_run(defs, board, given if not (failures or prepared["gated"]) else None, models, tasks)
     show_leaderboard(defs.resources["store"].layout.leaderboard_file("md"), defs.resources["mlflow"].tracking_uri)

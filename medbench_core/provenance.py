@@ -40,7 +40,7 @@ STAGE_VERSIONS: dict[str, str] = {
     "expansion": "1",  # expansion texts (published or generated) and their split
     "expansion_contract": "1",  # the expansion gate and its leakage measure
     "leaderboard": "1",  # the leaderboard cells
-    "reports": "1",  # tables, CIs, paired tests, plots
+    "reports": "2",  # tables, CIs, paired tests, plots; 2: rank intervals and groups
 }
 
 

@@ -244,3 +244,177 @@ def mlflow_metrics(row: Mapping[str, object]) -> dict[str, float]:
         out[f"significant.vs_{base}.{m}"] = 1.0 if row["significant"] else 0.0
     return out
 
+
+
+# --- ranks ----------------------------------------------------------------------------------
+# Rank intervals by the paired bootstrap over queries (Sakai, "Evaluating Evaluation Metrics based on the
+# Bootstrap", SIGIR 2006: resample topics jointly for every system; Chatbot Arena, arXiv 2403.04132, reports
+# rank intervals from bootstrapped scores the same way). Hall & Miller (Ann. Statist. 2009/2010) show that
+# ranks of near-tied systems stay unstable: wide intervals are the point, not a defect.
+_BLOCK = 4_000_000  # values gathered per block of resamples (models x resamples x queries), to bound memory
+
+
+def ranks_of(means: np.ndarray) -> np.ndarray:
+    """Competition ranks ("min") along the last axis: 1 + the number of strictly higher means (1 = best)."""
+    means = np.asarray(means, dtype=np.float64)
+    return 1 + (means[..., None, :] > means[..., :, None]).sum(axis=-1)
+
+
+def _resampled_means(values: np.ndarray, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_resamples, models): each model's mean over one bootstrap resample of the queries, the same
+    resample for every model (paired). Resample r draws ``rng.integers(0, n, size=n)`` in order."""
+    m, n = values.shape
+    out = np.empty((n_resamples, m), dtype=np.float64)
+    step = max(1, _BLOCK // max(1, n))
+    for start in range(0, n_resamples, step):
+        b = min(step, n_resamples - start)
+        idx = rng.integers(0, n, size=(b, n))
+        # How often each query was drawn, then one matrix product for every model (not a gather per model).
+        counts = np.bincount((idx + (np.arange(b) * n)[:, None]).ravel(), minlength=b * n).reshape(b, n)
+        out[start : start + b] = counts @ values.T / n
+    return out
+
+
+def _interval(ranks: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per column, the (1-c)/2 and (1+c)/2 quantiles of integer ranks (inverted CDF: values that occur)."""
+    tail = (1.0 - confidence) / 2
+    return (np.quantile(ranks, tail, axis=0, method="inverted_cdf").astype(int),
+            np.quantile(ranks, 1.0 - tail, axis=0, method="inverted_cdf").astype(int))  # fmt: skip
+
+
+def rank_intervals(
+    per_task: Mapping[str, Mapping[str, np.ndarray]],
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    confidence: float = 0.95,
+) -> dict[str, tuple[int, int, int]]:
+    """Each model's rank by its mean (averaged over tasks) and the 95% bootstrap interval of that rank.
+
+    ``per_task``: task -> model -> per-query values, aligned by query within each task, every
+    model present on every task. One task: the queries are resampled with replacement, the same
+    draw for every model (paired), each model's mean recomputed and the models ranked (1 = best,
+    ties share the better rank). Several tasks: the queries of each task are resampled within
+    that task (tasks in the given order, from one ``numpy.random.default_rng(seed)``) and models
+    are ranked by the mean over tasks of their resampled means. The interval is the 2.5% and
+    97.5% quantiles of the ``n_resamples`` ranks (inverted CDF, so both ends are ranks that
+    occurred). Returns model -> ``(rank, low, high)``; ``rank`` is that of the observed means.
+    """
+    tasks = list(per_task)
+    if not tasks:
+        return {}
+    models = list(per_task[tasks[0]])
+    if any(list(per_task[t]) != models for t in tasks):
+        raise DataError(f"rank intervals need the same models on every task; got {[sorted(per_task[t]) for t in tasks]}")
+    if not models:
+        return {}
+    rng = np.random.default_rng(seed)
+    observed = np.zeros(len(models))
+    boot = np.zeros((n_resamples, len(models)))
+    for t in tasks:
+        values = np.stack([np.asarray(per_task[t][m], dtype=np.float64) for m in models])
+        observed += values.mean(axis=1) / len(tasks)
+        boot += _resampled_means(values, n_resamples, rng) / len(tasks)
+    low, high = _interval(ranks_of(boot), confidence)
+    rank = ranks_of(observed)
+    return {m: (int(rank[i]), int(low[i]), int(high[i])) for i, m in enumerate(models)}
+
+
+def stratified_permutation(diffs: Sequence[np.ndarray], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> float:
+    """Two-sided p of the paired randomisation test of a mean over tasks of mean per-query differences.
+
+    The signs of the per-query differences are flipped at random within every task (the null: in
+    each task, the two models are exchangeable query by query), statistic = mean over tasks of the
+    mean difference. p = min(1, 2 min(P(T* >= t), P(T* <= t))): over every sign pattern when there
+    are at most ``log2(n_resamples)`` queries in all (exact), else over ``n_resamples`` random ones
+    with both counts taken as (hits + 1) / (n_resamples + 1), as scipy's ``permutation_test`` does.
+    With one task it is the test of :func:`paired_permutation` (the same statistic and p rule).
+    """
+    diffs = [np.asarray(d, dtype=np.float64) for d in diffs]
+    observed = float(np.mean([d.mean() for d in diffs]))
+    if all(np.all(d == 0) for d in diffs):
+        return 1.0
+    n_all = sum(len(d) for d in diffs)
+    weights = np.concatenate([d / (len(d) * len(diffs)) for d in diffs])  # T = sum of sign_i * weight_i
+    eps = 1e-12 * max(1.0, abs(observed))  # the observed pattern itself counts as a hit despite rounding
+    if 2**n_all <= n_resamples:
+        bits = (np.arange(2**n_all)[:, None] >> np.arange(n_all)) & 1
+        null = (2 * bits - 1) @ weights
+        return float(min(1.0, 2 * min(np.mean(null >= observed - eps), np.mean(null <= observed + eps))))
+    rng = np.random.default_rng(seed)
+    null = np.empty(n_resamples)
+    step = max(1, _BLOCK // n_all)
+    for start in range(0, n_resamples, step):
+        b = min(step, n_resamples - start)
+        bits = np.unpackbits(rng.integers(0, 256, size=(b, -(-n_all // 8)), dtype=np.uint8), axis=1, count=n_all)
+        null[start : start + b] = 2 * (bits @ weights) - weights.sum()
+    greater = (np.sum(null >= observed - eps) + 1) / (n_resamples + 1)
+    less = (np.sum(null <= observed + eps) + 1) / (n_resamples + 1)
+    return float(min(1.0, 2 * min(greater, less)))
+
+
+def pairwise_holm(
+    per_task: Mapping[str, Mapping[str, np.ndarray]],
+    *,
+    test: str = "permutation",
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> dict[tuple[str, str], float]:
+    """Holm-adjusted p of every pair of models, (a, b) with a before b in the models' order.
+
+    The randomisation test (sign flips of the per-query differences, two-sided, mean difference:
+    the test the leaderboard runs against the baseline) by :func:`stratified_permutation`, which
+    draws its sign patterns faster than scipy (every pair is tested, not only the baseline's); on
+    several tasks (the average) the signs flip within each task. ``test="ttest"`` on one task uses
+    :func:`paired_ttest`; the t-test has no stratified form, so the average keeps the randomisation
+    test. Holm's correction runs across all pairs.
+    """
+    tasks = list(per_task)
+    models = list(per_task[tasks[0]]) if tasks else []
+    pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1 :]]
+    raw = []
+    for a, b in pairs:
+        if len(tasks) == 1 and test == "ttest":
+            raw.append(paired_ttest(per_task[tasks[0]][a], per_task[tasks[0]][b]))
+        else:
+            raw.append(stratified_permutation([np.asarray(per_task[t][a]) - np.asarray(per_task[t][b]) for t in tasks], n_resamples=n_resamples, seed=seed))
+    return dict(zip(pairs, holm(raw)))
+
+
+def inseparable_groups(means: Mapping[str, float], p_holm: Mapping[tuple[str, str], float], alpha: float = 0.05) -> dict[str, str]:
+    """Letters naming the groups of models that no test separates (a compact letter display).
+
+    Models are ordered by mean (best first, ties by name); a group is a maximal run of
+    consecutive models in which no pair differs (Holm-adjusted p >= ``alpha``). Groups get
+    letters a, b, c, ... in order; a model's label lists the letters of every group it is in,
+    so two models sharing a letter were not told apart, and two with no letter in common were.
+    """
+    order = sorted(means, key=lambda m: (-means[m], m))
+
+    def differ(a: str, b: str) -> bool:
+        p = p_holm.get((a, b), p_holm.get((b, a)))
+        return p is not None and p < alpha
+
+    runs: list[tuple[int, int]] = []
+    for i in range(len(order)):
+        j = i
+        while j + 1 < len(order) and not any(differ(order[k], order[j + 1]) for k in range(i, j + 1)):
+            j += 1
+        if not runs or j > runs[-1][1]:
+            runs.append((i, j))
+    letters: dict[str, list[str]] = {m: [] for m in order}
+    for n, (i, j) in enumerate(runs):
+        for m in order[i : j + 1]:
+            letters[m].append(_letter(n))
+    sep = "," if len(runs) > 26 else ""  # past z, letters are "aa", "ab", ...: keep them apart
+    return {m: sep.join(ls) for m, ls in letters.items()}
+
+
+def _letter(n: int) -> str:
+    """a..z, then aa, ab, ..."""
+    out = ""
+    n += 1
+    while n:
+        n, r = divmod(n - 1, 26)
+        out = chr(ord("a") + r) + out
+    return out

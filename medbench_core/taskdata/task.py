@@ -63,7 +63,7 @@ _KEYS = {"queries": "query_id", "corpus": "doc_id"}
 
 # TaskMeta fields written only when set, so that the content hash (and every artifact key) of a
 # task read before they existed stays what it was.
-OPTIONAL_META = ("dataset", "subset", "task_type", "source_path")
+OPTIONAL_META = ("dataset", "subset", "task_type", "source_path", "mteb_task", "domains")
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,9 @@ class TaskMeta:
     ``source_revision`` the revision read (a hub commit sha, or ``sha256:<16 hex>`` of a local
     folder's files), ``subset`` the subset of a multi-subset dataset and ``task_type`` a task
     family (instruction templates may be chosen by it). ``source_path`` is the absolute path a
-    catalogue entry named (a source outside the data folder); empty otherwise. All five are empty
-    for the bundled tasks.
+    catalogue entry named (a source outside the data folder); empty otherwise. ``mteb_task`` is
+    MTEB's name of the task when it was read as one (``reader: mteb, task:``): the name its
+    exported results carry; ``domains`` are MTEB's domains of it. All are empty for the bundled tasks.
     """
 
     name: str
@@ -92,11 +93,14 @@ class TaskMeta:
     subset: str = ""
     task_type: str = ""
     source_path: str = ""
+    mteb_task: str = ""
+    domains: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["licences"] = list(self.licences)
         d["languages"] = list(self.languages)
+        d["domains"] = list(self.domains)
         for k in OPTIONAL_META:
             if not d[k]:
                 del d[k]
@@ -105,7 +109,7 @@ class TaskMeta:
     def provenance(self) -> dict[str, str]:
         """Where the data came from, for MLflow params and leaderboards: only the fields that are set.
 
-        Keys: ``dataset``, ``dataset_revision``, ``subset``, ``task_type``, ``source_path``.
+        Keys: ``dataset``, ``dataset_revision``, ``subset``, ``task_type``, ``source_path``, ``mteb_task``.
         """
         out = {
             "dataset": self.dataset,
@@ -113,6 +117,7 @@ class TaskMeta:
             "subset": self.subset,
             "task_type": self.task_type,
             "source_path": self.source_path,
+            "mteb_task": self.mteb_task,
         }
         return {k: v for k, v in out.items() if v}
 
@@ -122,6 +127,7 @@ class TaskMeta:
         d = {k: v for k, v in d.items() if k in known}
         d["licences"] = tuple(d.get("licences", ()))
         d["languages"] = tuple(d.get("languages", ("en",)))
+        d["domains"] = tuple(d.get("domains", ()))
         return cls(**d)
 
 

@@ -253,6 +253,15 @@ class Kind:
         """MLflow params of this kind beyond the common ones (an expanded model's retriever and combination)."""
         return {}
 
+    def mteb_meta(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> dict[str, Any]:
+        """What mteb's ``ModelMeta`` says of this model (medbench_core/evaluation/exports.py writes it):
+        ``framework`` and ``model_type`` (values from mteb's allowed lists), ``n_parameters``,
+        ``open_weights``, ``similarity_fn_name``, ``use_instructions``, ``modalities``, ``max_tokens``."""
+        return {
+            "framework": [], "model_type": ["dense"], "n_parameters": None, "open_weights": None, "similarity_fn_name": None,
+            "use_instructions": False, "modalities": sorted(self.reads), "max_tokens": None,
+        }  # fmt: skip
+
     # --- compute
     def model_for_run(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> ModelSpec | None:
         """The model whose weights its run stage keeps loaded (itself, its retriever) or None."""
