@@ -232,12 +232,12 @@ def _watch(cmd: list[str], env: dict, folder: Path, phases, cwd: Path | None = N
     rows = []
     for p in phases():
         tree_peak, proc_peak = sampler.peak(p["start"], p["end"])
-        rows.append({**p, "seconds": round(p["end"] - p["start"], 3), "peak_tree_gb": gb(tree_peak), "peak_proc_gb": gb(proc_peak)})
+        rows.append({**p, "seconds": round(p["end"] - p["start"], 3), "cpu_s": round(sampler.cpu(p["start"], p["end"]), 2), "peak_tree_gb": gb(tree_peak), "peak_proc_gb": gb(proc_peak)})
     tree_peak, proc_peak = sampler.peak()
     return {
         "wall_s": round(t1 - t0, 2), "cpu_s": round(cpu, 2), "start": t0, "end": t1,
         "peak_tree_gb": gb(tree_peak), "peak_proc_gb": gb(proc_peak), "phases": rows,
-        "timeline": [(round(t - t0, 2), gb(s), gb(m)) for t, s, m, _ in sampler.samples],
+        "timeline": [(round(t - t0, 2), gb(s), gb(m), round(c, 2)) for t, s, m, _, c in sampler.samples],
     }  # fmt: skip
 
 
@@ -265,31 +265,38 @@ def stage_table(side: dict, mapping: dict, fallback: str) -> dict[str, dict]:
     covered = 0.0
     for p in side["phases"]:
         stage = mapping.get(p["phase"], fallback)
-        row = out.setdefault(stage, {"seconds": 0.0, "peak_tree_gb": 0.0, "peak_proc_gb": 0.0})
+        row = out.setdefault(stage, {"seconds": 0.0, "cpu_s": 0.0, "peak_tree_gb": 0.0, "peak_proc_gb": 0.0})
         row["seconds"] = round(row["seconds"] + p["seconds"], 2)
+        row["cpu_s"] = round(row["cpu_s"] + p.get("cpu_s", 0.0), 2)
         row["peak_tree_gb"] = max(row["peak_tree_gb"], p["peak_tree_gb"])
         row["peak_proc_gb"] = max(row["peak_proc_gb"], p["peak_proc_gb"])
         covered += p["seconds"]
     rest = side["wall_s"] - covered
     if rest > 0.01:
         key = "start-up" if mapping is BARE_STAGE else "outside steps"
-        row = out.setdefault(key, {"seconds": 0.0, "peak_tree_gb": 0.0, "peak_proc_gb": 0.0})
+        row = out.setdefault(key, {"seconds": 0.0, "cpu_s": 0.0, "peak_tree_gb": 0.0, "peak_proc_gb": 0.0})
         row["seconds"] = round(row["seconds"] + rest, 2)
+        row["cpu_s"] = round(row["cpu_s"] + max(0.0, side["cpu_s"] - sum(p.get("cpu_s", 0.0) for p in side["phases"])), 2)
+        inside = [(p["start"], p["end"]) for p in side["phases"]]
+        outside = [s for s in side.get("timeline", []) if not any(a - side["start"] <= s[0] <= b - side["start"] for a, b in inside)]
+        if outside:
+            row["peak_tree_gb"] = max(row["peak_tree_gb"], max(s[1] for s in outside))
+            row["peak_proc_gb"] = max(row["peak_proc_gb"], max(s[2] for s in outside))
     return out
 
 
 def print_pipeline(res: dict) -> None:
     mb, bare_ = stage_table(res["medbench"], STAGE_OF_STEP, "other steps"), stage_table(res["bare"], BARE_STAGE, "other")
     print(f"\n{res['docs']:,} documents x {res['queries']:,} queries ({res['when']})")
-    print(f"{'stage':<16}{'medbench s':>12}{'bare s':>10}{'medbench GB':>13}{'bare GB':>10}")
+    print(f"{'stage':<16}{'medbench s':>12}{'bare s':>10}{'medbench CPU s':>16}{'bare CPU s':>12}{'medbench GB':>13}{'bare GB':>10}")
     for st in ORDER:
         a, b = mb.get(st), bare_.get(st)
         if not a and not b:
             continue
         fmt = lambda r, k, w: f"{r[k]:>{w}.2f}" if r else f"{'-':>{w}}"  # noqa: E731
-        print(f"{st:<16}{fmt(a, 'seconds', 12)}{fmt(b, 'seconds', 10)}{fmt(a, 'peak_tree_gb', 13)}{fmt(b, 'peak_tree_gb', 10)}")
+        print(f"{st:<16}{fmt(a, 'seconds', 12)}{fmt(b, 'seconds', 10)}{fmt(a, 'cpu_s', 16)}{fmt(b, 'cpu_s', 12)}{fmt(a, 'peak_tree_gb', 13)}{fmt(b, 'peak_tree_gb', 10)}")
     m, b = res["medbench"], res["bare"]
-    print(f"{'total':<16}{m['wall_s']:>12.2f}{b['wall_s']:>10.2f}{m['peak_tree_gb']:>13.2f}{b['peak_tree_gb']:>10.2f}")
+    print(f"{'total':<16}{m['wall_s']:>12.2f}{b['wall_s']:>10.2f}{m['cpu_s']:>16.2f}{b['cpu_s']:>12.2f}{m['peak_tree_gb']:>13.2f}{b['peak_tree_gb']:>10.2f}")
     print(f"time medbench / bare {m['wall_s'] / b['wall_s']:.2f}x (CPU {m['cpu_s'] / b['cpu_s']:.2f}x); peak memory {m['peak_tree_gb'] / b['peak_tree_gb']:.2f}x; "
           f"nDCG@10 medbench {m.get('ndcg_at_10')} bare {b.get('ndcg_at_10')}")  # fmt: skip
 

@@ -55,6 +55,16 @@ def peak_and_reset(pid: int) -> int:
     return int(m.group(1)) * 1024 if m else 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of the process and its waited-for children (0 if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def rss(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
@@ -66,21 +76,23 @@ def rss(pid: int) -> int:
 
 @dataclass
 class Sampler:
-    """Polls the tree under ``pid`` every ``interval`` s: (time, sum of peaks, largest peak, processes)."""
+    """Polls the tree under ``pid`` every ``interval`` s: (time, sum of peaks, largest peak, processes, CPU seconds of the tree)."""
 
     pid: int
     interval: float = 0.1
-    samples: list[tuple[float, int, int, int]] = field(default_factory=list)
+    samples: list[tuple[float, int, int, int, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _sample(self) -> None:
-        peaks = [peak_and_reset(p) for p in tree(self.pid)]
+        pids = tree(self.pid)
+        peaks = [peak_and_reset(p) for p in pids]
+        cpu = sum(cpu_seconds(p) for p in pids)
         peaks = [p for p in peaks if p]
         if peaks:
-            self.samples.append((time.time(), sum(peaks), max(peaks), len(peaks)))
+            self.samples.append((time.time(), sum(peaks), max(peaks), len(peaks), cpu))
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -101,6 +113,14 @@ class Sampler:
         if not inside:
             return 0, 0
         return max(s[1] for s in inside), max(s[2] for s in inside)
+
+    def cpu(self, start: float, end: float) -> float:
+        """CPU seconds the tree used between ``start`` and ``end`` (the samples nearest them)."""
+        before = [s[4] for s in self.samples if s[0] <= start]
+        after = [s[4] for s in self.samples if s[0] >= end]
+        first = before[-1] if before else (self.samples[0][4] if self.samples else 0.0)
+        last = after[0] if after else (self.samples[-1][4] if self.samples else 0.0)
+        return max(0.0, last - first)
 
 
 class Marks:
