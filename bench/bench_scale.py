@@ -329,6 +329,80 @@ def pipeline(args: argparse.Namespace) -> None:
                 shutil.rmtree(args.work / f"{side}-{label}", ignore_errors=True)
 
 
+def report(args: argparse.Namespace) -> None:
+    """Markdown tables of the saved results (per run and per stage), the log-log slopes, and the plot."""
+    import math
+
+    files = sorted((args.work / "results").glob("pipeline-*.json"))
+    res = [json.loads(f.read_text()) | {"file": f.stem} for f in files if not any(x in f.stem for x in args.exclude.split(",") if x)]
+    res = [r for r in res if {"medbench"} <= set(r)]
+    res.sort(key=lambda r: (r["file"].endswith("-before") is False, r["docs"]))
+    print("| run | documents x queries | medbench wall s (CPU s) | bare wall s (CPU s) | time ratio wall (CPU) | medbench peak GB (one process) | bare peak GB | memory ratio |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in res:
+        m, b = r["medbench"], r.get("bare")
+        tr = f"{m['wall_s'] / b['wall_s']:.2f}x ({m['cpu_s'] / b['cpu_s']:.2f}x)" if b else "-"
+        mr = f"{m['peak_tree_gb'] / b['peak_tree_gb']:.2f}x" if b else "-"
+        bw = f"{b['wall_s']:.0f} ({b['cpu_s']:.0f})" if b else "-"
+        bp = f"{b['peak_tree_gb']:.2f}" if b else "-"
+        print(f"| {r['file'].removeprefix('pipeline-')} | {r['docs']:,} x {r['queries']:,} | {m['wall_s']:.0f} ({m['cpu_s']:.0f}) | {bw} | {tr} | {m['peak_tree_gb']:.2f} ({m['peak_proc_gb']:.2f}) | {bp} | {mr} |")
+    for r in res:
+        mb = stage_table(r["medbench"], STAGE_OF_STEP, "other steps")
+        bare_ = stage_table(r["bare"], BARE_STAGE, "other") if r.get("bare") else {}
+        print(f"\n{r['file'].removeprefix('pipeline-')}: stage | medbench s (CPU s) | peak GB | bare s (CPU s) | peak GB")
+        print("|---|---:|---:|---:|---:|")
+        for st in ORDER:
+            a, b = mb.get(st), bare_.get(st)
+            if a or b:
+                fa = f"{a['seconds']:.1f} ({a['cpu_s']:.1f}) | {a['peak_tree_gb']:.2f}" if a else "- | -"
+                fb = f"{b['seconds']:.1f} ({b['cpu_s']:.1f}) | {b['peak_tree_gb']:.2f}" if b else "- | -"
+                print(f"| {st} | {fa} | {fb} |")
+    after = {r["docs"]: r for r in res if r["file"].endswith(args.slope_tag)}
+    if len(after) >= 2:
+        lo, hi = min(after), max(after)
+        a, b = stage_table(after[lo]["medbench"], STAGE_OF_STEP, "other steps"), stage_table(after[hi]["medbench"], STAGE_OF_STEP, "other steps")
+        print(f"\nlog-log slopes of medbench's stages from {lo:,} to {hi:,} documents (CPU seconds; peak GB):")
+        for st in ORDER:
+            if st in a and st in b and a[st]["cpu_s"] > 0 and b[st]["cpu_s"] > 0:
+                ts = math.log(b[st]["cpu_s"] / a[st]["cpu_s"]) / math.log(hi / lo)
+                ms = math.log(max(b[st]["peak_tree_gb"], 1e-3) / max(a[st]["peak_tree_gb"], 1e-3)) / math.log(hi / lo)
+                print(f"  {st:<14} time {ts:5.2f}  memory {ms:5.2f}")
+    if args.plot:
+        _plot(res, args.plot)
+
+
+def _plot(res: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for tag, style in (("-before", "--"), ("-after", "-")):
+        rows = sorted((r for r in res if r["file"].endswith(tag)), key=lambda r: r["docs"])
+        if not rows:
+            continue
+        x = [r["docs"] for r in rows]
+        ax1.plot(x, [r["medbench"]["cpu_s"] for r in rows], style, marker="o", color="tab:blue", label=f"medbench {tag[1:]}")
+        ax2.plot(x, [r["medbench"]["peak_tree_gb"] for r in rows], style, marker="o", color="tab:blue", label=f"medbench {tag[1:]}")
+        with_bare = [r for r in rows if r.get("bare")]
+        if with_bare:
+            xb = [r["docs"] for r in with_bare]
+            ax1.plot(xb, [r["bare"]["cpu_s"] for r in with_bare], style, marker="s", color="tab:orange", label=f"bare {tag[1:]}")
+            ax2.plot(xb, [r["bare"]["peak_tree_gb"] for r in with_bare], style, marker="s", color="tab:orange", label=f"bare {tag[1:]}")
+    for ax, label in ((ax1, "CPU seconds, whole run"), (ax2, "peak RSS of the process tree, GB")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("documents (16,000 queries)")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("medbench run --serial (bm25) vs bare polars + bm25s + pytrec_eval + scipy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    print(f"plot: {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -341,6 +415,11 @@ def main() -> None:
     p.add_argument("--keep", action="store_true", help="keep each side's folders (the medbench world, the bare outputs)")
     p.add_argument("--force-memory", action="store_true")
     p.add_argument("--code", type=Path, default=ROOT, help="the medbench checkout to run (e.g. a `git archive` of an earlier commit); default this one")
+    r = sub.add_parser("report", help="tables, slopes and the log-log plot of the saved results")
+    r.add_argument("--work", type=Path, default=WORK)
+    r.add_argument("--exclude", default="smoke", help="comma-separated parts of result names to leave out")
+    r.add_argument("--slope-tag", default="-after")
+    r.add_argument("--plot", type=Path, help="write the log-log plot here (e.g. bench/pipeline_scale.png)")
     b = sub.add_parser("bare", help="(internal) the bare side, in its own process")
     b.add_argument("--data", type=Path, required=True)
     b.add_argument("--out", type=Path, required=True)
@@ -348,6 +427,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.cmd == "pipeline":
         pipeline(args)
+    elif args.cmd == "report":
+        report(args)
     elif args.cmd == "bare":
         bare(args.data, args.out, args.marks)
 

@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# MEDBENCH_CODE: profile another checkout's medbench_core (e.g. a `git archive` of an earlier commit).
+sys.path.insert(0, os.environ.get("MEDBENCH_CODE") or str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from scale_probe import gb, peak_and_reset, rss  # noqa: E402
@@ -49,13 +50,13 @@ class Phases:
         _LIBC.malloc_trim(0)  # free heap back to the OS, so that a phase's peak is its own
         start = rss(self.pid)
         peak_and_reset(self.pid)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = fn(*args, **kwargs)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         peak = peak_and_reset(self.pid)
-        row = {"phase": phase, "seconds": round(seconds, 2), "rss_start_gb": gb(start), "peak_gb": gb(peak), "extra_gb": gb(peak - start), "rss_after_gb": gb(rss(self.pid))}
+        row = {"phase": phase, "seconds": round(seconds, 2), "cpu_s": round(cpu, 2), "rss_start_gb": gb(start), "peak_gb": gb(peak), "extra_gb": gb(peak - start), "rss_after_gb": gb(rss(self.pid))}
         self.rows.append(row)
-        print(f"{phase:<36}{row['seconds']:>8.2f}s  start {row['rss_start_gb']:6.2f}  peak {row['peak_gb']:6.2f}  (+{row['extra_gb']:.2f})  after {row['rss_after_gb']:6.2f} GB", flush=True)
+        print(f"{phase:<36}{row['seconds']:>8.2f}s (CPU {row['cpu_s']:.2f}s)  start {row['rss_start_gb']:6.2f}  peak {row['peak_gb']:6.2f}  (+{row['extra_gb']:.2f})  after {row['rss_after_gb']:6.2f} GB", flush=True)
         return out
 
 

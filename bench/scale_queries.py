@@ -6,7 +6,8 @@ Two seeded synthetic top-100 runs ("bm25" and "other", 16.4M rows each) over a t
 have one relevant document each (as bench/scale_corpus.py's): the relevant document is retrieved
 by "bm25" for 80% of the queries at a geometric rank (p = 0.35), "other" moves it by up to 3
 ranks, misses 5% more and finds 5% that "bm25" missed; scores are rounded to 4 decimals, so
-ties are common. Phases, each timed with its peak memory (VmHWM reset per phase, as in
+ties are common; the documents come from 1.2M ids, distinct within a query, 80 of them shared by the
+two runs. Phases, each timed with its peak memory (VmHWM reset per phase, as in
 bench/scale_profile.py), medbench first, then the bare libraries doing the same work:
 
 - run files: ``run.parquet`` and ``run.trec`` (``ranking.write_trec``, what ``retrieve`` writes);
@@ -20,7 +21,11 @@ bench/scale_profile.py), medbench first, then the bare libraries doing the same 
 - per-query logging: ``MLflowResource.log_run`` of one partition (params, metrics, run.trec,
   per_query.parquet, metrics.json) into a fresh SQLite store; bare: ``MlflowClient`` calls;
 - plots and reports: ``reports.write_leaderboard`` of the two cells (tables, stats.csv,
-  heatmap, per-query difference plot); bare: matplotlib's ``hist`` of the differences.
+  heatmap, per-query difference plot); bare: matplotlib's ``hist`` of the differences;
+- fusion of the two runs (16.4M rows each, documents drawn from 1.2M ids): ``fuse_rerank.fuse``
+  RRF k=60 and wsum min-max 0.5/0.5 on the run frames, against ``ranx.fuse`` on prebuilt
+  ``ranx.Run`` objects (its numba compile excluded: a warm-up call on a small run first) and
+  with the Runs built from the frames (``Run.from_df``), the fused scores compared.
 """
 
 from __future__ import annotations
@@ -49,15 +54,17 @@ def synthetic(n: int, seed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame, dict[s
     """queries, qrels and two runs (query_id, doc_id, score, rank), grouped by query, ranks 1..100."""
     rng = np.random.default_rng(seed)
     qids = np.array([f"q{i}" for i in range(n)], dtype=object)
-    rel = rng.integers(0, 1_200_000, n)
+    prime = 1_200_007  # (a*j + b) mod prime: distinct documents for distinct j within a query
+    a, b = rng.integers(1, prime, (n, 1)), rng.integers(0, prime, (n, 1))
+    pool = (a * np.arange(200)[None, :] + b) % prime
+    rel = pool[:, 199]
     queries = pl.DataFrame({"query_id": qids, "text": [f"query {i}" for i in range(n)]})
     qrels = pl.DataFrame({"query_id": qids, "doc_id": [f"d{d}" for d in rel], "relevance": np.ones(n, dtype=np.int32)})
     found = rng.random(n) < 0.8
     at = np.minimum(rng.geometric(0.35, n), K) - 1
     runs = {}
-    for name in ("bm25", "other"):
-        docs = rng.integers(0, 1_200_000, (n, K))
-        docs[docs == rel[:, None]] += 1  # the relevant document only where placed below
+    for name, first in (("bm25", 0), ("other", 20)):  # the two runs share 80 documents per query
+        docs = pool[:, first : first + K].copy()
         if name == "other":
             at = np.clip(at + rng.integers(-3, 4, n), 0, K - 1)
             flip = rng.random(n) < 0.05
@@ -81,7 +88,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=164_000)
     ap.add_argument("--out", type=Path, default=Path("/tmp/medbench-scale/queries"))
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--skip", default="", help="comma-separated: bare, scipy-perm, mlflow, plots")
+    ap.add_argument("--skip", default="", help="comma-separated: bare, scipy-perm, mlflow, plots, fusion; only-fusion runs the fusion phases alone")
     args = ap.parse_args()
     skip = set(args.skip.split(","))
     shutil.rmtree(args.out, ignore_errors=True)
@@ -94,6 +101,10 @@ def main() -> None:
     from medbench_core.taskdata.task import TaskMeta, make_task
 
     queries, qrels, runs = ph("synthetic task and two runs", synthetic, args.queries)
+    if "only-fusion" in skip:
+        fusion(runs, ph)
+        _save(args, ph)
+        return
     task = make_task(TaskMeta(name="scale", source="synthetic"), queries.with_columns(pl.lit("biomedicine").alias("discipline")), pl.DataFrame(schema={"doc_id": pl.Utf8}), qrels)
     for name, run in runs.items():
         (args.out / name).mkdir()
@@ -123,6 +134,8 @@ def main() -> None:
         cells = [Cell(m, "scale", metrics=results[m], per_query=pq[m]) for m in runs]
         ph("medbench: write_leaderboard (tables, stats, plots)", write_leaderboard, cells, list(runs), ["scale"], Significance("bm25"), args.out / "reports")
     if "bare" in skip:
+        if "fusion" not in skip:
+            fusion(runs, ph)
         _save(args, ph)
         return
     # --- bare -------------------------------------------------------------------------------------
@@ -211,7 +224,45 @@ def main() -> None:
             plt.close(fig)
 
         ph("bare: matplotlib histogram of the differences", bare_plot)
+    if "fusion" not in skip:
+        fusion(runs, ph)
     _save(args, ph)
+
+
+def fusion(runs: dict[str, pl.DataFrame], ph) -> None:
+    """medbench's fuse against ranx's on the same two runs (module docstring)."""
+    from ranx import Run
+    from ranx import fuse as ranx_fuse
+
+    from medbench_core.retrieval.fuse_rerank import fuse
+
+    names = list(runs)
+
+    def as_run(df: pl.DataFrame) -> Run:
+        frame = df.select("query_id", "doc_id", "score").to_pandas().astype({"query_id": object, "doc_id": object})  # ranx wants object columns
+        return Run.from_df(frame, q_id_col="query_id", doc_id_col="doc_id", score_col="score")
+
+    small = {n: as_run(r.head(2000)) for n, r in runs.items()}
+    ranx_fuse(list(small.values()), method="rrf", params={"k": 60})
+    ranx_fuse(list(small.values()), method="wsum", norm="min-max", params={"weights": [0.5, 0.5]})
+
+    def build():
+        return [as_run(runs[n]) for n in names]
+
+    built = ph("ranx: Run.from_df of both runs", build)
+    for label, ours, theirs in (
+        ("rrf k=60", lambda: fuse(runs, "rrf", k=60, top_k=K), {"method": "rrf", "params": {"k": 60}}),
+        ("wsum min-max", lambda: fuse(runs, "wsum", weights=[0.5, 0.5], norm="min-max", top_k=K), {"method": "wsum", "norm": "min-max", "params": {"weights": [0.5, 0.5]}}),
+    ):
+        mine = ph(f"medbench: fuse {label}", ours)
+        ref = ph(f"ranx: fuse {label} (prebuilt Runs)", lambda a=theirs: ranx_fuse(built, **a))
+        # Same fused score for every (query, document) both kept in their top 100.
+        got = mine.select("query_id", "doc_id", "score")
+        want = pl.DataFrame(
+            [(q, d, s) for q, docs in ref.run.items() for d, s in docs.items()], schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64}, orient="row"
+        )
+        joined = got.join(want, on=["query_id", "doc_id"], suffix="_ranx")
+        print(f"{label}: {joined.height} of {got.height} fused rows also in ranx's top 100; largest score difference {float((joined['score'] - joined['score_ranx']).abs().max()):.2e}")
 
 
 def _save(args, ph) -> None:
