@@ -20,6 +20,16 @@ every judged query, a query absent from a run already scored 0):
 
 Every random quantity uses a fresh ``numpy.random.default_rng(seed)`` per call, so a value does
 not depend on which other models are in the table or in what order.
+
+At scale (issue 25): scipy builds every resample at once (``batch=None``), an index matrix of
+``n_resamples x n`` (13 GB at 164K queries, twice that for the gathered values), and its paired
+randomisation test loops in Python over the queries. :func:`bootstrap_cis` and
+:func:`paired_permutation` compute the very same numbers in blocks of resamples: the same
+generator stream (numpy's bounded integers, or one ``next_uint32`` per sign flip, drawn in the
+order scipy draws them), the same float operations in the same order (a resample's mean sums its
+row pairwise, as ``np.mean`` over a contiguous row does; a sign-flipped mean sums the queries in
+sequence, as ``np.mean`` over scipy's strided axis does), then scipy's own ``quantile`` and
+p-value rule; one draw of bootstrap indices serves every column of the same queries. ``tests/core/test_stats_scale.py`` checks equality with scipy bit for bit.
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ STATS_SCHEMA: dict[str, pl.DataType] = {
 TESTS = ("permutation", "ttest")
 DEFAULT_SEED = 0
 DEFAULT_RESAMPLES = 10_000
+_BLOCK_VALUES = 1 << 22  # random draws per block of resamples: 16 MB of uint32, whatever the number of queries
 
 
 def _mean_diff(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -74,45 +85,113 @@ def paired_ttest(x: Sequence[float], y: Sequence[float]) -> float:
 def paired_permutation(x: Sequence[float], y: Sequence[float], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> float:
     """Two-sided p of the paired randomisation test (sign flips) of mean(x) - mean(y).
 
-    ``scipy.stats.permutation_test(permutation_type="samples")`` with ``rng=default_rng(seed)``;
-    exact when ``2**len(x) <= n_resamples``.
+    The p of ``scipy.stats.permutation_test(permutation_type="samples", vectorized=True,
+    rng=default_rng(seed))``, exact when ``2**len(x) <= n_resamples``: scipy itself below that,
+    else the same sign flips in blocks (module docstring), in memory of one block.
     """
-    from scipy.stats import permutation_test
-
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if np.all(x == y):
         return 1.0
-    res = permutation_test(
-        (x, y),
-        _mean_diff,
-        permutation_type="samples",
-        vectorized=True,
-        n_resamples=n_resamples,
-        alternative="two-sided",
-        rng=np.random.default_rng(seed),
-    )
-    return float(res.pvalue)
+    if len(x) < 64 and 2 ** len(x) <= n_resamples:
+        from scipy.stats import permutation_test
+
+        res = permutation_test(
+            (x, y),
+            _mean_diff,
+            permutation_type="samples",
+            vectorized=True,
+            n_resamples=n_resamples,
+            alternative="two-sided",
+            rng=np.random.default_rng(seed),
+        )
+        return float(res.pvalue)
+    null = _sign_flip_null(x, y, n_resamples, seed)
+    observed = _mean_diff(x, y)
+    # scipy's rule: a tolerance for equal-in-theory values, +1 on each count, the smaller side doubled.
+    gamma = abs(np.finfo(np.float64).eps * 100 * observed)
+    less = float(np.count_nonzero(null <= observed + gamma) + 1) / (n_resamples + 1)
+    greater = float(np.count_nonzero(null >= observed - gamma) + 1) / (n_resamples + 1)
+    return float(np.clip(min(less, greater) * 2, 0.0, 1.0))
+
+
+def _block_rows(n: int, n_resamples: int) -> int:
+    """Resamples per block: about ``_BLOCK_VALUES`` drawn values each."""
+    return max(1, min(n_resamples, _BLOCK_VALUES // max(n, 1)))
+
+
+def _sign_flip_null(x: np.ndarray, y: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
+    """scipy's null distribution of mean(x') - mean(y') under random swaps of each pair, block by block.
+
+    scipy permutes each pair with ``Generator.permuted`` on a (resamples, queries, 2) index array:
+    one ``next_uint32`` per pair in C order (a full-range uint32 draw is that very call), the pair
+    swapped when its low bit is 0. Its means run over an axis whose stride is the largest, which
+    numpy adds in sequence (query 0, 1, 2, ...); ``np.add.reduce`` over axis 0 of a (queries,
+    resamples) array adds in that same sequence, as long as the block has two resamples or more.
+    """
+    n = len(x)
+    rng = np.random.default_rng(seed)
+    null = np.empty(n_resamples, dtype=np.float64)
+    rows = _block_rows(n, n_resamples)
+    xc, yc = x[:, None], y[:, None]
+    for start in range(0, n_resamples, rows):
+        b = min(rows, n_resamples - start)
+        bits = rng.integers(0, 2**32, size=(b, n), dtype=np.uint32)
+        swap = np.ascontiguousarray(((bits & 1) == 0).T)
+        if b == 1:  # one resample alone would be summed pairwise: pad it with a copy (discarded)
+            swap = np.concatenate([swap, swap], axis=1)
+        sx = np.add.reduce(np.where(swap, yc, xc), axis=0)
+        sy = np.add.reduce(np.where(swap, xc, yc), axis=0)
+        null[start : start + b] = (sx / n - sy / n)[:b]
+    return null
 
 
 def bootstrap_ci(x: Sequence[float], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED, confidence: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean of ``x`` (``scipy.stats.bootstrap``, ``rng=default_rng(seed)``)."""
-    from scipy.stats import bootstrap
+    """Percentile bootstrap CI of the mean of ``x``: ``scipy.stats.bootstrap`` with ``rng=default_rng(seed)``, bit for bit (see :func:`bootstrap_cis`)."""
+    return bootstrap_cis([x], n_resamples=n_resamples, seed=seed, confidence=confidence)[0]
 
-    x = np.asarray(x, dtype=np.float64)
+
+def bootstrap_cis(
+    columns: Sequence[Sequence[float]], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED, confidence: float = 0.95
+) -> list[tuple[float, float]]:
+    """Percentile bootstrap CI of the mean of each column (same length), each equal bit for bit to
+    ``scipy.stats.bootstrap((column,), np.mean, vectorized=True, method="percentile",
+    confidence_level=confidence, n_resamples=n_resamples, rng=default_rng(seed))``.
+
+    Every column gets the same resampled indices (a fresh ``default_rng(seed)`` each in scipy), so
+    they are drawn once, a block of resamples at a time, and gathered for all columns.
+    """
+    from scipy.stats import quantile
+
     if n_resamples < 1000:
         raise ValueError(f"n_resamples={n_resamples}: use at least 1000 bootstrap resamples")
-    if np.all(x == x[0]):
-        return float(x[0]), float(x[0])  # every resample has the same mean
-    res = bootstrap(
-        (x,),
-        np.mean,
-        n_resamples=n_resamples,
-        vectorized=True,
-        confidence_level=confidence,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    cols = np.atleast_2d(np.asarray(columns, dtype=np.float64))
+    out: list[tuple[float, float] | None] = [None] * cols.shape[0]
+    varied = []
+    for i, x in enumerate(cols):
+        if np.all(x == x[0]):
+            out[i] = (float(x[0]), float(x[0]))  # every resample has the same mean
+        else:
+            varied.append(i)
+    if varied:
+        data = np.ascontiguousarray(cols[varied])
+        n = data.shape[1]
+        theta = np.empty((len(varied), n_resamples), dtype=np.float64)
+        rng = np.random.default_rng(seed)
+        rows = _block_rows(n, n_resamples)
+        for start in range(0, n_resamples, rows):
+            b = min(rows, n_resamples - start)
+            # scipy draws int64 indices; uint32 holds the same values from the same stream.
+            idx = rng.integers(0, n, size=(b, n), dtype=np.uint32 if n <= 2**32 else np.int64).astype(np.intp)
+            for row in range(len(varied)):
+                # One 2-D (resamples, n) gather per column, as scipy's: a row of a 3-D gather is
+                # summed in another order by numpy (other last bits).
+                theta[row, start : start + b] = np.mean(np.take(data[row], idx), axis=-1)
+        alpha = np.asarray((1 - confidence) / 2, dtype=np.float64)
+        interval = np.stack((alpha, 1 - alpha), axis=-1)
+        for row, i in enumerate(varied):
+            ci = quantile(theta[row], interval, axis=-1)
+            out[i] = (float(ci[..., 0]), float(ci[..., 1]))
+    return out  # type: ignore[return-value]
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -198,8 +277,10 @@ def compare(
     qids, values = align(per_query, metric, task=task)
     base = values[baseline]
     rows = []
+    # The same queries, resamples and seed for every model: their CIs share one draw of indices.
+    cis = dict(zip(values, bootstrap_cis(list(values.values()), n_resamples=n_boot, seed=seed)))
     for model, v in values.items():
-        lo, hi = bootstrap_ci(v, n_resamples=n_boot, seed=seed)
+        lo, hi = cis[model]
         row = {
             "task": task, "model": model, "baseline": baseline, "metric": metric, "n_queries": len(qids),
             "mean": float(np.mean(v)), "ci_low": lo, "ci_high": hi, "diff": float(np.mean(v) - np.mean(base)),
