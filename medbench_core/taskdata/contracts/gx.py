@@ -20,7 +20,7 @@ CHUNK_ROWS = 50_000  # rows turned into Python values at a time by the derived c
 class Spec:
     """An expectation to build: GX class name, its kwargs, and what it means to us."""
 
-    kind: str
+    expectation: str  # the GX class name
     kwargs: dict[str, Any]
     aspect: str
     rule: str
@@ -70,7 +70,7 @@ def run_tables(name: str, tables: list[Table], out_dir: Path | None) -> tuple[li
     for pos, table in enumerate(tables):
         # Expectations go in with the suite: add_expectation re-serialises the store each time.
         expectations = [
-            getattr(gxe, spec.kind)(**spec.kwargs, meta={"aspect": spec.aspect, "rule": spec.rule, "table": table.name, "index": i})
+            getattr(gxe, spec.expectation)(**spec.kwargs, meta={"aspect": spec.aspect, "rule": spec.rule, "table": table.name, "index": i})
             for i, spec in enumerate(table.specs)
         ]
         suite = ctx.suites.add(gx.ExpectationSuite(name=f"{name}.{table.name}", expectations=expectations))
@@ -135,7 +135,7 @@ def _outcome(table: Table, spec: Spec, r: Any) -> Outcome:
             values.append(None)
     observed = res.get("observed_value")
     details = res.get("details")
-    if spec.kind == "ExpectColumnToExist" and not r.success:
+    if spec.expectation == "ExpectColumnToExist" and not r.success:
         observed = f"column {spec.kwargs['column']!r} missing; found {sorted(c for c in table.frame.columns if c != 'record_id')}"
     elif details and observed is None:
         observed = json.dumps(details, default=str)
@@ -177,7 +177,7 @@ def judged_frame(table: Table) -> pl.DataFrame:
     """
     valued = {"record_id"}
     for spec in table.specs:
-        if spec.kind not in ("ExpectColumnToExist", "ExpectColumnTypeToBe"):
+        if spec.expectation not in ("ExpectColumnToExist", "ExpectColumnTypeToBe"):
             valued.update([spec.kwargs["column"]] if "column" in spec.kwargs else spec.kwargs.get("column_list", []))
     blank = []
     for name, dtype in table.frame.schema.items():
