@@ -100,7 +100,7 @@ def bare_bm25s_scores(task, query_texts: list[str]) -> dict[str, dict[str, float
 
     stemmer = Stemmer.Stemmer("english")
     retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-    retriever.index(bm25s.tokenize(task.doc_text(), stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    retriever.index(bm25s.tokenize(list(task.doc_text()), stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
     tokens = bm25s.tokenize(query_texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
     doc_ids = task.corpus["doc_id"].to_list()
     idx, scores = retriever.retrieve(tokens, k=len(doc_ids), show_progress=False, n_threads=1)
@@ -153,7 +153,7 @@ def test_dense_mean_equals_sentence_transformers_and_numpy_by_hand(r2med):
     qids = task.queries["query_id"].to_list()
     m = (enc(task.queries["text"].to_list()) + enc([texts[q] for q in qids])) / 2  # equal weights, then cosine
     m /= np.linalg.norm(m, axis=1, keepdims=True)
-    docs = enc(task.doc_text())
+    docs = enc(list(task.doc_text()))
     scores = m @ docs.T
     run_dir = only_folder(world.root / "data" / "artifacts" / "minilm+hyde-gpt4" / "scifact" / "run")
     assert np.abs(np.load(run_dir / "query_embeddings.npy") - m).max() < 1e-6
