@@ -208,19 +208,16 @@ class KillBed:
         self.dagster("job", "backfill", "-j", "evaluate_partition", "--partitions", ",".join(pkey(m, t) for m, t in keys), "--noprompt")
 
     def stop(self) -> None:
+        """Stop every process group started here (the daemon first, then the code server with its run workers)."""
+        from tests import processes
+
         for proc in reversed(self.processes):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(self.processes):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            processes.stop(proc, grace=30)
 
 
 def start_bed(world: World, log_dir: Path) -> KillBed:
     """Serve ``world``: shorten the instance's polling intervals, start a code server and a daemon."""
+    from tests import processes
     from tests.orchestration.operating_env import free_port
 
     config = yaml.safe_load((ROOT / "dagster.yaml").read_text())
@@ -243,7 +240,7 @@ def start_bed(world: World, log_dir: Path) -> KillBed:
     try:
         for name, cmd in (("code_server", code_server), ("daemon", daemon)):
             log = open(log_dir / f"{name}.log", "wb")
-            proc = subprocess.Popen(cmd, env=bed.env, cwd=world.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = processes.start(cmd, env=bed.env, cwd=world.root, stdout=log, stderr=subprocess.STDOUT)
             bed.processes.append(proc)
             log.close()
             if name == "code_server":
