@@ -98,14 +98,15 @@ def pkey(model: str, task: str) -> str:
     return f"{model}|{task}"
 
 
-def wait_for(what: str, predicate, timeout: float = 120, every: float = 0.3):
+def wait_for(what: str, predicate, timeout: float = 120, every: float = 0.3, state=None):
+    """``predicate()``'s first true value within ``timeout`` s; on timeout, ``state()`` says where things stood."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f"; {state()}" if state else ""))
 
 
 def children(pid: int) -> list[int]:

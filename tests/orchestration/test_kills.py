@@ -202,7 +202,12 @@ def test_one_failed_partition_of_a_backfill_reruns_alone_and_the_others_keep_the
                 runs = [r for r in instance.get_runs() if r.run_id not in known]
                 return len(runs) == len(keys) and all(r.is_finished for r in runs) and runs
 
-            runs = {r.tags["dagster/partition"]: r for r in wait_for("the backfill's runs to finish", backfill_runs, RUN_TIMEOUT)}
+            def where() -> str:  # a slow machine or a stuck run: which runs and steps got how far
+                runs = [r for r in instance.get_runs() if r.run_id not in known]
+                return "; ".join(f"{r.tags.get('dagster/partition')}: {r.status.value}, steps {steps_started(instance, r.run_id)}" for r in runs) or "no run yet"
+
+            found = wait_for(f"the backfill's runs to finish (logs in {bed.world.root.parent})", backfill_runs, RUN_TIMEOUT, state=where)
+            runs = {r.tags["dagster/partition"]: r for r in found}
         finally:
             shutil.move(tmp_path / "corpus.parquet", corpus)
         assert all("dagster/backfill" in r.tags for r in runs.values())
