@@ -70,5 +70,5 @@ def test_a_run_that_leaves_processes_behind_fails_naming_them(tmp_path):
     assert len(lines) == 3, report
     assert any("(sleep 3001), started by" in line and "test_leaves_two_processes: still running after the test; stopped at its teardown" in line for line in lines), report
     assert any("(sleep 3002), started by" in line and "test_leaves_two_processes: still running after the test; stopped at its teardown" in line for line in lines), report
-    assert any("test_leaky.py" in line and "still running at the end of the session" in line for line in lines), report  # the fork
+    assert any("-p tests.conftest" in line and "still running at the end of the session" in line for line in lines), report  # the fork
     assert subprocess.run(["pgrep", "-f", "^sleep 300[12]$"], capture_output=True).stdout == b""
