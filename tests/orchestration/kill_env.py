@@ -98,15 +98,29 @@ def pkey(model: str, task: str) -> str:
     return f"{model}|{task}"
 
 
-def wait_for(what: str, predicate, timeout: float = 120, every: float = 0.3, state=None):
-    """``predicate()``'s first true value within ``timeout`` s; on timeout, ``state()`` says where things stood."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def wait_for(what: str, predicate, timeout: float = 120, every: float = 0.3, state=None, progress=None):
+    """``predicate()``'s first true value. Gives up after ``timeout`` s without it or, given ``progress``,
+    after ``timeout`` s in which ``progress()`` did not change (and after 4 x ``timeout`` in all): a
+    busy machine is slow but its runs keep writing events, a hung run writes none. On giving up,
+    ``state()`` says where things stood."""
+    start = last_change = time.monotonic()
+    seen = progress() if progress else None
+    while True:
         value = predicate()
         if value:
             return value
+        now = time.monotonic()
+        if progress and (current := progress()) != seen:
+            seen, last_change = current, now
+        if now - last_change > timeout or now - start > 4 * timeout:
+            why = f"nothing happened for {timeout}s" if now - last_change > timeout else f"still not done after {4 * timeout}s"
+            raise AssertionError(f"{why} waiting for {what}" + (f"; {state()}" if state else ""))
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f"; {state()}" if state else ""))
+
+
+def last_event(instance: dg.DagsterInstance) -> int | None:
+    """The newest event's id on ``instance``: any step, retry or run-monitoring event moves it."""
+    return instance.event_log_storage.get_maximum_record_id()
 
 
 def children(pid: int) -> list[int]:
