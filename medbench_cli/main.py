@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from medbench_cli import export, leaderboard, models, run, ui, versions
+from medbench_cli.common import restore_stop_signals
 
 
 def parser() -> argparse.ArgumentParser:
@@ -21,6 +22,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    restore_stop_signals()
     return args.handler(args)
 
 
