@@ -13,9 +13,9 @@ Nothing is computed: run ``medbench run`` first.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from medbench_cli.common import describe
@@ -35,13 +35,17 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=main)
 
 
+class NotAnExport(Exception):
+    """DIR names a folder this command would clobber: a usage error."""
+
+
 def export(data_root: Path, dest: Path) -> int:
     """Write the export of the project at ``data_root`` to ``dest``; returns the number of cells."""
     from medbench_core.errors import DataError
     from medbench_core.layout import Layout
     from medbench_core.provenance import stage_version
     from medbench_core.evaluation.exports import export as export_results
-    from medbench_core.evaluation.reports import load_cell
+    from medbench_core.evaluation.reports import STALE_KEY, load_cell
     from medbench_core.storage import MANIFEST, read_manifest, replace_dir_atomic, verify_manifest, write_manifest
 
     layout = Layout(data_root)
@@ -50,7 +54,7 @@ def export(data_root: Path, dest: Path) -> int:
         raise DataError(f"no leaderboard at {board}; run `medbench run` first")
     if dest.exists() and any(dest.iterdir()):
         if not (dest / MANIFEST).is_file() or read_manifest(dest).get("kind") != MARK:
-            raise DataError(f"{dest} exists and is not an earlier medbench export; name a new folder")
+            raise NotAnExport(f"{dest} exists and is not an earlier medbench export; name a new folder")
     saved = json.loads(board.read_text())
     cells, sources = [], []
     tasks: dict = {}
@@ -64,8 +68,9 @@ def export(data_root: Path, dest: Path) -> int:
         verify_manifest(run)
         if task not in tasks:
             tasks[task] = layout.load_task(task)
-        cells.append(load_cell(model, tasks[task], metrics_dir=source, run_dir=run, model_revision=prov.get("model_revision", ""),
-                               split=prov.get("split") or "test", provenance=prov))  # fmt: skip
+        cell = load_cell(model, tasks[task], metrics_dir=source, run_dir=run, model_revision=prov.get("model_revision", ""),
+                         split=prov.get("split") or "test", provenance={k: v for k, v in prov.items() if k != STALE_KEY})  # fmt: skip
+        cells.append(dataclasses.replace(cell, stale=prov.get(STALE_KEY, "")))
         sources.append((model, task, source))
     reports = [f for f in REPORT_FILES if (layout.reports_dir() / f).is_file()]
     plots = sorted(p.name for p in (layout.reports_dir() / "diff").glob("*.png")) if saved.get("plots") else []
@@ -93,13 +98,18 @@ def export(data_root: Path, dest: Path) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    from medbench_cli.failures import USAGE, Refusal
     from medbench_core.errors import MedbenchError
 
+    existed = args.to.exists()
     try:
         n = export(settings.DATA, args.to.resolve())
-    except MedbenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except (MedbenchError, NotAnExport) as exc:
+        kept = f"{args.to} {'left as it was' if existed else 'not created'} (an export is built aside and swapped in whole)"
+        raise Refusal(str(exc), kept=kept, code=USAGE if isinstance(exc, NotAnExport) else 1) from exc
+    stale = json.loads((args.to / "leaderboard.json").read_text()).get("stale") or {}
+    if stale:
+        print(f"{len(stale)} cell(s) marked stale in the leaderboard and their MTEB results (medbench.stale): {', '.join(sorted(stale))}")
     print(
         f"exported the leaderboard and {n} cells to {args.to}: metrics (results/), MTEB results JSON (mteb/), TREC runs (trec/); "
         "MANIFEST.json lists every file's sha256"

@@ -21,16 +21,27 @@ def main(args: argparse.Namespace) -> int:
 
     path = Layout(settings.DATA).leaderboard_file(args.format)
     if args.rebuild:
+        from medbench_cli import failures
+        from medbench_cli.common import prepare_environment, quiet_run_config
+
+        prepare_environment()  # first: it quiets the warnings Dagster's import gives
         import dagster as dg
 
-        from medbench_cli.common import prepare_environment, quiet_run_config
         from orchestration.definitions import build_definitions
         from orchestration.jobs import LEADERBOARD_JOB
 
-        prepare_environment()
         defs = build_definitions()
         defs.resources["mlflow"].ensure_store()  # the leaderboard is logged as an MLflow run
-        defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=dg.DagsterInstance.get(), run_config=quiet_run_config())
+        res = defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=dg.DagsterInstance.get(), run_config=quiet_run_config(), raise_on_error=False)
+        if not res.success:
+            # e.g. a metrics.json edited by hand: the saved leaderboard is not replaced by one without that cell.
+            failures.record("leaderboard --rebuild", res)
+            reason = failures.step_error(res).removeprefix("leaderboard: ")
+            lines = reason.splitlines()
+            raise failures.Refusal(
+                " ".join(lines[:2]) + (f" (and {len(lines) - 2} more)" if len(lines) > 2 else ""),
+                kept=f"{path.parent} left as it was" if path.is_file() else "nothing was written",
+            )
     if not path.is_file():
         print(f"no leaderboard at {path}; run `medbench run` (evaluates), or `medbench leaderboard --rebuild` (from stored metrics)", file=sys.stderr)
         return 1

@@ -28,6 +28,7 @@ LANGUAGE_SCRIPTS = {
     "en": "eng-Latn", "fr": "fra-Latn", "de": "deu-Latn", "es": "spa-Latn", "it": "ita-Latn", "pt": "por-Latn",
     "nl": "nld-Latn", "ja": "jpn-Jpan", "zh": "zho-Hans", "ko": "kor-Hang", "ru": "rus-Cyrl", "ar": "ara-Arab",
 }
+STALE_KEY = "stale"  # leaderboard.json: {"model/task": why its value is not current}
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,9 @@ class Cell:
     """What the stages wrote for one model x task: the input of every report here.
 
     ``metrics`` is the content of ``metrics.json`` (None: not evaluated, or its task's gate
-    failed); ``applicable`` False means the model cannot read the task (shown ``n/a``).
+    failed); ``applicable`` False means the model cannot read the task (shown ``n/a``). ``stale``
+    says why the value is not current (its task's or model's inputs changed since it was computed,
+    and it was not recomputed); empty when it is. A stale value is shown marked, with the reason.
     """
 
     model: str
@@ -52,6 +55,7 @@ class Cell:
     seconds: float | None = None
     main_metric: str = "ndcg_at_10"
     provenance: dict[str, Any] = field(default_factory=dict)
+    stale: str = ""
 
     def value(self, metric: str | None = None) -> float | None:
         if self.metrics is None or not self.applicable:
@@ -182,16 +186,19 @@ def leaderboard_markdown(
     alpha: float = 0.05,
     n_resamples: int | None = None,
     seed: int | None = None,
+    stale: Mapping[tuple[str, str], str] | None = None,
 ) -> str:
     """The leaderboard as Markdown: ``0.6602 [0.63, 0.69] *`` cells where ``stats`` has the cell.
 
-    '-' is not evaluated, 'n/a' a model that cannot read the task. The notes under the table say
+    '-' is not evaluated, 'n/a' a model that cannot read the task; a ``stale`` cell (model, task) ->
+    reason reads ``0.6602 [0.63, 0.69] (stale)``, as does an average over one, and a note lists why. The notes under the table say
     what the brackets, the star and the average are: the test (``test`` as in
     :func:`medbench_core.evaluation.stats.compare`), ``alpha``, the correction, and, when given, the resamples
     and seed of the randomisation test and the bootstrap.
     """
     tasks = [c for c in board.columns if c not in ("model", "average", "averaged_over")]
     research_only, not_applicable = set(research_only), set(not_applicable)
+    stale_cells = dict(stale or {})
     st = {}
     if stats is not None:
         for r in stats.filter(pl.col("metric") == metric).iter_rows(named=True):
@@ -208,9 +215,15 @@ def leaderboard_markdown(
                 cells.append(format_cell(r["mean"], r["ci_low"], r["ci_high"], r["significant"]))
             else:
                 cells.append(format_cell(row[t]))
-        cells.append(format_cell(row["average"]))
+            if (row["model"], t) in stale_cells and cells[-1] != "n/a":
+                cells[-1] += " (stale)"
+        cells.append(format_cell(row["average"]) + (" (stale)" if row["average"] is not None and any(m == row["model"] for m, _ in stale_cells) else ""))
         lines.append("| " + " | ".join(cells) + " |")
     notes = [""]
+    if stale_cells:
+        notes.append("(stale): the inputs of this value changed since it was computed, and it could not be recomputed; it is the value from before:")
+        notes += [f"- {m} x {t}: {why}" for (m, t), why in sorted(stale_cells.items())]
+        notes.append("")
     if st:
         any_row = next(iter(st.values()))
         name = "paired randomisation test" if test == "permutation" else "paired t-test"
@@ -392,7 +405,9 @@ def write_leaderboard(
     ``leaderboard.csv`` (means, average, which tasks it is over), ``leaderboard.json`` (all of it
     plus ``extra_json``), ``stats.csv`` (one row per model x task compared with the baseline),
     ``heatmap.png`` and ``diff/<task>.png`` (per-query differences from the baseline). Files are
-    written atomically; ``diff/`` is replaced whole.
+    written atomically; ``diff/`` is replaced whole. A stale cell (:attr:`Cell.stale`) is marked in
+    the Markdown, listed in ``leaderboard.json`` under ``stale`` and, when there is one, in a last
+    ``stale`` column of the CSV.
     """
     from medbench_core.storage import replace_dir_atomic, write_json_atomic, write_text_atomic
 
@@ -402,9 +417,10 @@ def write_leaderboard(
     stats = significance(cells, sig.baseline, tasks, metric, test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed)
     stats = pl.concat([stats, _ci_only(cells, stats, tasks, sig)])
     na = {(c.model, c.task) for c in cells if not c.applicable}
+    stale = {(c.model, c.task): c.stale for c in cells if c.stale and c.value(metric) is not None}
     md = leaderboard_markdown(
         board, stats, metric=metric, research_only=research_only, not_applicable=na, baseline=sig.baseline,
-        test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed,
+        test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed, stale=stale,
     )  # fmt: skip
     untested = sorted(set(stats.filter(pl.col("baseline").is_null())["task"].to_list()), key=tasks.index)
     if untested:
@@ -444,7 +460,7 @@ def write_leaderboard(
     plots = [f"diff/{file_name(t)}.png" for t in compared]
     heatmap_png(board, out / "heatmap.png", metric=metric, not_applicable=na)
     write_text_atomic(out / "leaderboard.md", md)
-    write_text_atomic(out / "leaderboard.csv", board.write_csv())
+    write_text_atomic(out / "leaderboard.csv", (with_stale_column(board, stale) if stale else board).write_csv())
     write_text_atomic(out / "stats.csv", stats.write_csv())
     doc = {
         **dict(extra_json or {}),
@@ -456,7 +472,14 @@ def write_leaderboard(
         "cross_lingual_gap": sections["cross_lingual_gap"],
         "expanded": beside.to_dicts(),
         "plots": {"heatmap": "heatmap.png", "diff": plots},
+        STALE_KEY: {f"{m}/{t}": why for (m, t), why in sorted(stale.items())},
     }
     write_json_atomic(out / "leaderboard.json", doc)
     files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *plots]
-    return {"markdown": md, "board": board, "stats": stats, "expanded": beside, "files": files}
+    return {"markdown": md, "board": board, "stats": stats, "expanded": beside, "files": files, "stale": stale}
+
+
+def with_stale_column(board: pl.DataFrame, stale: Mapping[tuple[str, str], str]) -> pl.DataFrame:
+    """``board`` with a last column ``stale``: per model, ``task: reason`` of each stale cell (null when none)."""
+    col = ["; ".join(f"{t}: {why}" for (m, t), why in sorted(stale.items()) if m == model) or None for model in board["model"]]
+    return board.with_columns(pl.Series("stale", col, dtype=pl.Utf8))
