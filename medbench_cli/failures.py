@@ -112,9 +112,16 @@ def _one_line(text: str) -> str:
 
 
 def step_error(result, max_lines: int = 12) -> str:
-    """The error that failed a run, as its first failed step (or blocking check) raised it, without
-    Dagster's wrappers: ``step: message`` (a bad expansion file's problems are one a line, each naming
-    file, line and id). Empty when the run did not fail on a step."""
+    """The error that failed a run, as its first failed blocking check or step said it, without Dagster's
+    wrappers: ``step: message`` (a bad expansion file's problems are one a line, each naming file, line
+    and id). Empty when the run did not fail on a step."""
+    for ev in result.all_events:  # a blocking check (a data contract) that did not pass: its verdict, not Dagster's wrapper
+        if ev.event_type_value == "ASSET_CHECK_EVALUATION":
+            data = ev.event_specific_data
+            if data is not None and not data.passed and data.blocking:
+                message = data.metadata.get("message")  # the contract's whole verdict (failing rows), as a Markdown code block
+                text = str(message.value).strip().strip("`").strip() if message is not None else data.description or "failed"
+                return f"{data.check_name}: " + "\n".join(line[:500] for line in text.splitlines()[:max_lines])
     for ev in result.all_events:
         if ev.is_step_failure and ev.step_failure_data and ev.step_failure_data.error:
             err = ev.step_failure_data.error
@@ -127,11 +134,6 @@ def step_error(result, max_lines: int = 12) -> str:
                 text = head[1]
             lines = [line[:500] for line in text.splitlines()[:max_lines]]
             return f"{ev.step_key}: " + "\n".join(lines) if lines else ev.step_key
-    for ev in result.all_events:  # a blocking check that failed without raising
-        if ev.event_type_value == "ASSET_CHECK_EVALUATION":
-            data = ev.event_specific_data
-            if data is not None and not data.passed:
-                return f"{data.check_name}: {data.description or 'failed'}"
     return ""
 
 

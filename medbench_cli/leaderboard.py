@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from medbench_cli.common import describe
 from runtime import settings
@@ -43,7 +42,8 @@ def main(args: argparse.Namespace) -> int:
                 kept=f"{path.parent} left as it was" if path.is_file() else "nothing was written",
             )
     if not path.is_file():
-        print(f"no leaderboard at {path}; run `medbench run` (evaluates), or `medbench leaderboard --rebuild` (from stored metrics)", file=sys.stderr)
-        return 1
+        from medbench_cli.failures import Refusal
+
+        raise Refusal(f"no leaderboard at {path}", todo="run `medbench run` (evaluates), or `medbench leaderboard --rebuild` (from stored metrics)")
     print(path.read_text(), end="")
     return 0

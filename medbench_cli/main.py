@@ -13,7 +13,8 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.print_usage(sys.stderr)
-        self.exit(failures.USAGE, f"{self.prog}: error: {message}; nothing was run or changed\n")
+        said = "; ".join(line.strip() for line in message.splitlines() if line.strip())  # one line, the last
+        self.exit(failures.USAGE, f"{self.prog}: error: {said}; nothing was run or changed\n")
 
 
 def parser() -> argparse.ArgumentParser:

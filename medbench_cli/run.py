@@ -62,8 +62,10 @@ def prepare(defs, instance, tasks: list[str]) -> dict:
     failed: list[str] = []
     reasons: dict[str, str] = {}
     curated: list[str] = []
+    kept: dict[str, str] = {}
     for task in tasks:
         t = time.perf_counter()
+        before = _content_hash(resources["store"].layout, task)
         res = curate.execute_in_process(instance=instance, partition_key=task, run_config=quiet_run_config(), raise_on_error=False)
         print(f"[curate] {task:<22} {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t:.1f}s)", flush=True)
         if res.success:
@@ -72,11 +74,20 @@ def prepare(defs, instance, tasks: list[str]) -> dict:
             label = f"curated_task[{task}]"
             failed.append(label)
             reasons[label] = _failed(f"curate {task}", res)
+            after = _content_hash(resources["store"].layout, task)
+            kept[label] = (
+                f"no curated {task}" if after is None
+                else f"the curated {task} from before" if after == before
+                else f"the new curated {task}, refused by its gate ({resources['store'].layout.gate_file(task)})"
+            )  # fmt: skip
     t = time.perf_counter()
-    res = defs.resolve_job_def(OVERLAP_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=False)
-    print(f"[overlap] {len(curated)} tasks judged together ({time.perf_counter() - t:.1f}s)", flush=True)
-    if not res.success:
-        _failed("overlap", res, quiet=True)  # its verdict is each task's gate, below
+    if curated:
+        res = defs.resolve_job_def(OVERLAP_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=False)
+        print(f"[overlap] {len(curated)} tasks judged together ({time.perf_counter() - t:.1f}s)", flush=True)
+        if not res.success:
+            _failed("overlap", res, quiet=True)  # its verdict is each task's gate, below
+    else:  # the curated tasks are those of before: their recorded verdict stands
+        print("[overlap] not judged again: no task was curated in this run", flush=True)
     usable: list[str] = []
     gated: dict[str, str] = {}
     store = resources["store"]
@@ -87,7 +98,18 @@ def prepare(defs, instance, tasks: list[str]) -> dict:
             print(f"[gate] {task}: refused: {gated[task]}", flush=True)
         else:
             usable.append(task)
-    return {"usable": usable, "gated": gated, "failures": failed, "reasons": reasons}
+    return {"usable": usable, "gated": gated, "failures": failed, "reasons": reasons, "kept": kept, "curated": curated}
+
+
+def _content_hash(layout, task: str) -> str | None:
+    """The content hash the curated task's manifest records (None: not curated)."""
+    from medbench_core.errors import MedbenchError
+    from medbench_core.storage import read_manifest
+
+    try:
+        return read_manifest(layout.task_dir(task)).get("content_hash")
+    except MedbenchError:
+        return None
 
 
 def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) -> str | None:
@@ -319,9 +341,16 @@ def main(args: argparse.Namespace) -> int:
 
     # A complete run records what it read, so that the next one can say at once that nothing changed.
     tags = {} if given is None or failed else given.tags(models)
-    res = defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=False, tags=tags)
     board = defs.resources["store"].layout.leaderboard_file("md")
-    if res.success:
+    # Nothing curated, evaluated or left behind by a failed curation: the saved reports are those of this state.
+    unchanged = not prepared["curated"] and all(k.startswith("no curated") for k in (prepared.get("kept") or {}).values())
+    if unchanged and board.is_file():
+        print("[leaderboard] not rebuilt: nothing was curated or evaluated in this run", flush=True)
+        rebuilt = True
+    else:
+        res = defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=False, tags=tags)
+        rebuilt = res.success
+    if rebuilt:
         show_leaderboard(board, defs.resources["mlflow"].tracking_uri)
     else:
         print("[leaderboard] FAILED", flush=True)
@@ -331,35 +360,27 @@ def main(args: argparse.Namespace) -> int:
         print(f"tasks refused by their data contract (see GATE.json): {', '.join(prepared['gated'])}")
     print(f"total {time.perf_counter() - t0:.1f}s", flush=True)
     if failed:
-        raise failures.Refusal(*summary(failed, reasons, defs.resources["store"].layout, args))
+        raise failures.Refusal(*summary(failed, reasons, prepared.get("kept") or {}, defs.resources["store"].layout, args))
     return 0
 
 
-def summary(failed: list[str], reasons: dict[str, str], layout, args: argparse.Namespace) -> tuple[str, str, str]:
+def summary(failed: list[str], reasons: dict[str, str], said: dict[str, str], layout, args: argparse.Namespace) -> tuple[str, str, str]:
     """The last line of a run that failed: what failed and why (the first line of each reason),
-    what was kept, and the command that reruns what failed."""
-    from medbench_core.errors import MedbenchError
+    what was kept (``said``: label -> what a failed curation left), and the command that reruns what failed."""
     from medbench_core.evaluation.reports import STALE_KEY
 
     def first(label: str) -> str:
-        text = (reasons.get(label) or "").strip().splitlines()
-        why = text[0] if text else ""
-        if why.startswith(label.split("[")[0] + ": ") or why.startswith("curated_task: "):
+        """The reason's first two lines (a gate's verdict and its first failing expectation), in one."""
+        text = [line.strip() for line in (reasons.get(label) or "").strip().splitlines() if line.strip()]
+        why = " ".join(text[:2])[:600] + (f" (+{len(text) - 2} more line(s) above)" if len(text) > 2 else "")
+        if why.startswith("curated_task: "):
             why = why.split(": ", 1)[1]  # the step's name repeats the label
-        return f"{label}: {why[:400]}" if why else label
+        return f"{label}: {why}" if why else label
 
     what = ("FAILED: " if len(failed) == 1 else f"FAILED ({len(failed)}): ") + "; ".join(first(f) for f in failed)
     tasks = [f[f.index("[") + 1 : -1] for f in failed if f.startswith(("curated_task[", "gate["))]
     pairs = [f.split("|", 1) for f in failed if "|" in f]
-    kept = []
-    for task in tasks:
-        if f"curated_task[{task}]" not in failed:
-            continue
-        try:
-            layout.load_task(task)
-            kept.append(f"the curated {task} from before")
-        except MedbenchError:
-            kept.append(f"no curated {task} (none before)")
+    kept = [said[f] for f in failed if f in said]
     stale = {}
     if "leaderboard" in failed:
         kept.append("the saved leaderboard as it was")
@@ -369,7 +390,9 @@ def summary(failed: list[str], reasons: dict[str, str], layout, args: argparse.N
         except (OSError, ValueError):
             pass
     kept.append("every other artifact")
-    kept_text = "kept: " + ", ".join(kept) + (f" (the leaderboard marks {len(stale)} cell(s) stale: {', '.join(sorted(stale))})" if stale else "")
+    kept_text = "kept: " + ", ".join(kept) + (
+        f" (the leaderboard marks {len(stale)} cell(s) stale: {', '.join(sorted(stale)[:6])}{', ...' if len(stale) > 6 else ''})" if stale else ""
+    )
     rerun_tasks = list(dict.fromkeys(tasks + [t for _, t in pairs]))
     rerun_models = list(dict.fromkeys(m for m, _ in pairs))
     cmd = "medbench run" + (f" --models {','.join(rerun_models)}" if rerun_models else f" --models {args.models}" if args.models else "")
