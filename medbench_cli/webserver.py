@@ -76,6 +76,8 @@ def serve(argv: list[str]) -> None:
 
 def dev(argv: list[str]) -> None:
     """``dagster dev``, its webserver started by :func:`serve` with the same allowed hosts."""
+    # Private: `dagster dev` has no public hook for how it starts its webserver (dagster 1.13), and its
+    # command line is dagster._cli's; the servers test fails if these names move.
     import dagster._cli.dev as dagster_dev
     from dagster._cli import main as dagster_main
 

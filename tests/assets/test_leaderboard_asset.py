@@ -202,7 +202,7 @@ def write_fixture(root: Path) -> tuple[dict, Path]:
         ],
         "expansions": [{"name": "hyde-fx", "method": "hyde", "source": "file", "generator": "gpt4", "path": str(expansions), "format": "jsonl"}],
     }))  # fmt: skip
-    (root / "tasks.yaml").write_text("benchmark: fx\ntasks:\n  - {name: fx, reader: beir, path: fx, research_only: true}\n")
+    (root / "tasks.yaml").write_text("benchmark: fx\ntasks:\n  - {name: fx, reader: beir, path: fx, research_only: true, query_licence: CC-BY-4.0, doc_licence: CC-BY-4.0}\n")
     task = make_task(
         TaskMeta(name="fx", source="fixture", research_only=True, dataset="fixture/fx", source_revision="sha256:0123456789abcdef"),
         pl.DataFrame({"query_id": QIDS, "text": [f"question {q}" for q in QIDS]}),
