@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 from medbench_cli.common import describe
+from medbench_core.errors import DataError
 from runtime import settings
 
 MARK = "medbench-export"
@@ -35,13 +36,12 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=main)
 
 
-class NotAnExport(Exception):
-    """DIR names a folder this command would clobber: a usage error."""
+class NotAnExport(DataError):
+    """DIR names a folder this command would clobber: a usage error (exit 2)."""
 
 
 def export(data_root: Path, dest: Path) -> int:
     """Write the export of the project at ``data_root`` to ``dest``; returns the number of cells."""
-    from medbench_core.errors import DataError
     from medbench_core.layout import Layout
     from medbench_core.provenance import stage_version
     from medbench_core.evaluation.exports import export as export_results
@@ -104,7 +104,7 @@ def main(args: argparse.Namespace) -> int:
     existed = args.to.exists()
     try:
         n = export(settings.DATA, args.to.resolve())
-    except (MedbenchError, NotAnExport) as exc:
+    except MedbenchError as exc:
         kept = f"{args.to} {'left as it was' if existed else 'not created'} (an export is built aside and swapped in whole)"
         raise Refusal(str(exc), kept=kept, code=USAGE if isinstance(exc, NotAnExport) else 1) from exc
     stale = json.loads((args.to / "leaderboard.json").read_text()).get("stale") or {}

@@ -213,7 +213,8 @@ def curation_inputs(entry: TaskEntry, data_root: str | Path) -> dict[str, Any]:
 
 def changed_inputs(recorded: dict[str, Any] | None, entry: TaskEntry, data_root: str | Path) -> str:
     """Why a task curated from ``recorded`` inputs (:func:`curation_inputs`) is not current for ``entry``
-    now; '' when it is, or when nothing was recorded (curated before inputs were recorded)."""
+    now; '' when it is, when nothing was recorded (curated before inputs were recorded), or when the
+    source is not here (a pulled release, a source removed after curating: nothing says it changed)."""
     if not recorded:
         return ""
     if recorded.get("entry") != _entry_digest(entry):
@@ -222,7 +223,7 @@ def changed_inputs(recorded: dict[str, Any] | None, entry: TaskEntry, data_root:
         return ""
     src = _local_source(entry, data_root)
     if src is None or not src.exists():
-        return f"its source {src} is gone since it was curated"
+        return ""
     if _source_digests(src, with_bytes=False)[0] == recorded.get("stat"):
         return ""
     if _source_digests(src, with_bytes=True)[1] != recorded["files"]:
