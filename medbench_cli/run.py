@@ -424,9 +424,9 @@ def _all_cached(result) -> bool:
 def _failed(title: str, result, quiet: bool = False) -> str:
     """Why a Dagster run failed, in the words of its first failed step: printed under the step's
     ``[curate]``/``[evaluate]`` line (unless ``quiet``), with every error's stack trace in the log."""
-    failures.record(title, result)
     reason = failures.step_error(result) or f"Dagster run {result.run_id} failed (its events are in the Dagster UI)"
     if not quiet:
         for line in reason.splitlines():
             print(f"           {line}", flush=True)
+    failures.record(title, result)
     return reason

@@ -144,6 +144,7 @@ class Case:
     writes: tuple[str, ...] = ()  # globs (relative to the world) of files written by design
     check: Callable[[World, str], None] | None = None
     new_runs: int = 0  # MLflow runs added by design
+    verbose: bool = False  # --verbose: the stack traces are printed, not logged
 
 
 def edit(path_of: Callable[[World], Path], change: Callable[[str], str]) -> Callable[[World], Undo]:
@@ -244,6 +245,13 @@ def stale_everywhere(w: World, out: str) -> None:
     assert header.endswith(",stale") and row.endswith(f'"scifact: {reason.replace(chr(34), chr(34) * 2)}"'), row
     tags = {k: v for run in w.mlflow_runs() for k, v in run[-1]}
     assert tags.get("medbench.stale") == f"bm25/scifact: {reason}"
+    # ... and in the export: its leaderboard files as saved, and the cell's MTEB result says so.
+    rc, said = w.medbench("export", "--to", str(w.root / "exported-stale"))
+    assert rc == 0 and "1 cell(s) marked stale in the leaderboard and their MTEB results (medbench.stale): bm25/scifact" in said, said[-2000:]
+    doc = json.loads((w.root / "exported-stale" / "mteb" / "bm25" / "bm25s-lucene" / "scifact.json").read_text())
+    assert doc["medbench"]["stale"] == reason and "stale" not in json.loads((w.root / "exported-stale" / "mteb" / "bm25" / "bm25s-lucene" / "liveqa_medquad.json").read_text())["medbench"]
+    assert (w.root / "exported-stale" / "leaderboard.md").read_text() == w.board.read_text()
+    shutil.rmtree(w.root / "exported-stale")
 
 
 def corrupt_metrics(w: World) -> Undo:
@@ -329,6 +337,9 @@ CASES = [
          ("medbench run: FAILED: curated_task[bad_beir]: {w.shared}/bad_beir/corpus.jsonl:3: not UTF-8: byte 0xe9 at byte offset", "re-encode the file as UTF-8",
           "kept: no curated bad_beir", "fix it, then: medbench run --tasks bad_beir", "stack traces: {w.state}/logs/run-"),
          setup=source("bad_beir", append("corpus.jsonl", b'{"_id": "d3", "text": "caf\xe9"}\n')), check=curate_failed("bad_beir")),
+    Case("non-utf8-verbose", ("run", "--tasks", "bad_beir", "--verbose"), 1,
+         ("medbench run: FAILED: curated_task[bad_beir]: {w.shared}/bad_beir/corpus.jsonl:3: not UTF-8", "fix it, then: medbench run --tasks bad_beir"),
+         setup=source("bad_beir", append("corpus.jsonl", b'{"_id": "d3", "text": "caf\xe9"}\n')), check=curate_failed("bad_beir"), verbose=True),
     Case("empty-corpus", ("run", "--tasks", "bad_beir"), 1, ("curated_task[bad_beir]: {w.shared}/bad_beir/corpus.jsonl: file is empty (0 bytes)", "kept: no curated bad_beir"),
          setup=source("bad_beir", lambda f: (f / "corpus.jsonl").write_bytes(b"")), check=curate_failed("bad_beir")),
     Case("duplicate-doc-id", ("run", "--tasks", "bad_beir"), 1,
@@ -395,10 +406,14 @@ def test_bad_input_ends_in_one_line_and_changes_nothing(world, case):
         assert code == case.code, out[-3000:]
         for want in case.last:
             assert want.format(**where) in last, f"{want.format(**where)!r} not in the last line:\n{last}"
-        for trace in ("Traceback (most recent call last)", "STEP_FAILURE", "dagster._core.errors", "Stack Trace:"):
-            assert trace not in out, out[-3000:]
-        if "stack traces: " in last:
-            assert Path(last.rsplit("stack traces: ", 1)[1]).is_file()
+        if case.verbose:
+            assert "Stack Trace:" in out and "stack traces: " not in last
+        else:
+            for trace in ("Traceback (most recent call last)", "STEP_FAILURE", "dagster._core.errors", "Stack Trace:"):
+                assert trace not in out, out[-3000:]
+        if "stack traces: " in last:  # the log it names holds them
+            logged = Path(last.rsplit("stack traces: ", 1)[1]).read_text()
+            assert logged.startswith("--- ") and ("Stack Trace:" in logged or "Traceback (most recent call last)" in logged), logged[:2000]
         now_files, now_runs = world.snapshot()
         moved = changed(files, now_files)
         assert {p for p in moved if not any(fnmatch(p, g) for g in case.writes)} == set(), sorted(moved)
