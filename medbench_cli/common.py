@@ -55,7 +55,10 @@ def prepare_environment() -> None:
 
 
 def quiet_run_config() -> dict:
-    return {"loggers": {"console": {"config": {"log_level": settings.LOG_LEVEL}}}}
+    """Dagster's console log off (or at MEDBENCH_LOG_LEVEL, WARNING with --verbose): the command says a failure in one line."""
+    from medbench_cli.failures import console_level
+
+    return {"loggers": {"console": {"config": {"log_level": console_level()}}}}
 
 
 def leaderboard_run_config(published: Path | None = None) -> dict:

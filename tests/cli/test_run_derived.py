@@ -209,7 +209,11 @@ def test_a_bad_expansion_file_names_file_line_and_id_and_stores_nothing(r2med):
         out = medbench_run(world, tmp, "--models", "bm25+q2d-gpt4")
     finally:
         path.write_text(good)
-    assert out.returncode == 1 and out.stderr.rstrip().endswith("FAILED: bm25+q2d-gpt4|scifact"), out.stdout[-3000:] + out.stderr[-2000:]
+    last = out.stderr.rstrip().splitlines()[-1]
+    assert out.returncode == 1 and last.startswith(
+        "medbench run: FAILED: bm25+q2d-gpt4|scifact: query_expansion: expansion q2d-gpt4 x scifact: 5 problem(s), nothing stored:"
+    ), out.stdout[-3000:] + out.stderr[-2000:]
+    assert "fix it, then: medbench run --models bm25+q2d-gpt4 --tasks scifact" in last
     log = out.stdout
     assert evaluated("bm25", "ok (cached)") in log
     for fragment in (
@@ -247,7 +251,10 @@ def test_a_fusion_whose_upstream_fails_fails_alone_saying_which_upstream_and_wha
         "retrieval_run: model rrf-broken: upstream model 'broken-folder' has no retrieval_run on task scifact" in log
         and "Evaluate broken-folder first: medbench run --models broken-folder --tasks scifact" in log
     ), log
-    assert out.stderr.rstrip().endswith("FAILED: broken-folder|scifact, rrf-broken|scifact"), out.stderr[-2000:]
+    last = out.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("medbench run: FAILED (2): broken-folder|scifact: "), out.stderr[-2000:]
+    assert "; rrf-broken|scifact: retrieval_run: model rrf-broken: upstream model 'broken-folder' has no retrieval_run on task scifact" in last
+    assert "fix them, then: medbench run --models broken-folder,rrf-broken --tasks scifact" in last
     assert not (world.root / "data" / "artifacts" / "rrf-broken").exists() and cli_runs(world, "rrf-broken") == []
     assert len(cli_runs(world, "bm25")) == 1  # the store the check above looked in is the one the main job wrote
 
