@@ -213,14 +213,17 @@ def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: floa
 
 
 def record_complete_run(defs, board_result, given, models: list[str], tasks: list[str]) -> None:
-    """Write the ledger of this run (:mod:`runtime.ledger`) when it was complete (``given``: its inputs), else drop the old one."""
+    """Write the ledger of this run (:mod:`runtime.ledger`) when it was complete (``given``: its inputs).
+
+    An incomplete run leaves the last complete run's ledger as it was (a refusal changes no file): the
+    up-to-date check compares it with the inputs, the Dagster materialisations since and the saved
+    leaderboard, so anything this run changed already makes it disagree."""
     import hashlib
 
     from medbench_core.storage import read_manifest
-    from runtime.ledger import CompleteRun, forget, record
+    from runtime.ledger import CompleteRun, record
 
     if given is None:
-        forget(settings.STATE)
         return
     layout = defs.resources["store"].layout
     mlflow_run = next(

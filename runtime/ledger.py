@@ -51,11 +51,6 @@ def record(state: Path, run: CompleteRun) -> Path:
     return path
 
 
-def forget(state: Path) -> None:
-    """Drop the record (a run that failed or was refused leaves no claim that everything is done)."""
-    ledger_path(state).unlink(missing_ok=True)
-
-
 def last_complete_run(state: Path) -> CompleteRun | None:
     """The recorded last complete run, or None (none yet, or a record this version cannot read)."""
     try:

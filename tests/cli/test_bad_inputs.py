@@ -326,7 +326,7 @@ CASES = [
     Case("path-outside-data", RUN, 2, ("{w.tasks}: task 'scifact': path '../../outside' leaves the data folder through '..'", NOTHING),
          setup=task_option("scifact", "path: sci", "path: ../../outside")),
     Case("unknown-reader", RUN, 2, ("{w.tasks}", "bier", "did you mean 'beir'?", NOTHING), setup=task_option("scifact", "reader: beir", "reader: bier")),
-    Case("tasks-yaml-not-yaml", RUN, 2, ("medbench run: error: {w.tasks}:22: not valid YAML: expected the node content, but found '<stream end>'", NOTHING), setup=edit(lambda w: w.tasks, lambda t: t + "  - {name: [\n")),
+    Case("tasks-yaml-not-yaml", RUN, 2, ("medbench run: error: {w.tasks}:{stream_end}: not valid YAML: expected the node content, but found '<stream end>'", NOTHING), setup=edit(lambda w: w.tasks, lambda t: t + "  - {name: [\n")),
     Case("unknown-task", ("run", "--tasks", "scifactt"), 2, ("unknown task 'scifactt'; did you mean 'scifact'?", NOTHING)),
     Case("unknown-model", ("run", "--models", "bm2"), 2, ("unknown model 'bm2'; did you mean 'bm25'?", NOTHING)),
     Case("retire-a-listed-model", ("models", "retire", "bm25"), 2, ("medbench models retire: error: ", "bm25", "still listed", NOTHING)),
@@ -399,7 +399,7 @@ def test_bad_input_ends_in_one_line_and_changes_nothing(world, case):
         code, out = world.medbench(*args)
         lines = out.rstrip().splitlines()
         last = lines[-1] if lines else ""
-        where = {"w": world}
+        where = {"w": world, "stream_end": len(world.tasks.read_text().splitlines()) + 1}  # the line after the file's last
         if case.id.startswith("reader-"):
             name = case.id.removeprefix("reader-")
             written = world.written[name]
