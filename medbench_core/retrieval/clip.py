@@ -182,15 +182,15 @@ class ClipEncoder:
                 self.width = int(self.model.encode_text(self.tokenizer(["x"]).to(self.device)).shape[1])
         return self.width
 
-    def encode_texts(self, texts: list[str]) -> np.ndarray:
-        """L2-normalised text embeddings (n, width), float32."""
+    def encode_texts(self, texts: list[str], normalize: bool = True) -> np.ndarray:
+        """Text embeddings (n, width), float32: L2-normalised, or as the text tower returns them (UniIR's score fusion sums raw ones)."""
         torch = self._torch
         out = []
         bs = max(1, int(self.spec.batch_size))
         with torch.inference_mode():
             for i in progress_bar(range(0, len(texts), bs), desc=f"{self.spec.name} texts", unit="batch", progress=self.progress and len(texts) > 0):
                 tok = self.tokenizer(texts[i : i + bs]).to(self.device)
-                out.append(self.model.encode_text(tok, normalize=True).float().cpu().numpy())
+                out.append(self.model.encode_text(tok, normalize=normalize).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self._embed_dim()), dtype=np.float32)
 
     def _pixels(self, path: Path, rid: str) -> Any:
@@ -207,8 +207,8 @@ class ClipEncoder:
         except Exception as exc:  # a transform failing on one image must name that image
             raise DataError(f"record {rid}: model {self.spec.name} cannot take image {path} ({exc})") from exc
 
-    def encode_images(self, paths: list[Path], ids: list[str]) -> np.ndarray:
-        """L2-normalised image embeddings (n, width), float32; errors name the record id and file."""
+    def encode_images(self, paths: list[Path], ids: list[str], normalize: bool = True) -> np.ndarray:
+        """Image embeddings (n, width), float32, L2-normalised unless ``normalize`` is false; errors name the record id and file."""
         torch = self._torch
         out = []
         bs = max(1, int(self.spec.batch_size))
@@ -216,7 +216,7 @@ class ClipEncoder:
             for i in progress_bar(range(0, len(paths), bs), desc=f"{self.spec.name} images", unit="batch", progress=self.progress and len(paths) > 0):
                 batch = torch.stack([self._pixels(p, r) for p, r in zip(paths[i : i + bs], ids[i : i + bs])])
                 batch = batch.to(device=self.device, dtype=next(self.model.parameters()).dtype)
-                out.append(self.model.encode_image(batch, normalize=True).float().cpu().numpy())
+                out.append(self.model.encode_image(batch, normalize=normalize).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self._embed_dim()), dtype=np.float32)
 
     def encode_records(
@@ -298,6 +298,25 @@ def _quiet_random_init_warning() -> Iterator[None]:
         root.removeFilter(f)
 
 
+def resolve_architecture(model: str, arch: str) -> str:
+    """The open_clip model name of ``arch``: an open_clip name, a bundled config's name, or a ``.json`` config file (registered here)."""
+    import open_clip
+
+    _register_configs(open_clip)
+    if arch.endswith(".json"):
+        cfg = Path(arch)
+        if not cfg.is_file():
+            raise DataError(f"model {model}: architecture config {cfg} not found")
+        open_clip.add_model_config(cfg)
+        arch = cfg.stem
+    if arch not in open_clip.list_models():
+        raise DataError(
+            f"model {model}: architecture {arch!r} unknown; use an open_clip model name (open_clip.list_models()) "
+            f"or a bundled config: {bundled_architectures()}"
+        )
+    return arch
+
+
 def hub_checkpoint_folder(spec: ModelSpec, *, online: bool = False, cache_dir: str | Path | None = None) -> Path:
     """The snapshot folder of an ``hf-hub:<org>/<name>`` checkpoint at the spec's pinned revision.
 
@@ -331,19 +350,7 @@ def load_clip_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | Non
     kind = checkpoint_kind(s["checkpoint"])
     dtype = torch_dtype(spec)
     local_dir = f"local-dir:{hub_checkpoint_folder(spec, online=online, cache_dir=cache_dir)}" if kind == "hub" else ""
-    _register_configs(open_clip)
-    arch = s["architecture"]
-    if arch.endswith(".json"):
-        cfg = Path(arch)
-        if not cfg.is_file():
-            raise DataError(f"model {spec.name}: architecture config {cfg} not found")
-        open_clip.add_model_config(cfg)
-        arch = cfg.stem
-    if kind != "hub" and arch not in open_clip.list_models():
-        raise DataError(
-            f"model {spec.name}: architecture {arch!r} unknown; use an open_clip model name (open_clip.list_models()) "
-            f"or a bundled config: {bundled_architectures()}"
-        )
+    arch = resolve_architecture(spec.name, s["architecture"]) if kind != "hub" else s["architecture"]
     try:
         # A private RNG stream: random weights depend on the seed only, not on what ran before.
         with torch.random.fork_rng(devices=[]), _quiet_random_init_warning():
