@@ -22,3 +22,83 @@ def tiny_bert(folder: Path, head: str, seed: int = 0) -> Path:
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+# A multimodal embedder that ships its own code, as MM-Embed / jina-clip / GME do: config.json maps
+# AutoConfig and AutoModel to modeling_tiny_embedder.py in the repository. It offers both call styles:
+# MM-Embed's encode([{txt, img}], is_query=, instruction=, max_length=) returning raw vectors under
+# "hidden_states", and jina-clip's encode_text(list) / encode_image(list of PIL images or paths),
+# already normalised. Text: mean of byte embeddings; image: a linear map of the 4x4 thumbnail.
+TINY_EMBEDDER_CODE = '''
+import numpy as np
+import torch
+from PIL import Image
+from transformers import PretrainedConfig, PreTrainedModel
+
+
+class TinyEmbedderConfig(PretrainedConfig):
+    model_type = "medbench-tiny-embedder"
+
+    def __init__(self, dim=16, **kwargs):
+        super().__init__(**kwargs)
+        self.dim = dim
+
+
+class TinyEmbedder(PreTrainedModel):
+    config_class = TinyEmbedderConfig
+    base_model_prefix = "tiny"
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.chars = torch.nn.Embedding(256, config.dim)
+        self.pixels = torch.nn.Linear(48, config.dim)
+        self.post_init()
+
+    def _init_weights(self, module):
+        pass
+
+    def _text(self, texts, max_length=512):
+        return torch.stack([self.chars(torch.tensor(list(t.encode()[:max_length]) or [0])).mean(0) for t in texts])
+
+    def _image(self, images):
+        pics = [Image.open(im) if isinstance(im, str) else im for im in images]
+        x = torch.tensor(np.stack([np.asarray(p.convert("RGB").resize((4, 4)), dtype=np.float32) / 255.0 for p in pics]))
+        return self.pixels(x.reshape(len(pics), -1))
+
+    def encode(self, inputs, is_query=False, instruction=None, max_length=512):
+        out = []
+        for rec in inputs:
+            vec = torch.zeros(self.config.dim)
+            if rec.get("txt"):
+                text = f"Instruct: {instruction}\\nQuery: {rec['txt']}" if is_query and instruction else rec["txt"]
+                vec = vec + self._text([text], max_length)[0]
+            if rec.get("img") is not None:
+                vec = vec + 2.0 * self._image([rec["img"]])[0]
+            out.append(vec)
+        return {"hidden_states": torch.stack(out)}
+
+    def encode_text(self, sentences):
+        return torch.nn.functional.normalize(self._text(sentences), dim=-1).detach().numpy()
+
+    def encode_image(self, images):
+        return torch.nn.functional.normalize(self._image(images), dim=-1).detach().numpy()
+'''
+
+
+def tiny_remote_embedder(folder: Path, seed: int = 0) -> Path:
+    """The remote-code embedder's repository files (config.json with auto_map, the modeling file, seeded safetensors weights)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "modeling_tiny_embedder.py").write_text(TINY_EMBEDDER_CODE)
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "medbench-tiny-embedder", "dim": 16, "architectures": ["TinyEmbedder"],
+        "auto_map": {"AutoConfig": "modeling_tiny_embedder.TinyEmbedderConfig", "AutoModel": "modeling_tiny_embedder.TinyEmbedder"},
+    }, indent=1))  # fmt: skip
+    gen = torch.Generator().manual_seed(seed)
+    weights = {"chars.weight": torch.randn(256, 16, generator=gen), "pixels.weight": torch.randn(16, 48, generator=gen) * 0.3, "pixels.bias": torch.randn(16, generator=gen) * 0.1}
+    save_file(weights, str(folder / "model.safetensors"))
+    return folder

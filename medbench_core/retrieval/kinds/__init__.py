@@ -26,6 +26,7 @@ KINDS: dict[str, str] = {
     "fusion": "fusion:KIND",
     "expanded": "expanded:KIND",
     "uniir-clip-sf": "uniir_clip_sf:KIND",
+    "remote-code-embedder": "remote_code:KIND",
 }
 
 
