@@ -225,6 +225,7 @@ def test_a_task_with_records_the_entry_has_no_call_for_is_na(hub, task, tmp_path
         ({"text": {"method": "encode_text", "texts": "a b"}}, r"texts must be a keyword name or a position"),
         ({"text": {"method": "encode_text", "texts": 0}, "image_input": "url"}, r"image_input 'url' unknown; use one of pil, path"),
         ({"text": {"method": "encode_text", "texts": 0}, "pooling": "cls"}, r"a remote-code embedder pools as its own encode method does"),
+        ({"text": {"method": "get_text_features", "processor": True, "texts": 0}}, r"with processor: true the processor takes the texts and images"),
     ],
 )
 def test_entry_errors(tmp_path, settings, message):
@@ -241,3 +242,48 @@ def test_a_call_the_model_cannot_answer_names_the_method(hub, modules, tmp_path,
     spec = registry(tmp_path, {"text": {"method": "encode", "records": {"arg": 0, "text": "txt"}}})[0]  # forgot output: hidden_states
     with pytest.raises(DataError, match=r"model tiny-mm: encode returned dict, not an array of vectors; name the key or attribute that holds them \(settings output\)"):
         spec.plugin.load(spec).encode_records(["x"], [None], ["en"], "passage")
+
+
+# --- a transformers CLIP through its processor (PubMedCLIP) ----------------------------------------------
+
+PUBMEDCLIP = {
+    "text": {"method": "get_text_features", "processor": True, "output": "pooler_output"},
+    "image": {"method": "get_image_features", "processor": True, "output": "pooler_output"},
+    "image_text": {"fuse": "sum"},
+}
+
+
+def test_a_transformers_clip_through_its_processor_equals_clipmodel_called_directly(task, tmp_path):
+    import torch
+    from reader_fixtures import hub_snapshot
+    from tiny_models import tiny_transformers_clip
+    from transformers import AutoProcessor, CLIPModel
+
+    repo = "medbench-test/tiny-pubmedclip"
+    snap = hub_snapshot(tmp_path / "hub", repo, tiny_transformers_clip(tmp_path / "src"), sha="f0" * 20, repo_type="model")
+    entry = {"name": "pubmedclip", "kind": "remote-code-embedder", "path": repo, "revision": "main", "settings": PUBMEDCLIP, "batch_size": 4}
+    (tmp_path / "models.yaml").write_text(json.dumps({"models": [entry]}))
+    spec = load_registry(tmp_path / "models.yaml")[0]
+    assert not spec.trust_remote_code  # no code of its own: nothing to allow
+    import huggingface_hub.constants as constants
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    try:
+        run = run_stages(spec, task, tmp_path / "run")
+    finally:
+        mp.undo()
+    model, proc = CLIPModel.from_pretrained(str(snap)).eval(), AutoProcessor.from_pretrained(str(snap))
+
+    def vec(text, image):
+        v = torch.zeros(16)
+        with torch.no_grad():
+            if text:
+                v = v + model.get_text_features(**proc(text=[text], return_tensors="pt", padding=True, truncation=True)).pooler_output[0]
+            if image:
+                v = v + model.get_image_features(**proc(images=[Image.open(task.resolve_image(image)).convert("RGB")], return_tensors="pt")).pooler_output[0]
+        return v.numpy()
+
+    q = np.stack([vec(t, im) for t, im in task.queries.select("text", "image").iter_rows()])
+    d = np.stack([vec(t, im) for t, im in task.corpus.select("text", "image").iter_rows()])
+    assert_top10(run, unit(q), unit(d), task)

@@ -141,3 +141,30 @@ def tiny_biomedclip(root: Path, text_repo: str, seed: int = 0, tokenizer_files: 
     preprocess = {"mean": [0.48145466, 0.4578275, 0.40821073], "std": [0.26862954, 0.26130258, 0.27577711]}
     (clip / "open_clip_config.json").write_text(json.dumps({"model_cfg": model_cfg, "preprocess_cfg": preprocess}, indent=1))
     return clip, text
+
+
+def tiny_transformers_clip(folder: Path, seed: int = 0) -> Path:
+    """A transformers CLIPModel with its CLIPProcessor, shaped like PubMedCLIP (flaviagiammarino/pubmed-clip-vit-base-patch32,
+    a transformers CLIP, not open_clip): a byte-level CLIP BPE vocabulary without merges, two-layer towers."""
+    import json
+
+    import torch
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = [chr(b) for b in printable] + [chr(256 + n) for n in range(256 - len(printable))]  # GPT-2/CLIP bytes_to_unicode
+    vocab = {c: i for i, c in enumerate(chars)} | {c + "</w>": 256 + i for i, c in enumerate(chars)} | {"<|startoftext|>": 512, "<|endoftext|>": 513}
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    tokenizer = CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
+    images = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    CLIPProcessor(image_processor=images, tokenizer=tokenizer).save_pretrained(folder)
+    text = {"vocab_size": 514, "hidden_size": 32, "intermediate_size": 37, "num_hidden_layers": 2, "num_attention_heads": 2,
+            "max_position_embeddings": 77, "bos_token_id": 512, "eos_token_id": 513, "pad_token_id": 513}  # fmt: skip
+    vision = {"hidden_size": 32, "intermediate_size": 37, "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 32, "patch_size": 8}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=16))
+    model.save_pretrained(folder)
+    return folder

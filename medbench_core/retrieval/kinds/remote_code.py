@@ -32,7 +32,7 @@ from medbench_core.retrieval.weights import DTYPES
 from medbench_core.taskdata.task import Task
 
 RECORD_TYPES = ("text", "image", "image_text")
-CALL_KEYS = ("method", "texts", "images", "records", "single", "kwargs", "query_kwargs", "passage_kwargs", "instruction", "output", "fuse")
+CALL_KEYS = ("method", "texts", "images", "records", "processor", "single", "kwargs", "query_kwargs", "passage_kwargs", "instruction", "output", "fuse")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,10 @@ class Call:
       or a position (``0``: the first positional argument);
     - ``records``: instead, one list of dicts ``{arg: 0, text: txt, image: img}`` (MM-Embed's
       ``encode([{'txt': ..., 'img': ...}])``): ``arg`` where the list goes, ``text``/``image`` the keys;
+    - ``processor: true``: instead, the batch goes through the model folder's ``AutoProcessor``
+      (``text=``, ``images=``, padded and truncated tensors) and the method gets its output as
+      keywords: transformers' own CLIPs (PubMedCLIP: ``get_text_features`` / ``get_image_features``,
+      ``output: pooler_output``);
     - ``single``: pass one record per call (a string, an image), not a list;
     - ``kwargs`` (both roles), ``query_kwargs``, ``passage_kwargs``: constant keyword arguments
       (``is_query: true``, ``max_length: 512``);
@@ -55,6 +59,7 @@ class Call:
     texts: str | int | None = None
     images: str | int | None = None
     records: dict | None = None
+    processor: bool = False
     single: bool = False
     kwargs: dict = field(default_factory=dict)
     query_kwargs: dict = field(default_factory=dict)
@@ -88,7 +93,10 @@ class Call:
         if not call.method or not call.method.isidentifier() or call.method.startswith("_"):
             raise DataError(f"{at} needs 'method': the name of the model's public encode method (e.g. encode, encode_text)")
         wants = {"text": ("texts",), "image": ("images",), "image_text": ("texts", "images")}[record_type]
-        if call.records is not None:
+        if call.processor:
+            if call.records is not None or call.texts is not None or call.images is not None:
+                raise DataError(f"{at}: with processor: true the processor takes the texts and images; drop texts/images/records")
+        elif call.records is not None:
             rec = call.records
             if not isinstance(rec, Mapping) or set(rec) - {"arg", "text", "image"} or "arg" not in rec:
                 raise DataError(f"{at}: records takes arg (where the list goes) and the keys text and image, not {rec!r}")
@@ -178,6 +186,7 @@ class RemoteCodeEncoder:
         self.model = model
         self.device = device
         self.calls = spec.settings.calls(f"model {spec.name}")
+        self.processor: Any = None
         self.progress = resolve_progress(progress)
         self._torch = torch
 
@@ -214,6 +223,13 @@ class RemoteCodeEncoder:
         def invoke(rows: slice) -> Any:
             args: dict[int, Any] = {}
             kw = dict(extra)
+            if call.processor:
+                feed: dict[str, Any] = {"return_tensors": "pt"}
+                if texts is not None:
+                    feed.update(text=texts[rows], padding=True, truncation=True)
+                if images is not None:
+                    feed["images"] = images[rows]
+                return method(**self.processor(**feed).to(self.device), **kw)
             parts = [(call.records["arg"], items[rows])] if call.records is not None else []
             if call.records is None:
                 if texts is not None:
@@ -302,7 +318,15 @@ def load_remote_code_encoder(spec: ModelSpec, device: str = "cpu", progress: boo
         if not callable(setup):
             raise DataError(f"model {spec.name}: the loaded {type(model).__name__} has no method {spec.settings.processor_method!r} (settings.processor_method)")
         setup(str(folder))  # BGE-VL: model.set_processor(<model folder>)
-    return RemoteCodeEncoder(spec, model, device=device, progress=progress)
+    encoder = RemoteCodeEncoder(spec, model, device=device, progress=progress)
+    if any(c.processor for c in encoder.calls.values()):
+        from transformers import AutoProcessor
+
+        try:
+            encoder.processor = AutoProcessor.from_pretrained(str(folder), trust_remote_code=spec.trust_remote_code, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"model {spec.name}: settings ask for the model's processor and {folder} has none that loads ({exc})") from exc
+    return encoder
 
 
 class RemoteCodeKind(EncoderKind):
