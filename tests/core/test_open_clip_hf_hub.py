@@ -79,6 +79,17 @@ def reference(cache: Path, texts: list[str], images: list[Path], tmp: Path) -> d
     return dict(np.load(out))
 
 
+def score_fusion(frame: pl.DataFrame, t_of: dict, i_of: dict, w: float = 0.5) -> np.ndarray:
+    """clip.py's score fusion of unit embeddings: [sqrt(w) img, sqrt(1-w) txt], a one-modality record's vector in both halves."""
+    rows = []
+    for t, im in frame.select("text", "image").iter_rows():
+        tv = t_of[t] if t else i_of[im]
+        iv = i_of[im] if im else t_of[t]
+        v = np.concatenate([np.sqrt(w) * iv, np.sqrt(1 - w) * tv])
+        rows.append(v / np.linalg.norm(v))
+    return np.stack(rows)
+
+
 def spec(**settings):
     return model_spec(name="biomedclip", kind="open_clip", revision="main", settings={"checkpoint": f"hf-hub:{CLIP_ID}", **settings}, batch_size=4)
 
@@ -105,17 +116,7 @@ def test_kind_open_clip_equals_open_clips_own_hf_hub_loading(cache, task, tmp_pa
     ref = reference(cache, texts, [task.resolve_image(im) for im in images], tmp_path)
     assert str(ref["tokenizer"]) == TEXT_ID  # open_clip tokenizes with the named text repository
     t_of, i_of = dict(zip(texts, ref["text"])), dict(zip(images, ref["image"]))
-
-    def fused(frame) -> np.ndarray:  # clip.py's score fusion, w = 0.5: [sqrt(w) img, sqrt(1-w) txt], one-modality records in both halves
-        rows = []
-        for t, im in frame.select("text", "image").iter_rows():
-            tv = t_of[t] if t else i_of[im]
-            iv = i_of[im] if im else t_of[t]
-            v = np.concatenate([np.sqrt(0.5) * iv, np.sqrt(0.5) * tv])
-            rows.append(v / np.linalg.norm(v))
-        return np.stack(rows)
-
-    scores = fused(task.queries) @ fused(task.corpus).T
+    scores = score_fusion(task.queries, t_of, i_of) @ score_fusion(task.corpus, t_of, i_of).T
     doc_ids = task.corpus["doc_id"].to_list()
     for qid, row in zip(task.queries["query_id"].to_list(), scores):
         order = sorted(range(12), key=lambda j: (-row[j], doc_ids[j]))[:10]
