@@ -207,9 +207,21 @@ def test_revision_pinned_and_instruction_keys_the_run_only(hub, task, tmp_path, 
 
 def test_a_task_with_records_the_entry_has_no_call_for_is_na(hub, task, tmp_path):
     text_only = registry(tmp_path, {"text": {"method": "encode_text", "texts": 0}})[0]
-    reason = text_only.plugin.applicability(text_only, task, {})
-    assert reason == "tiny-mm has no settings.image_text, and queries of remote_toy carry image and text (e.g. q1)"
+    # A text-only model reads the caption of a captioned image (q1), but an image alone (q3) it cannot.
+    assert text_only.plugin.applicability(text_only, task, {}) == "tiny-mm has no settings.image, and queries of remote_toy carry image (e.g. q3)"
+    no_pair = registry(tmp_path, {"text": {"method": "encode_text", "texts": 0}, "image": {"method": "encode_image", "images": 0}})[0]
+    assert no_pair.plugin.applicability(no_pair, task, {}) == "tiny-mm has no settings.image_text, and queries of remote_toy carry image and text (e.g. q1)"
     assert registry(tmp_path, MMEMBED)[0].plugin.applicability(registry(tmp_path, MMEMBED)[0], task, {}) is None
+
+
+def test_a_text_only_model_reads_the_text_of_a_captioned_image(hub, modules, tmp_path, monkeypatch):
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(hub))
+    spec = registry(tmp_path, {"text": {"method": "encode_text", "texts": 0}})[0]
+    img = tmp_path / "x.png"
+    Image.fromarray(np.full((8, 8, 3), 200, dtype=np.uint8)).save(img)
+    got = spec.plugin.load(spec).encode_records(["gout", "gout"], [img, None], ["en", "en"], "query")
+    np.testing.assert_allclose(got[0], got[1], atol=1e-7)
+    np.testing.assert_allclose(got[0], direct_model(hub).encode_text(["gout"])[0], atol=1e-6)
 
 
 @pytest.mark.parametrize(

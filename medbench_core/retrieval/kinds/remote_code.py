@@ -152,6 +152,17 @@ class RemoteCodeSettings(KindSettings):
         return {t: Call.parse(getattr(self, t), t, where) for t in RECORD_TYPES if getattr(self, t) is not None}
 
 
+def record_type(has_text: bool, has_image: bool, calls: Mapping[str, Call]) -> str:
+    """The call a record goes to: ``text``, ``image`` or ``image_text``.
+
+    A text-only model (no image call at all: NV-Embed) reads the text side of a record that also
+    carries an image, as BM25 and the text encoders do.
+    """
+    if has_text and has_image:
+        return "text" if "image" not in calls and "image_text" not in calls else "image_text"
+    return "text" if has_text else "image"
+
+
 def _vectors(result: Any, output: str, n: int, what: str) -> np.ndarray:
     """The (n, dim) float32 array a call returned (under ``output`` when given)."""
     if output:
@@ -196,8 +207,8 @@ class RemoteCodeEncoder:
         loaded = [load_image(p, n) for p, n in zip(paths, names)]  # a bad file is named before the model sees it
         return [str(p) for p in paths] if self.spec.settings.image_input == "path" else loaded
 
-    def _call(self, record_type: str, texts: list[str] | None, images: list[Any] | None, role: str, instruction: str | None) -> np.ndarray:
-        call = self.calls[record_type]
+    def _call(self, which: str, texts: list[str] | None, images: list[Any] | None, role: str, instruction: str | None) -> np.ndarray:
+        call = self.calls[which]
         n = len(texts if texts is not None else images)
         if call.fuse == "sum":
             return self._call("text", texts, None, role, instruction) + self._call("image", None, images, role, instruction)
@@ -211,7 +222,7 @@ class RemoteCodeEncoder:
         what = f"model {self.spec.name}: {call.method}"
         method = getattr(self.model, call.method, None)
         if method is None or not callable(method):
-            raise DataError(f"model {self.spec.name}: the loaded {type(self.model).__name__} has no method {call.method!r} (settings.{record_type}.method)")
+            raise DataError(f"model {self.spec.name}: the loaded {type(self.model).__name__} has no method {call.method!r} (settings.{which}.method)")
         items = [{} for _ in range(n)]
         if call.records is not None:
             for i in range(n):
@@ -243,7 +254,7 @@ class RemoteCodeEncoder:
                 else:
                     kw[where] = value
             if sorted(args) != list(range(len(args))):
-                raise DataError(f"model {self.spec.name}: settings.{record_type} puts arguments at positions {sorted(args)}; positions must start at 0 without gaps")
+                raise DataError(f"model {self.spec.name}: settings.{which} puts arguments at positions {sorted(args)}; positions must start at 0 without gaps")
             return method(*[args[i] for i in range(len(args))], **kw)
 
         step = 1 if call.single else max(1, int(self.spec.batch_size))
@@ -267,23 +278,23 @@ class RemoteCodeEncoder:
         for i in range(n):
             if not has_t[i] and not has_i[i]:
                 raise DataError(f"model {self.spec.name}: {role} record {names[i]} has neither text nor image")
-            groups["image_text" if has_t[i] and has_i[i] else "text" if has_t[i] else "image"].append(i)
+            groups[record_type(has_t[i], has_i[i], self.calls)].append(i)
         vectors: np.ndarray | None = None
-        for record_type, rows in groups.items():
+        for kind, rows in groups.items():
             if not rows:
                 continue
-            if record_type not in self.calls:
+            if kind not in self.calls:
                 raise DataError(
-                    f"model {self.spec.name}: {len(rows)} {role} record(s) carry {record_type.replace('_', ' and ')} (e.g. {names[rows[0]]}) "
-                    f"and the entry gives no settings.{record_type}"
+                    f"model {self.spec.name}: {len(rows)} {role} record(s) carry {kind.replace('_', ' and ')} (e.g. {names[rows[0]]}) "
+                    f"and the entry gives no settings.{kind}"
                 )
-            t = [texts[i] for i in rows] if record_type != "image" else None
-            im = self._images([Path(images[i]) for i in rows], [names[i] for i in rows]) if record_type != "text" else None
-            got = self._call(record_type, t, im, role, instruction)
+            t = [texts[i] for i in rows] if kind != "image" else None
+            im = self._images([Path(images[i]) for i in rows], [names[i] for i in rows]) if kind != "text" else None
+            got = self._call(kind, t, im, role, instruction)
             if vectors is None:
                 vectors = np.zeros((n, got.shape[1]), dtype=np.float32)
             elif got.shape[1] != vectors.shape[1]:
-                raise DataError(f"model {self.spec.name}: settings.{record_type} gives {got.shape[1]}-d vectors, another call {vectors.shape[1]}-d")
+                raise DataError(f"model {self.spec.name}: settings.{kind} gives {got.shape[1]}-d vectors, another call {vectors.shape[1]}-d")
             vectors[rows] = got
         assert vectors is not None  # n >= 1: encode_side refuses an empty side
         if self.spec.settings.normalize:
@@ -353,9 +364,11 @@ class RemoteCodeKind(EncoderKind):
             ids = frame["query_id" if side == "queries" else "doc_id"].to_list()
             images = frame["image"].to_list() if "image" in frame.columns else [None] * frame.height
             for i, (t, im) in enumerate(zip(texts, images)):
-                record_type = "image_text" if (t or "").strip() and im else "text" if (t or "").strip() else "image" if im else ""
-                if record_type and record_type not in calls:
-                    return f"{spec.name} has no settings.{record_type}, and {side} of {task.name} carry {record_type.replace('_', ' and ')} (e.g. {ids[i]})"
+                if not (t or "").strip() and not im:
+                    continue
+                kind = record_type(bool((t or "").strip()), bool(im), calls)
+                if kind not in calls:
+                    return f"{spec.name} has no settings.{kind}, and {side} of {task.name} carry {kind.replace('_', ' and ')} (e.g. {ids[i]})"
         return None
 
     def query_prompt(self, spec: ModelSpec, task: Task) -> tuple[str, str] | None:
