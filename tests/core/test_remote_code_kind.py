@@ -230,6 +230,7 @@ def test_a_text_only_model_reads_the_text_of_a_captioned_image(hub, modules, tmp
         ({}, r"settings need at least one of text, image, image_text"),
         ({"text": {"method": "encode_text", "textz": 0}}, r"settings.text: unknown key 'textz' \(did you mean 'texts'\?\)"),
         ({"text": {"texts": 0}}, r"settings.text needs 'method'"),
+        ({"text": {"method": 3, "texts": 0}}, r"settings.text: method must be str, not 3"),
         ({"text": {"method": "encode_text"}}, r"settings.text: say where the texts go"),
         ({"text": {"method": "__class__", "texts": 0}}, r"settings.text needs 'method'"),
         ({"image_text": {"fuse": "sum"}}, r"fuse: sum\}? adds the text and image calls' vectors; give settings.text and settings.image too"),

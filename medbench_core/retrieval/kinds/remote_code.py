@@ -76,6 +76,10 @@ class Call:
         for key in raw:
             if key not in CALL_KEYS:
                 raise DataError(f"{at}: unknown key {key!r}{closest(str(key), CALL_KEYS)}; known keys: {', '.join(CALL_KEYS)}")
+        types = {"method": str, "single": bool, "processor": bool, "instruction": str, "output": str, "fuse": str, "records": (dict, type(None))}
+        for key, want in types.items():
+            if key in raw and not isinstance(raw[key], want):
+                raise DataError(f"{at}: {key} must be {'a mapping' if key == 'records' else want.__name__}, not {raw[key]!r}")
         call = cls(**{k: v for k, v in raw.items()})
         for name in ("texts", "images"):
             v = getattr(call, name)

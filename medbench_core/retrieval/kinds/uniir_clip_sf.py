@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from medbench_core.errors import DataError
+from medbench_core.retrieval.clip import ClipEncoder
 from medbench_core.retrieval.kinds.encoder import EncoderKind
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
@@ -209,41 +210,36 @@ def load_checkpoint_state(path: str | Path, model_name: str) -> dict[str, Any]:
 # --- the encoder --------------------------------------------------------------------------------
 
 
-def _clip_encoder_class() -> type:
-    from medbench_core.retrieval.clip import ClipEncoder
+class UniIRClipEncoder(ClipEncoder):
+    """open_clip CLIP whose record vector is normalise(raw image embedding + raw text embedding)."""
 
-    class UniIRClipEncoder(ClipEncoder):
-        """open_clip CLIP whose record vector is normalise(raw image embedding + raw text embedding)."""
+    @property
+    def dim(self) -> int:
+        return self._embed_dim()
 
-        @property
-        def dim(self) -> int:
-            return self._embed_dim()
-
-        def encode_records(self, texts, images, languages, role, ids=None) -> np.ndarray:
-            n = len(texts)
-            if len(images) != n or len(languages) != n:
-                raise DataError(f"model {self.spec.name}: {n} texts, {len(images)} images and {len(languages)} languages for {role} records")
-            names = [str(x) for x in ids] if ids is not None else [f"{role} record at position {i}" for i in range(n)]
-            if self.spec.settings.text_format == "uniir":
-                texts = [format_string(t) if isinstance(t, str) else t for t in texts]
-            has_t = [isinstance(t, str) and bool(t.strip()) for t in texts]
-            has_i = [im is not None and str(im) != "" for im in images]
-            empty = [names[i] for i in range(n) if not has_t[i] and not has_i[i]]
-            if empty:
-                raise DataError(f"model {self.spec.name}: {len(empty)} {role} record(s) have neither text nor image, e.g. {empty[:5]}")
-            t_idx = [i for i in range(n) if has_t[i]]
-            i_idx = [i for i in range(n) if has_i[i]]
-            out = np.zeros((n, self._embed_dim()), dtype=np.float32)
-            # UniIR masks the side a record lacks: its embedding enters the sum as zero.
-            out[t_idx] += self.encode_texts([texts[i] for i in t_idx], normalize=False)
-            out[i_idx] += self.encode_images([Path(images[i]) for i in i_idx], [names[i] for i in i_idx], normalize=False)
-            norms = np.linalg.norm(out, axis=1, keepdims=True)
-            bad = [names[i] for i in np.flatnonzero(norms[:, 0] < 1e-12)]
-            if bad:
-                raise DataError(f"model {self.spec.name}: the summed embedding of {bad[:5]} is zero; it cannot be normalised")
-            return np.ascontiguousarray(out / norms, dtype=np.float32)
-
-    return UniIRClipEncoder
+    def encode_records(self, texts, images, languages, role, ids=None) -> np.ndarray:
+        n = len(texts)
+        if len(images) != n or len(languages) != n:
+            raise DataError(f"model {self.spec.name}: {n} texts, {len(images)} images and {len(languages)} languages for {role} records")
+        names = [str(x) for x in ids] if ids is not None else [f"{role} record at position {i}" for i in range(n)]
+        if self.spec.settings.text_format == "uniir":
+            texts = [format_string(t) if isinstance(t, str) else t for t in texts]
+        has_t = [isinstance(t, str) and bool(t.strip()) for t in texts]
+        has_i = [im is not None and str(im) != "" for im in images]
+        empty = [names[i] for i in range(n) if not has_t[i] and not has_i[i]]
+        if empty:
+            raise DataError(f"model {self.spec.name}: {len(empty)} {role} record(s) have neither text nor image, e.g. {empty[:5]}")
+        t_idx = [i for i in range(n) if has_t[i]]
+        i_idx = [i for i in range(n) if has_i[i]]
+        out = np.zeros((n, self._embed_dim()), dtype=np.float32)
+        # UniIR masks the side a record lacks: its embedding enters the sum as zero.
+        out[t_idx] += self.encode_texts([texts[i] for i in t_idx], normalize=False)
+        out[i_idx] += self.encode_images([Path(images[i]) for i in i_idx], [names[i] for i in i_idx], normalize=False)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        bad = [names[i] for i in np.flatnonzero(norms[:, 0] < 1e-12)]
+        if bad:
+            raise DataError(f"model {self.spec.name}: the summed embedding of {bad[:5]} is zero; it cannot be normalised")
+        return np.ascontiguousarray(out / norms, dtype=np.float32)
 
 
 def checkpoint_file(spec: ModelSpec, *, online: bool = False, cache_dir: str | Path | None = None) -> Path:
@@ -291,7 +287,7 @@ def load_uniir_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | No
     dtype = torch_dtype(spec)
     if dtype is not None:
         model = model.to(dtype)
-    return _clip_encoder_class()(spec, model, preprocess, tokenizer, {"fusion": "sum", "max_aspect_ratio": s.max_aspect_ratio}, device, progress=progress)
+    return UniIRClipEncoder(spec, model, preprocess, tokenizer, {"fusion": "sum", "max_aspect_ratio": s.max_aspect_ratio}, device, progress=progress)
 
 
 class UniIRClipSFKind(EncoderKind):
