@@ -22,6 +22,8 @@ from medbench_core.taskdata.task import Task
 from medbench_core.retrieval.model_registry import ModelSpec
 from medbench_core.retrieval.stages import run_params
 from medbench_core.provenance import artifact_key, stage_version
+from medbench_core.evaluation.exports import mteb_models, mteb_task_names
+from medbench_core.evaluation.published import load_sources
 from medbench_core.evaluation.reports import Cell, Significance, load_cell, write_leaderboard
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
@@ -45,6 +47,7 @@ class LeaderboardConfig(dg.Config):
     alpha: float = 0.05
     resamples: int = DEFAULT_RESAMPLES  # sign flips of the randomisation test, and bootstrap resamples of the CI
     seed: int = DEFAULT_SEED
+    published: str = ""  # a folder of published results (MTEB's or R2MED's layout) instead of tasks.yaml's published_results
 
 
 def expansion_copies(store: ArtifactStoreResource, spec: ModelSpec, task: str, keys: dict[str, str]) -> int:
@@ -143,14 +146,19 @@ def leaderboard(
     research_only = [t.name for t in catalog.tasks if t.research_only]
     provenance = {f"{c.model}/{c.task}": c.provenance for c in cells if c.metrics is not None}
     out = store.reports_dir()
+    sources = load_sources(registry.tasks_file, store.shared_data, config.published or None)
+    names = {m: meta["name"] for m, meta in mteb_models(specs, {c.model: c.model_revision for c in cells}).items()} if sources else {}
+    evaluated = [c for c in cells if c.metrics is not None and c.applicable]
+    mteb_tasks = {t: v["mteb_task"] for t, v in mteb_task_names(evaluated).items() if v["mteb_task"]} if sources else {}
     written = write_leaderboard(
         cells, [s.name for s in specs], catalog.names, sig, out, research_only=research_only, specs=specs, copies=copies,
         footer=f"code version {CODE_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
-        extra_json={"benchmark": catalog.benchmark, "cells": provenance},
+        extra_json={"benchmark": catalog.benchmark, "cells": provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
     )  # fmt: skip
     md = written["markdown"]
     context.log.info("\n" + md)
     run_id, reused = log_leaderboard(context, mlflow, leaderboard_experiment(catalog.benchmark), sig, provenance, copies, written, out)
+    annotate_partition_runs(mlflow, catalog.benchmark, provenance, written["published"])
     heatmap = out / "heatmap.png"
     plots = {f"diff_{Path(f).stem}": dg.MetadataValue.path(str(out / f)) for f in written["files"] if f.startswith("diff/")}
     return dg.MaterializeResult(
@@ -174,9 +182,11 @@ def leaderboard(
 def log_leaderboard(context, mlflow: MLflowResource, experiment: str, sig: Significance, provenance: dict, copies: dict, written: dict, out: Path) -> tuple[str, bool]:
     """One MLflow run holding the reports and the significance table; the same inputs reuse it."""
     stats = written["stats"]
+    published = written["published"]
     run_key = artifact_key(
         kind="leaderboard", code=CODE_VERSION, significance=sig.describe(), cells={k: v["metrics_key"] for k, v in provenance.items()},
         table=written["board"].columns + written["board"]["model"].to_list(), copies={f"{m}/{t}": n for (m, t), n in copies.items()},
+        **({"published": published.select("model", "task", "published", "status", "file").to_dicts()} if published.height else {}),
     )  # fmt: skip
     params = {**{f"significance.{k}": v for k, v in sig.describe().items()}, "cells": len(provenance), "code_version": CODE_VERSION}
     metrics: dict[str, float] = {}
@@ -187,9 +197,42 @@ def log_leaderboard(context, mlflow: MLflowResource, experiment: str, sig: Signi
                 metrics[f"{prefix}/{col}"] = float(r[col])
         if r["p_holm"] is not None:
             metrics[f"{prefix}/significant"] = 1.0 if r["significant"] else 0.0
+    groups: dict[str, list[str]] = {}
+    for r in written["ranks"].iter_rows(named=True):  # per task and for the average (task "average")
+        prefix = "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"{r['task']}/{r['model']}")
+        for col in ("rank", "rank_low", "rank_high"):
+            metrics[f"{prefix}/{col}"] = float(r[col])
+        groups.setdefault(r["task"], []).append(f"{r['model']}: {r['group']}")
+    params |= {f"groups.{task}": "; ".join(g) for task, g in groups.items()}  # the letters of the groups no test separates
+    for r in published.iter_rows(named=True):
+        prefix = "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"{r['task']}/{r['model']}")
+        metrics[f"{prefix}/published"] = float(r["published"])
+        if r["diff"] is not None:
+            metrics[f"{prefix}/published_diff"] = float(r["diff"])
+            metrics[f"{prefix}/published_in_ci"] = 1.0 if r["in_ci"] else 0.0
+    if published.height:
+        from medbench_core.evaluation.published import summary
+
+        params["published"] = summary(published)
     files = [out / f for f in written["files"] if not f.startswith("diff/")]
     if (out / "diff").is_dir() and any((out / "diff").iterdir()):
         files.append(out / "diff")  # logged as the folder diff/
     return mlflow.log_run(
         experiment, run_key, "leaderboard", params, metrics, {KIND_TAG: "leaderboard", DAGSTER_RUN_TAG: context.run_id}, files,
     )  # fmt: skip
+
+
+def annotate_partition_runs(mlflow: MLflowResource, experiment: str, provenance: dict, published) -> None:
+    """Each compared cell's own MLflow run (one per model x task) gets the published value beside its metrics:
+    ``published.<metric>``, and when compared ``published_diff.<metric>`` and ``published_in_ci.<metric>`` (1/0),
+    with tags ``medbench.published_status`` and ``medbench.published_source``."""
+    for r in published.iter_rows(named=True):
+        prov = provenance.get(f"{r['model']}/{r['task']}")
+        if not prov:
+            continue
+        m = r["metric"]
+        metrics = {f"published.{m}": float(r["published"])}
+        if r["diff"] is not None:
+            metrics |= {f"published_diff.{m}": float(r["diff"]), f"published_in_ci.{m}": 1.0 if r["in_ci"] else 0.0}
+        status = r["status"] + (f": {r['note']}" if r["note"] else "")
+        mlflow.annotate_run(experiment, prov["metrics_key"], metrics, {"medbench.published_status": status, "medbench.published_source": r["file"]})

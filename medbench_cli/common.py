@@ -42,6 +42,25 @@ def quiet_run_config() -> dict:
     return {"loggers": {"console": {"config": {"log_level": settings.LOG_LEVEL}}}}
 
 
+def leaderboard_run_config(published: Path | None = None) -> dict:
+    """The leaderboard job's run config: quiet logs and, with ``--published DIR``, that folder of published results."""
+    config = quiet_run_config()
+    if published is not None:
+        config["ops"] = {"leaderboard": {"config": {"published": str(Path(published).resolve())}}}
+    return config
+
+
+def published_summary(board_md: Path) -> str | None:
+    """The one line saying how many cells reproduce the published scores (leaderboard.json beside ``board_md``), if any were compared."""
+    import json
+
+    try:
+        doc = json.loads(board_md.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return None
+    return (doc.get("published") or {}).get("summary")
+
+
 def unknown_names(kind: str, given: list[str], known: list[str], source: str | Path) -> str | None:
     """Why some of ``given`` are not ``known`` (with the closest known name for a near miss); None when all are."""
     lines = []

@@ -2,9 +2,11 @@
 as an MTEB results JSON and a TREC run, in one folder.
 
 DIR/leaderboard.{md,csv,json}, stats.csv, heatmap.png, diff/<task>.png (the reports as saved);
-DIR/results/<model>/<task>/{metrics.json, per_query.parquet}; DIR/mteb/<model>/<revision>/<task>.json
-(+ model_meta.json: the layout and fields of MTEB's results repository) and DIR/trec/<model>/<task>.trec
-(medbench_core.evaluation.exports.export, index.json lists them); a sha256 MANIFEST.json over every file. Each
+DIR/metrics/<model>/<task>/{metrics.json, per_query.parquet}; DIR/results/<org>__<model>/<revision>/<task>.json
+(+ model_meta.json: MTEB's results-repository layout, which ``mteb.ResultCache(DIR).load_results()`` reads;
+MTEB's task and model names where there are some) and DIR/trec/<model>/<task>.trec
+(medbench_core.evaluation.exports.export, index.json lists them, and which tasks kept medbench's name and
+why); a sha256 MANIFEST.json over every file. Each
 metrics and run artifact is verified against its own manifest before it is read; the folder is built
 aside and swapped in whole. DIR must not exist, or hold an earlier export (which is replaced).
 Nothing is computed: run ``medbench run`` first.
@@ -35,12 +37,16 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=main)
 
 
-def export(data_root: Path, dest: Path) -> int:
-    """Write the export of the project at ``data_root`` to ``dest``; returns the number of cells."""
+def export(data_root: Path, dest: Path, models_file: Path | None = None) -> int:
+    """Write the export of the project at ``data_root`` to ``dest``; returns the number of cells.
+
+    ``models_file`` (default the project's models.yaml) names each model as MTEB's results do.
+    """
     from medbench_core.errors import DataError
     from medbench_core.layout import Layout
     from medbench_core.provenance import stage_version
-    from medbench_core.evaluation.exports import export as export_results
+    from medbench_core.evaluation.exports import export as export_results, mteb_models, mteb_task_names
+    from medbench_core.retrieval.model_registry import load_registry
     from medbench_core.evaluation.reports import load_cell
     from medbench_core.storage import MANIFEST, read_manifest, replace_dir_atomic, verify_manifest, write_manifest
 
@@ -67,6 +73,10 @@ def export(data_root: Path, dest: Path) -> int:
         cells.append(load_cell(model, tasks[task], metrics_dir=source, run_dir=run, model_revision=prov.get("model_revision", ""),
                                split=prov.get("split") or "test", provenance=prov))  # fmt: skip
         sources.append((model, task, source))
+    models_file = models_file or settings.MODELS_FILE
+    specs = load_registry(models_file) if models_file.is_file() else []
+    metas = mteb_models(specs, {c.model: c.model_revision for c in cells})
+    names = mteb_task_names(cells)
     reports = [f for f in REPORT_FILES if (layout.reports_dir() / f).is_file()]
     plots = sorted(p.name for p in (layout.reports_dir() / "diff").glob("*.png")) if saved.get("plots") else []
 
@@ -80,12 +90,14 @@ def export(data_root: Path, dest: Path) -> int:
             for f in plots:
                 shutil.copyfile(layout.reports_dir() / "diff" / f, tmp / "diff" / f)
         for model, task, source in sources:
-            (tmp / "results" / model / task).mkdir(parents=True)
+            (tmp / "metrics" / model / task).mkdir(parents=True)
             for name in METRIC_FILES:
-                shutil.copyfile(source / name, tmp / "results" / model / task / name)
-        export_results(cells, tmp, code_version=stage_version("reports"))
+                shutil.copyfile(source / name, tmp / "metrics" / model / task / name)
+        index = export_results(cells, tmp, code_version=stage_version("reports"), models=metas, tasks=names)
         files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
-        write_manifest(tmp, files, {"kind": MARK, "benchmark": saved.get("benchmark"), "metric": saved.get("metric"), "cells": saved["cells"]})
+        mteb = {"models": index["models"], "tasks": index["tasks"],
+                "not_mteb_tasks": sorted(t for t, v in index["tasks"].items() if not v["mteb_task"])}  # fmt: skip
+        write_manifest(tmp, files, {"kind": MARK, "benchmark": saved.get("benchmark"), "metric": saved.get("metric"), "cells": saved["cells"], "mteb": mteb})
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     replace_dir_atomic(dest, build)
@@ -101,7 +113,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(
-        f"exported the leaderboard and {n} cells to {args.to}: metrics (results/), MTEB results JSON (mteb/), TREC runs (trec/); "
+        f"exported the leaderboard and {n} cells to {args.to}: metrics (metrics/), MTEB results (results/, mteb.ResultCache loads it), "
+        "TREC runs (trec/); "
         "MANIFEST.json lists every file's sha256"
     )
     return 0

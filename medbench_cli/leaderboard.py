@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from medbench_cli.common import describe
 from runtime import settings
@@ -13,6 +14,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("leaderboard", help="print the saved leaderboard (nDCG@10, model x task)", description=describe(__doc__))
     p.add_argument("--rebuild", action="store_true", help="rebuild it from the stored metrics first (the build_leaderboard job; nothing is evaluated)")
     p.add_argument("--format", choices=("md", "csv", "json"), default="md", help="which saved form to print (default: md)")
+    p.add_argument(
+        "--published", type=Path, metavar="DIR",
+        help="rebuild it with this folder of published results (MTEB's results layout or R2MED's result files) beside ours",
+    )  # fmt: skip
     p.set_defaults(handler=main)
 
 
@@ -20,19 +25,20 @@ def main(args: argparse.Namespace) -> int:
     from medbench_core.layout import Layout
 
     path = Layout(settings.DATA).leaderboard_file(args.format)
-    if args.rebuild:
-        import dagster as dg
-
-        from medbench_cli.common import prepare_environment, quiet_run_config
-        from orchestration.definitions import build_definitions
-        from orchestration.jobs import LEADERBOARD_JOB
+    if args.rebuild or args.published:
+        from medbench_cli.common import prepare_environment
+        from medbench_cli.run import rebuild_leaderboard
 
         prepare_environment()
-        defs = build_definitions()
-        defs.resources["mlflow"].ensure_store()  # the leaderboard is logged as an MLflow run
-        defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=dg.DagsterInstance.get(), run_config=quiet_run_config())
+        rebuild_leaderboard(args.published)
     if not path.is_file():
         print(f"no leaderboard at {path}; run `medbench run` (evaluates), or `medbench leaderboard --rebuild` (from stored metrics)", file=sys.stderr)
         return 1
     print(path.read_text(), end="")
+    if args.format == "md":
+        from medbench_cli.common import published_summary
+
+        line = published_summary(path)
+        if line:
+            print(f"[published] {line}")
     return 0

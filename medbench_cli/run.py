@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from medbench_cli.common import check_names, describe, prepare_environment, quiet_run_config
+from medbench_cli.common import check_names, describe, leaderboard_run_config, prepare_environment, published_summary, quiet_run_config
 from runtime import settings
 
 
@@ -42,6 +42,11 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--recheck", action="store_true",
         help="run every step even when nothing changed since the last complete run (stored artifacts are still reused)",
+    )  # fmt: skip
+    p.add_argument(
+        "--published", type=Path, metavar="DIR",
+        help="a folder of published results (MTEB's results layout or R2MED's result files): shown beside ours in the leaderboard "
+        "(default: published_results of tasks.yaml)",
     )  # fmt: skip
     # Internal: the prepare phase as the child process runs it.
     p.add_argument("--prepare-only", action="store_true", help=argparse.SUPPRESS)
@@ -86,34 +91,31 @@ def prepare(defs, instance, tasks: list[str]) -> dict:
 def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) -> str | None:
     """The first model in evaluation order that loads weights and has a partition to compute.
 
-    Judged on the tasks as curated now (a task not curated yet counts as work), without Dagster,
-    so that the decision comes before its import. A wrong guess costs a model load, never a
-    result: the evaluation decides again from the gated tasks.
+    Judged on the tasks as curated now (a task not curated yet counts as work) by the one answer
+    to "is it done?" (:mod:`medbench_core.status`: every stage that loads the model holds a
+    complete artifact at its current key), without Dagster, so that the decision comes before
+    its import. A wrong guess costs a model load, never a result: the evaluation decides again.
     """
     from medbench_core.errors import MedbenchError
     from medbench_core.layout import ENCODING_STAGES
-    from medbench_core.retrieval.stages import applicability, partition_keys
-    from medbench_core.storage import is_complete
+    from medbench_core.status import DUE, partition_statuses
 
-    stored: dict = {}
-    for spec in specs:
-        if not spec.plugin.loads_weights or spec.derived:  # built from upstreams: loaded after their upstreams
-            continue
-        if force:
-            return spec.name
-        for task in tasks:
-            if task not in stored:
-                try:
-                    stored[task] = layout.load_task(task)
-                except MedbenchError:
-                    stored[task] = None
-            if stored[task] is None:
-                return spec.name
-            if applicability(spec, stored[task]) or layout.gate_refusal(task, stored[task].content_hash()):
-                continue
-            keys = partition_keys(spec, stored[task])
-            if not all(is_complete(layout.artifact_dir(spec.name, task, stage, keys[stage])) for stage in ENCODING_STAGES):
-                return spec.name
+    loaders = [s for s in specs if s.plugin.loads_weights and not s.derived]  # built from upstreams: loaded after them
+    if not loaders:
+        return None
+    if force:
+        return loaders[0].name
+    curated = []
+    for task in tasks:
+        try:
+            stored = layout.load_task(task)
+        except MedbenchError:
+            return loaders[0].name
+        if not layout.gate_refusal(task, stored.content_hash()):
+            curated.append(stored)
+    for status in partition_statuses(layout, specs, curated, [s.name for s in loaders], stages=ENCODING_STAGES):
+        if status.state == DUE:
+            return status.model
     return None
 
 
@@ -154,9 +156,10 @@ def _plan(args: argparse.Namespace) -> tuple[list[str], list[str], list, object]
     return models, tasks, specs, catalog
 
 
-def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: float, force: bool = False) -> tuple[object, bool]:
+def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: float, force: bool = False, published: Path | None = None) -> tuple[object, bool]:
     """The inputs to record after this run (None: not recordable), and whether the last
-    complete run already answered the request, said with its leaderboard (:mod:`medbench_cli.uptodate`)."""
+    complete run already answered the request, said with its leaderboard (:mod:`medbench_cli.uptodate`;
+    with ``published``, the leaderboard alone is rebuilt first to show those scores beside ours)."""
     from medbench_cli import uptodate
 
     given = None
@@ -173,15 +176,57 @@ def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: floa
         f"materialised, logged to MLflow and verified against their manifests; nothing to run (--force recomputes)",
         flush=True,
     )
+    if published is not None:
+        rebuild_leaderboard(published)
     show_leaderboard(done.leaderboard, settings.default_tracking_uri())
     print(f"total {time.perf_counter() - t0:.1f}s")
     return given, True
+
+
+def record_complete_run(defs, board_result, given, models: list[str], tasks: list[str]) -> None:
+    """Write the ledger of this run (:mod:`runtime.ledger`) when it was complete (``given``: its inputs), else drop the old one."""
+    import hashlib
+
+    from medbench_core.storage import read_manifest
+    from runtime.ledger import CompleteRun, forget, record
+
+    if given is None:
+        forget(settings.STATE)
+        return
+    layout = defs.resources["store"].layout
+    mlflow_run = next(
+        (e.materialization.metadata["mlflow_run_id"].value for e in board_result.get_asset_materialization_events() if "mlflow_run_id" in e.materialization.metadata),
+        "",
+    )
+    record(
+        settings.STATE,
+        CompleteRun(
+            dagster_run_id=board_result.run_id, inputs_key=given.key, sources=given.sources, models=list(models), tasks=list(tasks),
+            curated={t: read_manifest(layout.task_dir(t)).get("content_hash", "") for t in tasks},
+            leaderboard_sha256=hashlib.sha256(layout.leaderboard_file("md").read_bytes()).hexdigest(), leaderboard_mlflow_run_id=str(mlflow_run),
+        ),
+    )  # fmt: skip
+
+
+def rebuild_leaderboard(published: Path | None = None) -> None:
+    """The build_leaderboard job alone, from the stored metrics (``medbench leaderboard --rebuild``)."""
+    import dagster as dg
+
+    from orchestration.definitions import build_definitions
+    from orchestration.jobs import LEADERBOARD_JOB
+
+    defs = build_definitions()
+    defs.resources["mlflow"].ensure_store()  # the leaderboard is logged as an MLflow run
+    defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=dg.DagsterInstance.get(), run_config=leaderboard_run_config(published))
 
 
 def show_leaderboard(board: Path, tracking_uri: str) -> None:
     """The saved leaderboard, as every run ends: its markdown, where it is and where MLflow is."""
     print()
     print(board.read_text())
+    line = published_summary(board)
+    if line:
+        print(f"[published] {line}")
     print(f"saved to {board} (and .csv, .json); MLflow: {tracking_uri}")
 
 
@@ -262,7 +307,7 @@ def main(args: argparse.Namespace) -> int:
     # Decided once: bars in an interactive terminal, none in CI or when stderr goes to a log.
     progress = want_progress(sys.stderr.isatty(), os.environ)
     models, tasks, specs, catalog = _plan(args)
-    given, done = (None, False) if args.prepare_only else answered(specs, catalog, models, tasks, t0, args.force or args.recheck)
+    given, done = (None, False) if args.prepare_only else answered(specs, catalog, models, tasks, t0, args.force or args.recheck, args.published)
     if done:
         return 0
     model = None
@@ -303,9 +348,9 @@ def main(args: argparse.Namespace) -> int:
     failures = prepared["failures"] + evaluate(defs, instance, models, prepared["usable"], args.force, progress)
     from orchestration.jobs import LEADERBOARD_JOB
 
-    # A complete run records what it read, so that the next one can say at once that nothing changed.
-    tags = {} if given is None or failures or prepared["gated"] else given.tags(models)
-    defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=True, tags=tags)
+    board = defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=instance, run_config=leaderboard_run_config(args.published), raise_on_error=True)
+    # A complete run records what it read and wrote, so that the next one can say at once that nothing changed.
+    record_complete_run(defs, board, given if not (failures or prepared["gated"]) else None, models, tasks)
     show_leaderboard(defs.resources["store"].layout.leaderboard_file("md"), defs.resources["mlflow"].tracking_uri)
     if prepared["gated"]:
         print(f"tasks refused by their data contract (see GATE.json): {', '.join(prepared['gated'])}")

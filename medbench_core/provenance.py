@@ -37,10 +37,10 @@ STAGE_VERSIONS: dict[str, str] = {
     "metrics": "1",  # per-query metrics, means, bootstrap CIs, breakdowns
     "derived_run": "1",  # runs built from upstream runs (fusion, rerank)
     "expanded_run": "1",  # a retriever on expanded queries
-    "expansion": "1",  # expansion texts (published or generated) and their split
+    "expansion": "2",  # expansion texts (published or generated) and their split (2: R2MED's rule per generator family)
     "expansion_contract": "1",  # the expansion gate and its leakage measure
     "leaderboard": "1",  # the leaderboard cells
-    "reports": "1",  # tables, CIs, paired tests, plots
+    "reports": "2",  # tables, CIs, paired tests, plots; 2: rank intervals and groups
 }
 
 

@@ -163,6 +163,25 @@ class MLflowResource(dg.ConfigurableResource):
                 return first.info.run_id, True
         return run_id, False
 
+    def annotate_run(self, experiment: str, run_key: str, metrics: dict[str, float], tags: dict[str, str]) -> str | None:
+        """Add ``metrics`` and ``tags`` to the FINISHED run of ``run_key`` (facts learnt after it was logged, such as
+        the published score beside it); values it already holds are not logged again. Returns its id, None when there is none."""
+        from mlflow.entities import Metric, RunTag
+
+        run = self.finished_run(experiment, run_key)
+        if run is None:
+            return None
+        new_metrics = {k: v for k, v in metrics.items() if run.data.metrics.get(k) != v}
+        new_tags = {k: v for k, v in tags.items() if run.data.tags.get(k) != v}
+        if new_metrics or new_tags:
+            now = int(time.time() * 1000)
+            self.client().log_batch(
+                run.info.run_id,
+                metrics=[Metric(k, float(v), now, 0) for k, v in sorted(new_metrics.items())],
+                tags=[RunTag(k, str(v)) for k, v in sorted(new_tags.items())],
+            )
+        return run.info.run_id
+
     def reconcile_stale_runs(
         self,
         experiment: str,

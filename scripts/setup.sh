@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
 # Build (or reuse) the virtual environment for requirements.lock, then export the run environment.
-# Sourced by scripts/demo and scripts/test:  source scripts/setup.sh [--test]
+# Sourced by scripts/demo and scripts/test:  source scripts/setup.sh [--test] [--gpu]
 # The venv is keyed on the lock file's sha256 and lives outside the checkout, so clones share it;
 # one that is missing or was interrupted (no .complete marker) is built from nothing.
+# --gpu: FAISS's GPU build (requirements-gpu.lock) instead of faiss-cpu, in a venv of its own keyed on
+# both lock files (never the default: faiss-gpu needs a CUDA driver; bench/gpu_check.py checks the path).
 set -euo pipefail
 MEDBENCH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export MEDBENCH_ROOT
+WANT_TEST=0
+WANT_GPU=0
+# Other arguments are ignored: a script that sources this file without arguments passes on its own.
+for arg in "$@"; do
+  case "$arg" in
+    --test) WANT_TEST=1 ;;
+    --gpu) WANT_GPU=1 ;;
+  esac
+done
 PY="${MEDBENCH_PYTHON:-python3.11}"
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 "$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' \
   || { echo "medbench needs Python 3.11 (found $("$PY" --version))" >&2; exit 1; }
 
 LOCK_HASH="$(sha256sum "$MEDBENCH_ROOT/requirements.lock" | cut -c1-16)"
+REQUIREMENTS=("-r" "$MEDBENCH_ROOT/requirements.lock")
+if [ "$WANT_GPU" = 1 ]; then
+  LOCK_HASH="$(cat "$MEDBENCH_ROOT/requirements.lock" "$MEDBENCH_ROOT/requirements-gpu.lock" | sha256sum | cut -c1-16)-gpu"
+  GPU_BASE="$(mktemp)"
+  grep -v '^faiss-cpu==' "$MEDBENCH_ROOT/requirements.lock" > "$GPU_BASE"
+  REQUIREMENTS=("-r" "$GPU_BASE" "-r" "$MEDBENCH_ROOT/requirements-gpu.lock")
+fi
 VENV_ROOT="${MEDBENCH_VENV_ROOT:-$HOME/.cache/medbench/venvs}"
 VENV="$VENV_ROOT/$LOCK_HASH"
 if [ ! -f "$VENV/.complete" ]; then
@@ -21,7 +39,7 @@ if [ ! -f "$VENV/.complete" ]; then
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade "pip==26.3" >/dev/null 2>&1 || true
   log="$VENV_ROOT/$LOCK_HASH.install.log"
-  "$VENV/bin/python" -m pip install --no-input -r "$MEDBENCH_ROOT/requirements.lock" >"$log" 2>&1 \
+  "$VENV/bin/python" -m pip install --no-input "${REQUIREMENTS[@]}" >"$log" 2>&1 \
     || { grep -v "is ignored: it is neither" "$log" | tail -40 >&2; echo "medbench: install failed, see $log" >&2; exit 1; }
   # Installation-level, like the venv: the empty MLflow schema new stores are copied from
   # (built on first use otherwise).
@@ -67,7 +85,7 @@ PY
 
 # Test-only system packages: headless Chromium for the UI test, PostgreSQL for the production profile,
 # Redis as the celery broker of the distributed test.
-if [ "${1:-}" = "--test" ]; then
+if [ "$WANT_TEST" = 1 ]; then
   need=()
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)

@@ -46,10 +46,13 @@ def heatmap_size(n_models: int, n_tasks: int) -> tuple[int, int]:
     return 260 + 120 * n_tasks, 140 + 40 * n_models
 
 
-def heatmap_png(board: pl.DataFrame, path: str | Path, *, metric: str = "ndcg_at_10", not_applicable: Iterable[tuple[str, str]] = ()) -> Path:
+def heatmap_png(
+    board: pl.DataFrame, path: str | Path, *, metric: str = "ndcg_at_10", not_applicable: Iterable[tuple[str, str]] = (), labels: Mapping[str, str] | None = None
+) -> Path:
     """Model x task heatmap of ``board`` (from :func:`leaderboard`), values written in the cells.
 
-    Colour scale 0-1 (viridis); '-' not evaluated, 'n/a' not applicable.
+    Colour scale 0-1 (viridis); '-' not evaluated, 'n/a' not applicable. ``labels``: model -> its
+    row label (the leaderboard passes ``model  #rank [low, high] group`` of the average).
     """
     plt = _pyplot()
     tasks = [c for c in board.columns if c not in ("model", "average", "averaged_over")]
@@ -60,7 +63,7 @@ def heatmap_png(board: pl.DataFrame, path: str | Path, *, metric: str = "ndcg_at
     fig, ax = plt.subplots(figsize=(w / 100, h / 100), dpi=100)
     im = ax.imshow(np.ma.masked_invalid(vals), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(tasks)), labels=tasks, rotation=30, ha="right", fontsize=8)
-    ax.set_yticks(range(len(models)), labels=models, fontsize=8)
+    ax.set_yticks(range(len(models)), labels=[(labels or {}).get(m, m) for m in models], fontsize=8)
     for i, m in enumerate(models):
         for j, t in enumerate(tasks):
             v = vals[i, j]

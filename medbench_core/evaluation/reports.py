@@ -52,6 +52,9 @@ class Cell:
     seconds: float | None = None
     main_metric: str = "ndcg_at_10"
     provenance: dict[str, Any] = field(default_factory=dict)
+    dataset: str = ""  # the source dataset (a hub id, or a local folder's catalogue path)
+    subset: str = ""
+    mteb_task: str = ""  # MTEB's name of the task, when it was read as one
 
     def value(self, metric: str | None = None) -> float | None:
         if self.metrics is None or not self.applicable:
@@ -104,6 +107,9 @@ def load_cell(
         seconds=round(seconds, 3) if found else None,
         main_metric=task.meta.main_metric,
         provenance=dict(provenance or {}),
+        dataset=task.meta.dataset,
+        subset=task.meta.subset,
+        mteb_task=task.meta.mteb_task,
     )
 
 
@@ -302,6 +308,8 @@ class Significance:
             "alpha": self.alpha,
             "correction": "Holm-Bonferroni across the comparisons of one task",
             "ci": "95% percentile bootstrap of the mean over queries",
+            "ranks": "95% interval of each model's rank over paired bootstrap resamples of the queries (within each task for the average); "
+                     "groups: every pair tested, Holm-Bonferroni across a task's pairs",
             "resamples": self.n_resamples,
             "seed": self.seed,
         }
@@ -353,6 +361,96 @@ def expanded_markdown(rows: pl.DataFrame, sig: Significance) -> str:
     return "\n".join(lines) + "\n"
 
 
+RANKS_SCHEMA: dict[str, pl.DataType] = {
+    "task": pl.Utf8, "model": pl.Utf8, "rank": pl.Int64, "rank_low": pl.Int64, "rank_high": pl.Int64, "group": pl.Utf8, "n_models": pl.Int64,
+}  # fmt: skip
+AVERAGE = "average"  # the task name of the average's rows in the rank table
+
+
+def rank_table(cells: Iterable[Cell], board: pl.DataFrame, tasks: list[str], sig: Significance) -> pl.DataFrame:
+    """Each model's rank, its 95% bootstrap interval and its group, per task and for the average.
+
+    Per task: the models with per-query values there (:func:`medbench_core.evaluation.stats.rank_intervals`
+    with ``sig``'s resamples and seed; groups from every pair's paired test, ``sig.test``,
+    Holm-Bonferroni across the task's pairs, ``sig.alpha``: :func:`~medbench_core.evaluation.stats.inseparable_groups`).
+    The average (rows with task ``average``): the models whose leaderboard average is over the same
+    tasks as the most models' (an average over other tasks does not compare), queries resampled
+    within each task, groups from the stratified randomisation test. Rows follow the board's model order.
+    """
+    from medbench_core.evaluation.stats import align, inseparable_groups, pairwise_holm, rank_intervals
+
+    metric = sig.metric
+    models = board["model"].to_list()
+    pq: dict[str, dict[str, pl.DataFrame]] = {}
+    for c in cells:
+        if c.applicable and c.per_query is not None and c.task in tasks and metric in c.per_query.columns and c.per_query.height:
+            pq.setdefault(c.task, {})[c.model] = c.per_query
+    aligned: dict[str, dict[str, Any]] = {}
+    for t in tasks:
+        if t in pq:
+            _, values = align({m: pq[t][m] for m in models if m in pq[t]}, metric, task=t)
+            aligned[t] = values
+    rows = []
+
+    def rank_rows(name: str, per_task: dict[str, dict[str, Any]]) -> None:
+        got = rank_intervals(per_task, n_resamples=sig.n_resamples, seed=sig.seed)
+        p = pairwise_holm(per_task, test=sig.test, n_resamples=sig.n_resamples, seed=sig.seed)
+        means = {m: float(sum(float(per_task[t][m].mean()) for t in per_task) / len(per_task)) for m in got}
+        groups = inseparable_groups(means, p, sig.alpha)
+        for m, (r, lo, hi) in got.items():
+            rows.append({"task": name, "model": m, "rank": r, "rank_low": lo, "rank_high": hi, "group": groups[m], "n_models": len(got)})
+
+    for t, values in aligned.items():
+        rank_rows(t, {t: values})
+    over: dict[str, list[str]] = {}
+    for r in board.iter_rows(named=True):
+        if r["average"] is not None:
+            over.setdefault(r["averaged_over"], []).append(r["model"])
+    if over:
+        # The most models; on a tie, the set of the board's first such model.
+        common = max(over, key=lambda k: (len(over[k]), -min(models.index(m) for m in over[k])))
+        over_tasks = [t for t in common.split(", ") if t]
+        ranked = [m for m in over[common] if all(m in aligned.get(t, {}) for t in over_tasks)]
+        if ranked and over_tasks:
+            rank_rows(AVERAGE, {t: {m: aligned[t][m] for m in ranked} for t in over_tasks})
+    order = {m: i for i, m in enumerate(models)}
+    rows.sort(key=lambda r: ([*tasks, AVERAGE].index(r["task"]), order[r["model"]]))
+    return pl.DataFrame(rows, schema=RANKS_SCHEMA) if rows else pl.DataFrame(schema=RANKS_SCHEMA)
+
+
+def format_rank(rank: int | None, low: int | None = None, high: int | None = None, group: str | None = None) -> str:
+    """``2 [1, 3] ab``: the rank, its 95% interval, its group letters; '-' without a rank."""
+    if rank is None:
+        return "-"
+    return f"{rank} [{low}, {high}]" + (f" {group}" if group else "")
+
+
+def ranks_markdown(ranks: pl.DataFrame, models: list[str], tasks: list[str], sig: Significance) -> str:
+    """The rank table: one row per model, one column per task and the average, ``2 [1, 3] ab`` cells."""
+    by = {(r["model"], r["task"]): r for r in ranks.iter_rows(named=True)}
+    label = METRIC_LABELS.get(sig.metric, sig.metric)
+    head = ["model", *tasks, AVERAGE]
+    lines = [f"Rank by {label} (95% bootstrap interval of the rank; letters: groups no test separates)", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
+    for m in models:
+        cells = [m]
+        for t in [*tasks, AVERAGE]:
+            r = by.get((m, t))
+            cells.append(format_rank(r["rank"], r["rank_low"], r["rank_high"], r["group"]) if r else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    name = "paired randomisation test" if sig.test == "permutation" else "paired t-test"
+    avg = ranks.filter(pl.col("task") == AVERAGE)
+    note = (
+        f"rank [low, high]: 1 = best, ties share the better rank; the 2.5% and 97.5% quantiles of the rank over {sig.n_resamples} "
+        f"paired bootstrap resamples of the queries (seed {sig.seed}; for the average, each task's queries resampled within it). "
+        f"Models sharing a letter are not separated by the {name} between them (every pair, Holm-Bonferroni across the pairs "
+        f"of a task, p < {sig.alpha:g}; for the average, the randomisation test with sign flips within each task)."
+    )
+    if avg.height:
+        note += f" The average ranks {avg.height} model(s) averaged over the same tasks."
+    return "\n".join(lines + ["", note]) + "\n"
+
+
 def _ci_only(cells: Iterable[Cell], stats: pl.DataFrame, tasks: list[str], sig: Significance) -> pl.DataFrame:
     """Rows for the cells :func:`significance` left out (their task has no baseline values, e.g. an
     image task BM25 cannot read): the mean and its bootstrap CI, no baseline and no test."""
@@ -384,14 +482,21 @@ def write_leaderboard(
     copies: Mapping[tuple[str, str], int] | None = None,
     footer: str = "",
     extra_json: Mapping[str, Any] | None = None,
+    published: Iterable[Any] = (),
+    model_names: Mapping[str, str] | None = None,
+    mteb_tasks: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Every report of the leaderboard, written into ``out_dir``; returns what was written.
 
     ``leaderboard.md`` (the table with CIs and markers, its legend, breakdowns by tier, language
     and discipline, the cross-lingual gap, expanded models beside their retrievers),
-    ``leaderboard.csv`` (means, average, which tasks it is over), ``leaderboard.json`` (all of it
-    plus ``extra_json``), ``stats.csv`` (one row per model x task compared with the baseline),
-    ``heatmap.png`` and ``diff/<task>.png`` (per-query differences from the baseline). Files are
+    ``leaderboard.csv`` (means, average, which tasks it is over, the average's rank interval and
+    group; the published value, difference and whether it lies in our CI per task, when
+    ``published`` sources have some), ``leaderboard.json`` (all of it, the rank table of
+    :func:`rank_table`, the published comparison of :func:`medbench_core.evaluation.published.compare_published`
+    (``model_names``: medbench model -> its MTEB name; ``mteb_tasks``: task -> its MTEB name), plus ``extra_json``), ``stats.csv`` (one row per model x task compared with the baseline, with its
+    rank, rank interval and group on the task), ``heatmap.png`` (rows labelled with the average's
+    rank) and ``diff/<task>.png`` (per-query differences from the baseline). Files are
     written atomically; ``diff/`` is replaced whole.
     """
     from medbench_core.storage import replace_dir_atomic, write_json_atomic, write_text_atomic
@@ -409,6 +514,26 @@ def write_leaderboard(
     untested = sorted(set(stats.filter(pl.col("baseline").is_null())["task"].to_list()), key=tasks.index)
     if untested:
         md += f"No test on {', '.join(untested)}: {sig.baseline} has no result there (CIs only).\n"
+    ranks = rank_table(cells, board, tasks, sig)
+    if ranks.height:
+        md += "\n" + ranks_markdown(ranks, models, tasks, sig)
+    rank_cols = ["rank", "rank_low", "rank_high", "group"]
+    stats = stats.join(ranks.select("task", "model", *rank_cols), on=["task", "model"], how="left", maintain_order="left")
+    average_ranks = ranks.filter(pl.col("task") == AVERAGE).select("model", *rank_cols)
+    board_csv = board.join(average_ranks, on="model", how="left", maintain_order="left")
+    from medbench_core.evaluation.published import PUBLISHED_SCHEMA, compare_published, published_markdown, summary
+
+    sources = list(published)
+    versus = compare_published(cells, stats, sources, metric=metric, model_names=model_names, mteb_tasks=mteb_tasks) if sources else pl.DataFrame(schema=PUBLISHED_SCHEMA)
+    if versus.height:
+        md += "\n" + published_markdown(versus, METRIC_LABELS.get(metric, metric))
+        pub = versus.select("task", "model", pl.col("published"), pl.col("diff").alias("published_diff"), pl.col("in_ci").alias("published_in_ci"),
+                            pl.col("status").alias("published_status"))  # fmt: skip
+        stats = stats.join(pub, on=["task", "model"], how="left", maintain_order="left")
+        for t in [t for t in tasks if t in set(versus["task"])]:
+            per = versus.filter(pl.col("task") == t).select("model", pl.col("published").alias(f"published.{t}"),
+                                                            pl.col("diff").alias(f"published_diff.{t}"), pl.col("in_ci").alias(f"published_in_ci.{t}"))  # fmt: skip
+            board_csv = board_csv.join(per, on="model", how="left", maintain_order="left")
     if footer:
         md += f"\n{footer}\n"
     sections: dict[str, Any] = {}
@@ -442,9 +567,10 @@ def write_leaderboard(
 
     replace_dir_atomic(out / "diff", draw)
     plots = [f"diff/{file_name(t)}.png" for t in compared]
-    heatmap_png(board, out / "heatmap.png", metric=metric, not_applicable=na)
+    labels = {r["model"]: f"{r['model']}  rank {format_rank(r['rank'], r['rank_low'], r['rank_high'], r['group'])}" for r in average_ranks.iter_rows(named=True)}
+    heatmap_png(board, out / "heatmap.png", metric=metric, not_applicable=na, labels=labels)
     write_text_atomic(out / "leaderboard.md", md)
-    write_text_atomic(out / "leaderboard.csv", board.write_csv())
+    write_text_atomic(out / "leaderboard.csv", board_csv.write_csv())
     write_text_atomic(out / "stats.csv", stats.write_csv())
     doc = {
         **dict(extra_json or {}),
@@ -452,6 +578,8 @@ def write_leaderboard(
         "significance": sig.describe(),
         "table": board.to_dicts(),
         "stats": stats.to_dicts(),
+        "ranks": ranks.to_dicts(),
+        **({"published": {"sources": [str(src.path) for src in sources], "summary": summary(versus), "cells": versus.to_dicts()}} if sources else {}),
         "breakdowns": {k: v for k, v in sections.items() if k in BREAKDOWNS},
         "cross_lingual_gap": sections["cross_lingual_gap"],
         "expanded": beside.to_dicts(),
@@ -459,4 +587,4 @@ def write_leaderboard(
     }
     write_json_atomic(out / "leaderboard.json", doc)
     files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *plots]
-    return {"markdown": md, "board": board, "stats": stats, "expanded": beside, "files": files}
+    return {"markdown": md, "board": board, "stats": stats, "ranks": ranks, "published": versus, "expanded": beside, "files": files}

@@ -20,6 +20,16 @@ every judged query, a query absent from a run already scored 0):
 
 Every random quantity uses a fresh ``numpy.random.default_rng(seed)`` per call, so a value does
 not depend on which other models are in the table or in what order.
+
+At scale (issue 25): scipy builds every resample at once (``batch=None``), an index matrix of
+``n_resamples x n`` (13 GB at 164K queries, twice that for the gathered values), and its paired
+randomisation test loops in Python over the queries. :func:`bootstrap_cis` and
+:func:`paired_permutation` compute the very same numbers in blocks of resamples: the same
+generator stream (numpy's bounded integers, or one ``next_uint32`` per sign flip, drawn in the
+order scipy draws them), the same float operations in the same order (a resample's mean sums its
+row pairwise, as ``np.mean`` over a contiguous row does; a sign-flipped mean sums the queries in
+sequence, as ``np.mean`` over scipy's strided axis does), then scipy's own ``quantile`` and
+p-value rule; one draw of bootstrap indices serves every column of the same queries. ``tests/core/test_stats_scale.py`` checks equality with scipy bit for bit.
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ STATS_SCHEMA: dict[str, pl.DataType] = {
 TESTS = ("permutation", "ttest")
 DEFAULT_SEED = 0
 DEFAULT_RESAMPLES = 10_000
+_BLOCK_VALUES = 1 << 22  # random draws per block of resamples: 16 MB of uint32, whatever the number of queries
 
 
 def _mean_diff(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -74,45 +85,113 @@ def paired_ttest(x: Sequence[float], y: Sequence[float]) -> float:
 def paired_permutation(x: Sequence[float], y: Sequence[float], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> float:
     """Two-sided p of the paired randomisation test (sign flips) of mean(x) - mean(y).
 
-    ``scipy.stats.permutation_test(permutation_type="samples")`` with ``rng=default_rng(seed)``;
-    exact when ``2**len(x) <= n_resamples``.
+    The p of ``scipy.stats.permutation_test(permutation_type="samples", vectorized=True,
+    rng=default_rng(seed))``, exact when ``2**len(x) <= n_resamples``: scipy itself below that,
+    else the same sign flips in blocks (module docstring), in memory of one block.
     """
-    from scipy.stats import permutation_test
-
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if np.all(x == y):
         return 1.0
-    res = permutation_test(
-        (x, y),
-        _mean_diff,
-        permutation_type="samples",
-        vectorized=True,
-        n_resamples=n_resamples,
-        alternative="two-sided",
-        rng=np.random.default_rng(seed),
-    )
-    return float(res.pvalue)
+    if len(x) < 64 and 2 ** len(x) <= n_resamples:
+        from scipy.stats import permutation_test
+
+        res = permutation_test(
+            (x, y),
+            _mean_diff,
+            permutation_type="samples",
+            vectorized=True,
+            n_resamples=n_resamples,
+            alternative="two-sided",
+            rng=np.random.default_rng(seed),
+        )
+        return float(res.pvalue)
+    null = _sign_flip_null(x, y, n_resamples, seed)
+    observed = _mean_diff(x, y)
+    # scipy's rule: a tolerance for equal-in-theory values, +1 on each count, the smaller side doubled.
+    gamma = abs(np.finfo(np.float64).eps * 100 * observed)
+    less = float(np.count_nonzero(null <= observed + gamma) + 1) / (n_resamples + 1)
+    greater = float(np.count_nonzero(null >= observed - gamma) + 1) / (n_resamples + 1)
+    return float(np.clip(min(less, greater) * 2, 0.0, 1.0))
+
+
+def _block_rows(n: int, n_resamples: int) -> int:
+    """Resamples per block: about ``_BLOCK_VALUES`` drawn values each."""
+    return max(1, min(n_resamples, _BLOCK_VALUES // max(n, 1)))
+
+
+def _sign_flip_null(x: np.ndarray, y: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
+    """scipy's null distribution of mean(x') - mean(y') under random swaps of each pair, block by block.
+
+    scipy permutes each pair with ``Generator.permuted`` on a (resamples, queries, 2) index array:
+    one ``next_uint32`` per pair in C order (a full-range uint32 draw is that very call), the pair
+    swapped when its low bit is 0. Its means run over an axis whose stride is the largest, which
+    numpy adds in sequence (query 0, 1, 2, ...); ``np.add.reduce`` over axis 0 of a (queries,
+    resamples) array adds in that same sequence, as long as the block has two resamples or more.
+    """
+    n = len(x)
+    rng = np.random.default_rng(seed)
+    null = np.empty(n_resamples, dtype=np.float64)
+    rows = _block_rows(n, n_resamples)
+    xc, yc = x[:, None], y[:, None]
+    for start in range(0, n_resamples, rows):
+        b = min(rows, n_resamples - start)
+        bits = rng.integers(0, 2**32, size=(b, n), dtype=np.uint32)
+        swap = np.ascontiguousarray(((bits & 1) == 0).T)
+        if b == 1:  # one resample alone would be summed pairwise: pad it with a copy (discarded)
+            swap = np.concatenate([swap, swap], axis=1)
+        sx = np.add.reduce(np.where(swap, yc, xc), axis=0)
+        sy = np.add.reduce(np.where(swap, xc, yc), axis=0)
+        null[start : start + b] = (sx / n - sy / n)[:b]
+    return null
 
 
 def bootstrap_ci(x: Sequence[float], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED, confidence: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean of ``x`` (``scipy.stats.bootstrap``, ``rng=default_rng(seed)``)."""
-    from scipy.stats import bootstrap
+    """Percentile bootstrap CI of the mean of ``x``: ``scipy.stats.bootstrap`` with ``rng=default_rng(seed)``, bit for bit (see :func:`bootstrap_cis`)."""
+    return bootstrap_cis([x], n_resamples=n_resamples, seed=seed, confidence=confidence)[0]
 
-    x = np.asarray(x, dtype=np.float64)
+
+def bootstrap_cis(
+    columns: Sequence[Sequence[float]], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED, confidence: float = 0.95
+) -> list[tuple[float, float]]:
+    """Percentile bootstrap CI of the mean of each column (same length), each equal bit for bit to
+    ``scipy.stats.bootstrap((column,), np.mean, vectorized=True, method="percentile",
+    confidence_level=confidence, n_resamples=n_resamples, rng=default_rng(seed))``.
+
+    Every column gets the same resampled indices (a fresh ``default_rng(seed)`` each in scipy), so
+    they are drawn once, a block of resamples at a time, and gathered for all columns.
+    """
+    from scipy.stats import quantile
+
     if n_resamples < 1000:
         raise ValueError(f"n_resamples={n_resamples}: use at least 1000 bootstrap resamples")
-    if np.all(x == x[0]):
-        return float(x[0]), float(x[0])  # every resample has the same mean
-    res = bootstrap(
-        (x,),
-        np.mean,
-        n_resamples=n_resamples,
-        vectorized=True,
-        confidence_level=confidence,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    cols = np.atleast_2d(np.asarray(columns, dtype=np.float64))
+    out: list[tuple[float, float] | None] = [None] * cols.shape[0]
+    varied = []
+    for i, x in enumerate(cols):
+        if np.all(x == x[0]):
+            out[i] = (float(x[0]), float(x[0]))  # every resample has the same mean
+        else:
+            varied.append(i)
+    if varied:
+        data = np.ascontiguousarray(cols[varied])
+        n = data.shape[1]
+        theta = np.empty((len(varied), n_resamples), dtype=np.float64)
+        rng = np.random.default_rng(seed)
+        rows = _block_rows(n, n_resamples)
+        for start in range(0, n_resamples, rows):
+            b = min(rows, n_resamples - start)
+            # scipy draws int64 indices; uint32 holds the same values from the same stream.
+            idx = rng.integers(0, n, size=(b, n), dtype=np.uint32 if n <= 2**32 else np.int64).astype(np.intp)
+            for row in range(len(varied)):
+                # One 2-D (resamples, n) gather per column, as scipy's: a row of a 3-D gather is
+                # summed in another order by numpy (other last bits).
+                theta[row, start : start + b] = np.mean(np.take(data[row], idx), axis=-1)
+        alpha = np.asarray((1 - confidence) / 2, dtype=np.float64)
+        interval = np.stack((alpha, 1 - alpha), axis=-1)
+        for row, i in enumerate(varied):
+            ci = quantile(theta[row], interval, axis=-1)
+            out[i] = (float(ci[..., 0]), float(ci[..., 1]))
+    return out  # type: ignore[return-value]
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -198,8 +277,10 @@ def compare(
     qids, values = align(per_query, metric, task=task)
     base = values[baseline]
     rows = []
+    # The same queries, resamples and seed for every model: their CIs share one draw of indices.
+    cis = dict(zip(values, bootstrap_cis(list(values.values()), n_resamples=n_boot, seed=seed)))
     for model, v in values.items():
-        lo, hi = bootstrap_ci(v, n_resamples=n_boot, seed=seed)
+        lo, hi = cis[model]
         row = {
             "task": task, "model": model, "baseline": baseline, "metric": metric, "n_queries": len(qids),
             "mean": float(np.mean(v)), "ci_low": lo, "ci_high": hi, "diff": float(np.mean(v) - np.mean(base)),
@@ -244,3 +325,177 @@ def mlflow_metrics(row: Mapping[str, object]) -> dict[str, float]:
         out[f"significant.vs_{base}.{m}"] = 1.0 if row["significant"] else 0.0
     return out
 
+
+
+# --- ranks ----------------------------------------------------------------------------------
+# Rank intervals by the paired bootstrap over queries (Sakai, "Evaluating Evaluation Metrics based on the
+# Bootstrap", SIGIR 2006: resample topics jointly for every system; Chatbot Arena, arXiv 2403.04132, reports
+# rank intervals from bootstrapped scores the same way). Hall & Miller (Ann. Statist. 2009/2010) show that
+# ranks of near-tied systems stay unstable: wide intervals are the point, not a defect.
+_BLOCK = 4_000_000  # values gathered per block of resamples (models x resamples x queries), to bound memory
+
+
+def ranks_of(means: np.ndarray) -> np.ndarray:
+    """Competition ranks ("min") along the last axis: 1 + the number of strictly higher means (1 = best)."""
+    means = np.asarray(means, dtype=np.float64)
+    return 1 + (means[..., None, :] > means[..., :, None]).sum(axis=-1)
+
+
+def _resampled_means(values: np.ndarray, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_resamples, models): each model's mean over one bootstrap resample of the queries, the same
+    resample for every model (paired). Resample r draws ``rng.integers(0, n, size=n)`` in order."""
+    m, n = values.shape
+    out = np.empty((n_resamples, m), dtype=np.float64)
+    step = max(1, _BLOCK // max(1, n))
+    for start in range(0, n_resamples, step):
+        b = min(step, n_resamples - start)
+        idx = rng.integers(0, n, size=(b, n))
+        # How often each query was drawn, then one matrix product for every model (not a gather per model).
+        counts = np.bincount((idx + (np.arange(b) * n)[:, None]).ravel(), minlength=b * n).reshape(b, n)
+        out[start : start + b] = counts @ values.T / n
+    return out
+
+
+def _interval(ranks: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per column, the (1-c)/2 and (1+c)/2 quantiles of integer ranks (inverted CDF: values that occur)."""
+    tail = (1.0 - confidence) / 2
+    return (np.quantile(ranks, tail, axis=0, method="inverted_cdf").astype(int),
+            np.quantile(ranks, 1.0 - tail, axis=0, method="inverted_cdf").astype(int))  # fmt: skip
+
+
+def rank_intervals(
+    per_task: Mapping[str, Mapping[str, np.ndarray]],
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    confidence: float = 0.95,
+) -> dict[str, tuple[int, int, int]]:
+    """Each model's rank by its mean (averaged over tasks) and the 95% bootstrap interval of that rank.
+
+    ``per_task``: task -> model -> per-query values, aligned by query within each task, every
+    model present on every task. One task: the queries are resampled with replacement, the same
+    draw for every model (paired), each model's mean recomputed and the models ranked (1 = best,
+    ties share the better rank). Several tasks: the queries of each task are resampled within
+    that task (tasks in the given order, from one ``numpy.random.default_rng(seed)``) and models
+    are ranked by the mean over tasks of their resampled means. The interval is the 2.5% and
+    97.5% quantiles of the ``n_resamples`` ranks (inverted CDF, so both ends are ranks that
+    occurred). Returns model -> ``(rank, low, high)``; ``rank`` is that of the observed means.
+    """
+    tasks = list(per_task)
+    if not tasks:
+        return {}
+    models = list(per_task[tasks[0]])
+    if any(list(per_task[t]) != models for t in tasks):
+        raise DataError(f"rank intervals need the same models on every task; got {[sorted(per_task[t]) for t in tasks]}")
+    if not models:
+        return {}
+    rng = np.random.default_rng(seed)
+    observed = np.zeros(len(models))
+    boot = np.zeros((n_resamples, len(models)))
+    for t in tasks:
+        values = np.stack([np.asarray(per_task[t][m], dtype=np.float64) for m in models])
+        observed += values.mean(axis=1) / len(tasks)
+        boot += _resampled_means(values, n_resamples, rng) / len(tasks)
+    low, high = _interval(ranks_of(boot), confidence)
+    rank = ranks_of(observed)
+    return {m: (int(rank[i]), int(low[i]), int(high[i])) for i, m in enumerate(models)}
+
+
+def stratified_permutation(diffs: Sequence[np.ndarray], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> float:
+    """Two-sided p of the paired randomisation test of a mean over tasks of mean per-query differences.
+
+    The signs of the per-query differences are flipped at random within every task (the null: in
+    each task, the two models are exchangeable query by query), statistic = mean over tasks of the
+    mean difference. p = min(1, 2 min(P(T* >= t), P(T* <= t))): over every sign pattern when there
+    are at most ``log2(n_resamples)`` queries in all (exact), else over ``n_resamples`` random ones
+    with both counts taken as (hits + 1) / (n_resamples + 1), as scipy's ``permutation_test`` does.
+    With one task it is the test of :func:`paired_permutation` (the same statistic and p rule).
+    """
+    diffs = [np.asarray(d, dtype=np.float64) for d in diffs]
+    observed = float(np.mean([d.mean() for d in diffs]))
+    if all(np.all(d == 0) for d in diffs):
+        return 1.0
+    n_all = sum(len(d) for d in diffs)
+    weights = np.concatenate([d / (len(d) * len(diffs)) for d in diffs])  # T = sum of sign_i * weight_i
+    eps = 1e-12 * max(1.0, abs(observed))  # the observed pattern itself counts as a hit despite rounding
+    if 2**n_all <= n_resamples:
+        bits = (np.arange(2**n_all)[:, None] >> np.arange(n_all)) & 1
+        null = (2 * bits - 1) @ weights
+        return float(min(1.0, 2 * min(np.mean(null >= observed - eps), np.mean(null <= observed + eps))))
+    rng = np.random.default_rng(seed)
+    null = np.empty(n_resamples)
+    step = max(1, _BLOCK // n_all)
+    for start in range(0, n_resamples, step):
+        b = min(step, n_resamples - start)
+        bits = np.unpackbits(rng.integers(0, 256, size=(b, -(-n_all // 8)), dtype=np.uint8), axis=1, count=n_all)
+        null[start : start + b] = 2 * (bits @ weights) - weights.sum()
+    greater = (np.sum(null >= observed - eps) + 1) / (n_resamples + 1)
+    less = (np.sum(null <= observed + eps) + 1) / (n_resamples + 1)
+    return float(min(1.0, 2 * min(greater, less)))
+
+
+def pairwise_holm(
+    per_task: Mapping[str, Mapping[str, np.ndarray]],
+    *,
+    test: str = "permutation",
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> dict[tuple[str, str], float]:
+    """Holm-adjusted p of every pair of models, (a, b) with a before b in the models' order.
+
+    The randomisation test (sign flips of the per-query differences, two-sided, mean difference:
+    the test the leaderboard runs against the baseline) by :func:`stratified_permutation`, which
+    draws its sign patterns faster than scipy (every pair is tested, not only the baseline's); on
+    several tasks (the average) the signs flip within each task. ``test="ttest"`` on one task uses
+    :func:`paired_ttest`; the t-test has no stratified form, so the average keeps the randomisation
+    test. Holm's correction runs across all pairs.
+    """
+    tasks = list(per_task)
+    models = list(per_task[tasks[0]]) if tasks else []
+    pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1 :]]
+    raw = []
+    for a, b in pairs:
+        if len(tasks) == 1 and test == "ttest":
+            raw.append(paired_ttest(per_task[tasks[0]][a], per_task[tasks[0]][b]))
+        else:
+            raw.append(stratified_permutation([np.asarray(per_task[t][a]) - np.asarray(per_task[t][b]) for t in tasks], n_resamples=n_resamples, seed=seed))
+    return dict(zip(pairs, holm(raw)))
+
+
+def inseparable_groups(means: Mapping[str, float], p_holm: Mapping[tuple[str, str], float], alpha: float = 0.05) -> dict[str, str]:
+    """Letters naming the groups of models that no test separates (a compact letter display).
+
+    Models are ordered by mean (best first, ties by name); a group is a maximal run of
+    consecutive models in which no pair differs (Holm-adjusted p >= ``alpha``). Groups get
+    letters a, b, c, ... in order; a model's label lists the letters of every group it is in,
+    so two models sharing a letter were not told apart, and two with no letter in common were.
+    """
+    order = sorted(means, key=lambda m: (-means[m], m))
+
+    def differ(a: str, b: str) -> bool:
+        p = p_holm.get((a, b), p_holm.get((b, a)))
+        return p is not None and p < alpha
+
+    runs: list[tuple[int, int]] = []
+    for i in range(len(order)):
+        j = i
+        while j + 1 < len(order) and not any(differ(order[k], order[j + 1]) for k in range(i, j + 1)):
+            j += 1
+        if not runs or j > runs[-1][1]:
+            runs.append((i, j))
+    letters: dict[str, list[str]] = {m: [] for m in order}
+    for n, (i, j) in enumerate(runs):
+        for m in order[i : j + 1]:
+            letters[m].append(_letter(n))
+    sep = "," if len(runs) > 26 else ""  # past z, letters are "aa", "ab", ...: keep them apart
+    return {m: sep.join(ls) for m, ls in letters.items()}
+
+
+def _letter(n: int) -> str:
+    """a..z, then aa, ab, ..."""
+    out = ""
+    n += 1
+    while n:
+        n, r = divmod(n - 1, 26)
+        out = chr(ord("a") + r) + out
+    return out

@@ -7,6 +7,7 @@ Scores come from bm25s; the top-k selection is ours so that ties are ordered by 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -58,22 +59,35 @@ def tokenize(texts: list[str], settings: dict[str, Any], progress: bool | None =
     return bm25s.tokenize(texts, stopwords=s["stopwords"], stemmer=_stemmer(s["stemmer"]), return_ids=False, show_progress=resolve_progress(progress))
 
 
-def fit(corpus_texts: list[str], settings: dict[str, Any] | None = None, progress: bool | None = False):
-    """Index ``corpus_texts`` with bm25s; returns the ``bm25s.BM25`` object. ``progress``: bars (bm25s's own)."""
+def fit(corpus_texts: Iterable[str], settings: dict[str, Any] | None = None, progress: bool | None = False):
+    """Index ``corpus_texts`` with bm25s; returns the ``bm25s.BM25`` object. ``progress``: bars (bm25s's own).
+
+    ``corpus_texts`` is read once, in order: a list, or a lazy sequence such as
+    :meth:`Task.doc_text <medbench_core.taskdata.task.Task.doc_text>`, so that the corpus's text
+    need not be in memory beside its tokens. The tokens are held as bm25s holds them (one list of
+    token ids per document), renumbered in place in sorted vocabulary order.
+    """
     bm25s = _bm25s()
 
     s = bm25_settings(settings)
-    if not corpus_texts:
+    tokenized = bm25s.tokenize(corpus_texts, stopwords=s["stopwords"], stemmer=_stemmer(s["stemmer"]), return_ids=True, show_progress=resolve_progress(progress))
+    ids, vocab = tokenized.ids, tokenized.vocab
+    if not ids:
         raise DataError("BM25: the corpus is empty")
-    tokens = tokenize(corpus_texts, s, progress)
-    if not any(tokens):
+    if not vocab:
         raise DataError("BM25: no document has indexable text (an image-only corpus, or only stopwords); BM25 cannot rank it")
-    retriever = bm25s.BM25(k1=float(s["k1"]), b=float(s["b"]), method=s["method"])
     # bm25s numbers the vocabulary in the iteration order of a set of strings, which changes with
     # each process's hash seed: the saved index would differ from one build to the next (same
     # scores, other bytes). Numbering the sorted vocabulary ourselves makes it the same every time.
-    vocab = {token: i for i, token in enumerate(sorted({t for doc in tokens for t in doc}))}
-    retriever.index(([[vocab[t] for t in doc] for doc in tokens], vocab), show_progress=resolve_progress(progress))
+    ordered = sorted(vocab)
+    renumber = [0] * len(ordered)
+    for new, token in enumerate(ordered):
+        renumber[vocab[token]] = new
+    for i, doc in enumerate(ids):  # in place: one document's list is the only copy made
+        ids[i] = [renumber[t] for t in doc]
+    del renumber
+    retriever = bm25s.BM25(k1=float(s["k1"]), b=float(s["b"]), method=s["method"])
+    retriever.index((ids, {token: i for i, token in enumerate(ordered)}), show_progress=resolve_progress(progress))
     return retriever
 
 

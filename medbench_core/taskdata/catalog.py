@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medbench_core.errors import DataError
+from medbench_core.taskdata.mteb_tasks import expand_entries as expand_mteb_entries
 from medbench_core.taskdata.readers import ReadContext, ReaderOptions, get_reader, parse_options
 from medbench_core.yaml_file import read_yaml_mapping
 
@@ -80,6 +81,7 @@ def load_catalog(path: str | Path) -> Catalog:
     entries = doc.get("tasks")
     if not isinstance(entries, list) or not entries:
         raise DataError(f"{path}: expected a non-empty top-level 'tasks:' list")
+    entries = expand_mteb_entries(entries, path)  # reader: mteb with task:/benchmark: -> entries from mteb's metadata
     tasks = []
     seen = set()
     for i, raw in enumerate(entries):

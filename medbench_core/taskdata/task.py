@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,11 +60,12 @@ CANDIDATES_SCHEMA: dict[str, pl.DataType] = {
 }
 
 _KEYS = {"queries": "query_id", "corpus": "doc_id"}
+DOC_TEXT_ROWS = 20_000  # rows of a corpus joined into Python strings at a time by Task.doc_text
 
 
 # TaskMeta fields written only when set, so that the content hash (and every artifact key) of a
 # task read before they existed stays what it was.
-OPTIONAL_META = ("dataset", "subset", "task_type", "source_path")
+OPTIONAL_META = ("dataset", "subset", "task_type", "source_path", "mteb_task", "domains")
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,9 @@ class TaskMeta:
     ``source_revision`` the revision read (a hub commit sha, or ``sha256:<16 hex>`` of a local
     folder's files), ``subset`` the subset of a multi-subset dataset and ``task_type`` a task
     family (instruction templates may be chosen by it). ``source_path`` is the absolute path a
-    catalogue entry named (a source outside the data folder); empty otherwise. All five are empty
-    for the bundled tasks.
+    catalogue entry named (a source outside the data folder); empty otherwise. ``mteb_task`` is
+    MTEB's name of the task when it was read as one (``reader: mteb, task:``): the name its
+    exported results carry; ``domains`` are MTEB's domains of it. All are empty for the bundled tasks.
     """
 
     name: str
@@ -92,11 +95,14 @@ class TaskMeta:
     subset: str = ""
     task_type: str = ""
     source_path: str = ""
+    mteb_task: str = ""
+    domains: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["licences"] = list(self.licences)
         d["languages"] = list(self.languages)
+        d["domains"] = list(self.domains)
         for k in OPTIONAL_META:
             if not d[k]:
                 del d[k]
@@ -105,7 +111,7 @@ class TaskMeta:
     def provenance(self) -> dict[str, str]:
         """Where the data came from, for MLflow params and leaderboards: only the fields that are set.
 
-        Keys: ``dataset``, ``dataset_revision``, ``subset``, ``task_type``, ``source_path``.
+        Keys: ``dataset``, ``dataset_revision``, ``subset``, ``task_type``, ``source_path``, ``mteb_task``.
         """
         out = {
             "dataset": self.dataset,
@@ -113,6 +119,7 @@ class TaskMeta:
             "subset": self.subset,
             "task_type": self.task_type,
             "source_path": self.source_path,
+            "mteb_task": self.mteb_task,
         }
         return {k: v for k, v in out.items() if v}
 
@@ -122,6 +129,7 @@ class TaskMeta:
         d = {k: v for k, v in d.items() if k in known}
         d["licences"] = tuple(d.get("licences", ()))
         d["languages"] = tuple(d.get("languages", ("en",)))
+        d["domains"] = tuple(d.get("domains", ()))
         return cls(**d)
 
 
@@ -153,12 +161,49 @@ class Task:
             raise DataError(f"task {self.name}: image {ref!r} referenced but the task has no image folder")
         return resolve_inside(self.image_root, ref, what=f"task {self.name}")
 
-    def doc_text(self) -> list[str]:
-        """Text side of every document, title and body joined as MTEB and BEIR do."""
-        return [
-            (f"{t} {x}" if t else (x or "")).strip()
-            for t, x in zip(self.corpus["title"].fill_null(""), self.corpus["text"].fill_null(""))
-        ]
+    def doc_text(self) -> "DocTexts":
+        """Text side of every document, title and body joined as MTEB and BEIR do.
+
+        A sequence (length, indexing, iteration, equality with a list) that joins the texts a
+        block of rows at a time: iterating over a corpus of a million documents holds one block
+        of Python strings, not the corpus twice. ``list(task.doc_text())`` gives them all.
+        """
+        return DocTexts(self.corpus)
+
+
+class DocTexts(Sequence[str]):
+    """The joined title and text of each row of a corpus frame, made ``DOC_TEXT_ROWS`` rows at a time."""
+
+    def __init__(self, corpus: pl.DataFrame):
+        self._corpus = corpus
+
+    def __len__(self) -> int:
+        return self._corpus.height
+
+    def _rows(self, start: int, stop: int) -> list[str]:
+        part = self._corpus.slice(start, stop - start)
+        return [(f"{t} {x}" if t else (x or "")).strip() for t, x in zip(part["title"].fill_null(""), part["text"].fill_null(""))]
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self), DOC_TEXT_ROWS):
+            yield from self._rows(start, min(start + DOC_TEXT_ROWS, len(self)))
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"document {i} of {len(self)}")
+        return self._rows(i, i + 1)[0]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (DocTexts, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"DocTexts({len(self)} documents)"
 
 
 def resolve_inside(root: Path, ref: str, what: str = "") -> Path:
@@ -203,12 +248,26 @@ def conform(df: pl.DataFrame, schema: dict[str, pl.DataType], what: str) -> pl.D
     return df.select(cols)
 
 
+DIGEST_ROWS = 20_000  # rows serialised at a time by the content hash
+
+
 def _frame_digest(df: pl.DataFrame | None, key: list[str]) -> str:
+    """sha256 of the frame's rows sorted by ``key``, as NDJSON (stable across Parquet writer versions).
+
+    The rows are serialised ``DIGEST_ROWS`` at a time in sorted order: NDJSON is one line per
+    row, so the bytes hashed are those of the whole sorted frame's ``write_ndjson()`` (the digest
+    every task has had), without a sorted copy of the frame or its whole text in memory.
+    """
     if df is None:
         return "none"
-    df = df.sort(key)
-    # NDJSON of sorted rows is stable across parquet writer versions.
-    return hashlib.sha256(df.write_ndjson().encode("utf-8")).hexdigest()
+    if len(key) == 1:
+        order = df.get_column(key[0]).arg_sort()
+    else:
+        order = df.select(key).with_row_index("__row").sort(key).get_column("__row")
+    h = hashlib.sha256()
+    for start in range(0, df.height, DIGEST_ROWS):
+        h.update(df[order[start : start + DIGEST_ROWS]].write_ndjson().encode("utf-8"))
+    return h.hexdigest()
 
 
 def content_hash(task: Task) -> str:

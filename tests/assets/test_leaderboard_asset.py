@@ -73,7 +73,10 @@ def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_
     assert "| bm25-k12 | 1.0000 [1.00, 1.00] | 1.0000 [1.00, 1.00] | 1.0000 |" in board
     assert "| bm25-b05 | - | - | - |" in board
     assert "*: differs from bm25 (paired randomisation test, Holm-Bonferroni across the task's models, p < 0.05; two-sided, 10000 sign-flip resamples, seed 0)" in board
-    assert (reports / "leaderboard.csv").read_text().splitlines()[0] == "model,scifact,liveqa_medquad,average,averaged_over"
+    assert (reports / "leaderboard.csv").read_text().splitlines()[0] == "model,scifact,liveqa_medquad,average,averaged_over,rank,rank_low,rank_high,group"
+    # Equal on every query: in every resample they tie for first, and no test separates them (one group).
+    assert "| bm25 | 1 [1, 1] a | 1 [1, 1] a | 1 [1, 1] a |" in board and "| bm25-k12 | 1 [1, 1] a | 1 [1, 1] a | 1 [1, 1] a |" in board
+    assert "| bm25-b05 | - | - | - |" in board.split("Rank by nDCG@10")[1]
     stats = pl.read_csv(reports / "stats.csv")
     assert stats.filter(pl.col("model") == "bm25-k12")["p_perm"].to_list() == [1.0, 1.0] and not stats["significant"].any()
     assert saved["significance"]["baseline"] == "bm25" and saved["significance"]["resamples"] == 10000 and saved["significance"]["seed"] == 0
@@ -93,6 +96,7 @@ def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_
     assert {"heatmap.png", "leaderboard.md", "leaderboard.json", "stats.csv", "diff/scifact.png", "diff/liveqa_medquad.png"} <= names
     assert run.data.metrics["scifact/bm25-k12/p_perm"] == 1.0 and run.data.metrics["scifact/bm25-k12/significant"] == 0.0
     assert run.data.params["significance.baseline"] == "bm25"
+    assert run.data.metrics["average/bm25-k12/rank_high"] == 1.0 and run.data.params["groups.scifact"] == "bm25: a; bm25-k12: a"
     # ... and the same inputs reuse it.
     with world.instance() as instance:
         again = dg.materialize([leaderboard], resources=resources, instance=instance).asset_materializations_for_node("leaderboard")[0].metadata
@@ -236,3 +240,50 @@ def test_ci_stars_fusion_and_expanded_models_on_hand_chosen_values(tmp_path):
     )
     with Image.open(reports / "diff" / "fx.png") as im:
         assert im.size == (800, 80 + 220 * 3)  # one panel per model compared with bm25
+
+
+def test_published_scores_beside_ours_in_the_leaderboard_in_each_partition_run_and_on_the_command_line(tmp_path_factory, tmp_path):
+    from tests.cli.command import medbench
+
+    world = operated_world(tmp_path_factory).copy_to(tmp_path / "w")
+    folder = world.shared / "published" / "results" / "base retriever" / "bm25"  # R2MED's layout, relative to the shared data
+    folder.mkdir(parents=True)
+    for task, value in (("scifact", 1.0), ("liveqa_medquad", 0.5)):
+        (folder / f"{task}.json").write_text(json.dumps({"dataset_name": task, "model_name": "bm25", "test": {"ndcg_at_10": value}}))
+    tasks_file = world.root / "tasks.yaml"
+    tasks_file.write_text(tasks_file.read_text() + "published_results: {path: published, models: {bm25: bm25}}\n")
+    resources = world.resources()
+    with world.instance() as instance:
+        md = dg.materialize([leaderboard], resources=resources, instance=instance).asset_materializations_for_node("leaderboard")[0].metadata
+    board = (world.root / "data" / "reports" / "leaderboard.md").read_text()
+    # bm25 scores 1 on every query of both tasks (CI [1, 1]): 1.0 lies in it, 0.5 does not; bm25-k12 is mapped to nothing.
+    assert "| bm25 | scifact | 1.0000 [1.00, 1.00] | 1.0000 (bm25, scifact, R2MED results) | +0.0000 | inside our CI: reproduced (the source records no revisions) |" in board
+    assert "| bm25 | liveqa_medquad | 1.0000 [1.00, 1.00] | 0.5000 (bm25, liveqa_medquad, R2MED results) | +0.5000 | outside our CI (the source records no revisions) |" in board
+    assert "| bm25-k12 |" not in board.split("Published nDCG@10 beside ours")[1]
+    line = "published scores: 2 cells compared, 1 reproduced (inside our 95% CI), 1 outside the CI"
+    saved = json.loads((world.root / "data" / "reports" / "leaderboard.json").read_text())
+    assert saved["published"]["summary"] == line
+    # A field of each compared cell's own MLflow run, and of the leaderboard's.
+    mlflow = resources["mlflow"]
+    runs = {t: mlflow.finished_run("medbench-test", saved["cells"][f"bm25/{t}"]["metrics_key"]) for t in ("scifact", "liveqa_medquad")}
+    assert {k: v for k, v in runs["scifact"].data.metrics.items() if k.startswith("published")} == {
+        "published.ndcg_at_10": 1.0, "published_diff.ndcg_at_10": 0.0, "published_in_ci.ndcg_at_10": 1.0}  # fmt: skip
+    assert runs["liveqa_medquad"].data.metrics["published_in_ci.ndcg_at_10"] == 0.0 and runs["liveqa_medquad"].data.metrics["published_diff.ndcg_at_10"] == 0.5
+    assert runs["scifact"].data.tags["medbench.published_status"] == "reproduced: the source records no revisions"
+    k12 = mlflow.finished_run("medbench-test", saved["cells"]["bm25-k12/scifact"]["metrics_key"])
+    assert not any(k.startswith("published") for k in k12.data.metrics)
+    board_run = mlflow.client().get_run(md["mlflow_run_id"].value)
+    assert board_run.data.metrics["scifact/bm25/published"] == 1.0 and board_run.data.metrics["liveqa_medquad/bm25/published_in_ci"] == 0.0
+    assert board_run.data.params["published"] == line
+
+    # The command line: the saved leaderboard says it in one line; --published DIR rebuilds it with another folder.
+    env = {"MEDBENCH_DATA": str(world.root / "data"), "MEDBENCH_MODELS": str(world.models_file), "MEDBENCH_TASKS": str(tasks_file),
+           "MEDBENCH_STATE": str(world.root / "state"), "DAGSTER_HOME": str(world.dagster_home), "MLFLOW_TRACKING_URI": f"sqlite:///{world.root / 'mlflow.db'}"}  # fmt: skip
+    shown = medbench("leaderboard", env=env)
+    assert shown.returncode == 0 and f"[published] {line}" in shown.stdout
+    other = tmp_path / "other" / "results" / "base retriever" / "bm25"
+    other.mkdir(parents=True)
+    (other / "liveqa_medquad.json").write_text(json.dumps({"dataset_name": "liveqa_medquad", "model_name": "bm25", "test": {"NDCG@10": 1.0}}))
+    rebuilt = medbench("leaderboard", "--published", str(tmp_path / "other"), env=env, timeout=600)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert "[published] published scores: 1 cell compared, 1 reproduced (inside our 95% CI), 0 outside the CI" in rebuilt.stdout

@@ -17,25 +17,28 @@ def test_export_copies_the_board_and_its_metrics_and_refuses_what_it_would_clobb
     world = operated_world(tmp_path_factory).copy_to(tmp_path / "w")
     data = world.root / "data"
     out = tmp_path / "out"
-    assert export(data, out) == 4
+    assert export(data, out, world.root / "models.yaml") == 4
     manifest = verify_manifest(out)  # every exported file against its sha256
     assert manifest["kind"] == "medbench-export" and manifest["benchmark"] == "medbench-test"
     models, tasks = ("bm25", "bm25-k12"), ("scifact", "liveqa_medquad")
     assert set(manifest["files"]) == (
         {"leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", "diff/scifact.png", "diff/liveqa_medquad.png", "index.json"}
-        | {f"results/{m}/{t}/{f}" for m in models for t in tasks for f in ("metrics.json", "per_query.parquet")}
-        | {f"mteb/{m}/bm25s-lucene/{f}" for m in models for f in ("model_meta.json", "scifact.json", "liveqa_medquad.json")}
+        | {f"metrics/{m}/{t}/{f}" for m in models for t in tasks for f in ("metrics.json", "per_query.parquet")}
+        | {f"results/medbench__{m}/bm25s-lucene/{f}" for m in models for f in ("model_meta.json", "scifact.json", "liveqa_medquad.json")}
         | {f"trec/{m}/{t}.trec" for m in models for t in tasks}
     )
     cells = json.loads((data / "reports" / "leaderboard.json").read_text())["cells"]
     store = world.resources()["store"]
     source = store.artifact_dir("bm25", "scifact", "metrics", cells["bm25/scifact"]["metrics_key"])
-    assert (out / "results" / "bm25" / "scifact" / "metrics.json").read_bytes() == (source / "metrics.json").read_bytes()
+    assert (out / "metrics" / "bm25" / "scifact" / "metrics.json").read_bytes() == (source / "metrics.json").read_bytes()
+    # The bundled tasks are no MTEB tasks: they keep medbench's names, and the manifest says so.
+    assert manifest["mteb"]["not_mteb_tasks"] == ["liveqa_medquad", "scifact"]
+    assert manifest["mteb"]["models"] == {"bm25": "medbench/bm25", "bm25-k12": "medbench/bm25-k12"}
     for m in models:
         for t in tasks:
             # The MTEB result carries the stored means under MTEB's fields; the TREC run is the stored one, byte for byte.
             stored = json.loads((store.artifact_dir(m, t, "metrics", cells[f"{m}/{t}"]["metrics_key"]) / "metrics.json").read_text())
-            doc = json.loads((out / "mteb" / m / "bm25s-lucene" / f"{t}.json").read_text())
+            doc = json.loads((out / "results" / f"medbench__{m}" / "bm25s-lucene" / f"{t}.json").read_text())
             (scores,) = doc["scores"]["test"]  # the tiny catalogue's split
             assert doc["task_name"] == t and doc["mteb_version"] is None and doc["dataset_revision"] == store.load_task(t).content_hash()
             assert scores["main_score"] == scores["ndcg_at_10"] == stored["mean"]["ndcg_at_10"] and scores["hf_subset"] == "default"
@@ -43,25 +46,25 @@ def test_export_copies_the_board_and_its_metrics_and_refuses_what_it_would_clobb
             assert doc["medbench"]["provenance"]["metrics_key"] == cells[f"{m}/{t}"]["metrics_key"]
             run = store.artifact_dir(m, t, "run", cells[f"{m}/{t}"]["run_key"])
             assert (out / "trec" / m / f"{t}.trec").read_bytes() == (run / "run.trec").read_bytes()
-    meta = json.loads((out / "mteb" / "bm25" / "bm25s-lucene" / "model_meta.json").read_text())
-    assert meta == {"name": "bm25", "revision": "bm25s-lucene", "framework": ["medbench"], "loader": None}
+    meta = json.loads((out / "results" / "medbench__bm25" / "bm25s-lucene" / "model_meta.json").read_text())
+    assert (meta["name"], meta["revision"], meta["framework"], meta["model_type"]) == ("medbench/bm25", "bm25s-lucene", [], ["sparse"])
     first = (out / "trec" / "bm25" / "scifact.trec").read_text().splitlines()[0].split()
     assert first[1] == "Q0" and first[3] == "1" and first[5] == "medbench-bm25"  # qid Q0 docid rank score tag
 
     # An earlier export is replaced whole; any other non-empty folder is left alone.
     (out / "stray.txt").write_text("left from before")
-    assert export(data, out) == 4 and not (out / "stray.txt").exists()
+    assert export(data, out, world.root / "models.yaml") == 4 and not (out / "stray.txt").exists()
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
     with pytest.raises(DataError, match="not an earlier medbench export"):
-        export(data, mine)
+        export(data, mine, world.root / "models.yaml")
     assert (mine / "notes.txt").read_text() == "mine"
 
     # A damaged metrics artifact is not exported.
     (source / "per_query.parquet").write_bytes(b"broken")
     with pytest.raises(IntegrityError, match="per_query.parquet"):
-        export(data, tmp_path / "again")
+        export(data, tmp_path / "again", world.root / "models.yaml")
     assert not (tmp_path / "again").exists()
 
     cli = medbench("export", "--to", str(tmp_path / "cli"), env={"MEDBENCH_DATA": str(data)})

@@ -1,5 +1,5 @@
-"""The commands the README shows are real: every ``medbench`` line parses with the command's own parser
-(subcommand and options), and every line of the "Evaluate R2MED" section's shell blocks is a
+"""The commands the README and docs/ show are real: every ``medbench`` line parses with the command's own
+parser (subcommand and options), and every line of the "Evaluate R2MED" section's shell blocks is a
 medbench command, an installed executable with that subcommand, or setup.sh."""
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from medbench_cli.main import parser
 from tests.orchestration.operating_env import ROOT
 
 README = (ROOT / "README.md").read_text()
+DOCS = {p.relative_to(ROOT): p.read_text() for p in sorted((ROOT / "docs").rglob("*.md"))}
+R2MED_DOC = DOCS[next(p for p in DOCS if p.name == "r2med.md")]
 
 
 def shell_lines(text: str) -> list[str]:
@@ -29,18 +31,26 @@ def shell_lines(text: str) -> list[str]:
 
 
 def r2med_section() -> str:
-    start = README.index("## Evaluate R2MED (or any MTEB-format dataset)")
-    return README[start : README.index("\n## ", start + 10)]
+    start = R2MED_DOC.index("## Evaluate R2MED (or any MTEB-format dataset)")
+    return R2MED_DOC[start : R2MED_DOC.index("\n## ", start + 10)]
 
 
-def test_every_medbench_line_parses():
-    lines = [line for line in shell_lines(README) if line.startswith("medbench ") and not re.search(r"[\[|]", line)]
-    assert len(lines) >= 8
+@pytest.mark.parametrize("where", ["README.md", *map(str, DOCS)])
+def test_every_medbench_line_parses(where):
+    text = README if where == "README.md" else DOCS[next(p for p in DOCS if str(p) == where)]
+    lines = [line for line in shell_lines(text) if line.startswith("medbench ") and not re.search(r"[\[|]", line)]
+    if where == "README.md":
+        assert lines  # the front page shows the command's full synopsis; the docs hold the runnable lines
     for line in lines:
         try:
             parser().parse_args(shlex.split(line)[1:])
         except SystemExit as exc:  # argparse exits on an unknown subcommand or option
-            pytest.fail(f"README command does not parse: {line!r} (exit {exc.code})")
+            pytest.fail(f"{where}: command does not parse: {line!r} (exit {exc.code})")
+
+
+def test_the_docs_show_runnable_commands():
+    lines = [line for text in [README, *DOCS.values()] for line in shell_lines(text) if line.startswith("medbench ") and not re.search(r"[\[|]", line)]
+    assert len(lines) >= 8
 
 
 def test_every_r2med_section_command_is_real():
@@ -63,9 +73,8 @@ def test_every_r2med_section_command_is_real():
 
 
 def test_every_m3retrieve_doc_command_is_real():
-    """docs/m3retrieve.md's shell lines (continuations joined): medbench commands parse, hf commands take their options."""
-    text = (ROOT / "docs" / "m3retrieve.md").read_text().replace("\\\n", " ")
-    lines = shell_lines(text)
+    """docs/m3retrieve.md's shell lines: medbench commands parse, hf commands take their options."""
+    lines = shell_lines(DOCS[next(p for p in DOCS if p.name == "m3retrieve.md")])
     assert any(line.startswith("medbench run --tasks m3retrieve_cardiology") for line in lines)
     for line in lines:
         words = shlex.split(line)

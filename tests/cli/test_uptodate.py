@@ -1,6 +1,7 @@
 """The warm path of `medbench run` (medbench_cli/uptodate.py): a second run with nothing changed
-answers from the recorded state in one line, without importing Dagster or MLflow, and the Dagster
-UI agrees (every partition fresh, nothing due); each kind of change takes the full run again."""
+answers in one line from medbench's own record of the last complete run (runtime/ledger.py), the
+artifacts' manifests and MLflow's public client, without importing Dagster, and the Dagster UI
+agrees (every partition fresh, nothing due); each kind of change takes the full run again."""
 
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ def test_a_run_with_nothing_changed_answers_in_one_line_and_each_change_runs_aga
     world = new_world(tmp_path / "w", [BM25, BM25_K12, RRF])
     env = _main_env(world, tmp_path)
     first = medbench_run(env)
-    assert "[plan] evaluating: no Dagster run recorded yet" in first.stdout
+    assert "[plan] evaluating: no complete run recorded yet" in first.stdout
     assert "[evaluate] rrf" in first.stdout and "IMPORTED" in first.stdout
     board = (world.root / "data" / "reports" / "leaderboard.md").read_text()
     runs_db = world.dagster_home / "history" / "runs.db"
@@ -89,7 +90,7 @@ def test_a_run_with_nothing_changed_answers_in_one_line_and_each_change_runs_aga
     assert lines[0].startswith("[up to date] nothing changed since Dagster run ") and "6 partitions on 2 tasks" in lines[0], second.stdout
     assert "[evaluate]" not in second.stdout and "[curate]" not in second.stdout
     assert board in second.stdout  # the stored leaderboard, as the full run printed it
-    assert lines[-1] == "IMPORTED []", "the warm path imported Dagster, MLflow, torch or GX"
+    assert lines[-1] == 'IMPORTED ["mlflow"]', "the warm path imported Dagster, torch or GX (MLflow only for its client)"
     assert sqlite3.connect(runs_db).execute("SELECT count(*) FROM runs").fetchone()[0] == n_runs  # no Dagster run at all
     fresh_everywhere(world)
     # A subset of what the last run covered is answered too; --force always runs.
@@ -103,15 +104,15 @@ def test_a_run_with_nothing_changed_answers_in_one_line_and_each_change_runs_aga
     assert decide(env) == "UNDECIDED bm25 x scifact: its metrics artifact is missing or fails its manifest"
     metrics_json.write_bytes(good)
 
-    # A partition's MLflow run deleted (from the MLflow UI): not logged any more.
-    mlflow_db = sqlite3.connect(world.root / "state" / "mlflow.db")
+    # A partition's MLflow run deleted (as the MLflow UI does): not logged any more.
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{world.root / 'state' / 'mlflow.db'}")
     key = json.loads((world.root / "data" / "reports" / "leaderboard.json").read_text())["cells"]["rrf/scifact"]["metrics_key"]
-    (run_uuid,) = mlflow_db.execute("SELECT run_uuid FROM tags WHERE key = 'medbench.run_key' AND value = ?", (key,)).fetchone()
-    with mlflow_db:
-        mlflow_db.execute("UPDATE runs SET lifecycle_stage = 'deleted' WHERE run_uuid = ?", (run_uuid,))
+    (run,) = client.search_runs([client.get_experiment_by_name("medbench-test").experiment_id], filter_string=f"tags.`medbench.run_key` = '{key}'")
+    client.delete_run(run.info.run_id)
     assert decide(env) == "UNDECIDED rrf x scifact has no FINISHED MLflow run"
-    with mlflow_db:
-        mlflow_db.execute("UPDATE runs SET lifecycle_stage = 'active' WHERE run_uuid = ?", (run_uuid,))
+    client.restore_run(run.info.run_id)
     assert decide(env) == "ANSWERED 6"
 
     # One byte of one source file: the inputs changed.
@@ -122,16 +123,21 @@ def test_a_run_with_nothing_changed_answers_in_one_line_and_each_change_runs_aga
     source.write_bytes(original)
     assert decide(env) == "ANSWERED 6"
 
-    # A partition materialised from the UI after the last complete run: the leaderboard may be behind it.
+    # A partition materialised again from the UI (cache hits): nothing it left behind changed.
     defs = world.defs()
     with world.instance() as instance:
         res = defs.resolve_job_def("evaluate_partition").execute_in_process(
             instance=instance, partition_key=partition_key("bm25", "scifact"), run_config=QUIET, raise_on_error=False
         )
         assert res.success
-    assert decide(env) == "UNDECIDED assets were materialised after the last complete run"
+    assert decide(env) == "ANSWERED 6"
+    fresh_everywhere(world)
+    # The leaderboard written again from the UI (or by hand): not the one the last complete run recorded.
+    board_md = world.root / "data" / "reports" / "leaderboard.md"
+    board_md.write_text(board_md.read_text() + "\n")
+    assert decide(env) == "UNDECIDED the saved leaderboard is not the one the last complete run wrote"
     third = medbench_run(env)
-    assert "[plan] evaluating: assets were materialised after the last complete run" in third.stdout
+    assert "[plan] evaluating: the saved leaderboard is not the one the last complete run wrote" in third.stdout
     assert "x scifact                ok (cached)" in third.stdout
     assert medbench_run(env).stdout.startswith("[up to date]")
     forced = medbench_run(env, "--force", "--models", "bm25", "--tasks", "scifact")
@@ -139,17 +145,19 @@ def test_a_run_with_nothing_changed_answers_in_one_line_and_each_change_runs_aga
 
 
 def test_a_recorded_state_that_cannot_be_read_leaves_the_decision_to_the_full_run(tmp_path, monkeypatch):
-    """Dagster's tables are read with sqlite3; a schema other than expected must not fail `medbench run`."""
+    """A damaged ledger, leaderboard or MLflow store must not fail `medbench run`: the full run decides."""
     from medbench_cli import uptodate
+    from runtime.ledger import LEDGER_FILE
 
-    home = tmp_path / "dagster_home"
-    (home / "history" / "runs").mkdir(parents=True)
-    sqlite3.connect(home / "history" / "runs.db").execute("CREATE TABLE runs (other TEXT)")
-    sqlite3.connect(home / "history" / "runs" / "index.db").execute("CREATE TABLE event_logs (other TEXT)")
-    store = tmp_path / "mlflow.db"
-    sqlite3.connect(store).execute("CREATE TABLE runs (other TEXT)")
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    monkeypatch.setattr(uptodate.settings, "default_tracking_uri", lambda: f"sqlite:///{store}")
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setattr(uptodate.settings, "STATE", state)
     monkeypatch.setattr(uptodate.settings, "ONLINE", False)
-    with pytest.raises(uptodate.Undecided, match=r"^cannot read the recorded state \(OperationalError: no such table: run_tags\)$"):
+    (state / LEDGER_FILE).write_text("{not json")
+    with pytest.raises(uptodate.Undecided, match=r"^no complete run recorded yet$"):
         uptodate.check([], None, [], [], uptodate.Inputs("k", {}))
+    store = tmp_path / "mlflow.db"
+    sqlite3.connect(store).execute("CREATE TABLE runs (other TEXT)")  # not an MLflow store
+    monkeypatch.setattr(uptodate.settings, "default_tracking_uri", lambda: f"sqlite:///{store}")
+    with pytest.raises(uptodate.Undecided, match=r"^cannot read the MLflow store"):
+        uptodate.mlflow_state("medbench", {"k"}, "r")

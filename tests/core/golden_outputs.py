@@ -199,10 +199,16 @@ def _run(folder: Path) -> list[list[Any]]:
     return [[q, d, int(r), round(float(s), 6)] for q, d, r, s in run.select("query_id", "doc_id", "rank", "score").iter_rows()]
 
 
-def _versions(stage: str, kind: Any = None) -> str:
+def _versions(stages: tuple[str, ...], kinds: tuple[Any, ...] = ()) -> str:
+    """The declared versions an output depends on: its own stage's and every stage and kind upstream of it
+    (a bumped upstream re-records what is built on it, whose output moves with it)."""
     from medbench_core.provenance import STAGE_VERSIONS
 
-    return f"{stage}={STAGE_VERSIONS[stage]}" + (f" {kind.name}={kind.version}" if kind is not None else "")
+    named = sorted(set(stages))
+    return " ".join([f"{s}={STAGE_VERSIONS[s]}" for s in named] + sorted({f"{k.name}={k.version}" for k in kinds}))
+
+
+RETRIEVER = ("curated_task", "embeddings", "index", "run")  # a retriever's run and what it is built on
 
 
 def compute(root: Path, only: set[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -247,10 +253,10 @@ def _compute(root: Path, fx: dict[str, Any], only: set[str] | None) -> dict[str,
     out: dict[str, dict[str, Any]] = {}
     catalog = load_catalog(root / "tasks.yaml")
     text = build_task(catalog.task("text"), root / "shared", root / "work")
-    out["text/curated_task"] = {"versions": _versions("curated_task"), "tolerance": "exact", "output": {"content_hash": text.content_hash()}}
+    out["text/curated_task"] = {"versions": _versions(("curated_task",)), "tolerance": "exact", "output": {"content_hash": text.content_hash()}}
     verdict = validate_task(text)
     outcomes = sorted([o.table, o.rule, bool(o.success)] for o in verdict.outcomes)
-    out["text/contracts"] = {"versions": _versions("contracts"), "tolerance": "exact", "output": {"passed": verdict.passed, "outcomes": outcomes}}
+    out["text/contracts"] = {"versions": _versions(("curated_task", "contracts")), "tolerance": "exact", "output": {"passed": verdict.passed, "outcomes": outcomes}}
     images = image_task(fx["images"])
     specs = {s.name: s for s in load_registry(root / "models.yaml")}
     dirs: dict[str, dict[str, Path]] = {}
@@ -280,14 +286,14 @@ def _compute(root: Path, fx: dict[str, Any], only: set[str] | None) -> dict[str,
             emb_out["corpus"] = _floats(np.load(d["embeddings"] / "corpus.npy"))
         else:
             emb_out["files"] = {f: _sha(d["embeddings"] / f) for f in emb["files"] if f != "doc_ids.json"}
-        out[f"{name}/embeddings"] = {"versions": _versions("embeddings", kind), "tolerance": tol, "output": emb_out}
+        out[f"{name}/embeddings"] = {"versions": _versions(RETRIEVER[:2], (kind,)), "tolerance": tol, "output": emb_out}
         index_info = _json(d["index"] / "info.json", drop=("seconds", "built_on"))
-        out[f"{name}/index"] = {"versions": _versions("index", kind), "tolerance": tol, "output": index_info}
+        out[f"{name}/index"] = {"versions": _versions(RETRIEVER[:3], (kind,)), "tolerance": tol, "output": index_info}
         run_out: dict[str, Any] = {"rows": _run(d["run"]), "info": _json(d["run"] / "info.json")}
         if (d["run"] / "query_embeddings.npy").exists():
             run_out["queries"] = _floats(np.load(d["run"] / "query_embeddings.npy"))
-        out[f"{name}/run"] = {"versions": _versions("run", kind), "tolerance": tol, "output": run_out}
-        out[f"{name}/metrics"] = {"versions": _versions("metrics", kind), "tolerance": tol, "output": _json(d["metrics"] / "metrics.json")}
+        out[f"{name}/run"] = {"versions": _versions(RETRIEVER, (kind,)), "tolerance": tol, "output": run_out}
+        out[f"{name}/metrics"] = {"versions": _versions((*RETRIEVER, "metrics"), (kind,)), "tolerance": tol, "output": _json(d["metrics"] / "metrics.json")}
 
     expansions = {e.name: e for e in load_expansions(root / "models.yaml")}
     for name, spec in specs.items():
@@ -303,7 +309,7 @@ def _compute(root: Path, fx: dict[str, Any], only: set[str] | None) -> dict[str,
                 e = expansions[ref.name]
                 frame, info = build_expansion(e, text)
                 out[f"{e.name}/expansion"] = {
-                    "versions": _versions("expansion"), "tolerance": "exact",
+                    "versions": _versions(("curated_task", "expansion")), "tolerance": "exact",
                     "output": {"answers": sorted(frame.select("query_id", "answer").iter_rows()), "key": info["key"]},
                 }
                 folder = root / "expansions" / e.name
@@ -318,17 +324,20 @@ def _compute(root: Path, fx: dict[str, Any], only: set[str] | None) -> dict[str,
         _, info = build_derived_run(spec, text, inputs, run_dir, k=K)
         stage = "expanded_run" if spec.plugin.expansion_name(spec) else "derived_run"
         tol = "neural" if spec.plugin.loads_weights or any(specs[u].plugin.loads_weights for u in spec.upstream) else "exact"
-        out[f"{name}/{stage}"] = {"versions": _versions(stage, spec.plugin), "tolerance": tol, "output": {"rows": _run(run_dir), "info": _json(run_dir / "info.json")}}
+        ups = tuple(specs[u].plugin for u in spec.upstream)
+        chain = (*RETRIEVER, stage, *(("expansion",) if spec.plugin.expansion_name(spec) else ()))
+        out[f"{name}/{stage}"] = {"versions": _versions(chain, (spec.plugin, *ups)), "tolerance": tol, "output": {"rows": _run(run_dir), "info": _json(run_dir / "info.json")}}
         met = root / "artifacts" / name / "metrics"
         met.mkdir(parents=True)
         import polars as pl
 
         metrics[name] = (text.name, score(text, pl.read_parquet(run_dir / "run.parquet"), met)["mean"]["ndcg_at_10"])
-        out[f"{name}/metrics"] = {"versions": _versions("metrics", spec.plugin), "tolerance": tol, "output": _json(met / "metrics.json")}
+        out[f"{name}/metrics"] = {"versions": _versions((*chain, "metrics"), (spec.plugin, *ups)), "tolerance": tol, "output": _json(met / "metrics.json")}
     if only is None:
         kept = [m for m in metrics if m in LEADERBOARD_MODELS]
         board = table([Entry(m, *metrics[m]) for m in kept], kept, ["text", "images"])
-        out["leaderboard"] = {"versions": _versions("leaderboard"), "tolerance": "neural", "output": to_markdown(board, set())}
+        chain = (*RETRIEVER, "metrics", "derived_run", "expanded_run", "expansion", "leaderboard")
+        out["leaderboard"] = {"versions": _versions(chain, tuple(specs[m].plugin for m in kept)), "tolerance": "neural", "output": to_markdown(board, set())}
     return out
 
 

@@ -77,6 +77,12 @@ def write_mteb(folder: Path, unknown: str | None = None) -> Written:
     return Written(folder, {}, queries, ":1", "q1")
 
 
+def write_mteb_task(folder: Path, unknown: str | None = None) -> Written:
+    """An MTEB task's data as tasks.yaml's ``{reader: mteb, task: ...}`` expands it (mteb's name and main score in the options)."""
+    w = write_mteb(folder, unknown)
+    return Written(w.source, {"mteb_task": "NFCorpus", "main_metric": "ndcg_at_10", "domains": ["Medical"]}, w.file, w.place, w.rid)
+
+
 def write_multilingual(folder: Path, unknown: str | None = None) -> Written:
     w = write_mteb(folder, unknown)
     rows = [json.loads(line) for line in w.file.read_text().splitlines()]
@@ -186,6 +192,7 @@ def write_pneumoniamnist(folder: Path, unknown: str | None = None) -> Written:
 WRITERS: dict[str, Callable[[Path, str | None], Written]] = {
     "beir": write_beir,
     "mteb": write_mteb,
+    "mteb_task": write_mteb_task,
     "hf_retrieval": write_mteb,
     "multilingual": write_multilingual,
     "mmed_ir": write_multilingual,

@@ -41,9 +41,11 @@ def test_m3retrieve_model_entries_load_with_their_kinds(tmp_path):
 
 
 def test_models_and_kinds_examples_load(tmp_path):
+    names = {}
     for body in blocks("models_and_kinds.md", "yaml"):
         if "models:" not in body:
             body = "models:\n" + body
         (tmp_path / "models.yaml").write_text(body)
-        for spec in load_registry(tmp_path / "models.yaml"):
-            assert spec.kind in {"bm25", "open_clip", "uniir-clip-sf", "remote-code-embedder"}, spec.name
+        names.update({s.name: s for s in load_registry(tmp_path / "models.yaml")})
+    assert names["clip-sf"].kind == "uniir-clip-sf" and names["biomedclip"].hub_id == "microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224"
+    assert {n: s.trust_remote_code for n, s in names.items() if s.kind == "remote-code-embedder"} == {"gme-2b": True, "jina-clip-v1": True, "pubmedclip": False}

@@ -3,6 +3,7 @@ file, line and id, with nothing stored and the earlier artifact kept; hub datase
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -138,12 +139,49 @@ def test_r2med_text_must_be_the_tasks_query(tmp_path, task):
         read_expansion_file(r2med_spec(tmp_path), task, path)
 
 
-def test_hub_dataset_needs_a_revision_and_online(task):
+def test_hub_dataset_needs_a_revision(task):
     with pytest.raises(DataError, match="needs a pinned 'revision'"):
         ExpansionSpec(name="h", method="hyde", source="file", generator="gpt4", path="hub:R2MED/Biology")
-    spec = ExpansionSpec(name="h", method="hyde", source="file", generator="gpt4", path="hub:R2MED/Biology", revision="0123abc")
-    with pytest.raises(DataError, match=r"SciFact/hyde/gpt4/query_with_hydoc.jsonl is in hub dataset 'R2MED/Biology'; reading it needs online=True"):
-        locate_file(spec, "SciFact")
+    with pytest.raises(DataError, match=r"'revisions' \(one commit per task\) needs a path with \{task\}"):
+        ExpansionSpec(name="h", method="hyde", source="file", generator="gpt4", path="hub:R2MED/Biology", revisions={"Biology": "a" * 40})
+
+
+SHAS = {"Biology": "8b9fec2db9eda4b5742d03732213fbaee8169556", "Bioinformatics": "6021fce366892cbfd7837fa85a4128ea93315e18"}
+
+
+def hub_spec(**kw) -> ExpansionSpec:
+    """One entry for every task: each R2MED task is its own hub dataset (R2MED/Biology, ...)."""
+    return ExpansionSpec(name="hyde-qwq", method="hyde", source="file", generator="qwq-32b", path="hub:R2MED/{task}",
+                         task_folders={"scifact_small": "Biology", "scifact_other": "Bioinformatics"}, **{"revisions": SHAS, **kw})  # fmt: skip
+
+
+def test_one_entry_reads_every_task_from_its_own_hub_dataset_in_the_local_hub_cache(tmp_path, task):
+    from medbench_core.taskdata.task import make_task
+
+    other = make_task(dataclasses.replace(task.meta, name="scifact_other"), task.queries, task.corpus, task.qrels)
+    cache = tmp_path / "hub"
+    texts = {}
+    for folder, t in (("Biology", task), ("Bioinformatics", other)):
+        # huggingface_hub's cache layout: datasets--<org>--<name>/snapshots/<commit>/<file in the repository>
+        texts[folder] = {q: f"<think>reasoning about {q}</think> {folder} passage for {q}" for q in t.queries["query_id"].to_list()}
+        write_r2med(cache / f"datasets--R2MED--{folder}" / "snapshots" / SHAS[folder], "", "hyde", "qwq-32b", t, texts[folder])
+    spec = hub_spec()
+    for folder, t in (("Biology", task), ("Bioinformatics", other)):
+        assert locate_file(spec, t.name, hub_cache=cache) == cache / f"datasets--R2MED--{folder}" / "snapshots" / SHAS[folder] / "hyde/qwq-32b/query_with_hydoc.jsonl"
+        frame, info = build_expansion(spec, t, hub_cache=cache)  # offline: nothing downloaded
+        q = t.queries["query_id"][0]
+        assert frame.filter(pl.col("query_id") == q)["answer"].item() == f"{folder} passage for {q}"  # qwq-32b: R2MED's </think> rule
+        assert (info["identity"]["hub"], info["identity"]["revision"], info["identity"]["reasoning"]) == (f"R2MED/{folder}", SHAS[folder], "think")
+    # A branch resolves through the cache's refs, as huggingface_hub records it; the key names the commit.
+    (cache / "datasets--R2MED--Biology" / "refs").mkdir()
+    (cache / "datasets--R2MED--Biology" / "refs" / "main").write_text(SHAS["Biology"])
+    branch = hub_spec(revisions={"Biology": "main"})
+    assert expansion_stage_key(branch, task, hub_cache=cache) == expansion_stage_key(spec, task, hub_cache=cache)
+    # Not in the cache, offline: refused, saying how to get it.
+    with pytest.raises(DataError, match=r"hyde/qwq-32b/query_with_hydoc.jsonl of hub dataset R2MED/Bioinformatics@6021fce.* is not in the local hub cache.*hf download R2MED/Bioinformatics"):
+        build_expansion(hub_spec(), other, hub_cache=tmp_path / "empty")
+    with pytest.raises(DataError, match=r"no revision for hub dataset 'R2MED/Bioinformatics' \(task scifact_other\); add Bioinformatics: <commit> to 'revisions'"):
+        locate_file(hub_spec(revisions={"Biology": SHAS["Biology"]}), "scifact_other", hub_cache=cache)
 
 
 def test_missing_folder_says_where(tmp_path, task):

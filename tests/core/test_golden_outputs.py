@@ -74,11 +74,11 @@ def test_an_output_change_without_a_version_bump_fails_and_a_bump_asks_for_recor
     edit(copy / "medbench_core" / "retrieval" / "kinds" / "bm25.py", 'stopwords: str | list | None = "en"', "stopwords: str | list | None = None")
     unbumped = check(copy, "bm25")
     assert unbumped.returncode == 1
-    assert "bm25/embeddings: output changed without a version bump (embeddings=1 bm25=1)" in unbumped.stdout
+    assert "bm25/embeddings: output changed without a version bump (curated_task=1 embeddings=1 bm25=1)" in unbumped.stdout
     edit(copy / "medbench_core" / "retrieval" / "kinds" / "bm25.py", 'version = "1"', 'version = "2"')
     bumped = check(copy, "bm25")
     assert bumped.returncode == 1
-    assert "bm25/embeddings: versions embeddings=1 bm25=1 -> embeddings=1 bm25=2: record the new outputs" in bumped.stdout
+    assert "bm25/embeddings: versions curated_task=1 embeddings=1 bm25=1 -> curated_task=1 embeddings=1 bm25=2: record the new outputs" in bumped.stdout
 
 
 def move_module(copy: Path, old: str, new: str) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FORBIDDEN = ("dagster", "mlflow", "dvc", "torch", "faiss", "great_expectations")
+FORBIDDEN = ("dagster", "mlflow", "dvc", "torch", "faiss", "great_expectations", "mteb")
 
 PROBE = """
 import importlib, json, pkgutil, sys

@@ -57,9 +57,9 @@ def test_no_code_outside_the_kinds_package_compares_kind_names():
         for path in sorted((ROOT / package).rglob("*.py")):
             if KINDS_DIR not in path.parents:
                 found += _kind_comparisons(path)
-    # Names that are not model kinds (index types, checkpoint types, GX expectation classes) compare
-    # a local variable, never ``.kind`` of a model, and never a registered kind's name.
-    assert [f for f in found if not f.endswith("spec.kind == 'ExpectColumnToExist'")] == []
+    # Names that are not model kinds (index types, checkpoint types) compare a local variable, never
+    # ``.kind`` of a model, and never a registered kind's name.
+    assert found == []
 
 
 def test_the_grep_would_notice_a_comparison(tmp_path):

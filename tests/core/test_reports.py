@@ -178,10 +178,13 @@ def test_heatmap_and_difference_plots_decode_with_their_size(world, tmp_path):
 def test_export_writes_mteb_json_and_trec_runs(world, tmp_path):
     root, tasks, cells = world
     index = export(cells, tmp_path / "out", code_version="abc123")
-    want = [f"mteb/{m}/rev_{m}/{t}.json" for m in ("bm25", "dense") for t in ("t1", "t2")]
-    assert sorted(index["mteb"]) == sorted(want + ["mteb/dense/no_revision_available/img.json", "mteb/late/no_revision_available/t1.json"])
+    # No registry given: every model is medbench/<name>; tasks from no hub dataset keep medbench's names.
+    want = [f"results/medbench__{m}/rev_{m}/{t}.json" for m in ("bm25", "dense") for t in ("t1", "t2")]
+    assert sorted(index["results"]) == sorted(want + ["results/medbench__dense/no_revision_available/img.json", "results/medbench__late/no_revision_available/t1.json"])
     assert index["skipped"] == [{"model": "bm25", "task": "img", "reason": "not applicable"}]
-    doc = json.loads((tmp_path / "out" / "mteb/bm25/rev_bm25/t1.json").read_text())
+    assert index["tasks"]["t1"] == {"mteb_task": None, "kept_medbench_name": True, "reason": "not read from a hub dataset (a local or bundled source)"}
+    assert index["models"] == {"bm25": "medbench/bm25", "dense": "medbench/dense", "late": "medbench/late"}
+    doc = json.loads((tmp_path / "out" / "results/medbench__bm25/rev_bm25/t1.json").read_text())
     cell = next(c for c in cells if (c.model, c.task) == ("bm25", "t1"))
     assert doc == mteb_result(cell, "abc123")  # round trip
     # The fields MTEB's TaskResult reads, with the values medbench computed.
@@ -192,10 +195,10 @@ def test_export_writes_mteb_json_and_trec_runs(world, tmp_path):
     assert subset["hf_subset"] == "default" and subset["languages"] == ["eng-Latn"]
     assert subset["main_score"] == subset["ndcg_at_10"] == pytest.approx((2 + R2) / 4, abs=1e-15)
     assert subset["recall_at_10"] == 0.75 and subset["mrr_at_10"] == pytest.approx((1 + 0.5 + 0 + 1) / 4)
-    t2 = json.loads((tmp_path / "out" / "mteb/dense/rev_dense/t2.json").read_text())
+    t2 = json.loads((tmp_path / "out" / "results/medbench__dense/rev_dense/t2.json").read_text())
     assert t2["scores"]["train"][0]["languages"] == ["eng-Latn", "fra-Latn"]
-    meta = json.loads((tmp_path / "out" / "mteb/dense/rev_dense/model_meta.json").read_text())
-    assert meta["name"] == "dense" and meta["revision"] == "rev:dense"
+    meta = json.loads((tmp_path / "out" / "results/medbench__dense/rev_dense/model_meta.json").read_text())
+    assert meta["name"] == "medbench/dense" and meta["revision"] == "rev:dense" and meta["framework"] == []
     # TREC runs: the run files as the stages wrote them.
     assert (tmp_path / "out" / "trec/dense/t2.trec").read_bytes() == (root / "dense" / "t2" / "run" / "run.trec").read_bytes()
     assert json.loads((tmp_path / "out" / "index.json").read_text()) == index

@@ -4,6 +4,13 @@ R2MED (``<task>/<method>/<generator>/query_with_hydoc.jsonl``): one JSON object 
 ``id``, ``text`` (the query) and ``hy_doc`` (the generated text). Plain JSONL: ``id`` (or
 ``query_id``) and ``expansion``. Parquet: columns ``query_id`` (or ``id``) and ``expansion``.
 
+On the hub each R2MED task is its own dataset (``R2MED/Biology``, ...) holding
+``<method>/<generator>/query_with_hydoc.jsonl`` (its card's configs ``hyde``, ``query2doc``,
+``lamer``, ``search-r1``, one split per generator): ``path: hub:R2MED/{task}`` reads every task
+from one entry, each at its pinned revision, from the local hub cache
+(``datasets--R2MED--Biology/snapshots/<commit>/hyde/gpt4/query_with_hydoc.jsonl``); only an
+online run downloads a missing file.
+
 A file is refused whole, naming file, line (Parquet: row) and id, when a line is malformed,
 has no id, names a query the task does not have, repeats an id, has no text, or when a query
 of the task has no expansion. Nothing is returned, so nothing is stored.
@@ -26,35 +33,66 @@ from medbench_core.storage import sha256_file
 SHOW = 10  # problems named in one error
 
 
+def task_folder(spec: ExpansionSpec, task: str) -> str:
+    """The value of ``{task}`` for a medbench task (``task_folders``, else the task's own name)."""
+    return spec.task_folders.get(task, task)
+
+
+def file_template(spec: ExpansionSpec) -> str:
+    """``file``, or the format's default; a root that already names the task (``{task}`` in ``path``) has no task folder inside."""
+    if spec.file:
+        return spec.file
+    template = DEFAULT_FILES[spec.format]
+    return template.removeprefix("{task}/") if "{task}" in spec.path else template
+
+
 def relative_file(spec: ExpansionSpec, task: str) -> str:
     """The file of ``task`` inside the expansion's root, ``{task}``/``{method}``/``{generator}`` filled in."""
-    template = spec.file or DEFAULT_FILES[spec.format]
-    folder = spec.task_folders.get(task, task)
-    return template.replace("{task}", folder).replace("{method}", spec.method).replace("{generator}", spec.generator)
+    return file_template(spec).replace("{task}", task_folder(spec, task)).replace("{method}", spec.method).replace("{generator}", spec.generator)
 
 
-def locate_file(spec: ExpansionSpec, task: str, *, online: bool = False) -> Path:
-    """Local path of the expansion file of ``task``; a hub dataset is downloaded at its pinned revision.
+def hub_location(spec: ExpansionSpec, task: str) -> tuple[str, str]:
+    """``(repository, revision)`` of a hub expansion for ``task``: ``{task}`` filled in, the revision of
+    that task (``revisions`` by ``{task}`` value or task name), else ``revision``."""
+    folder = task_folder(spec, task)
+    repo = spec.path[4:].replace("{task}", folder)
+    revision = spec.revisions.get(folder) or spec.revisions.get(task) or spec.revision
+    if not revision:
+        raise DataError(f"expansion {spec.name}: no revision for hub dataset {repo!r} (task {task}); add {folder}: <commit> to 'revisions'")
+    return repo, revision
 
-    A hub dataset is read only with ``online=True`` (the orchestration's online switch) and a
-    revision; medbench_core reads no environment variable to decide it.
+
+def locate_file(spec: ExpansionSpec, task: str, *, online: bool = False, hub_cache: str | Path | None = None) -> Path:
+    """Local path of the expansion file of ``task``.
+
+    A hub dataset is read from the local hub cache (``hub_cache``, default huggingface_hub's) at
+    its pinned revision; only with ``online=True`` (the orchestration's online switch) is a
+    missing file downloaded. medbench_core reads no environment variable to decide it.
     """
     rel = relative_file(spec, task)
     if spec.path.startswith("hub:"):
-        repo = spec.path[4:]
-        if not spec.revision:
-            raise DataError(f"expansion {spec.name}: hub dataset {repo!r} needs a pinned 'revision'")
+        from medbench_core.hub import repo_folder, resolve_revision
+
+        repo, revision = hub_location(spec, task)
+        sha = resolve_revision(repo, revision, repo_type="dataset", online=online, cache_dir=hub_cache)
+        cached = repo_folder(repo, "dataset", hub_cache) / "snapshots" / sha / rel
+        if cached.is_file():
+            return cached
         if not online:
-            raise DataError(f"expansion {spec.name}: {rel} is in hub dataset {repo!r}; reading it needs online=True (or download it and give a local path)")
+            raise DataError(
+                f"expansion {spec.name}: {rel} of hub dataset {repo}@{sha} is not in the local hub cache ({cached} missing); "
+                f"download it once (hf download {repo} {rel} --repo-type dataset --revision {sha}) or run online (MEDBENCH_ONLINE=1)"
+            )
         from huggingface_hub import hf_hub_download
 
         try:
-            return Path(hf_hub_download(repo, rel, repo_type="dataset", revision=spec.revision))
+            return Path(hf_hub_download(repo, rel, repo_type="dataset", revision=sha, cache_dir=hub_cache))
         except Exception as exc:  # the hub client raises many kinds; all mean "not readable"
-            raise DataError(f"expansion {spec.name}: cannot download {rel} from {repo}@{spec.revision} ({exc})") from exc
-    path = Path(spec.resolve_path(spec.path, local=True)) / rel
+            raise DataError(f"expansion {spec.name}: cannot download {rel} from {repo}@{sha} ({exc})") from exc
+    root = spec.resolve_path(spec.path.replace("{task}", task_folder(spec, task)), local=True)
+    path = Path(root) / rel
     if not path.is_file():
-        raise DataError(f"expansion {spec.name}: {path} not found (layout: {spec.file or DEFAULT_FILES[spec.format]} under {spec.path})")
+        raise DataError(f"expansion {spec.name}: {path} not found (layout: {file_template(spec)} under {spec.path})")
     return path
 
 
@@ -137,26 +175,40 @@ def read_expansion_file(spec: ExpansionSpec, task: Task, path: str | Path) -> pl
     if problems:
         more = f"\n... and {len(problems) - SHOW} more" if len(problems) > SHOW else ""
         raise DataError(f"expansion {spec.name} x {task.name}: {len(problems)} problem(s), nothing stored:\n" + "\n".join(problems[:SHOW]) + more)
-    frame = expansion_frame(rows, spec.reasoning)
+    rule = spec.reasoning_rule()
+    frame = expansion_frame(rows, rule)
     empty = frame.filter(pl.col("answer") == "")["query_id"].to_list()
     if empty:
         where = {q: first_line[q] for q in empty}
         raise DataError(
-            f"expansion {spec.name} x {task.name}: {len(empty)} expansion(s) have reasoning but no answer after </think>, nothing stored: "
+            f"expansion {spec.name} x {task.name}: {len(empty)} expansion(s) have reasoning but an empty answer (rule {rule!r}), nothing stored: "
             + "; ".join(f"{where[q]}: id {q}" for q in empty[:SHOW])
         )
     return frame
 
 
-def read_published(spec: ExpansionSpec, task: Task, *, online: bool = False) -> tuple[pl.DataFrame, dict[str, Any], dict[str, Any]]:
+def read_published(
+    spec: ExpansionSpec, task: Task, *, online: bool = False, hub_cache: str | Path | None = None
+) -> tuple[pl.DataFrame, dict[str, Any], dict[str, Any]]:
     """Read the published expansion of ``task``: ``(frame, identity, info)``.
 
     ``identity`` (for :func:`~medbench_core.retrieval.expansion.spec.expansion_key`) holds the file's
     sha256, not its location.
     """
-    path = locate_file(spec, task.name, online=online)
+    path = locate_file(spec, task.name, online=online, hub_cache=hub_cache)
     frame = read_expansion_file(spec, task, path)
     digest = sha256_file(path)
-    identity = file_identity(spec, file_sha256=digest, task_folder=spec.task_folders.get(task.name, task.name))
-    info = {"source": "file", "file": str(path), "file_sha256": digest, "n_queries": frame.height, "generator": spec.generator, "method": spec.method}
+    identity = file_identity(spec, file_sha256=digest, task_folder=task_folder(spec, task.name), hub=hub_identity(spec, task.name, online, hub_cache))
+    info = {"source": "file", "file": str(path), "file_sha256": digest, "n_queries": frame.height, "generator": spec.generator, "method": spec.method,
+            "reasoning": spec.reasoning_rule()}  # fmt: skip
     return frame, identity, info
+
+
+def hub_identity(spec: ExpansionSpec, task: str, online: bool = False, hub_cache: str | Path | None = None) -> tuple[str, str] | None:
+    """``(repository, commit)`` a hub expansion of ``task`` is read from; None for a local one."""
+    if not spec.path.startswith("hub:"):
+        return None
+    from medbench_core.hub import resolve_revision
+
+    repo, revision = hub_location(spec, task)
+    return repo, resolve_revision(repo, revision, repo_type="dataset", online=online, cache_dir=hub_cache)

@@ -1,12 +1,15 @@
 """The expansion artifact: one row per query, the raw generated text split into answer and reasoning.
 
-Only ``answer`` reaches a retriever. For reasoning models (R1-style, QwQ, Qwen3 thinking) the
-reasoning before ``</think>`` is kept in ``reasoning`` for inspection and leakage reports.
+Only ``answer`` reaches a retriever. For reasoning models the reasoning is kept in ``reasoning``
+for inspection and leakage reports. Where the answer starts depends on the generator family, as
+R2MED's own code reads its published outputs (``split_response_for_r1`` in src/base.py of
+github.com/R2MED/R2MED at 62b7074): :data:`RULES` and :func:`rule_for_generator`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +29,75 @@ EXPANSION_SCHEMA: dict[str, pl.DataType] = {
 }
 FILES = ("expansions.parquet", "info.json")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+# How each family marks its answer (R2MED's split_response_for_r1, quoted in the test of each rule):
+#   think   R1 distills, QwQ, Qwen3 thinking: what follows the first </think>
+#   huatuo  HuatuoGPT-o1: what follows the first "Final Response" (its "## Final Response" heading)
+#   sky     Sky-T1: what lies between <|begin_of_solution|> and <|end_of_solution|>
+#   answer  Search-R1: what lies in the first <answer>...</answer>
+#   none    the whole text
+# When the marker is missing the whole text is the answer, as in R2MED's code.
+RULES = ("think", "huatuo", "sky", "answer", "none")
+# R2MED's generator folder names -> rule (src/base.py; every other generator, gpt4, o3-mini, llama-70b,
+# qwen-7b/32b/72b, is read whole).
+R2MED_GENERATOR_RULES = {
+    **dict.fromkeys(("r1-llama-8b", "r1-qwen-32b", "r1-llama-70b", "qwq-32b", "qwen3-32b", "qwen3-8b"), "think"),
+    **dict.fromkeys(("huatuo-o1-8b", "huatuo-o1-70b"), "huatuo"),
+    "sky-32b": "sky",
+    **dict.fromkeys(("qwen-7b-ins", "qwen-3b-ins"), "answer"),
+}
+_HUATUO = re.compile(r"Final Response\s*(.*)", re.DOTALL)
+_HUATUO_THINKING = re.compile(r"Thinking\s*(.*?)\s* Final Response", re.DOTALL)
+_SKY = re.compile(r"<\|begin_of_solution\|>\s*([\s\S]*?)\s*<\|end_of_solution\|>")
+_SKY_THOUGHT = re.compile(r"<\|begin_of_thought\|>\s*([\s\S]*?)\s*<\|end_of_thought\|>")
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def rule_for_generator(generator: str) -> str:
+    """The rule R2MED's code applies to a generator's output, by its folder name (``huatuo-o1-70b``); ``none`` for others."""
+    return R2MED_GENERATOR_RULES.get(generator, "none")
 
 
 def split_reasoning(text: str, rule: str = "think") -> tuple[str, str]:
-    """``(answer, reasoning)`` of a generated text.
+    """``(answer, reasoning)`` of a generated text under ``rule`` (:data:`RULES`).
 
     ``think``: the answer is what follows the first ``</think>``, the reasoning what precedes
-    it (a leading ``<think>`` dropped); a text without ``</think>`` is all answer, as R2MED reads
-    it. ``none``: the whole text is the answer.
+    it (a leading ``<think>`` dropped). ``huatuo``: the answer is what follows the first
+    ``Final Response`` (regex ``Final Response\s*(.*)``), the reasoning what R2MED's
+    ``Thinking\s*(.*?)\s* Final Response`` captures, else the text before it. ``sky``: the answer
+    is the first ``<|begin_of_solution|> ... <|end_of_solution|>`` span, the reasoning the
+    ``<|begin_of_thought|> ... <|end_of_thought|>`` span. ``answer``: the first ``<answer> ...
+    </answer>`` span, the reasoning the text before it. A text without its family's marker is all
+    answer, as R2MED reads it. ``none``: the whole text is the answer. Both parts are stripped.
     """
     text = text or ""
-    if rule == "none" or THINK_CLOSE not in text:
+    if rule == "none":
         return text.strip(), ""
-    reasoning, answer = text.split(THINK_CLOSE, 1)
-    reasoning = reasoning.strip()
-    if reasoning.startswith(THINK_OPEN):
-        reasoning = reasoning[len(THINK_OPEN):].strip()
-    return answer.strip(), reasoning
+    if rule == "think":
+        if THINK_CLOSE not in text:
+            return text.strip(), ""
+        reasoning, answer = text.split(THINK_CLOSE, 1)
+        reasoning = reasoning.strip()
+        if reasoning.startswith(THINK_OPEN):
+            reasoning = reasoning[len(THINK_OPEN):].strip()
+        return answer.strip(), reasoning
+    if rule == "huatuo":
+        m = _HUATUO.search(text)
+        if m is None:
+            return text.strip(), ""
+        thinking = _HUATUO_THINKING.search(text)
+        return m.group(1).strip(), (thinking.group(1) if thinking else text[: m.start()]).strip()
+    if rule == "sky":
+        m = _SKY.search(text)
+        if m is None:
+            return text.strip(), ""
+        thought = _SKY_THOUGHT.search(text)
+        return m.group(1).strip(), (thought.group(1) if thought else text[: m.start()]).strip()
+    if rule == "answer":
+        m = _ANSWER.search(text)
+        if m is None:
+            return text.strip(), ""
+        return m.group(1).strip(), text[: m.start()].strip()
+    raise DataError(f"reasoning rule {rule!r} unknown; known: {', '.join(RULES)}")
 
 
 def expansion_frame(rows: list[dict[str, Any]], rule: str = "think") -> pl.DataFrame:

@@ -253,7 +253,7 @@ def generate_expansions(
         {"query_id": q, "raw": o.text, "prompt": p, "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens}
         for q, p, o in zip(qids, prompts, outs)
     ]
-    frame = expansion_frame(rows, spec.reasoning)
+    frame = expansion_frame(rows, spec.reasoning_rule())
     n_new = sum(o.generated_tokens for o in outs)
     info = {
         "source": "generate",

@@ -8,13 +8,20 @@ An expansion is one way of writing a text per query before retrieval: a method (
       - name: hyde-gpt4                  # referenced by `expansion:` in an expanded model entry
         method: hyde                     # hyde | query2doc | lamer
         source: file
-        path: /data/r2med-gar            # a local folder, or hub:<owner>/<name> (a dataset repo)
+        path: /data/r2med-gar            # a local folder, or hub:<owner>/<name> (a dataset repo); may hold {task}
         revision: ""                     # required for hub:...; the commit to read
         format: r2med                    # r2med (id, text, hy_doc) | jsonl (id, expansion) | parquet (query_id, expansion)
         generator: gpt4                  # R2MED's generator folder; the generator's id in the key
-        file: "{task}/{method}/{generator}/query_with_hydoc.jsonl"   # default per format
-        task_folders: {r2med_biology: Biology}                      # medbench task -> {task} in `file`
-        reasoning: think                 # think: only the text after </think> is used | none
+        file: "{task}/{method}/{generator}/query_with_hydoc.jsonl"   # default per format ({task}/ left out when `path` holds {task})
+        task_folders: {r2med_biology: Biology}                      # medbench task -> {task} in `path` and `file`
+        reasoning: auto                  # auto | think | huatuo | sky | answer | none (expansion/frame.py)
+      - name: hyde-qwq                   # all eight R2MED tasks, each from its own hub dataset, read from the hub cache
+        method: hyde
+        source: file
+        generator: qwq-32b
+        path: "hub:R2MED/{task}"         # R2MED/Biology, ...: hyde/qwq-32b/query_with_hydoc.jsonl in each
+        revisions: {Biology: 8b9fec2db9eda4b5742d03732213fbaee8169556, ...}   # per {task} value (or medbench task)
+        task_folders: {r2med_biology: Biology, ...}
       - name: hyde-local
         method: hyde
         source: generate
@@ -35,6 +42,11 @@ An expansion is one way of writing a text per query before retrieval: a method (
         passage_words: 512
 
 Relative paths (``path``, ``generator``, ``prompt``) resolve against the folder of ``models.yaml``.
+A hub dataset is read from the local hub cache at its pinned revision, and downloaded only when
+the run is online. ``reasoning: auto`` (the default) applies, to a published file, the rule
+R2MED's code applies to that generator (:func:`~medbench_core.retrieval.expansion.frame.rule_for_generator`:
+``</think>`` for R1 distills, QwQ and Qwen3, ``Final Response`` for HuatuoGPT-o1, Sky-T1's solution
+tags, Search-R1's ``<answer>``, the whole text otherwise), and ``think`` to a generated one.
 """
 
 from __future__ import annotations
@@ -48,12 +60,13 @@ from typing import Any
 
 from medbench_core.errors import DataError
 from medbench_core.provenance import artifact_key
+from medbench_core.retrieval.expansion.frame import RULES, rule_for_generator
 from medbench_core.yaml_file import read_yaml_mapping
 
 METHODS = ("hyde", "query2doc", "lamer")
 SOURCES = ("file", "generate")
 FORMATS = ("r2med", "jsonl", "parquet")
-REASONING = ("think", "none")
+REASONING = ("auto", *RULES)
 DEFAULT_FILES = {
     "r2med": "{task}/{method}/{generator}/query_with_hydoc.jsonl",
     "jsonl": "{task}.jsonl",
@@ -65,7 +78,7 @@ DEFAULT_FILES = {
 DEFAULT_DECODING = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_new_tokens": 512, "seed": 42, "repetition_penalty": 1.0}
 DEFAULT_SYSTEM = "You are a helpful assistant."
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
-_FILE_ONLY = ("path", "format", "file", "task_folders")
+_FILE_ONLY = ("path", "format", "file", "task_folders", "revisions")
 _GENERATE_ONLY = ("prompt", "system", "chat_template_kwargs", "decoding", "batch_size", "dtype")
 _LAMER_ONLY = ("upstream", "upstream_k", "passage_words")
 
@@ -83,7 +96,8 @@ class ExpansionSpec:
     format: str = "r2med"
     file: str = ""
     task_folders: dict[str, str] = field(default_factory=dict)
-    reasoning: str = "think"
+    revisions: dict[str, str] = field(default_factory=dict)  # a hub path with {task}: its value (or the medbench task) -> commit
+    reasoning: str = "auto"
     prompt: str = ""
     system: str = DEFAULT_SYSTEM
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -104,7 +118,7 @@ class ExpansionSpec:
         if self.source not in SOURCES:
             raise DataError(f"{where}: unknown source {self.source!r}; known: {', '.join(SOURCES)}")
         if self.reasoning not in REASONING:
-            raise DataError(f"{where}: reasoning {self.reasoning!r} unknown; use 'think' (answer after </think>) or 'none'")
+            raise DataError(f"{where}: reasoning {self.reasoning!r} unknown; use one of {', '.join(REASONING)} (auto: R2MED's rule for the generator)")
         if not self.generator:
             raise DataError(f"{where}: needs 'generator' (the model folder or hub id; for files, the generator's name)")
         if self.source == "file":
@@ -112,8 +126,10 @@ class ExpansionSpec:
                 raise DataError(f"{where}: a file expansion needs 'path' (a local folder or hub:<owner>/<name>)")
             if self.format not in FORMATS:
                 raise DataError(f"{where}: format {self.format!r} unknown; known: {', '.join(FORMATS)}")
-            if self.path.startswith("hub:") and not self.revision:
-                raise DataError(f"{where}: hub dataset {self.path[4:]!r} needs a pinned 'revision' (a commit)")
+            if self.path.startswith("hub:") and not (self.revision or self.revisions):
+                raise DataError(f"{where}: hub dataset {self.path[4:]!r} needs a pinned 'revision' (a commit), or 'revisions' per task")
+            if self.revisions and "{task}" not in self.path:
+                raise DataError(f"{where}: 'revisions' (one commit per task) needs a path with {{task}}; give one 'revision' instead")
         if self.source == "generate":
             unknown = sorted(set(self.decoding) - set(DEFAULT_DECODING))
             if unknown:
@@ -129,6 +145,13 @@ class ExpansionSpec:
             raise DataError(f"{where}: 'upstream' is for method lamer only")
         if self.upstream_k < 1 or self.passage_words < 1:
             raise DataError(f"{where}: upstream_k and passage_words must be at least 1")
+
+    def reasoning_rule(self) -> str:
+        """The rule that splits answer from reasoning: ``reasoning``, or for ``auto`` R2MED's rule for
+        a published file's generator and ``think`` for a generated one."""
+        if self.reasoning != "auto":
+            return self.reasoning
+        return rule_for_generator(self.generator) if self.source == "file" else "think"
 
     def resolved_decoding(self) -> dict[str, Any]:
         """Every decoding setting, defaults filled in (all of them enter the key)."""
@@ -183,7 +206,7 @@ def parse_expansions(entries: Any, where: str | Path) -> list[ExpansionSpec]:
             raise DataError(f"{where}: expansion name {name!r} appears twice")
         seen.add(name)
         fields = {**e, "revision": str(e.get("revision") or ""), "base_dir": str(Path(where).resolve().parent)}
-        for k in ("task_folders", "chat_template_kwargs", "decoding"):
+        for k in ("task_folders", "revisions", "chat_template_kwargs", "decoding"):
             fields[k] = fields.get(k) or {}
         try:
             out.append(ExpansionSpec(**fields))
@@ -259,7 +282,7 @@ def generation_identity(spec: ExpansionSpec, *, revision: str, prompt: str, upst
         # numbers on the dtype: both change the text.
         "batch_size": spec.batch_size,
         "dtype": spec.dtype,
-        "reasoning": spec.reasoning,
+        "reasoning": spec.reasoning_rule(),
     }
     if spec.method == "lamer":
         if not upstream_run_key:
@@ -268,8 +291,10 @@ def generation_identity(spec: ExpansionSpec, *, revision: str, prompt: str, upst
     return ident
 
 
-def file_identity(spec: ExpansionSpec, *, file_sha256: str, task_folder: str) -> dict[str, Any]:
-    """What decides a published expansion: its bytes (not where the folder is), how they are read."""
+def file_identity(spec: ExpansionSpec, *, file_sha256: str, task_folder: str, hub: tuple[str, str] | None = None) -> dict[str, Any]:
+    """What decides a published expansion: its bytes (not where the folder is), how they are read.
+
+    ``hub``: the ``(repository, revision)`` it was read from (its ``{task}`` filled in)."""
     ident: dict[str, Any] = {
         "source": "file",
         "method": spec.method,
@@ -277,10 +302,11 @@ def file_identity(spec: ExpansionSpec, *, file_sha256: str, task_folder: str) ->
         "format": spec.format,
         "file_sha256": file_sha256,
         "task_folder": task_folder,
-        "reasoning": spec.reasoning,
+        "reasoning": spec.reasoning_rule(),
     }
     if spec.path.startswith("hub:"):
-        ident.update(hub=spec.path[4:], revision=spec.revision)
+        repo, revision = hub or (spec.path[4:], spec.revision)
+        ident.update(hub=repo, revision=revision)
     return ident
 
 

@@ -35,17 +35,18 @@ def expansion_identity(
     upstream_run_key: str | None = None,
     online: bool = False,
     revision: str | None = None,
+    hub_cache: str | Path | None = None,
 ) -> dict[str, Any]:
     """What decides the expansion of ``task`` (without building it): for a file its sha256, for a
     generator its revision (``revision``, or the folder's hash computed here), the prompt
     template's text, decoding settings and, for LameR, the upstream run's key. Cheap enough for
     freshness checks (a folder hash, a file hash)."""
     if spec.source == "file":
-        from medbench_core.retrieval.expansion.files import locate_file
+        from medbench_core.retrieval.expansion.files import hub_identity, locate_file, task_folder
         from medbench_core.storage import sha256_file
 
-        path = locate_file(spec, task, online=online)
-        return file_identity(spec, file_sha256=sha256_file(path), task_folder=spec.task_folders.get(task, task))
+        path = locate_file(spec, task, online=online, hub_cache=hub_cache)
+        return file_identity(spec, file_sha256=sha256_file(path), task_folder=task_folder(spec, task), hub=hub_identity(spec, task, online, hub_cache))
     from medbench_core.retrieval.expansion.generate import cached_generator_revision
 
     revision = revision or cached_generator_revision(spec)
@@ -97,9 +98,11 @@ def build_expansion(
     device: str = "cpu",
     progress: bool = False,
     code: str | None = None,
+    hub_cache: str | Path | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Read or generate the expansion of every query of ``task``: ``(frame, info)``.
 
+    ``hub_cache``: the hub cache a published hub expansion is read from (default huggingface_hub's).
     ``info`` holds the key and its identity, the token counts, seconds and tokens/s of a
     generation, and a sample of expansions. Bad published files raise
     :class:`~medbench_core.errors.DataError` before anything is returned.
@@ -107,7 +110,7 @@ def build_expansion(
     if spec.source == "file":
         from medbench_core.retrieval.expansion.files import read_published
 
-        frame, identity, info = read_published(spec, task, online=online)
+        frame, identity, info = read_published(spec, task, online=online, hub_cache=hub_cache)
     else:
         from medbench_core.retrieval.expansion.generate import generate_expansions
 

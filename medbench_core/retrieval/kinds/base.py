@@ -25,6 +25,7 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.retrieval.expansion.spec import ExpansionSpec
 from medbench_core.retrieval.kinds.settings import KindSettings, NoSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.taskdata.task import Task
@@ -71,9 +72,9 @@ class StoredCorpus:
 
 @dataclass(frozen=True)
 class StoredExpansion:
-    """An expansion of a task's queries whose contract passed: the entry (an ExpansionSpec), its frame, key and info.json."""
+    """An expansion of a task's queries whose contract passed: its entry in ``expansions:``, its frame, key and info.json."""
 
-    spec: Any
+    spec: ExpansionSpec
     frame: pl.DataFrame
     key: str
     info: dict[str, Any] = field(default_factory=dict)
@@ -93,7 +94,7 @@ class KeyContext:
     k: int = DEFAULT_K
     registry: Mapping[str, ModelSpec] = field(default_factory=dict)
     keys: dict[str, dict[str, str]] = field(default_factory=dict)
-    expansions: Mapping[str, Any] = field(default_factory=dict)
+    expansions: Mapping[str, ExpansionSpec] = field(default_factory=dict)
     prompts_dir: str | Path | None = None
     online: bool = False
 
@@ -251,6 +252,15 @@ class Kind:
     def record_params(self, spec: ModelSpec, run_info: Mapping[str, Any]) -> dict[str, str]:
         """MLflow params of this kind beyond the common ones (an expanded model's retriever and combination)."""
         return {}
+
+    def mteb_meta(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> dict[str, Any]:
+        """What mteb's ``ModelMeta`` says of this model (medbench_core/evaluation/exports.py writes it):
+        ``framework`` and ``model_type`` (values from mteb's allowed lists), ``n_parameters``,
+        ``open_weights``, ``similarity_fn_name``, ``use_instructions``, ``modalities``, ``max_tokens``."""
+        return {
+            "framework": [], "model_type": ["dense"], "n_parameters": None, "open_weights": None, "similarity_fn_name": None,
+            "use_instructions": False, "modalities": sorted(self.reads), "max_tokens": None,
+        }  # fmt: skip
 
     # --- compute
     def model_for_run(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> ModelSpec | None:

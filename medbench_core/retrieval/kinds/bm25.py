@@ -87,6 +87,9 @@ class BM25Kind(RetrieverKind):
     def long_text_params(self, spec: ModelSpec, model: Any = None) -> dict[str, Any]:
         return {"long_text": "whole"}  # BM25 indexes every token of a document
 
+    def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
+        return {**super().mteb_meta(spec, registry), "model_type": ["sparse"], "n_parameters": 0, "open_weights": True}
+
     def embed_corpus(self, spec: ModelSpec, task: Task, out: Path, *, model: Any, progress: bool, available: Any) -> dict[str, Any]:
         from medbench_core.retrieval import bm25
 

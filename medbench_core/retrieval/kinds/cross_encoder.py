@@ -94,6 +94,9 @@ class CrossEncoderKind(DerivedKind):
     def weights_revision(self, spec: ModelSpec) -> str:
         return cached_revision(spec)
 
+    def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
+        return {**super().mteb_meta(spec, registry), "framework": ["Sentence Transformers", "PyTorch"], "model_type": ["cross-encoder"]}
+
     def load(self, spec: ModelSpec, *, device: str = "cpu", progress: bool | None = False, online: bool = False) -> Any:
         return load_cross_encoder(spec, device=device, progress=progress, online=online)
 

@@ -125,6 +125,14 @@ class TextEncoderKind(EncoderKind):
 
         return instructions.key_part(spec.settings, task.name, task.meta.task_type, spec.name) or None
 
+    def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
+        s = spec.settings
+        return {
+            **super().mteb_meta(spec, registry), "framework": [self.mteb_framework, "PyTorch"], "open_weights": True if self.hub_id(spec) else None,
+            "similarity_fn_name": "cosine" if s.normalize else "dot", "use_instructions": bool(s.instructions or s.query_prefix),
+            "max_tokens": float(s.max_length) if s.max_length else None,
+        }  # fmt: skip
+
     def load_text_encoder(self, spec: ModelSpec, *, device: str = "cpu", progress: bool | None = False, online: bool = False, cache_dir: Any = None) -> Any:
         """The bare text encoder (``encode(texts, role=, languages=)``)."""
         return self.encoder_class()(spec, device=device, progress=progress, online=online, cache_dir=cache_dir)
@@ -138,6 +146,7 @@ class TextEncoderKind(EncoderKind):
 
 class SentenceTransformersKind(TextEncoderKind):
     name = "sentence-transformers"
+    mteb_framework = "Sentence Transformers"
 
     def encoder_class(self) -> Any:
         from medbench_core.retrieval.encoders import SentenceTransformerEncoder
@@ -147,6 +156,7 @@ class SentenceTransformersKind(TextEncoderKind):
 
 class TransformersKind(TextEncoderKind):
     name = "transformers"
+    mteb_framework = "Transformers"
     Settings = TransformersSettings
 
     def encoder_class(self) -> Any:

@@ -112,6 +112,11 @@ class ExpandedKind(DerivedKind):
         r = registry[spec.block.retriever]
         return r.plugin.model_for_run(r, registry)
 
+    def mteb_meta(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> dict[str, Any]:
+        """An expanded model is its retriever's kind of model."""
+        r = registry.get(spec.block.retriever)
+        return r.plugin.mteb_meta(r, registry) if r is not None else super().mteb_meta(spec, registry)
+
     def inputs(self, spec: ModelSpec) -> tuple[InputRef, ...]:
         """Its retriever's stored corpus and its expansion (a LameR upstream's run entered the expansion, and its key the expansion's key)."""
         return (InputRef("corpus", spec.block.retriever), InputRef("expansion", spec.block.expansion))

@@ -96,6 +96,9 @@ class FusionKind(DerivedKind):
     def upstream(self, spec: ModelSpec) -> tuple[str, ...]:
         return spec.block.runs
 
+    def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
+        return {**super().mteb_meta(spec, registry), "model_type": ["hybrid"]}
+
     def compute(
         self, spec: ModelSpec, task: Task, inputs: Mapping[str, Input], out: Path, *, k: int, device: str = "cpu", progress: bool = False, model: Any = None
     ) -> tuple[pl.DataFrame, dict[str, Any]]:

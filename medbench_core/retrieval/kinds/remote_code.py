@@ -395,6 +395,15 @@ class RemoteCodeKind(EncoderKind):
             raise DataError(f"task {task.name}: encoder returned {emb.shape[0]} vectors for {len(ids)} queries")
         return np.ascontiguousarray(emb, dtype=np.float32)
 
+    def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
+        calls = spec.settings.calls(f"model {spec.name}")
+        images = "image" in calls or "image_text" in calls
+        return {
+            **super().mteb_meta(spec, registry), "framework": ["Transformers", "PyTorch"], "open_weights": True if self.hub_id(spec) else None,
+            "similarity_fn_name": "cosine" if spec.settings.normalize else "dot", "use_instructions": bool(spec.settings.instructions),
+            "modalities": ["image", "text"] if images else ["text"],
+        }  # fmt: skip
+
     def load(self, spec: ModelSpec, *, device: str = "cpu", progress: bool | None = False, online: bool = False) -> Any:
         return load_remote_code_encoder(spec, device=device, progress=progress, online=online)
 

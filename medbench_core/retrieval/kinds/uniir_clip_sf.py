@@ -337,6 +337,12 @@ class UniIRClipSFKind(EncoderKind):
         prompt = self.query_prompt(spec, task)
         return {"query_prompt": list(prompt) if prompt else None}
 
+    def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
+        return {
+            **super().mteb_meta(spec, registry), "framework": ["PyTorch"], "similarity_fn_name": "cosine",
+            "use_instructions": bool(spec.settings.instructions), "max_tokens": 77.0,
+        }  # fmt: skip
+
     def load(self, spec: ModelSpec, *, device: str = "cpu", progress: bool | None = False, online: bool = False) -> Any:
         return load_uniir_encoder(spec, device=device, progress=progress, online=online)
 

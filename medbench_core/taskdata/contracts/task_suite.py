@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from medbench_core.taskdata.contracts.gx import Spec, Table, column_values, is_int_column, pandas_dtype, record_ids, run_tables
+from medbench_core.taskdata.contracts.gx import CHUNK_ROWS, Spec, Table, column_values, is_int_column, pandas_dtype, record_ids, run_tables
 from medbench_core.taskdata.contracts.results import (
     ID_COLUMNS,
     TABLE_FILES,
@@ -41,6 +41,26 @@ def _image_checker(task: Task):
     return check
 
 
+def _has_content(df: pl.DataFrame, table: str) -> pl.Series:
+    """Per row: non-empty text or title (after ``str.strip``) or an image; ``CHUNK_ROWS`` rows of Python strings at a time."""
+    out: list[bool] = []
+    for start in range(0, df.height, CHUNK_ROWS):
+        part = df.slice(start, CHUNK_ROWS)
+        texts = column_values(part, "text")
+        titles = column_values(part, "title") if table == "corpus" else [None] * part.height
+        images = column_values(part, "image")
+        out.extend(bool((x or "").strip() or (t or "").strip()) or im is not None for x, t, im in zip(texts, titles, images))
+    return pl.Series(out, dtype=pl.Boolean)
+
+
+def _canonical_licences(df: pl.DataFrame) -> pl.Series:
+    """:func:`normalise_licence` of every row's licence (null stays null), computed once per distinct value."""
+    if df.schema["licence"] != pl.Utf8:  # a mistyped column: its values as strings, row by row
+        return pl.Series([None if v is None else normalise_licence(v) for v in column_values(df, "licence")], dtype=pl.Utf8)
+    distinct = df["licence"].drop_nulls().unique().to_list()
+    return df["licence"].replace_strict(distinct, [normalise_licence(v) for v in distinct], default=None, return_dtype=pl.Utf8)
+
+
 def _schema_specs(df: pl.DataFrame, table: str) -> list[Spec]:
     file = TABLE_FILES[table]
     specs = [Spec("ExpectTableRowCountToBeBetween", {"min_value": 1}, "integrity", f"{file} has at least one row")]
@@ -62,21 +82,19 @@ def _record_table(task: Task, table: str, policy: LicencePolicy, research_only: 
     specs = _schema_specs(df, table)
     if key in df.columns:
         specs.append(Spec("ExpectColumnValuesToBeUnique", {"column": key}, "schema", f"{key} is unique"))
-    texts = column_values(df, "text")
-    titles = column_values(df, "title") if table == "corpus" else [None] * df.height
-    images = column_values(df, "image")
-    has_content = [bool((x or "").strip() or (t or "").strip()) or im is not None for x, t, im in zip(texts, titles, images)]
     what = "query" if table == "queries" else "document"
     specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": "has_content", "value_set": [True]}, "schema", f"every {what} has non-empty text or an image", show_values=False))
-    derived: dict[str, pl.Series] = {"has_content": pl.Series(has_content, dtype=pl.Boolean)}
+    derived: dict[str, pl.Series] = {"has_content": _has_content(df, table)}
     if "image" in df.columns:
-        derived["image_check"] = pl.Series([check_image(r) for r in images], dtype=pl.Utf8)
+        derived["image_check"] = pl.Series(
+            [check_image(r) for start in range(0, df.height, CHUNK_ROWS) for r in column_values(df.slice(start, CHUNK_ROWS), "image")], dtype=pl.Utf8
+        )
         specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": "image_check", "value_set": ["ok"]}, "schema", "every image reference resolves to a readable image inside the task's image folder"))
     if "modality" in df.columns:
         specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": "modality", "value_set": list(MODALITIES)}, "schema", f"modality is one of {list(MODALITIES)}"))
     if "licence" in df.columns:
         specs.append(Spec("ExpectColumnValuesToNotBeNull", {"column": "licence"}, "licence", "every record carries a licence ('unknown' when the source states none)", show_values=False))
-        derived["licence_canonical"] = pl.Series([None if v is None else normalise_licence(v) for v in column_values(df, "licence")], dtype=pl.Utf8)
+        derived["licence_canonical"] = _canonical_licences(df)
         allowed = sorted(policy.allowed(research_only))
         scope = "allowlist + unknown/NC/ND (research-only task)" if research_only else "licence allowlist"
         specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": "licence_canonical", "value_set": allowed}, "licence", f"every licence is in the {scope}"))

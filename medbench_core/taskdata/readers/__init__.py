@@ -9,6 +9,8 @@
 - ``vqa_rad``: question -> radiology image, the organ as the discipline.
 - ``mteb`` (alias ``hf_retrieval``): the Hugging Face retrieval layout of MTEB and R2MED's hub
   datasets, from a local folder or a hub dataset id at a pinned revision.
+- ``mteb_task``: an MTEB task by name (``reader: mteb, task: <name>`` in tasks.yaml expands to it
+  from mteb's metadata: :mod:`medbench_core.taskdata.mteb_tasks`).
 - ``r2med_repo``: R2MED's repository layout (corpus.jsonl, query.jsonl, qrels).
 - ``m3retrieve``: the M3Retrieve release (discipline folders, captions, images.zip).
 - ``mbeir``: UniIR's M-BEIR layout (query/, cand_pool/, qrels/, mbeir_images/).
@@ -46,6 +48,7 @@ REGISTRY: dict[str, str] = {
     "medicat": "medicat",
     "vqa_rad": "vqa_rad",
     "mteb": "mteb",
+    "mteb_task": "mteb_task",
     "hf_retrieval": "mteb",
     "r2med_repo": "r2med",
     "m3retrieve": "m3retrieve",

@@ -1,0 +1,437 @@
+"""The whole pipeline at scale: `medbench run --serial` against the bare libraries, stage by stage.
+
+    python bench/bench_scale.py pipeline --docs 100000,400000 --queries 16000     # then 1200000
+    python bench/bench_scale.py report                                          # table + log-log plot
+
+For each size a seeded synthetic BEIR task (bench/scale_corpus.py: shuffled SciFact abstracts,
+12-word queries, one judgment each) is generated once under ``--work`` (default
+/tmp/medbench-scale), then two processes run one after the other, each watched by a sampler
+(bench/scale_probe.py: per-process peak RSS from VmHWM, reset every 0.1 s, summed over the tree):
+
+- **bare**: ``python bench/bench_scale.py bare``: polars reads the BEIR files and writes them as
+  Parquet; bm25s (``BM25(method="lucene", k1=1.5, b=0.75)``, ``tokenize(stopwords="en",
+  stemmer=PyStemmer english)``, the settings of models.yaml's bm25) indexes title + text and saves
+  the index; ``retrieve(k=100, n_threads=1)``; the run written as Parquet; pytrec_eval-terrier scores
+  nDCG@10, recall@10/@100, MAP@100 and MRR@10 (a second evaluator on the run cut at 10), the
+  per-query values are written as Parquet and each metric gets a 95% percentile bootstrap CI
+  (scipy, 10,000 resamples, seed 0, batches of 1,000 resamples);
+- **medbench**: ``medbench run --serial`` in a fresh world (its own data, state, MLflow store,
+  DAGSTER_HOME, a tasks.yaml with the one task and a models.yaml with bm25 only): start-up,
+  curation with its GX contract, the overlap gate, the partition's five steps, the leaderboard.
+  Its stage windows are the step start/end events of Dagster's event log.
+
+Each stage's time and peak memory, the totals and the ratios are printed and saved as
+``<work>/results/pipeline-<docs>x<queries>.json`` (``report`` reads them). Runs above 400K
+documents check that 14 GB are available first (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from scale_probe import Marks, Sampler, gb, read_marks  # noqa: E402
+
+WORK = Path(os.environ.get("MEDBENCH_SCALE_WORK") or "/tmp/medbench-scale")
+BM25 = {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}
+K = 100
+BIG = 400_000
+NEED_GB = 14
+
+
+def size_name(n: int) -> str:
+    """100000 -> 100k, 1200000 -> 1.2m."""
+    return f"{n / 1e6:g}m" if n >= 1_000_000 else f"{n / 1e3:g}k"
+
+
+def data_dir(work: Path, docs: int, queries: int) -> Path:
+    from scale_corpus import ensure
+
+    return ensure(work / "data" / f"scale_{size_name(docs)}_{size_name(queries)}", docs, queries)
+
+
+def check_memory(docs: int, force: bool) -> None:
+    import psutil
+
+    avail = psutil.virtual_memory().available / 2**30
+    if docs > BIG and avail < NEED_GB and not force:
+        raise SystemExit(f"{docs} documents: {avail:.1f} GB available, {NEED_GB} GB wanted on this shared machine; wait, or pass --force-memory")
+
+
+# --- the bare side ----------------------------------------------------------------------------
+
+
+def bare(data: Path, out: Path, marks: Path) -> None:
+    """The bare libraries doing medbench's work (module docstring), marking each phase."""
+    m = Marks(marks)
+    import bm25s
+    import numpy as np
+    import polars as pl
+    import pytrec_eval
+    import Stemmer
+    from scipy.stats import bootstrap
+
+    m.mark("import")
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = pl.read_ndjson(data / "corpus.jsonl", schema={"_id": pl.Utf8, "title": pl.Utf8, "text": pl.Utf8})
+    queries = pl.read_ndjson(data / "queries.jsonl", schema={"_id": pl.Utf8, "text": pl.Utf8})
+    qrels = pl.read_csv(data / "qrels" / "test.tsv", separator="\t", schema={"query-id": pl.Utf8, "corpus-id": pl.Utf8, "score": pl.Int32})
+    for name, df in (("corpus", corpus), ("queries", queries), ("qrels", qrels)):
+        df.write_parquet(out / f"{name}.parquet")
+    m.mark("read_write", docs=corpus.height)
+    texts = corpus.select(pl.concat_str([pl.col("title").fill_null(""), pl.col("text").fill_null("")], separator=" ").str.strip_chars()).to_series().to_list()
+    doc_ids = corpus["_id"].to_list()
+    del corpus
+    stemmer = Stemmer.Stemmer(BM25["stemmer"])
+    tokens = bm25s.tokenize(texts, stopwords=BM25["stopwords"], stemmer=stemmer, show_progress=False)
+    del texts
+    m.mark("tokenize")
+    retriever = bm25s.BM25(method=BM25["method"], k1=BM25["k1"], b=BM25["b"])
+    retriever.index(tokens, show_progress=False)
+    del tokens
+    retriever.save(str(out / "bm25"))
+    m.mark("index")
+    qids = queries["_id"].to_list()
+    qtok = bm25s.tokenize(queries["text"].to_list(), stopwords=BM25["stopwords"], stemmer=stemmer, return_ids=False, show_progress=False)
+    docs, scores = retriever.retrieve(qtok, k=K, n_threads=1, show_progress=False)
+    run = pl.DataFrame(
+        {
+            "query_id": np.repeat(np.array(qids, dtype=object), K),
+            "doc_id": [doc_ids[i] for i in docs.ravel().tolist()],
+            "score": scores.ravel().astype(np.float64),
+            "rank": np.tile(np.arange(1, K + 1, dtype=np.int32), len(qids)),
+        }
+    )
+    run.write_parquet(out / "run.parquet")
+    m.mark("retrieve")
+    judged: dict[str, dict[str, int]] = {}
+    for q, d, s in qrels.iter_rows():
+        judged.setdefault(q, {})[d] = int(s)
+    as_dict: dict[str, dict[str, float]] = {}
+    top10: dict[str, dict[str, float]] = {}
+    for q, d, s, r in run.iter_rows():
+        as_dict.setdefault(q, {})[d] = s
+        if r <= 10:
+            top10.setdefault(q, {})[d] = s
+    res = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut_10", "recall_10", "recall_100", "map_cut_100"}).evaluate(as_dict)
+    rr = pytrec_eval.RelevanceEvaluator(judged, {"recip_rank"}).evaluate(top10)
+    names = {"ndcg_cut_10": "ndcg_at_10", "recall_10": "recall_at_10", "recall_100": "recall_at_100", "map_cut_100": "map_at_100"}
+    rows = [{"query_id": q, **{names[k]: res.get(q, {}).get(k, 0.0) for k in names}, "mrr_at_10": rr.get(q, {}).get("recip_rank", 0.0)} for q in sorted(judged)]
+    per_query = pl.DataFrame(rows)
+    per_query.write_parquet(out / "per_query.parquet")
+    ci = {}
+    for col in per_query.columns[1:]:
+        x = per_query[col].to_numpy()
+        b = bootstrap((x,), np.mean, n_resamples=10_000, vectorized=True, method="percentile", rng=np.random.default_rng(0), batch=1000)
+        ci[col] = [float(b.confidence_interval.low), float(b.confidence_interval.high)]
+    mean = {c: float(per_query[c].mean()) for c in per_query.columns[1:]}
+    (out / "metrics.json").write_text(json.dumps({"mean": mean, "ci": ci}, indent=1))
+    m.mark("evaluate", ndcg_at_10=mean["ndcg_at_10"])
+
+
+def run_bare(work: Path, data: Path, label: str) -> dict:
+    out = work / f"bare-{label}"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    marks = out / "marks.jsonl"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "bare", "--data", str(data), "--out", str(out / "files"), "--marks", str(marks)]
+    return _watch(cmd, dict(os.environ), out, lambda: read_marks(marks))
+
+
+# --- the medbench side ------------------------------------------------------------------------
+
+
+def make_world(root: Path, data: Path, task: str) -> dict[str, str]:
+    """A fresh medbench world around ``data``: tasks.yaml (one beir task), models.yaml (bm25 only), empty state. Returns its environment."""
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "shared" / "data").mkdir(parents=True)
+    (root / "shared" / "data" / task).symlink_to(data)
+    (root / "tasks.yaml").write_text(
+        "benchmark: medbench-scale\n"
+        "licence_allowlist: [CC-BY-4.0, ODC-By-1.0]\n"
+        "tasks:\n"
+        f"  - name: {task}\n    reader: beir\n    path: {task}\n    split: test\n"
+        "    query_licence: CC-BY-4.0\n    doc_licence: ODC-By-1.0\n    discipline: biomedicine\n"
+        "    source: synthetic, bench/scale_corpus.py (shuffled SciFact abstracts)\n"
+    )
+    bm25 = {"name": "bm25", "kind": "bm25", "revision": "bm25s-lucene", "settings": BM25}
+    (root / "models.yaml").write_text(json.dumps({"baseline": "bm25", "models": [bm25]}, indent=1) + "\n")
+    home = root / "state" / "dagster_home"
+    home.mkdir(parents=True)
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    env = dict(os.environ)
+    env.update(
+        MEDBENCH_SHARED=str(root / "shared"), MEDBENCH_DATA=str(root / "data"), MEDBENCH_STATE=str(root / "state"),
+        MEDBENCH_MODELS=str(root / "models.yaml"), MEDBENCH_TASKS=str(root / "tasks.yaml"), DAGSTER_HOME=str(home),
+    )  # fmt: skip
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+def dagster_steps(home: Path) -> list[dict]:
+    """Every step of every run in the instance at ``home``: job, step key, start and end (wall clock)."""
+    import dagster as dg
+
+    inst = dg.DagsterInstance.from_config(str(home))
+    kinds = {dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE}
+    steps: dict[tuple[str, str], dict] = {}
+    for rec in inst.get_run_records():
+        run = rec.dagster_run
+        for ev in inst.all_logs(run.run_id, of_type=kinds):
+            s = steps.setdefault((run.run_id, ev.step_key), {"job": run.job_name, "phase": ev.step_key})
+            if ev.dagster_event.event_type == dg.DagsterEventType.STEP_START:
+                s["start"] = ev.timestamp
+            else:
+                s["end"] = ev.timestamp
+                s["ok"] = ev.dagster_event.event_type == dg.DagsterEventType.STEP_SUCCESS
+    return sorted((s for s in steps.values() if "start" in s and "end" in s), key=lambda s: s["start"])
+
+
+def run_medbench(work: Path, data: Path, label: str, code: Path = ROOT) -> dict:
+    """``medbench run --serial`` of the checkout at ``code`` (default this one) in a fresh world."""
+    root = work / f"medbench-{label}"
+    env = make_world(root, data, "scale")
+    env.update(MEDBENCH_ROOT=str(code), PYTHONPATH=str(code))
+    cmd = [sys.executable, "-m", "medbench_cli", "run", "--serial"]
+    out = _watch(cmd, env, root, lambda: dagster_steps(root / "state" / "dagster_home"), cwd=code)
+    for f in (root / "data" / "artifacts").glob("bm25/scale/metrics/*/metrics.json"):
+        out["ndcg_at_10"] = json.loads(f.read_text())["mean"]["ndcg_at_10"]
+    return out
+
+
+# --- watching a process -----------------------------------------------------------------------
+
+
+def _watch(cmd: list[str], env: dict, folder: Path, phases, cwd: Path | None = None) -> dict:
+    """Run ``cmd`` under the sampler; its output to ``folder/output.log``; phases from ``phases()`` afterwards."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    log = open(folder / "output.log", "w")
+    t0 = time.time()
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+    sampler = Sampler(proc.pid).start()
+    code = proc.wait()
+    t1 = time.time()
+    sampler.stop()
+    log.close()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited {code}; see {folder / 'output.log'}:\n" + (folder / "output.log").read_text()[-3000:])
+    rows = []
+    for p in phases():
+        tree_peak, proc_peak = sampler.peak(p["start"], p["end"])
+        rows.append({**p, "seconds": round(p["end"] - p["start"], 3), "cpu_s": round(sampler.cpu(p["start"], p["end"]), 2), "peak_tree_gb": gb(tree_peak), "peak_proc_gb": gb(proc_peak)})
+    tree_peak, proc_peak = sampler.peak()
+    return {
+        "wall_s": round(t1 - t0, 2), "cpu_s": round(cpu, 2), "start": t0, "end": t1,
+        "peak_tree_gb": gb(tree_peak), "peak_proc_gb": gb(proc_peak), "phases": rows,
+        "timeline": [(round(t - t0, 2), gb(s), gb(m), round(c, 2)) for t, s, m, _, c in sampler.samples],
+    }  # fmt: skip
+
+
+# --- stage table --------------------------------------------------------------------------------
+
+# medbench step -> the stage it belongs to; the bare phase of each stage.
+STAGE_OF_STEP = {
+    "curated_task": "curate",
+    "curated_task_task_contract": "contract",
+    "curated_task_tasks_do_not_overlap": "overlap",
+    "corpus_embeddings": "index",
+    "corpus_index": "index",
+    "query_expansion": "other steps",
+    "query_expansion_expansion_contract": "other steps",
+    "retrieval_run": "retrieve",
+    "task_metrics": "metrics",
+    "leaderboard": "leaderboard",
+}
+BARE_STAGE = {"import": "start-up", "read_write": "curate", "tokenize": "index", "index": "index", "retrieve": "retrieve", "evaluate": "metrics"}
+ORDER = ["start-up", "curate", "contract", "overlap", "index", "other steps", "retrieve", "metrics", "leaderboard", "outside steps"]
+
+
+def stage_table(side: dict, mapping: dict, fallback: str) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    covered = 0.0
+    for p in side["phases"]:
+        stage = mapping.get(p["phase"], fallback)
+        row = out.setdefault(stage, {"seconds": 0.0, "cpu_s": 0.0, "peak_tree_gb": 0.0, "peak_proc_gb": 0.0})
+        row["seconds"] = round(row["seconds"] + p["seconds"], 2)
+        row["cpu_s"] = round(row["cpu_s"] + p.get("cpu_s", 0.0), 2)
+        row["peak_tree_gb"] = max(row["peak_tree_gb"], p["peak_tree_gb"])
+        row["peak_proc_gb"] = max(row["peak_proc_gb"], p["peak_proc_gb"])
+        covered += p["seconds"]
+    rest = side["wall_s"] - covered
+    if rest > 0.01:
+        key = "start-up" if mapping is BARE_STAGE else "outside steps"
+        row = out.setdefault(key, {"seconds": 0.0, "cpu_s": 0.0, "peak_tree_gb": 0.0, "peak_proc_gb": 0.0})
+        row["seconds"] = round(row["seconds"] + rest, 2)
+        row["cpu_s"] = round(row["cpu_s"] + max(0.0, side["cpu_s"] - sum(p.get("cpu_s", 0.0) for p in side["phases"])), 2)
+        inside = [(p["start"], p["end"]) for p in side["phases"]]
+        outside = [s for s in side.get("timeline", []) if not any(a - side["start"] <= s[0] <= b - side["start"] for a, b in inside)]
+        if outside:
+            row["peak_tree_gb"] = max(row["peak_tree_gb"], max(s[1] for s in outside))
+            row["peak_proc_gb"] = max(row["peak_proc_gb"], max(s[2] for s in outside))
+    return out
+
+
+def print_pipeline(res: dict) -> None:
+    mb, bare_ = stage_table(res["medbench"], STAGE_OF_STEP, "other steps"), stage_table(res["bare"], BARE_STAGE, "other")
+    print(f"\n{res['docs']:,} documents x {res['queries']:,} queries ({res['when']})")
+    print(f"{'stage':<16}{'medbench s':>12}{'bare s':>10}{'medbench CPU s':>16}{'bare CPU s':>12}{'medbench GB':>13}{'bare GB':>10}")
+    for st in ORDER:
+        a, b = mb.get(st), bare_.get(st)
+        if not a and not b:
+            continue
+        fmt = lambda r, k, w: f"{r[k]:>{w}.2f}" if r else f"{'-':>{w}}"  # noqa: E731
+        print(f"{st:<16}{fmt(a, 'seconds', 12)}{fmt(b, 'seconds', 10)}{fmt(a, 'cpu_s', 16)}{fmt(b, 'cpu_s', 12)}{fmt(a, 'peak_tree_gb', 13)}{fmt(b, 'peak_tree_gb', 10)}")
+    m, b = res["medbench"], res["bare"]
+    print(f"{'total':<16}{m['wall_s']:>12.2f}{b['wall_s']:>10.2f}{m['cpu_s']:>16.2f}{b['cpu_s']:>12.2f}{m['peak_tree_gb']:>13.2f}{b['peak_tree_gb']:>10.2f}")
+    print(f"time medbench / bare {m['wall_s'] / b['wall_s']:.2f}x (CPU {m['cpu_s'] / b['cpu_s']:.2f}x); peak memory {m['peak_tree_gb'] / b['peak_tree_gb']:.2f}x; "
+          f"nDCG@10 medbench {m.get('ndcg_at_10')} bare {b.get('ndcg_at_10')}")  # fmt: skip
+
+
+def pipeline(args: argparse.Namespace) -> None:
+    import datetime as dt
+
+    (args.work / "results").mkdir(parents=True, exist_ok=True)
+    for docs in [int(x) for x in args.docs.split(",")]:
+        check_memory(docs, args.force_memory)
+        data = data_dir(args.work, docs, args.queries)
+        label = f"{size_name(docs)}x{size_name(args.queries)}"
+        res = {"docs": docs, "queries": args.queries, "code": str(args.code), "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "load_before": os.getloadavg()}
+        sides = args.sides.split(",")
+        for side in sides:
+            check_memory(docs, args.force_memory)
+            res[side] = run_bare(args.work, data, label) if side == "bare" else run_medbench(args.work, data, label, args.code)
+            if side == "bare":
+                ev = [p for p in res["bare"]["phases"] if p["phase"] == "evaluate"]
+                res["bare"]["ndcg_at_10"] = ev[0].get("ndcg_at_10") if ev else None
+            print(f"[{label}] {side}: {res[side]['wall_s']} s, peak {res[side]['peak_tree_gb']} GB", flush=True)
+        res["load_after"] = os.getloadavg()
+        path = args.work / "results" / f"pipeline-{label}{args.tag}.json"
+        path.write_text(json.dumps(res, indent=1))
+        if {"bare", "medbench"} <= set(res):
+            print_pipeline(res)
+        print(f"saved {path}")
+        if not args.keep:
+            for side in sides:
+                shutil.rmtree(args.work / f"{side}-{label}", ignore_errors=True)
+
+
+def report(args: argparse.Namespace) -> None:
+    """Markdown tables of the saved results (per run and per stage), the log-log slopes, and the plot."""
+    import math
+
+    files = sorted((args.work / "results").glob("pipeline-*.json"))
+    res = [json.loads(f.read_text()) | {"file": f.stem} for f in files if not any(x in f.stem for x in args.exclude.split(",") if x)]
+    res = [r for r in res if {"medbench"} <= set(r)]
+    res.sort(key=lambda r: (r["file"].endswith("-before") is False, r["docs"]))
+    print("| run | documents x queries | medbench wall s (CPU s) | bare wall s (CPU s) | time ratio wall (CPU) | medbench peak GB (one process) | bare peak GB | memory ratio |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in res:
+        m, b = r["medbench"], r.get("bare")
+        tr = f"{m['wall_s'] / b['wall_s']:.2f}x ({m['cpu_s'] / b['cpu_s']:.2f}x)" if b else "-"
+        mr = f"{m['peak_tree_gb'] / b['peak_tree_gb']:.2f}x" if b else "-"
+        bw = f"{b['wall_s']:.0f} ({b['cpu_s']:.0f})" if b else "-"
+        bp = f"{b['peak_tree_gb']:.2f}" if b else "-"
+        print(f"| {r['file'].removeprefix('pipeline-')} | {r['docs']:,} x {r['queries']:,} | {m['wall_s']:.0f} ({m['cpu_s']:.0f}) | {bw} | {tr} | {m['peak_tree_gb']:.2f} ({m['peak_proc_gb']:.2f}) | {bp} | {mr} |")
+    for r in res:
+        mb = stage_table(r["medbench"], STAGE_OF_STEP, "other steps")
+        bare_ = stage_table(r["bare"], BARE_STAGE, "other") if r.get("bare") else {}
+        print(f"\n{r['file'].removeprefix('pipeline-')}: stage | medbench s (CPU s) | peak GB | bare s (CPU s) | peak GB")
+        print("|---|---:|---:|---:|---:|")
+        for st in ORDER:
+            a, b = mb.get(st), bare_.get(st)
+            if a or b:
+                fa = f"{a['seconds']:.1f} ({a['cpu_s']:.1f}) | {a['peak_tree_gb']:.2f}" if a else "- | -"
+                fb = f"{b['seconds']:.1f} ({b['cpu_s']:.1f}) | {b['peak_tree_gb']:.2f}" if b else "- | -"
+                print(f"| {st} | {fa} | {fb} |")
+    after = {r["docs"]: r for r in res if r["file"].endswith(args.slope_tag)}
+    if len(after) >= 2:
+        lo, hi = min(after), max(after)
+        a, b = stage_table(after[lo]["medbench"], STAGE_OF_STEP, "other steps"), stage_table(after[hi]["medbench"], STAGE_OF_STEP, "other steps")
+        print(f"\nlog-log slopes of medbench's stages from {lo:,} to {hi:,} documents (CPU seconds; peak GB):")
+        for st in ORDER:
+            if st in a and st in b and a[st]["cpu_s"] > 0 and b[st]["cpu_s"] > 0:
+                ts = math.log(b[st]["cpu_s"] / a[st]["cpu_s"]) / math.log(hi / lo)
+                ms = math.log(max(b[st]["peak_tree_gb"], 1e-3) / max(a[st]["peak_tree_gb"], 1e-3)) / math.log(hi / lo)
+                print(f"  {st:<14} time {ts:5.2f}  memory {ms:5.2f}")
+    if args.plot:
+        _plot(res, args.plot)
+
+
+def _plot(res: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for tag, style in (("-before", "--"), ("-after", "-")):
+        rows = sorted((r for r in res if r["file"].endswith(tag)), key=lambda r: r["docs"])
+        if not rows:
+            continue
+        x = [r["docs"] for r in rows]
+        ax1.plot(x, [r["medbench"]["cpu_s"] for r in rows], style, marker="o", color="tab:blue", label=f"medbench {tag[1:]}")
+        ax2.plot(x, [r["medbench"]["peak_tree_gb"] for r in rows], style, marker="o", color="tab:blue", label=f"medbench {tag[1:]}")
+        with_bare = [r for r in rows if r.get("bare")]
+        if with_bare:
+            xb = [r["docs"] for r in with_bare]
+            ax1.plot(xb, [r["bare"]["cpu_s"] for r in with_bare], style, marker="s", color="tab:orange", label=f"bare {tag[1:]}")
+            ax2.plot(xb, [r["bare"]["peak_tree_gb"] for r in with_bare], style, marker="s", color="tab:orange", label=f"bare {tag[1:]}")
+    for ax, label in ((ax1, "CPU seconds, whole run"), (ax2, "peak RSS of the process tree, GB")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("documents (16,000 queries)")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("medbench run --serial (bm25) vs bare polars + bm25s + pytrec_eval + scipy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    print(f"plot: {path}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pipeline", help="medbench run --serial vs the bare libraries, per size")
+    p.add_argument("--docs", default="100000,400000")
+    p.add_argument("--queries", type=int, default=16_000)
+    p.add_argument("--sides", default="bare,medbench")
+    p.add_argument("--work", type=Path, default=WORK)
+    p.add_argument("--tag", default="", help="suffix of the result file (e.g. -before)")
+    p.add_argument("--keep", action="store_true", help="keep each side's folders (the medbench world, the bare outputs)")
+    p.add_argument("--force-memory", action="store_true")
+    p.add_argument("--code", type=Path, default=ROOT, help="the medbench checkout to run (e.g. a `git archive` of an earlier commit); default this one")
+    r = sub.add_parser("report", help="tables, slopes and the log-log plot of the saved results")
+    r.add_argument("--work", type=Path, default=WORK)
+    r.add_argument("--exclude", default="smoke", help="comma-separated parts of result names to leave out")
+    r.add_argument("--slope-tag", default="-after")
+    r.add_argument("--plot", type=Path, help="write the log-log plot here (e.g. bench/pipeline_scale.png)")
+    b = sub.add_parser("bare", help="(internal) the bare side, in its own process")
+    b.add_argument("--data", type=Path, required=True)
+    b.add_argument("--out", type=Path, required=True)
+    b.add_argument("--marks", type=Path, required=True)
+    args = ap.parse_args()
+    if args.cmd == "pipeline":
+        pipeline(args)
+    elif args.cmd == "report":
+        report(args)
+    elif args.cmd == "bare":
+        bare(args.data, args.out, args.marks)
+
+
+if __name__ == "__main__":
+    main()
