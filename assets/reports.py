@@ -1,13 +1,21 @@
 """The leaderboard: every registered model on every task, with CIs and paired tests against the baseline.
 
 Reads what the stages stored (metrics.json, per_query.parquet, the run's info.json) for the
-current registry and catalogue (each cell at its current provenance key, so a changed model shows
-'-' until it is re-evaluated), writes the reports under data/reports (medbench_core.evaluation.reports:
-leaderboard.{md,csv,json}, stats.csv, heatmap.png, diff/<task>.png) and logs them as one MLflow
+current registry and catalogue (each cell at its current provenance key), writes the reports
+under data/reports (medbench_core.evaluation.reports: leaderboard.{md,csv,json}, stats.csv, heatmap.png, diff/<task>.png) and logs them as one MLflow
 run tagged ``medbench.kind=leaderboard`` in the experiment ``<benchmark>-leaderboard``, reused while
 its inputs are unchanged.
+
+It never shows a number it cannot stand behind. A cell whose inputs changed since it was computed,
+and that was not recomputed, keeps its value marked stale with the reason: a task whose source files
+or tasks.yaml entry changed since it was curated (and curating it again failed or was not run), or
+a model with no result at its current keys (changed entry, weights or upstreams) whose cell on the
+previous leaderboard still verifies; a new model shows '-'. A cell of the saved leaderboard whose
+metrics artifact now fails its manifest (edited, truncated) is not dropped quietly: the asset fails,
+naming the artifact and the partition to rematerialise, and the saved reports stay as they were.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,7 +23,7 @@ import dagster as dg
 
 from assets.stage import ASSET_OF_STAGE
 from medbench_core.retrieval.derived import applicability, derived_revision, registry_partition_keys
-from medbench_core.errors import MedbenchError
+from medbench_core.errors import DataError, IntegrityError, MedbenchError
 from medbench_core.retrieval.expansion.contract import GATE_FILE
 from medbench_core.retrieval.expansion.spec import load_expansions
 from medbench_core.taskdata.task import Task
@@ -24,14 +32,16 @@ from medbench_core.retrieval.stages import run_params
 from medbench_core.provenance import artifact_key, stage_version
 from medbench_core.evaluation.exports import mteb_models, mteb_task_names
 from medbench_core.evaluation.published import load_sources
-from medbench_core.evaluation.reports import Cell, Significance, load_cell, write_leaderboard
+from medbench_core.evaluation.reports import STALE_KEY, Cell, Significance, load_cell, write_leaderboard
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
-from medbench_core.storage import is_complete
+from medbench_core.storage import is_complete, read_manifest, verify_manifest
+from medbench_core.taskdata.catalog import changed_inputs
 from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryResource
 
 CODE_VERSION = stage_version("reports")
 KIND_TAG = "medbench.kind"
+STALE_TAG = "medbench.stale"
 
 
 def leaderboard_experiment(benchmark: str) -> str:
@@ -64,12 +74,16 @@ def expansion_copies(store: ArtifactStoreResource, spec: ModelSpec, task: str, k
 
 
 def task_cells(
-    store: ArtifactStoreResource, specs: list[ModelSpec], task: Task, expansions: list, *, split: str = "test", online: bool = False
+    store: ArtifactStoreResource, specs: list[ModelSpec], task: Task, expansions: list, *, split: str = "test", online: bool = False,
+    stale: str = "", previous: dict | None = None,
 ) -> tuple[list[Cell], dict[tuple[str, str], int]]:
     """The cell of every model on ``task`` at its current keys, and the expanded models' copied passages.
 
     A model that cannot read the task is ``n/a``; a derived model (fusion, reranker, expanded) is
     judged by its upstream models, not by its own embeddings or index, which it does not have.
+    ``stale``: why the curated task is not current (its cells are marked with it). A model with no
+    result at its current keys keeps the cell of the ``previous`` leaderboard (``model/task`` ->
+    provenance), marked stale, while that artifact verifies.
     """
     by_name = {s.name: s for s in specs}
     cells, copies = [], {}
@@ -80,11 +94,10 @@ def task_cells(
         try:
             keys = registry_partition_keys(specs, task, names=[spec.name], expansions=expansions, online=online)[spec.name]
         except MedbenchError:  # e.g. its model folder or expansion file is gone: no result for the current entry
-            cells.append(Cell(spec.name, task.name, research_only=task.meta.research_only))
-            continue
-        metrics = store.artifact_dir(spec.name, task.name, "metrics", keys["metrics"])
-        if not is_complete(metrics):  # verifies every file against the manifest
-            cells.append(Cell(spec.name, task.name, research_only=task.meta.research_only))
+            keys = None
+        metrics = store.artifact_dir(spec.name, task.name, "metrics", keys["metrics"]) if keys else None
+        if metrics is None or not is_complete(metrics):  # verifies every file against the manifest
+            cells.append(earlier_cell(store, spec, task, (previous or {}).get(f"{spec.name}/{task.name}"), split, stale))
             continue
         run = store.artifact_dir(spec.name, task.name, "run", keys["run"])
         own = [] if spec.derived else [store.artifact_dir(spec.name, task.name, s, keys[s]) for s in ("embeddings", "index")]
@@ -104,14 +117,64 @@ def task_cells(
             provenance |= {"embeddings_key": keys["embeddings"], "index_key": keys["index"]}
         if "expansion" in keys:
             provenance["expansion_key"] = keys["expansion"]
-        cells.append(
-            load_cell(
-                spec.name, task, metrics_dir=metrics, run_dir=run if (run / "info.json").exists() else None, model_revision=revision,
-                split=split, stage_dirs=[d for d in own if d.is_dir()], provenance=provenance,
-            )  # fmt: skip
-        )
+        cell = load_cell(
+            spec.name, task, metrics_dir=metrics, run_dir=run if (run / "info.json").exists() else None, model_revision=revision,
+            split=split, stage_dirs=[d for d in own if d.is_dir()], provenance=provenance,
+        )  # fmt: skip
+        cells.append(dataclasses.replace(cell, stale=stale) if stale else cell)
         copies[(spec.name, task.name)] = expansion_copies(store, spec, task.name, keys)
     return cells, copies
+
+
+def earlier_cell(store: ArtifactStoreResource, spec: ModelSpec, task: Task, prov: dict | None, split: str, stale: str = "") -> Cell:
+    """The cell a model has no current result for: its value on the previous leaderboard (``prov``), marked
+    stale, while that metrics artifact verifies; else empty ('-')."""
+    empty = Cell(spec.name, task.name, research_only=task.meta.research_only)
+    if not prov or "metrics_key" not in prov:
+        return empty
+    metrics = store.artifact_dir(spec.name, task.name, "metrics", prov["metrics_key"])
+    if not is_complete(metrics):
+        return empty
+    run = store.artifact_dir(spec.name, task.name, "run", prov.get("run_key", ""))
+    if prov.get("task_content_hash") != task.content_hash():
+        why = f"computed on an earlier curated copy of {task.name}, and not recomputed on this one"
+    else:
+        why = f"{spec.name}'s inputs (its models.yaml entry, weights, upstreams or code) changed since it was computed, and it was not recomputed"
+    why += f" (`medbench run --models {spec.name} --tasks {task.name}`)"
+    provenance = {k: v for k, v in prov.items() if k != "stale"}
+    cell = load_cell(
+        spec.name, task, metrics_dir=metrics, run_dir=run if prov.get("run_key") and (run / "info.json").exists() else None,
+        model_revision=str(prov.get("model_revision") or ""), split=split, provenance=provenance,
+    )  # fmt: skip
+    return dataclasses.replace(cell, stale="; ".join(w for w in (stale, why) if w))
+
+
+def saved_cells(store: ArtifactStoreResource) -> dict:
+    """``model/task`` -> provenance of every cell of the saved leaderboard.json ({} when there is none or it does not parse)."""
+    try:
+        return json.loads(store.layout.leaderboard_file("json").read_text()).get("cells") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def lost_to_corrupt_artifacts(store: ArtifactStoreResource, previous: dict, cells: list[Cell]) -> list[str]:
+    """Cells of the saved leaderboard this one would lose because their metrics artifact fails its manifest:
+    one line each, naming the artifact and the partition to rematerialise."""
+    filled = {(c.model, c.task) for c in cells if c.metrics is not None}
+    shown = {(c.model, c.task) for c in cells}
+    lost = []
+    for name, prov in sorted(previous.items()):
+        model, _, task = name.partition("/")
+        if (model, task) in filled or (model, task) not in shown or "metrics_key" not in prov:
+            continue  # kept, or no longer on the board (model or task removed, task not curated)
+        folder = store.artifact_dir(model, task, "metrics", prov["metrics_key"])
+        if not folder.is_dir():
+            continue  # removed on purpose (a pruned release), not corrupted
+        try:
+            verify_manifest(folder)
+        except IntegrityError as exc:
+            lost.append(f"{model} x {task}: {exc}: rematerialise task_metrics[{model}|{task}] (`medbench run --models {model} --tasks {task}`)")
+    return lost
 
 
 @dg.asset(
@@ -135,16 +198,27 @@ def leaderboard(
     catalog = registry.catalog()
     cells: list[Cell] = []
     copies: dict[tuple[str, str], int] = {}
+    previous = saved_cells(store)
     for t in catalog.tasks:
         try:
             task = store.load_task(t.name)
         except MedbenchError:
             continue  # not curated: its column shows '-'
-        got, leaks = task_cells(store, specs, task, expansions, split=str(t.options.get("split") or "test"), online=registry.online)
+        changed = changed_inputs(read_manifest(store.task_dir(t.name)).get("inputs"), t, store.shared_data)
+        stale = f"task {t.name}: {changed}, and it has not been curated again (`medbench run --tasks {t.name}`)" if changed else ""
+        got, leaks = task_cells(
+            store, specs, task, expansions, split=str(t.options.get("split") or "test"), online=registry.online, stale=stale, previous=previous
+        )  # fmt: skip
         cells += got
         copies |= leaks
+    lost = lost_to_corrupt_artifacts(store, previous, cells)
+    if lost:
+        raise DataError(
+            f"the saved leaderboard {store.layout.leaderboard_file('md')} was not replaced: it would lose {len(lost)} cell(s) to artifacts "
+            "that fail their manifest:\n" + "\n".join(lost)
+        )
     research_only = [t.name for t in catalog.tasks if t.research_only]
-    provenance = {f"{c.model}/{c.task}": c.provenance for c in cells if c.metrics is not None}
+    provenance = {f"{c.model}/{c.task}": {**c.provenance, **({STALE_KEY: c.stale} if c.stale else {})} for c in cells if c.metrics is not None}
     out = store.reports_dir()
     sources = load_sources(registry.tasks_file, store.shared_data, config.published or None)
     names = {m: meta["name"] for m, meta in mteb_models(specs, {c.model: c.model_revision for c in cells}).items()} if sources else {}
@@ -172,6 +246,7 @@ def leaderboard(
             "baseline": sig.baseline,
             "significant_cells": int(written["stats"]["significant"].sum()) if written["stats"].height else 0,
             "cells_filled": len(provenance),
+            "stale_cells": len(written["stale"]),
             "mlflow_run_id": run_id,
             "mlflow_run_reused": reused,
             "mlflow_heatmap": f"runs:/{run_id}/heatmap.png",
@@ -187,6 +262,7 @@ def log_leaderboard(context, mlflow: MLflowResource, experiment: str, sig: Signi
         kind="leaderboard", code=CODE_VERSION, significance=sig.describe(), cells={k: v["metrics_key"] for k, v in provenance.items()},
         table=written["board"].columns + written["board"]["model"].to_list(), copies={f"{m}/{t}": n for (m, t), n in copies.items()},
         **({"published": published.select("model", "task", "published", "status", "file").to_dicts()} if published.height else {}),
+        **({"stale": {f"{m}/{t}": why for (m, t), why in written["stale"].items()}} if written["stale"] else {}),
     )  # fmt: skip
     params = {**{f"significance.{k}": v for k, v in sig.describe().items()}, "cells": len(provenance), "code_version": CODE_VERSION}
     metrics: dict[str, float] = {}
@@ -197,6 +273,8 @@ def log_leaderboard(context, mlflow: MLflowResource, experiment: str, sig: Signi
                 metrics[f"{prefix}/{col}"] = float(r[col])
         if r["p_holm"] is not None:
             metrics[f"{prefix}/significant"] = 1.0 if r["significant"] else 0.0
+        if (r["model"], r["task"]) in written["stale"]:
+            metrics[f"{prefix}/stale"] = 1.0
     groups: dict[str, list[str]] = {}
     for r in written["ranks"].iter_rows(named=True):  # per task and for the average (task "average")
         prefix = "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"{r['task']}/{r['model']}")
@@ -217,9 +295,10 @@ def log_leaderboard(context, mlflow: MLflowResource, experiment: str, sig: Signi
     files = [out / f for f in written["files"] if not f.startswith("diff/")]
     if (out / "diff").is_dir() and any((out / "diff").iterdir()):
         files.append(out / "diff")  # logged as the folder diff/
-    return mlflow.log_run(
-        experiment, run_key, "leaderboard", params, metrics, {KIND_TAG: "leaderboard", DAGSTER_RUN_TAG: context.run_id}, files,
-    )  # fmt: skip
+    tags = {KIND_TAG: "leaderboard", DAGSTER_RUN_TAG: context.run_id}
+    if written["stale"]:  # the values marked stale in the saved reports, and why
+        tags[STALE_TAG] = "; ".join(f"{m}/{t}: {why}" for (m, t), why in sorted(written["stale"].items()))[:5000]
+    return mlflow.log_run(experiment, run_key, "leaderboard", params, metrics, tags, files)
 
 
 def annotate_partition_runs(mlflow: MLflowResource, experiment: str, provenance: dict, published) -> None:

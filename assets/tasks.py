@@ -2,10 +2,10 @@
 
 import dagster as dg
 
-from medbench_core.taskdata.catalog import build_task
+from medbench_core.taskdata.catalog import build_task, curation_inputs
 from medbench_core.provenance import stage_version
 from medbench_core.taskdata.task import save_task
-from medbench_core.storage import is_complete, read_manifest, replace_dir_atomic, write_manifest
+from medbench_core.storage import is_complete, read_manifest, replace_dir_atomic, update_manifest, write_manifest
 from runtime.partitions import Partitions
 from runtime.resources import ArtifactStoreResource, RegistryResource
 
@@ -26,6 +26,8 @@ def build_curated_task(partitions: Partitions) -> dg.AssetsDefinition:
 
 def curate(context: dg.AssetExecutionContext, store: ArtifactStoreResource, registry: RegistryResource) -> dg.MaterializeResult:
     entry = registry.task_entry(context.partition_key)
+    # What it was curated from: the leaderboard marks its cells stale when these change and curating again fails.
+    inputs = curation_inputs(entry, store.shared_data)
     # Online (MEDBENCH_ONLINE), a hub dataset downloads at its pinned revision; offline it is read from the local hub cache.
     task = build_task(entry, store.shared_data, store.scratch_dir("sources", entry.name), online=registry.online)
     folder = store.task_dir(entry.name)
@@ -34,10 +36,12 @@ def curate(context: dg.AssetExecutionContext, store: ArtifactStoreResource, regi
     if not unchanged:
         def build(tmp):
             names = save_task(task, tmp)
-            write_manifest(tmp, names, {"content_hash": digest, "task": entry.name})
+            write_manifest(tmp, names, {"content_hash": digest, "task": entry.name, "inputs": inputs})
 
         # GATE.json belongs to the old content; the swap drops it and the checks write a new one.
         replace_dir_atomic(folder, build)
+    elif read_manifest(folder).get("inputs") != inputs:  # same content from changed inputs: current again
+        update_manifest(folder, inputs=inputs)
     licences = sorted(set(task.queries["licence"].to_list()) | set(task.corpus["licence"].to_list()))
     return dg.MaterializeResult(
         metadata={

@@ -6,10 +6,26 @@ import argparse
 import difflib
 import os
 import re
+import signal
 import warnings
 from pathlib import Path
 
 from runtime import settings
+
+
+def restore_stop_signals() -> None:
+    """Ctrl-C (SIGINT) and ``kill`` (SIGTERM) stop a medbench command, even when it started with them ignored.
+
+    A background job of a non-interactive shell (``medbench run &`` in a script, many CI runners)
+    starts with SIGINT ignored. Dagster's in-process execution restores SIGINT's handler after every
+    job and copies it onto SIGTERM (``setup_interrupt_handlers`` in dagster/_utils/interrupts.py),
+    so after its first job such a process ignored SIGTERM too, and so did every process it started
+    afterwards (an ignored signal stays ignored across exec).
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def describe(doc: str) -> str:
@@ -39,7 +55,10 @@ def prepare_environment() -> None:
 
 
 def quiet_run_config() -> dict:
-    return {"loggers": {"console": {"config": {"log_level": settings.LOG_LEVEL}}}}
+    """Dagster's console log off (or at MEDBENCH_LOG_LEVEL, WARNING with --verbose): the command says a failure in one line."""
+    from medbench_cli.failures import console_level
+
+    return {"loggers": {"console": {"config": {"log_level": console_level()}}}}
 
 
 def leaderboard_run_config(published: Path | None = None) -> dict:

@@ -15,12 +15,13 @@ Nothing is computed: run ``medbench run`` first.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from medbench_cli.common import describe
+from medbench_core.errors import DataError
 from runtime import settings
 
 MARK = "medbench-export"
@@ -37,17 +38,20 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=main)
 
 
+class NotAnExport(DataError):
+    """DIR names a folder this command would clobber: a usage error (exit 2)."""
+
+
 def export(data_root: Path, dest: Path, models_file: Path | None = None) -> int:
     """Write the export of the project at ``data_root`` to ``dest``; returns the number of cells.
 
     ``models_file`` (default the project's models.yaml) names each model as MTEB's results do.
     """
-    from medbench_core.errors import DataError
     from medbench_core.layout import Layout
     from medbench_core.provenance import stage_version
     from medbench_core.evaluation.exports import export as export_results, mteb_models, mteb_task_names
     from medbench_core.retrieval.model_registry import load_registry
-    from medbench_core.evaluation.reports import load_cell
+    from medbench_core.evaluation.reports import STALE_KEY, load_cell
     from medbench_core.storage import MANIFEST, read_manifest, replace_dir_atomic, verify_manifest, write_manifest
 
     layout = Layout(data_root)
@@ -56,7 +60,7 @@ def export(data_root: Path, dest: Path, models_file: Path | None = None) -> int:
         raise DataError(f"no leaderboard at {board}; run `medbench run` first")
     if dest.exists() and any(dest.iterdir()):
         if not (dest / MANIFEST).is_file() or read_manifest(dest).get("kind") != MARK:
-            raise DataError(f"{dest} exists and is not an earlier medbench export; name a new folder")
+            raise NotAnExport(f"{dest} exists and is not an earlier medbench export; name a new folder")
     saved = json.loads(board.read_text())
     cells, sources = [], []
     tasks: dict = {}
@@ -70,8 +74,9 @@ def export(data_root: Path, dest: Path, models_file: Path | None = None) -> int:
         verify_manifest(run)
         if task not in tasks:
             tasks[task] = layout.load_task(task)
-        cells.append(load_cell(model, tasks[task], metrics_dir=source, run_dir=run, model_revision=prov.get("model_revision", ""),
-                               split=prov.get("split") or "test", provenance=prov))  # fmt: skip
+        cell = load_cell(model, tasks[task], metrics_dir=source, run_dir=run, model_revision=prov.get("model_revision", ""),
+                         split=prov.get("split") or "test", provenance={k: v for k, v in prov.items() if k != STALE_KEY})  # fmt: skip
+        cells.append(dataclasses.replace(cell, stale=prov.get(STALE_KEY, "")))
         sources.append((model, task, source))
     models_file = models_file or settings.MODELS_FILE
     specs = load_registry(models_file) if models_file.is_file() else []
@@ -105,13 +110,18 @@ def export(data_root: Path, dest: Path, models_file: Path | None = None) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    from medbench_cli.failures import USAGE, Refusal
     from medbench_core.errors import MedbenchError
 
+    existed = args.to.exists()
     try:
         n = export(settings.DATA, args.to.resolve())
     except MedbenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        kept = f"{args.to} {'left as it was' if existed else 'not created'} (an export is built aside and swapped in whole)"
+        raise Refusal(str(exc), kept=kept, code=USAGE if isinstance(exc, NotAnExport) else 1) from exc
+    stale = json.loads((args.to / "leaderboard.json").read_text()).get("stale") or {}
+    if stale:
+        print(f"{len(stale)} cell(s) marked stale in the leaderboard and their MTEB results (medbench.stale): {', '.join(sorted(stale))}")
     print(
         f"exported the leaderboard and {n} cells to {args.to}: metrics (metrics/), MTEB results (results/, mteb.ResultCache loads it), "
         "TREC runs (trec/); "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from medbench_cli.common import describe
@@ -26,14 +25,25 @@ def main(args: argparse.Namespace) -> int:
 
     path = Layout(settings.DATA).leaderboard_file(args.format)
     if args.rebuild or args.published:
+        from medbench_cli import failures
         from medbench_cli.common import prepare_environment
         from medbench_cli.run import rebuild_leaderboard
 
         prepare_environment()
-        rebuild_leaderboard(args.published)
+        res = rebuild_leaderboard(args.published)
+        if not res.success:
+            # e.g. a metrics.json edited by hand: the saved leaderboard is not replaced by one without that cell.
+            failures.record("leaderboard --rebuild", res)
+            reason = failures.step_error(res).removeprefix("leaderboard: ")
+            lines = reason.splitlines()
+            raise failures.Refusal(
+                " ".join(lines[:2]) + (f" (and {len(lines) - 2} more)" if len(lines) > 2 else ""),
+                kept=f"{path.parent} left as it was" if path.is_file() else "nothing was written",
+            )
     if not path.is_file():
-        print(f"no leaderboard at {path}; run `medbench run` (evaluates), or `medbench leaderboard --rebuild` (from stored metrics)", file=sys.stderr)
-        return 1
+        from medbench_cli.failures import Refusal
+
+        raise Refusal(f"no leaderboard at {path}", todo="run `medbench run` (evaluates), or `medbench leaderboard --rebuild` (from stored metrics)")
     print(path.read_text(), end="")
     if args.format == "md":
         from medbench_cli.common import published_summary

@@ -5,23 +5,64 @@ from __future__ import annotations
 import argparse
 import sys
 
-from medbench_cli import export, leaderboard, models, run, ui, versions
+from medbench_cli import export, failures, leaderboard, models, run, ui, versions
+from medbench_cli.common import restore_stop_signals
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser; a usage error (exit 2) also says that nothing was run."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        said = "; ".join(line.strip() for line in message.splitlines() if line.strip())  # one line, the last
+        self.exit(failures.USAGE, f"{self.prog}: error: {said}; nothing was run or changed\n")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="medbench",
         description="Reproducible evaluation of medical information retrieval: curate tasks, evaluate models, release versions.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (run, ui, models, leaderboard, export, versions):
         module.add_parser(sub)
+    _add_verbose(p, top=True)
     return p
+
+
+def _add_verbose(p: argparse.ArgumentParser, top: bool = False) -> None:
+    """``--verbose`` on every command (before or after its name): print stack traces instead of logging them."""
+    p.add_argument(
+        "--verbose", action="store_true", default=False if top else argparse.SUPPRESS,
+        help="print Dagster's log and stack traces on stderr instead of writing them to <state>/logs/",
+    )  # fmt: skip
+    for action in p._actions:  # argparse keeps subparsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _add_verbose(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return args.handler(args)
+    restore_stop_signals()
+    command = " ".join(c for c in (args.command, getattr(args, "action", None)) if c)
+    failures.start(command, verbose=args.verbose, path=getattr(args, "log_file", None))
+    try:
+        return args.handler(args)
+    except failures.Refusal as exc:
+        failures.say(command, exc.what, exc.kept, exc.todo)
+        return exc.code
+    except Exception as exc:  # the last line says what; the log (or --verbose) holds the stack
+        from medbench_core.errors import MedbenchError
+
+        failures.log().exception(exc)
+        ours = isinstance(exc, MedbenchError)
+        failures.say(
+            command, str(exc) if ours else f"unexpected {type(exc).__name__}: {exc}",
+            kept="what was stored before is kept (artifacts are replaced whole or not at all)",
+            todo="" if ours or failures.log().verbose else "--verbose prints the stack trace",
+        )  # fmt: skip
+        return failures.FAILED
 
 
 if __name__ == "__main__":

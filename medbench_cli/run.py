@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from medbench_cli import failures
 from medbench_cli.common import check_names, describe, leaderboard_run_config, prepare_environment, published_summary, quiet_run_config
 from runtime import settings
 
@@ -51,30 +52,47 @@ def add_parser(sub) -> None:
     # Internal: the prepare phase as the child process runs it.
     p.add_argument("--prepare-only", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--report", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--log-file", type=Path, help=argparse.SUPPRESS)  # the parent's log, which the child appends to
     p.set_defaults(handler=main, parser=p)
 
 
 def prepare(defs, instance, tasks: list[str]) -> dict:
-    """Model partitions, curated tasks and both gates. Returns usable, gated and failed tasks."""
+    """Model partitions, curated tasks and both gates. Returns usable, gated and failed tasks, and why each failed."""
     from orchestration.jobs import CURATE_JOB, OVERLAP_JOB
     from orchestration.registry_sync import sync_model_partitions
 
     resources = defs.resources
     sync_model_partitions(instance, resources["registry"])
     curate = defs.resolve_job_def(CURATE_JOB)
-    failures: list[str] = []
+    failed: list[str] = []
+    reasons: dict[str, str] = {}
     curated: list[str] = []
+    kept: dict[str, str] = {}
     for task in tasks:
         t = time.perf_counter()
+        before = _content_hash(resources["store"].layout, task)
         res = curate.execute_in_process(instance=instance, partition_key=task, run_config=quiet_run_config(), raise_on_error=False)
         print(f"[curate] {task:<22} {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t:.1f}s)", flush=True)
         if res.success:
             curated.append(task)
         else:
-            failures.append(f"curated_task[{task}]")
+            label = f"curated_task[{task}]"
+            failed.append(label)
+            reasons[label] = _failed(f"curate {task}", res)
+            after = _content_hash(resources["store"].layout, task)
+            kept[label] = (
+                f"no curated {task}" if after is None
+                else f"the curated {task} from before" if after == before
+                else f"the new curated {task}, refused by its gate ({resources['store'].layout.gate_file(task)})"
+            )  # fmt: skip
     t = time.perf_counter()
-    defs.resolve_job_def(OVERLAP_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=False)
-    print(f"[overlap] {len(curated)} tasks judged together ({time.perf_counter() - t:.1f}s)", flush=True)
+    if curated:
+        res = defs.resolve_job_def(OVERLAP_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=False)
+        print(f"[overlap] {len(curated)} tasks judged together ({time.perf_counter() - t:.1f}s)", flush=True)
+        if not res.success:
+            _failed("overlap", res, quiet=True)  # its verdict is each task's gate, below
+    else:  # the curated tasks are those of before: their recorded verdict stands
+        print("[overlap] not judged again: no task was curated in this run", flush=True)
     usable: list[str] = []
     gated: dict[str, str] = {}
     store = resources["store"]
@@ -85,7 +103,18 @@ def prepare(defs, instance, tasks: list[str]) -> dict:
             print(f"[gate] {task}: refused: {gated[task]}", flush=True)
         else:
             usable.append(task)
-    return {"usable": usable, "gated": gated, "failures": failures}
+    return {"usable": usable, "gated": gated, "failures": failed, "reasons": reasons, "kept": kept, "curated": curated}
+
+
+def _content_hash(layout, task: str) -> str | None:
+    """The content hash the curated task's manifest records (None: not curated)."""
+    from medbench_core.errors import MedbenchError
+    from medbench_core.storage import read_manifest
+
+    try:
+        return read_manifest(layout.task_dir(task)).get("content_hash")
+    except MedbenchError:
+        return None
 
 
 def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) -> str | None:
@@ -176,8 +205,8 @@ def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: floa
         f"materialised, logged to MLflow and verified against their manifests; nothing to run (--force recomputes)",
         flush=True,
     )
-    if published is not None:
-        rebuild_leaderboard(published)
+    if published is not None and not rebuild_leaderboard(published).success:
+        raise failures.Refusal("the leaderboard with the published scores beside it failed to build", kept="the saved leaderboard as it was")
     show_leaderboard(done.leaderboard, settings.default_tracking_uri())
     print(f"total {time.perf_counter() - t0:.1f}s")
     return given, True
@@ -208,8 +237,8 @@ def record_complete_run(defs, board_result, given, models: list[str], tasks: lis
     )  # fmt: skip
 
 
-def rebuild_leaderboard(published: Path | None = None) -> None:
-    """The build_leaderboard job alone, from the stored metrics (``medbench leaderboard --rebuild``)."""
+def rebuild_leaderboard(published: Path | None = None):
+    """The build_leaderboard job alone, from the stored metrics (``medbench leaderboard --rebuild``); its Dagster result."""
     import dagster as dg
 
     from orchestration.definitions import build_definitions
@@ -217,7 +246,9 @@ def rebuild_leaderboard(published: Path | None = None) -> None:
 
     defs = build_definitions()
     defs.resources["mlflow"].ensure_store()  # the leaderboard is logged as an MLflow run
-    defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=dg.DagsterInstance.get(), run_config=leaderboard_run_config(published))
+    return defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(
+        instance=dg.DagsterInstance.get(), run_config=leaderboard_run_config(published), raise_on_error=False
+    )
 
 
 def show_leaderboard(board: Path, tracking_uri: str) -> None:
@@ -243,7 +274,9 @@ class _Preparation:
     def __init__(self, args: argparse.Namespace) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="medbench-prepare-")
         self.report = Path(self._tmp.name) / "report.json"
-        cmd = [sys.executable, "-m", "medbench_cli", "run", "--prepare-only", "--report", str(self.report)]
+        cmd = [sys.executable, "-m", "medbench_cli", "run", "--prepare-only", "--report", str(self.report), "--log-file", str(failures.log().path)]
+        if failures.log().verbose:
+            cmd.append("--verbose")
         if args.tasks:
             cmd += ["--tasks", args.tasks]
         self.process = subprocess.Popen(cmd, env=os.environ.copy())
@@ -251,7 +284,7 @@ class _Preparation:
     def result(self) -> dict:
         code = self.process.wait()
         if not self.report.exists():
-            raise SystemExit(f"preparing the tasks failed (exit {code}) before it wrote its report")
+            raise failures.Refusal(f"preparing the tasks failed (exit {code}) before it wrote its report (its error is above)", todo="--serial prepares in this process")
         return json.loads(self.report.read_text())
 
     def close(self) -> None:
@@ -272,19 +305,21 @@ def stage_run_config(force: bool, progress: bool) -> dict:
     return run_config
 
 
-def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool, progress: bool = False) -> list[str]:
+def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool, progress: bool = False, reasons: dict | None = None) -> list[str]:
     """Every model x task partition, in that order (one encoder is kept loaded at a time).
 
     ``models`` come upstreams first, so a fusion or reranker runs after the runs it is built
     from; a partition whose upstream failed fails alone, saying which upstream and what to run.
     ``progress``: bars on stderr for encoding, index building and search (see :func:`main`).
+    ``reasons`` receives each failed partition's error (``model|task`` -> text).
     """
     from orchestration.jobs import EVALUATE_JOB
     from runtime.partitions import partition_key
 
     run_config = stage_run_config(force, progress)
+    reasons = {} if reasons is None else reasons
     job = defs.resolve_job_def(EVALUATE_JOB)
-    failures: list[str] = []
+    failed: list[str] = []
     for model in models:
         for task in tasks:
             t = time.perf_counter()
@@ -293,10 +328,9 @@ def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool, p
             note = "" if not res.success else " (n/a: model cannot read this task)" if _not_applicable(res) else " (cached)" if _all_cached(res) else ""
             print(f"[evaluate] {model:<24} x {task:<22} {status}{note} ({time.perf_counter() - t:.1f}s)", flush=True)
             if not res.success:
-                failures.append(f"{model}|{task}")
-                for line in _failure(res).splitlines():
-                    print(f"           {line}", flush=True)
-    return failures
+                failed.append(f"{model}|{task}")
+                reasons[f"{model}|{task}"] = _failed(f"evaluate {model} x {task}", res)
+    return failed
 
 
 def main(args: argparse.Namespace) -> int:
@@ -345,20 +379,75 @@ def main(args: argparse.Namespace) -> int:
         if preparation is not None:
             preparation.close()
     instance = dg.DagsterInstance.get()
-    failures = prepared["failures"] + evaluate(defs, instance, models, prepared["usable"], args.force, progress)
+    reasons = dict(prepared.get("reasons") or {})
+    failed = prepared["failures"] + evaluate(defs, instance, models, prepared["usable"], args.force, progress, reasons)
+    for task, why in prepared["gated"].items():
+        failed.append(f"gate[{task}]")
+        reasons[f"gate[{task}]"] = why
     from orchestration.jobs import LEADERBOARD_JOB
 
-    board = defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(instance=instance, run_config=leaderboard_run_config(args.published), raise_on_error=True)
-    # A complete run records what it read and wrote, so that the next one can say at once that nothing changed.
-    record_complete_run(defs, board, given if not (failures or prepared["gated"]) else None, models, tasks)
-    show_leaderboard(defs.resources["store"].layout.leaderboard_file("md"), defs.resources["mlflow"].tracking_uri)
+    board = defs.resources["store"].layout.leaderboard_file("md")
+    # Nothing curated, evaluated or left behind by a failed curation: the saved reports are those of this state.
+    unchanged = not prepared["curated"] and all(k.startswith("no curated") for k in (prepared.get("kept") or {}).values())
+    res = None
+    if unchanged and board.is_file():
+        print("[leaderboard] not rebuilt: nothing was curated or evaluated in this run", flush=True)
+    else:
+        res = defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(
+            instance=instance, run_config=leaderboard_run_config(args.published), raise_on_error=False
+        )
+    if res is None or res.success:
+        # A complete run records what it read and wrote, so that the next one can say at once that nothing changed.
+        complete = res is not None and not (failed or prepared["gated"])
+        record_complete_run(defs, res, given if complete else None, models, tasks)
+        show_leaderboard(board, defs.resources["mlflow"].tracking_uri)
+    else:
+        record_complete_run(defs, res, None, models, tasks)
+        print("[leaderboard] FAILED", flush=True)
+        failed.append("leaderboard")
+        reasons["leaderboard"] = _failed("leaderboard", res)
     if prepared["gated"]:
         print(f"tasks refused by their data contract (see GATE.json): {', '.join(prepared['gated'])}")
-    print(f"total {time.perf_counter() - t0:.1f}s")
-    if failures:
-        print(f"FAILED: {', '.join(failures)}", file=sys.stderr)
-        return 1
+    print(f"total {time.perf_counter() - t0:.1f}s", flush=True)
+    if failed:
+        raise failures.Refusal(*summary(failed, reasons, prepared.get("kept") or {}, defs.resources["store"].layout, args))
     return 0
+
+
+def summary(failed: list[str], reasons: dict[str, str], said: dict[str, str], layout, args: argparse.Namespace) -> tuple[str, str, str]:
+    """The last line of a run that failed: what failed and why (the first line of each reason),
+    what was kept (``said``: label -> what a failed curation left), and the command that reruns what failed."""
+    from medbench_core.evaluation.reports import STALE_KEY
+
+    def first(label: str) -> str:
+        """The reason's first two lines (a gate's verdict and its first failing expectation), in one."""
+        text = [line.strip() for line in (reasons.get(label) or "").strip().splitlines() if line.strip()]
+        why = " ".join(text[:2])[:600] + (f" (+{len(text) - 2} more line(s) above)" if len(text) > 2 else "")
+        if why.startswith("curated_task: "):
+            why = why.split(": ", 1)[1]  # the step's name repeats the label
+        return f"{label}: {why}" if why else label
+
+    what = ("FAILED: " if len(failed) == 1 else f"FAILED ({len(failed)}): ") + "; ".join(first(f) for f in failed)
+    tasks = [f[f.index("[") + 1 : -1] for f in failed if f.startswith(("curated_task[", "gate["))]
+    pairs = [f.split("|", 1) for f in failed if "|" in f]
+    kept = [said[f] for f in failed if f in said]
+    stale = {}
+    if "leaderboard" in failed:
+        kept.append("the saved leaderboard as it was")
+    else:
+        try:
+            stale = json.loads(layout.leaderboard_file("json").read_text()).get(STALE_KEY) or {}
+        except (OSError, ValueError):
+            pass
+    kept.append("every other artifact")
+    kept_text = "kept: " + ", ".join(kept) + (
+        f" (the leaderboard marks {len(stale)} cell(s) stale: {', '.join(sorted(stale)[:6])}{', ...' if len(stale) > 6 else ''})" if stale else ""
+    )
+    rerun_tasks = list(dict.fromkeys(tasks + [t for _, t in pairs]))
+    rerun_models = list(dict.fromkeys(m for m, _ in pairs))
+    cmd = "medbench run" + (f" --models {','.join(rerun_models)}" if rerun_models else f" --models {args.models}" if args.models else "")
+    cmd += f" --tasks {','.join(rerun_tasks)}" if rerun_tasks else f" --tasks {args.tasks}" if args.tasks else ""
+    return what, kept_text, f"fix {'it' if len(failed) == 1 else 'them'}, then: {cmd}"
 
 
 def _not_applicable(result) -> bool:
@@ -382,19 +471,12 @@ def _all_cached(result) -> bool:
     return True
 
 
-def _failure(result, max_lines: int = 12) -> str:
-    """The error that failed a partition's run, as its first failed step raised it (the problems a
-    bad expansion file lists are one a line, each naming file, line and id)."""
-    for ev in result.all_events:
-        if ev.is_step_failure and ev.step_failure_data and ev.step_failure_data.error:
-            err = ev.step_failure_data.error
-            # Dagster's wrappers (step execution, retries exhausted): the cause is ours.
-            while err.cause is not None and ((err.cls_name or "").startswith("Dagster") or err.cls_name == "RetryRequestedFromPolicy"):
-                err = err.cause
-            text = err.message.strip()
-            head = text.split(": ", 1)
-            if len(head) == 2 and err.cls_name and head[0].endswith(err.cls_name):  # "medbench_core.errors.DataError: ..."
-                text = head[1]
-            lines = [line[:500] for line in text.splitlines()[:max_lines]]
-            return f"{ev.step_key}: " + "\n".join(lines) if lines else ev.step_key
-    return ""
+def _failed(title: str, result, quiet: bool = False) -> str:
+    """Why a Dagster run failed, in the words of its first failed step: printed under the step's
+    ``[curate]``/``[evaluate]`` line (unless ``quiet``), with every error's stack trace in the log."""
+    reason = failures.step_error(result) or f"Dagster run {result.run_id} failed (its events are in the Dagster UI)"
+    if not quiet:
+        for line in reason.splitlines():
+            print(f"           {line}", flush=True)
+    failures.record(title, result)
+    return reason

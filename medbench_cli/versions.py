@@ -69,17 +69,17 @@ def _guarded(handler):
     """Run ``handler(args, root)``; a VersioningError becomes its exit code, another medbench error exit 1."""
 
     def run(args: argparse.Namespace) -> int:
+        from medbench_cli.failures import Refusal, log
         from medbench_core.errors import MedbenchError
         from medbench_release.vcs import VersioningError, repo_root
 
         try:
             return handler(args, repo_root(args.repo or settings.ROOT)) or 0
-        except VersioningError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return exc.exit_code
         except MedbenchError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
+            log().exception(exc)
+            code = exc.exit_code if isinstance(exc, VersioningError) else 1
+            kept = "nothing was pulled or scored" if code == 3 else "data/, the DVC cache and remote, git and MLflow keep what they held (each step commits only when it succeeds)"
+            raise Refusal(str(exc), kept=kept, code=code) from exc
 
     return run
 
@@ -135,9 +135,9 @@ def _reproduce(args: argparse.Namespace, root: Path) -> int:
         return _rebuilt(out.rebuild)
     rep = out.reproduction
     if not rep.identical:
-        print(f"version {rep.tag} NOT reproduced: {len(rep.differences)} difference(s)", file=sys.stderr)
         for d in rep.differences:
             print(f"  DIFFERS {d}", file=sys.stderr)
+        print(f"version {rep.tag} NOT reproduced: {len(rep.differences)} difference(s), listed above; first: {rep.differences[0]}", file=sys.stderr)
         return 1
     print(f"version {rep.tag} (data {rep.data_version}) reproduced: {len(rep.lines)} model x task, every metric bit-identical")
     return 0
@@ -152,9 +152,11 @@ def _rebuilt(res) -> int:
         print(f"report: {res.report_path}")
         return 0
     bad = [r["partition"] for r in res.rows if not r["reproduced"]]
-    print(f"version {res.tag} NOT reproduced from sources: {len(bad)} of {n} partitions differ ({', '.join(bad[:8])}{', ...' if len(bad) > 8 else ''})", file=sys.stderr)
     print(res.first["message"], file=sys.stderr)
-    print(f"report: {res.report_path}", file=sys.stderr)
+    print(
+        f"version {res.tag} NOT reproduced from sources: {len(bad)} of {n} partitions differ ({', '.join(bad[:8])}{', ...' if len(bad) > 8 else ''}); "
+        f"the first difference is above; report: {res.report_path}", file=sys.stderr,
+    )  # fmt: skip
     return 1
 
 

@@ -106,6 +106,13 @@ def write_manifest(folder: str | os.PathLike[str], files: list[str], extra: dict
     return manifest
 
 
+def update_manifest(folder: str | os.PathLike[str], **extra: Any) -> dict[str, Any]:
+    """Set fields of ``folder``'s manifest other than ``files`` (the files are not re-read), atomically."""
+    manifest = {**read_manifest(folder), **extra}
+    write_json_atomic(Path(folder) / MANIFEST, manifest)
+    return manifest
+
+
 def read_manifest(folder: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(folder) / MANIFEST
     if not path.exists() and _recover_interrupted_swap(Path(folder)):

@@ -22,7 +22,11 @@ def read_yaml_mapping(path: str | Path, what: str) -> dict[str, Any]:
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise DataError(f"{path}: not valid YAML ({exc})") from exc
+        mark = getattr(exc, "problem_mark", None)
+        if mark is None:
+            raise DataError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from exc
+        context = f" ({exc.context} at line {exc.context_mark.line + 1})" if getattr(exc, "context", None) and exc.context_mark else ""
+        raise DataError(f"{path}:{mark.line + 1}: not valid YAML: {exc.problem} at column {mark.column + 1}{context}") from exc
     if not isinstance(doc, dict):
         raise DataError(f"{path}: expected a mapping at the top level (keys such as 'tasks:' or 'models:'), found {type(doc).__name__}")
     return doc

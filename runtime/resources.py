@@ -57,8 +57,22 @@ class ArtifactStoreResource(dg.ConfigurableResource):
         return self.layout.reports_dir()
 
     def load_task(self, task: str) -> Task:
-        """The curated task, after verifying its manifest."""
-        return self.layout.load_task(task)
+        """The curated task, after verifying its manifest; kept per process while its folder is unchanged.
+
+        The five steps of one partition run in one process under `medbench run`: each reloaded and
+        re-hashed the task (0.2 GB and seconds at 100K documents). A folder whose files' names,
+        sizes and modification times are those of the last load is the same task.
+        """
+        folder = self.layout.task_dir(task)
+        stamp = _folder_stamp(folder)
+        cached = _TASKS.get(str(folder))
+        if cached is not None and stamp is not None and cached[0] == stamp:
+            return cached[1]
+        loaded = self.layout.load_task(task)
+        _TASKS.clear()  # one task kept at a time: a partition's steps ask for the same one
+        if stamp is not None:
+            _TASKS[str(folder)] = (stamp, loaded)
+        return loaded
 
     def scratch_dir(self, *parts: str) -> Path:
         p = Path(self.scratch).joinpath(*parts)
@@ -113,6 +127,17 @@ class RegistryResource(dg.ConfigurableResource):
 
     def lock_hash(self) -> str:
         return file_hash(self.checkout() / "requirements.lock")
+
+
+_TASKS: dict[str, tuple[tuple, Task]] = {}
+
+
+def _folder_stamp(folder: Path) -> tuple | None:
+    """Names, sizes and modification times (ns) of every file under ``folder``; None when it cannot be read."""
+    try:
+        return tuple(sorted((str(p.relative_to(folder)), st.st_size, st.st_mtime_ns) for p in folder.rglob("*") if p.is_file() for st in (p.stat(),)))
+    except OSError:
+        return None
 
 
 _ENCODER: dict[str, object] = {}

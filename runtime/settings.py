@@ -13,7 +13,8 @@ MEDBENCH_CACHE (what an installation builds once and every project state reuses,
 MLflow schema; default ~/.cache/medbench), MEDBENCH_VENV_ROOT (the virtual environments scripts/setup.sh
 builds, one per requirements.lock hash; default ~/.cache/medbench/venvs), DAGSTER_HOME (the Dagster instance; default
 <state>/dagster_home, set up by the command line), MEDBENCH_LOG_LEVEL (Dagster's console log level in
-`medbench run`; default WARNING), MEDBENCH_UI_PORT (`medbench ui`; default 3000), MEDBENCH_ONLINE
+the `medbench` command; default: nothing, a failure is said in one line and its stack trace logged
+under <state>/logs; WARNING with --verbose), MEDBENCH_UI_PORT (`medbench ui`; default 3000), MEDBENCH_ONLINE
 (``1`` lets hub models and datasets download and resolves hub revisions on the hub; default off:
 everything is read from local folders and the local hub cache, and scripts/setup.sh keeps the
 HF_*_OFFLINE switches set).
@@ -40,7 +41,7 @@ DVC_REMOTE = os.environ.get("MEDBENCH_DVC_REMOTE") or ""  # empty: the url in .d
 CACHE = Path(os.environ.get("MEDBENCH_CACHE") or Path.home() / ".cache" / "medbench")
 VENV_ROOT = Path(os.environ.get("MEDBENCH_VENV_ROOT") or Path.home() / ".cache" / "medbench" / "venvs")
 DAGSTER_HOME = os.environ.get("DAGSTER_HOME") or ""  # empty: the project's, <state>/dagster_home
-LOG_LEVEL = os.environ.get("MEDBENCH_LOG_LEVEL") or "WARNING"
+LOG_LEVEL = os.environ.get("MEDBENCH_LOG_LEVEL") or ""  # empty: the command decides (medbench_cli.failures.console_level)
 UI_PORT = int(os.environ.get("MEDBENCH_UI_PORT") or 3000)
 ONLINE = (os.environ.get("MEDBENCH_ONLINE") or "0").strip().lower() in ("1", "true", "yes", "on")
 

@@ -147,6 +147,7 @@ def mteb_result(cell: Cell, code_version: str = "", *, task_name: str | None = N
             "n_queries": cell.metrics.get("n_queries"),
             "research_only": cell.research_only,
             "provenance": cell.provenance,
+            **({"stale": cell.stale} if cell.stale else {}),  # the value is from before its inputs changed
         },
     }
 

@@ -33,15 +33,31 @@ Qrels = Mapping[str, Mapping[str, int]]
 DEFAULT_METRICS = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_100")
 
 
-_BASES = ("ndcg", "recall", "mrr", "map")
+# metric family -> "module:function" under medbench_core.evaluation computing it per query (see
+# medbench_core/evaluation/kernels.py for the signature). Adding a metric: its function, one line
+# here, its tests against pytrec_eval (docs/contributing/adding_a_metric.md).
+METRICS: dict[str, str] = {
+    "ndcg": "kernels:ndcg",
+    "recall": "kernels:recall",
+    "mrr": "kernels:mrr",
+    "map": "kernels:average_precision",
+}
 
 
 def parse_metric(name: str) -> tuple[str, int]:
     """``"ndcg_at_10"`` -> ``("ndcg", 10)``; unknown names raise with the known ones listed."""
     base, sep, k = name.partition("_at_")
-    if not sep or base not in _BASES or not k.isdigit() or int(k) <= 0:
-        raise ValueError(f"unknown metric {name!r}; use one of ndcg/recall/mrr/map followed by _at_K, e.g. ndcg_at_10")
+    if not sep or base not in METRICS or not k.isdigit() or int(k) <= 0:
+        raise ValueError(f"unknown metric {name!r}; use one of {'/'.join(METRICS)} followed by _at_K, e.g. ndcg_at_10")
     return base, int(k)
+
+
+def kernel(base: str):
+    """The per-query function of metric family ``base`` (:data:`METRICS`)."""
+    import importlib
+
+    module, function = METRICS[base].split(":")
+    return getattr(importlib.import_module(f"medbench_core.evaluation.{module}"), function)
 
 
 @dataclass(frozen=True)
@@ -116,7 +132,7 @@ def evaluate_frame(qrels: pl.DataFrame, run: pl.DataFrame, metrics: Iterable[str
         gains[hits.get_column("qi").to_numpy(), hits.get_column("rank").to_numpy()] = hits.get_column("rel").to_numpy()
 
     discount = np.array([math.log2(i + 2) for i in range(depth)])
-    values = {m: _kernel(base, gains[:, :k], ideal[:, :k], n_rel, discount[:k]) for m, base, k in parsed}
+    values = {m: kernel(base)(gains[:, :k], ideal[:, :k], n_rel, discount[:k]).tolist() for m, base, k in parsed}
     per_query = {q: {m: values[m][i] for m in metrics} for i, q in enumerate(query_ids)}
     mean = {m: (sum(values[m]) / nq if nq else 0.0) for m in metrics}  # in query order, as before: same bits
     return Evaluation(per_query=per_query, mean=mean)
@@ -199,27 +215,6 @@ def _ideal_gains(pos_q: np.ndarray, pos_rel: np.ndarray, nq: int, depth: int) ->
     df = df.with_columns(rank=pl.int_range(pl.len(), dtype=pl.Int64).over("qi")).filter(pl.col("rank") < depth)
     ideal[df.get_column("qi").to_numpy(), df.get_column("rank").to_numpy()] = df.get_column("rel").to_numpy()
     return ideal
-
-
-def _kernel(base: str, gains: np.ndarray, ideal: np.ndarray, n_rel: np.ndarray, discount: np.ndarray) -> list[float]:
-    """One metric for every query, from its top-k gains (rank order), ideal gains and relevant count."""
-    if base == "ndcg":
-        # Row-wise cumsum adds left to right, as the scalar loop did; + 0.0 terms change no bit.
-        dcg = np.cumsum(gains / discount, axis=1)[:, -1]
-        idcg = np.cumsum(ideal / discount, axis=1)[:, -1]
-        out = np.divide(dcg, idcg, out=np.zeros_like(dcg), where=idcg != 0)
-    elif base == "recall":
-        out = np.divide((gains >= 1).sum(axis=1), n_rel, out=np.zeros(len(n_rel)), where=n_rel != 0)
-    elif base == "mrr":
-        relevant = gains >= 1
-        first = relevant.argmax(axis=1)
-        out = np.where(relevant.any(axis=1), 1.0 / (first + 1), 0.0)
-    else:  # map
-        relevant = gains >= 1
-        precision = np.cumsum(relevant, axis=1) / np.arange(1, gains.shape[1] + 1)
-        total = np.cumsum(np.where(relevant, precision, 0.0), axis=1)[:, -1]
-        out = np.divide(total, n_rel, out=np.zeros(len(n_rel)), where=n_rel != 0)
-    return out.tolist()
 
 
 def qrels_to_dict(qrels: pl.DataFrame) -> dict[str, dict[str, int]]:

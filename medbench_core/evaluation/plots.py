@@ -101,8 +101,13 @@ def diff_plot_png(per_query: Mapping[str, pl.DataFrame], baseline: str, path: st
             ax.set_axis_off()
             continue
         d = np.sort(values[m] - values[baseline])[::-1]
-        colours = np.where(d > 0, "#1b9e77", np.where(d < 0, "#d95f02", "#999999"))
-        ax.bar(np.arange(len(d)), d, width=1.0, color=colours)
+        # d is sorted: wins, then ties, then losses. One filled step outline per block, not one bar per
+        # query (a bar per query took minutes at 164K queries).
+        edges = np.arange(len(d) + 1) - 0.5
+        for colour, block in (("#1b9e77", d > 0), ("#999999", d == 0), ("#d95f02", d < 0)):
+            where = np.flatnonzero(block)
+            if where.size:
+                ax.stairs(d[where], edges[where[0] : where[-1] + 2], fill=True, color=colour, baseline=0.0)
         ax.axhline(0.0, color="black", linewidth=0.6)
         ax.set_xlim(-0.5, max(len(d), 1) - 0.5)
         ax.set_ylim(-1.05, 1.05)

@@ -28,6 +28,7 @@ LANGUAGE_SCRIPTS = {
     "en": "eng-Latn", "fr": "fra-Latn", "de": "deu-Latn", "es": "spa-Latn", "it": "ita-Latn", "pt": "por-Latn",
     "nl": "nld-Latn", "ja": "jpn-Jpan", "zh": "zho-Hans", "ko": "kor-Hang", "ru": "rus-Cyrl", "ar": "ara-Arab",
 }
+STALE_KEY = "stale"  # leaderboard.json: {"model/task": why its value is not current}
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,9 @@ class Cell:
     """What the stages wrote for one model x task: the input of every report here.
 
     ``metrics`` is the content of ``metrics.json`` (None: not evaluated, or its task's gate
-    failed); ``applicable`` False means the model cannot read the task (shown ``n/a``).
+    failed); ``applicable`` False means the model cannot read the task (shown ``n/a``). ``stale``
+    says why the value is not current (its task's or model's inputs changed since it was computed,
+    and it was not recomputed); empty when it is. A stale value is shown marked, with the reason.
     """
 
     model: str
@@ -55,6 +58,7 @@ class Cell:
     dataset: str = ""  # the source dataset (a hub id, or a local folder's catalogue path)
     subset: str = ""
     mteb_task: str = ""  # MTEB's name of the task, when it was read as one
+    stale: str = ""
 
     def value(self, metric: str | None = None) -> float | None:
         if self.metrics is None or not self.applicable:
@@ -188,16 +192,19 @@ def leaderboard_markdown(
     alpha: float = 0.05,
     n_resamples: int | None = None,
     seed: int | None = None,
+    stale: Mapping[tuple[str, str], str] | None = None,
 ) -> str:
     """The leaderboard as Markdown: ``0.6602 [0.63, 0.69] *`` cells where ``stats`` has the cell.
 
-    '-' is not evaluated, 'n/a' a model that cannot read the task. The notes under the table say
+    '-' is not evaluated, 'n/a' a model that cannot read the task; a ``stale`` cell (model, task) ->
+    reason reads ``0.6602 [0.63, 0.69] (stale)``, as does an average over one, and a note lists why. The notes under the table say
     what the brackets, the star and the average are: the test (``test`` as in
     :func:`medbench_core.evaluation.stats.compare`), ``alpha``, the correction, and, when given, the resamples
     and seed of the randomisation test and the bootstrap.
     """
     tasks = [c for c in board.columns if c not in ("model", "average", "averaged_over")]
     research_only, not_applicable = set(research_only), set(not_applicable)
+    stale_cells = dict(stale or {})
     st = {}
     if stats is not None:
         for r in stats.filter(pl.col("metric") == metric).iter_rows(named=True):
@@ -214,9 +221,15 @@ def leaderboard_markdown(
                 cells.append(format_cell(r["mean"], r["ci_low"], r["ci_high"], r["significant"]))
             else:
                 cells.append(format_cell(row[t]))
-        cells.append(format_cell(row["average"]))
+            if (row["model"], t) in stale_cells and cells[-1] != "n/a":
+                cells[-1] += " (stale)"
+        cells.append(format_cell(row["average"]) + (" (stale)" if row["average"] is not None and any(m == row["model"] for m, _ in stale_cells) else ""))
         lines.append("| " + " | ".join(cells) + " |")
     notes = [""]
+    if stale_cells:
+        notes.append("(stale): the inputs of this value changed since it was computed, and it could not be recomputed; it is the value from before:")
+        notes += [f"- {m} x {t}: {why}" for (m, t), why in sorted(stale_cells.items())]
+        notes.append("")
     if st:
         any_row = next(iter(st.values()))
         name = "paired randomisation test" if test == "permutation" else "paired t-test"
@@ -497,7 +510,9 @@ def write_leaderboard(
     (``model_names``: medbench model -> its MTEB name; ``mteb_tasks``: task -> its MTEB name), plus ``extra_json``), ``stats.csv`` (one row per model x task compared with the baseline, with its
     rank, rank interval and group on the task), ``heatmap.png`` (rows labelled with the average's
     rank) and ``diff/<task>.png`` (per-query differences from the baseline). Files are
-    written atomically; ``diff/`` is replaced whole.
+    written atomically; ``diff/`` is replaced whole. A stale cell (:attr:`Cell.stale`) is marked in
+    the Markdown, listed in ``leaderboard.json`` under ``stale`` and, when there is one, in a last
+    ``stale`` column of the CSV.
     """
     from medbench_core.storage import replace_dir_atomic, write_json_atomic, write_text_atomic
 
@@ -507,9 +522,10 @@ def write_leaderboard(
     stats = significance(cells, sig.baseline, tasks, metric, test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed)
     stats = pl.concat([stats, _ci_only(cells, stats, tasks, sig)])
     na = {(c.model, c.task) for c in cells if not c.applicable}
+    stale = {(c.model, c.task): c.stale for c in cells if c.stale and c.value(metric) is not None}
     md = leaderboard_markdown(
         board, stats, metric=metric, research_only=research_only, not_applicable=na, baseline=sig.baseline,
-        test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed,
+        test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed, stale=stale,
     )  # fmt: skip
     untested = sorted(set(stats.filter(pl.col("baseline").is_null())["task"].to_list()), key=tasks.index)
     if untested:
@@ -570,7 +586,7 @@ def write_leaderboard(
     labels = {r["model"]: f"{r['model']}  rank {format_rank(r['rank'], r['rank_low'], r['rank_high'], r['group'])}" for r in average_ranks.iter_rows(named=True)}
     heatmap_png(board, out / "heatmap.png", metric=metric, not_applicable=na, labels=labels)
     write_text_atomic(out / "leaderboard.md", md)
-    write_text_atomic(out / "leaderboard.csv", board_csv.write_csv())
+    write_text_atomic(out / "leaderboard.csv", (with_stale_column(board_csv, stale) if stale else board_csv).write_csv())
     write_text_atomic(out / "stats.csv", stats.write_csv())
     doc = {
         **dict(extra_json or {}),
@@ -584,7 +600,14 @@ def write_leaderboard(
         "cross_lingual_gap": sections["cross_lingual_gap"],
         "expanded": beside.to_dicts(),
         "plots": {"heatmap": "heatmap.png", "diff": plots},
+        STALE_KEY: {f"{m}/{t}": why for (m, t), why in sorted(stale.items())},
     }
     write_json_atomic(out / "leaderboard.json", doc)
     files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *plots]
-    return {"markdown": md, "board": board, "stats": stats, "ranks": ranks, "published": versus, "expanded": beside, "files": files}
+    return {"markdown": md, "board": board, "stats": stats, "ranks": ranks, "published": versus, "expanded": beside, "files": files, "stale": stale}
+
+
+def with_stale_column(board: pl.DataFrame, stale: Mapping[tuple[str, str], str]) -> pl.DataFrame:
+    """``board`` with a last column ``stale``: per model, ``task: reason`` of each stale cell (null when none)."""
+    col = ["; ".join(f"{t}: {why}" for (m, t), why in sorted(stale.items()) if m == model) or None for model in board["model"]]
+    return board.with_columns(pl.Series("stale", col, dtype=pl.Utf8))

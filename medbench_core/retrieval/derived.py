@@ -23,7 +23,7 @@ import polars as pl
 from medbench_core.errors import DataError
 from medbench_core.retrieval.kinds.base import DEFAULT_K, Input, KeyContext, StoredCorpus, StoredExpansion, UpstreamRun
 from medbench_core.retrieval.kinds.spec import ModelSpec
-from medbench_core.retrieval.ranking import write_trec
+from medbench_core.retrieval.ranking import write_trec_file
 from medbench_core.taskdata.task import Task
 
 
@@ -115,7 +115,7 @@ def build_derived_run(
     run, extra = spec.plugin.compute(spec, task, upstream, out, k=k, device=device, progress=progress, model=model)
     files = ["run.parquet", "run.trec", *extra.pop("files", [])]
     run.write_parquet(out / "run.parquet", statistics=False)
-    (out / "run.trec").write_text(write_trec(run, f"medbench-{spec.name}"))
+    write_trec_file(run, out / "run.trec", f"medbench-{spec.name}")
     info = {
         "k": k,
         "n_queries": run["query_id"].n_unique(),

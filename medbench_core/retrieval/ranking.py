@@ -7,6 +7,8 @@ trec_eval evaluates. Neither FAISS nor bm25s define an order among ties; this mo
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 
@@ -81,7 +83,17 @@ def rank_scores(
     return run_frame(query_ids, hits, doc_ids)
 
 
+TREC_BLOCK = 100_000  # rows formatted at a time: a 164K-query run holds 16M lines
+
+
 def write_trec(run: pl.DataFrame, tag: str) -> str:
     """TREC run format: ``qid Q0 docid rank score tag``, scores with full float precision."""
     lines = [f"{q} Q0 {d} {r} {s!r} {tag}" for q, d, s, r in run.select("query_id", "doc_id", "score", "rank").iter_rows()]
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def write_trec_file(run: pl.DataFrame, path: str | Path, tag: str) -> None:
+    """:func:`write_trec` into ``path``, a block of rows at a time (the same bytes, without the whole text in memory)."""
+    with open(path, "w") as f:
+        for start in range(0, run.height, TREC_BLOCK):
+            f.write(write_trec(run.slice(start, TREC_BLOCK), tag))

@@ -23,7 +23,7 @@ from medbench_core.layout import STAGES
 from medbench_core.retrieval.kinds.base import DEFAULT_K, KeyContext, StoredCorpus
 from medbench_core.retrieval.kinds.encoder import load_chunk_map, load_corpus_embeddings  # noqa: F401  (re-exported)
 from medbench_core.retrieval.kinds.spec import ModelSpec
-from medbench_core.retrieval.ranking import write_trec
+from medbench_core.retrieval.ranking import write_trec_file
 from medbench_core.retrieval.records import candidate_pools
 from medbench_core.taskdata.task import Task
 
@@ -125,7 +125,7 @@ def rank(
 def write_run(run: pl.DataFrame, out: Path, tag: str) -> list[str]:
     """``run.parquet`` and ``run.trec`` (run tag ``tag``) in ``out``; their names."""
     run.write_parquet(out / "run.parquet", statistics=False)
-    (out / "run.trec").write_text(write_trec(run, tag))
+    write_trec_file(run, out / "run.trec", tag)
     return ["run.parquet", "run.trec"]
 
 
@@ -172,17 +172,20 @@ def retrieve(
 def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = DEFAULT_METRICS) -> dict[str, Any]:
     """Per-query and mean metrics, each mean's 95% bootstrap CI, and breakdowns by language, discipline and tier.
 
-    The CIs (``ci``: metric -> [low, high]; :func:`medbench_core.evaluation.stats.bootstrap_ci`, 10,000
+    The CIs (``ci``: metric -> [low, high]; :func:`medbench_core.evaluation.stats.bootstrap_cis`, 10,000
     resamples of the queries, seed 0) are deterministic, so re-scoring a run reproduces them bit for bit.
     """
-    from medbench_core.evaluation.stats import bootstrap_ci
+    from medbench_core.evaluation.stats import bootstrap_cis
 
     ev = evaluate_frame(task.qrels, run, metrics)
     per_query = ev.per_query_frame()
     per_query.write_parquet(out / "per_query.parquet", statistics=False)
     result: dict[str, Any] = {"mean": ev.mean, "n_queries": len(ev.per_query), "breakdowns": {}}
     if per_query.height:
-        result["ci"] = {m: list(bootstrap_ci(per_query[m].cast(pl.Float64).to_numpy())) for m in ev.mean if m in per_query.columns}
+        names = [m for m in ev.mean if m in per_query.columns]
+        # One draw of resampled queries for every metric (bootstrap_cis): the same values as one bootstrap_ci per metric.
+        cis = bootstrap_cis([per_query[m].cast(pl.Float64).to_numpy() for m in names])
+        result["ci"] = {m: list(ci) for m, ci in zip(names, cis)}
     for col in BREAKDOWN_COLUMNS:
         groups = task.queries.select("query_id", col)
         if groups[col].drop_nulls().n_unique() >= 1:

@@ -196,3 +196,67 @@ def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path, *,
         task.meta = dataclasses.replace(task.meta, source_path=str(Path(entry.path)))
         task._hash = None
     return task
+
+
+# --- is a curated copy still current? ------------------------------------------------------------
+
+
+def curation_inputs(entry: TaskEntry, data_root: str | Path) -> dict[str, Any]:
+    """What curating ``entry`` reads, as digests recorded beside the curated task: ``entry`` (its reader,
+    path and options as tasks.yaml gives them) and, for a local source, ``files`` (sha256 over its
+    files' names and bytes) with ``stat`` (over their names, sizes and modification times: the cheap
+    check :func:`changed_inputs` makes first)."""
+    out: dict[str, Any] = {"entry": _entry_digest(entry)}
+    src = _local_source(entry, data_root)
+    if src is not None and src.exists():
+        out["stat"], out["files"] = _source_digests(src, with_bytes=True)
+    return out
+
+
+def changed_inputs(recorded: dict[str, Any] | None, entry: TaskEntry, data_root: str | Path) -> str:
+    """Why a task curated from ``recorded`` inputs (:func:`curation_inputs`) is not current for ``entry``
+    now; '' when it is, when nothing was recorded (curated before inputs were recorded), or when the
+    source is not here (a pulled release, a source removed after curating: nothing says it changed)."""
+    if not recorded:
+        return ""
+    if recorded.get("entry") != _entry_digest(entry):
+        return "its entry in tasks.yaml changed since it was curated"
+    if "files" not in recorded:
+        return ""
+    src = _local_source(entry, data_root)
+    if src is None or not src.exists():
+        return ""
+    if _source_digests(src, with_bytes=False)[0] == recorded.get("stat"):
+        return ""
+    if _source_digests(src, with_bytes=True)[1] != recorded["files"]:
+        return f"its source files ({src}) changed since it was curated"
+    return ""
+
+
+def _entry_digest(entry: TaskEntry) -> str:
+    import hashlib
+    import json
+
+    described = {"reader": entry.reader, "path": entry.path, "research_only": entry.research_only, "options": entry.options}
+    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _local_source(entry: TaskEntry, data_root: str | Path) -> Path | None:
+    return Path(data_root) / entry.path if entry.path else None
+
+
+def _source_digests(src: Path, with_bytes: bool) -> tuple[str, str]:
+    """(over names, sizes and mtimes; over names and bytes, or '' without ``with_bytes``) of the files of ``src``."""
+    import hashlib
+
+    from medbench_core.storage import sha256_file
+
+    files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
+    stat, content = hashlib.sha256(), hashlib.sha256()
+    for p in files:
+        name = (p.name if p == src else str(p.relative_to(src))).encode() + b"\0"
+        st = p.stat()
+        stat.update(name + f"{st.st_size}:{st.st_mtime_ns}\0".encode())
+        if with_bytes:
+            content.update(name + sha256_file(p).encode())
+    return stat.hexdigest()[:16], content.hexdigest()[:16] if with_bytes else ""

@@ -119,6 +119,66 @@ def test_a_baseline_not_in_the_registry_is_refused_naming_models_yaml_and_nothin
     assert len(leaderboard_runs(world.resources())) == runs
 
 
+def test_values_whose_inputs_changed_are_kept_marked_stale_and_corrupt_artifacts_refused(tmp_path_factory, tmp_path):
+    """Issue 24.3: the leaderboard never shows a number it cannot stand behind."""
+    world = operated_world(tmp_path_factory).copy_to(tmp_path / "w")
+    resources = world.resources()
+    reports = world.root / "data" / "reports"
+
+    def build() -> dict:
+        with world.instance() as instance:
+            res = dg.materialize([leaderboard], resources=resources, instance=instance)
+        return res.asset_materializations_for_node("leaderboard")[0].metadata
+
+    first = build()
+    assert first["stale_cells"].value == 0 and json.loads((reports / "leaderboard.json").read_text())["stale"] == {}
+    fresh = {p.name: p.read_bytes() for p in reports.glob("leaderboard.*")}
+
+    # bm25-k12's settings change and it is not re-evaluated: its old values stay, marked, and a new model shows '-'.
+    # liveqa_medquad's source changes and it is not curated again: its cells are marked too.
+    write_models(world.models_file, [BM25, {**BM25_K12, "settings": {**BM25_K12["settings"], "k1": 1.1}}, {**BM25, "name": "bm25-new", "settings": {**BM25["settings"], "b": 0.5}}])
+    corpus = world.shared / "lq" / "corpus.jsonl"
+    corpus.write_bytes(corpus.read_bytes() + b'{"_id": "a9", "text": "new answer"}\n')
+    md = build()
+    saved = json.loads((reports / "leaderboard.json").read_text())
+    changed_model = "bm25-k12's inputs (its models.yaml entry, weights, upstreams or code) changed since it was computed, and it was not recomputed"
+    changed_task = f"task liveqa_medquad: its source files ({world.shared / 'lq'}) changed since it was curated, and it has not been curated again (`medbench run --tasks liveqa_medquad`)"
+    assert saved["stale"] == {
+        "bm25/liveqa_medquad": changed_task,
+        "bm25-k12/scifact": f"{changed_model} (`medbench run --models bm25-k12 --tasks scifact`)",
+        "bm25-k12/liveqa_medquad": f"{changed_task}; {changed_model} (`medbench run --models bm25-k12 --tasks liveqa_medquad`)",
+    }
+    assert md["stale_cells"].value == 3 and md["mlflow_run_reused"].value is False
+    assert saved["cells"]["bm25-k12/scifact"]["metrics_key"] == json.loads(fresh["leaderboard.json"])["cells"]["bm25-k12/scifact"]["metrics_key"]
+    board = (reports / "leaderboard.md").read_text()
+    assert "| bm25 | 1.0000 [1.00, 1.00] | 1.0000 [1.00, 1.00] (stale) | 1.0000 (stale) |" in board
+    assert "| bm25-k12 | 1.0000 [1.00, 1.00] (stale) | 1.0000 [1.00, 1.00] (stale) | 1.0000 (stale) |" in board
+    assert "| bm25-new | - | - | - |" in board and f"- bm25 x liveqa_medquad: {changed_task}" in board
+    csv = pl.read_csv(reports / "leaderboard.csv")
+    assert csv.columns[-1] == "stale" and csv["stale"].to_list() == [f"liveqa_medquad: {changed_task}", "; ".join(f"{t}: {saved['stale'][f'bm25-k12/{t}']}" for t in ("liveqa_medquad", "scifact")), None]
+    run = resources["mlflow"].client().get_run(md["mlflow_run_id"].value)
+    assert run.data.tags["medbench.stale"].startswith(f"bm25/liveqa_medquad: {changed_task}; bm25-k12/liveqa_medquad: ")
+    assert run.data.metrics["scifact/bm25-k12/stale"] == 1.0 and "scifact/bm25/stale" not in run.data.metrics
+
+    # The inputs as they were: nothing is stale, the reports are those of before, the first MLflow run is reused.
+    write_models(world.models_file, [BM25, BM25_K12])
+    corpus.write_bytes(corpus.read_bytes().rsplit(b'{"_id": "a9"', 1)[0])
+    again = build()
+    assert {p.name: p.read_bytes() for p in reports.glob("leaderboard.*")} == fresh
+    assert again["mlflow_run_reused"].value is True and again["mlflow_run_id"].value == first["mlflow_run_id"].value
+
+    # A metrics.json edited by hand: the asset fails naming it; the saved reports and MLflow are left as they were.
+    metrics = Path(resources["store"].artifact_dir("bm25", "scifact", "metrics", json.loads(fresh["leaderboard.json"])["cells"]["bm25/scifact"]["metrics_key"]))
+    (metrics / "metrics.json").write_text((metrics / "metrics.json").read_text().replace("1.0", "0.5", 1))
+    runs = len(leaderboard_runs(resources))
+    with world.instance() as instance, pytest.raises(DataError) as err:
+        dg.materialize([leaderboard], resources=resources, instance=instance)
+    assert str(err.value).startswith(f"the saved leaderboard {reports / 'leaderboard.md'} was not replaced: it would lose 1 cell(s) to artifacts that fail their manifest:\n")
+    assert str(err.value).splitlines()[1].startswith(f"bm25 x scifact: {metrics / 'metrics.json'}: sha256 ")
+    assert str(err.value).endswith(": corrupted: rematerialise task_metrics[bm25|scifact] (`medbench run --models bm25 --tasks scifact`)")
+    assert {p.name: p.read_bytes() for p in reports.glob("leaderboard.*")} == fresh and len(leaderboard_runs(resources)) == runs
+
+
 # --- a fixture world with hand-chosen per-query values ----------------------------------------
 
 QIDS = [f"q{i:02d}" for i in range(12)]
@@ -146,7 +206,7 @@ def write_fixture(root: Path) -> tuple[dict, Path]:
         ],
         "expansions": [{"name": "hyde-fx", "method": "hyde", "source": "file", "generator": "gpt4", "path": str(expansions), "format": "jsonl"}],
     }))  # fmt: skip
-    (root / "tasks.yaml").write_text("benchmark: fx\ntasks:\n  - {name: fx, reader: beir, path: fx, research_only: true}\n")
+    (root / "tasks.yaml").write_text("benchmark: fx\ntasks:\n  - {name: fx, reader: beir, path: fx, research_only: true, query_licence: CC-BY-4.0, doc_licence: CC-BY-4.0}\n")
     task = make_task(
         TaskMeta(name="fx", source="fixture", research_only=True, dataset="fixture/fx", source_revision="sha256:0123456789abcdef"),
         pl.DataFrame({"query_id": QIDS, "text": [f"question {q}" for q in QIDS]}),

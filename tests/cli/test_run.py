@@ -56,7 +56,11 @@ def test_a_failed_gate_refuses_its_task_although_the_model_was_loaded_beside_it(
     argv = [sys.executable, "-m", "medbench_cli", "run", "--tasks", "scifact,liveqa_medquad"]
     out = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     # The failed contract fails liveqa's curation run, and so the main job.
-    assert out.returncode == 1 and out.stderr.rstrip().endswith("FAILED: curated_task[liveqa_medquad]"), out.stderr[-3000:]
+    last = out.stderr.rstrip().splitlines()[-1]
+    assert out.returncode == 1 and last.startswith("medbench run: FAILED: curated_task[liveqa_medquad]: task_contract: task liveqa_medquad: gate FAILED"), out.stderr[-3000:]
+    assert "every licence is in the licence allowlist" in last and "'unknown'" in last  # the failing expectation and its value
+    assert "kept: the new curated liveqa_medquad, refused by its gate" in last and "fix it, then: medbench run --tasks liveqa_medquad" in last
+    assert "Traceback" not in out.stderr and "STEP_FAILURE" not in out.stderr
     log = out.stdout
     assert "[warm-up] all-MiniLM-L6-v2 loaded while the tasks are prepared" in log
     assert "[curate] liveqa_medquad         FAILED" in log and "[curate] scifact                ok" in log
@@ -99,7 +103,9 @@ def test_a_model_that_cannot_load_fails_its_partitions_not_the_preparation(tmp_p
     assert "[warm-up] broken-folder could not be loaded" in out.stdout
     assert "[curate] scifact                ok" in out.stdout and "[curate] liveqa_medquad         ok" in out.stdout
     assert "x scifact                FAILED" in out.stdout and "[evaluate] bm25                     x scifact                ok" in out.stdout
-    assert out.stderr.rstrip().endswith("FAILED: broken-folder|scifact, broken-folder|liveqa_medquad"), out.stderr[-2000:]
+    last = out.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("medbench run: FAILED (2): broken-folder|scifact: ") and "; broken-folder|liveqa_medquad: " in last, out.stderr[-2000:]
+    assert "fix them, then: medbench run --models broken-folder --tasks scifact,liveqa_medquad" in last
     board = (world.root / "data" / "reports" / "leaderboard.md").read_text()
     assert "| broken-folder | - | - | - |" in board and "| bm25 | 1.0000 [1.00, 1.00] | 1.0000 [1.00, 1.00] | 1.0000 |" in board, board
 

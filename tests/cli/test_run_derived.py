@@ -100,7 +100,7 @@ def bare_bm25s_scores(task, query_texts: list[str]) -> dict[str, dict[str, float
 
     stemmer = Stemmer.Stemmer("english")
     retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-    retriever.index(bm25s.tokenize(task.doc_text(), stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    retriever.index(bm25s.tokenize(list(task.doc_text()), stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
     tokens = bm25s.tokenize(query_texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
     doc_ids = task.corpus["doc_id"].to_list()
     idx, scores = retriever.retrieve(tokens, k=len(doc_ids), show_progress=False, n_threads=1)
@@ -153,7 +153,7 @@ def test_dense_mean_equals_sentence_transformers_and_numpy_by_hand(r2med):
     qids = task.queries["query_id"].to_list()
     m = (enc(task.queries["text"].to_list()) + enc([texts[q] for q in qids])) / 2  # equal weights, then cosine
     m /= np.linalg.norm(m, axis=1, keepdims=True)
-    docs = enc(task.doc_text())
+    docs = enc(list(task.doc_text()))
     scores = m @ docs.T
     run_dir = only_folder(world.root / "data" / "artifacts" / "minilm+hyde-gpt4" / "scifact" / "run")
     assert np.abs(np.load(run_dir / "query_embeddings.npy") - m).max() < 1e-6
@@ -209,7 +209,11 @@ def test_a_bad_expansion_file_names_file_line_and_id_and_stores_nothing(r2med):
         out = medbench_run(world, tmp, "--models", "bm25+q2d-gpt4")
     finally:
         path.write_text(good)
-    assert out.returncode == 1 and out.stderr.rstrip().endswith("FAILED: bm25+q2d-gpt4|scifact"), out.stdout[-3000:] + out.stderr[-2000:]
+    last = out.stderr.rstrip().splitlines()[-1]
+    assert out.returncode == 1 and last.startswith(
+        "medbench run: FAILED: bm25+q2d-gpt4|scifact: query_expansion: expansion q2d-gpt4 x scifact: 5 problem(s), nothing stored:"
+    ), out.stdout[-3000:] + out.stderr[-2000:]
+    assert "fix it, then: medbench run --models bm25+q2d-gpt4 --tasks scifact" in last
     log = out.stdout
     assert evaluated("bm25", "ok (cached)") in log
     for fragment in (
@@ -247,7 +251,10 @@ def test_a_fusion_whose_upstream_fails_fails_alone_saying_which_upstream_and_wha
         "retrieval_run: model rrf-broken: upstream model 'broken-folder' has no retrieval_run on task scifact" in log
         and "Evaluate broken-folder first: medbench run --models broken-folder --tasks scifact" in log
     ), log
-    assert out.stderr.rstrip().endswith("FAILED: broken-folder|scifact, rrf-broken|scifact"), out.stderr[-2000:]
+    last = out.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("medbench run: FAILED (2): broken-folder|scifact: "), out.stderr[-2000:]
+    assert "; rrf-broken|scifact: retrieval_run: model rrf-broken: upstream model 'broken-folder' has no retrieval_run on task scifact" in last
+    assert "fix them, then: medbench run --models broken-folder,rrf-broken --tasks scifact" in last
     assert not (world.root / "data" / "artifacts" / "rrf-broken").exists() and cli_runs(world, "rrf-broken") == []
     assert len(cli_runs(world, "bm25")) == 1  # the store the check above looked in is the one the main job wrote
 

@@ -1,4 +1,6 @@
-"""``medbench ui``: both servers up on loopback with their URLs printed, both gone after Ctrl-C."""
+"""``medbench ui``: both servers up on loopback with their URLs printed; Ctrl-C stops the command and
+every process of both servers within 10 s and frees both ports, also when the command was started
+with SIGINT ignored (a background job of a script or a CI runner: issue 20)."""
 
 import os
 import signal
@@ -8,8 +10,10 @@ import time
 import urllib.error
 import urllib.request
 
+import psutil
 import pytest
 
+from tests import processes
 from tests.orchestration.operating_env import BM25, ROOT, free_port, listening_addresses, new_world
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -25,7 +29,15 @@ def answers(url: str) -> bool:
     return True
 
 
-def test_ui_serves_dagster_and_mlflow_on_loopback_and_ctrl_c_stops_both(tmp_path):
+def command(p: psutil.Process) -> tuple[str, ...]:
+    try:
+        return tuple(p.cmdline())
+    except psutil.Error:  # exited meanwhile
+        return ()
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_ui_serves_dagster_and_mlflow_on_loopback_and_ctrl_c_stops_both(tmp_path, sigint):
     world = new_world(tmp_path / "w", [BM25])
     port, mlflow_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEDBENCH_")}
@@ -34,9 +46,11 @@ def test_ui_serves_dagster_and_mlflow_on_loopback_and_ctrl_c_stops_both(tmp_path
         MEDBENCH_DATA=str(world.root / "data"), MEDBENCH_STATE=str(world.root / "state"),
         MEDBENCH_MODELS=str(world.models_file), MEDBENCH_TASKS=str(world.root / "tasks.yaml"),
     )  # fmt: skip
+    cmd = [sys.executable, "-m", "medbench_cli", "ui", "--port", str(port), "--mlflow-port", str(mlflow_port)]
+    if sigint == "ignored":  # what `medbench ui &` in a script or a CI runner's shell passes on
+        cmd = ["bash", "-c", 'trap "" INT; exec "$@"', "bash", *cmd]
     log = open(tmp_path / "ui.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "medbench_cli", "ui", "--port", str(port), "--mlflow-port", str(mlflow_port)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = processes.start(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 240
         while not (answers(f"http://127.0.0.1:{port}/server_info") and answers(f"http://127.0.0.1:{mlflow_port}/health")):
@@ -45,10 +59,18 @@ def test_ui_serves_dagster_and_mlflow_on_loopback_and_ctrl_c_stops_both(tmp_path
         assert listening_addresses(port) == {"127.0.0.1"} and listening_addresses(mlflow_port) == {"127.0.0.1"}
         printed = (tmp_path / "ui.log").read_text()
         assert f"Dagster UI: http://127.0.0.1:{port}" in printed and f"MLflow UI:  http://127.0.0.1:{mlflow_port}" in printed
+        # Both servers and their workers run in sessions of their own (their own process groups).
+        servers = psutil.Process(proc.pid).children(recursive=True)
+        assert {command(p)[1:4] for p in servers} >= {("-m", "dagster", "dev"), ("-m", "mlflow", "ui"), ("-m", "dagster_webserver", "--port")}
+        assert len({os.getpgid(p.pid) for p in servers} - {proc.pid}) == 2
+
+        start = time.monotonic()
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the command (the servers run in their own groups)
-        assert proc.wait(timeout=60) == 0
+        assert proc.wait(timeout=10) == 0
+        _, running = psutil.wait_procs(servers, timeout=max(0.0, 10 - (time.monotonic() - start)))
+        assert [command(p) for p in running if command(p)] == []
         assert listening_addresses(port) == set() and listening_addresses(mlflow_port) == set()
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            processes.stop(proc)
         log.close()

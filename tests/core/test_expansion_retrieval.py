@@ -81,7 +81,7 @@ def bare_bm25s(task, query_texts: list[str]):
 
     stemmer = Stemmer.Stemmer("english")
     retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-    retriever.index(bm25s.tokenize(task.doc_text(), stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    retriever.index(bm25s.tokenize(list(task.doc_text()), stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
     tokens = bm25s.tokenize(query_texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
     doc_ids = task.corpus["doc_id"].to_list()
     n = len(doc_ids)
@@ -173,7 +173,7 @@ def bare_minilm():
 
 @pytest.fixture(scope="module")
 def bare_docs(small_task, bare_minilm):
-    return bare_minilm(small_task.doc_text())
+    return bare_minilm(list(small_task.doc_text()))
 
 
 @pytest.mark.model

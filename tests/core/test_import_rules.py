@@ -172,7 +172,8 @@ def test_private_dagster_imports_say_why():
                 above = " ".join(lines[max(0, node.lineno - 4) : node.lineno]).lower()
                 assert "private" in above, f"{module}:{node.lineno} imports {node.module} without saying why"
                 seen.append(module)
-    assert set(seen) <= {"orchestration.freshness", "orchestration.registry_sync"}
+    # medbench_cli.webserver: `dagster dev` has no public hook for the webserver it starts (a Host check, issue 24.5).
+    assert set(seen) <= {"orchestration.freshness", "orchestration.registry_sync", "medbench_cli.webserver"}
 
 
 def test_the_checks_would_notice_a_circle_and_a_layer_violation(tmp_path):

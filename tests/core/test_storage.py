@@ -28,6 +28,7 @@ from medbench_core.storage import (
     verify_manifest,
     write_manifest,
 )
+from tests import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 BIG = 4 << 20  # bytes per payload file: big enough that writing it takes many syscalls
@@ -115,7 +116,7 @@ def start_writer(mode: str, target: Path, arg: int = 0, exchange: bool = True) -
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if not exchange:
         env["NO_EXCHANGE"] = "1"
-    return subprocess.Popen([sys.executable, "-c", WRITER, mode, str(target), str(arg)], env=env, stderr=subprocess.PIPE)
+    return processes.start([sys.executable, "-c", WRITER, mode, str(target), str(arg)], env=env, stderr=subprocess.PIPE)
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 30) -> None:

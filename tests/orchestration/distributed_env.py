@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
+from tests import processes
 from tests.orchestration.kill_env import (
     EXPANSION_STEPS,
     WORLD_ENV,
@@ -89,8 +89,23 @@ def postgres_server():
         yield {"host": "127.0.0.1", "port": port, "base": base}
     finally:
         if started:
-            pg(bin_dir / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
+            try:
+                pg(bin_dir / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
+            finally:  # pg_ctl detached the server from us: stop it by its pid file if pg_ctl could not
+                _kill_postmaster(data)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _kill_postmaster(data: Path) -> None:
+    import psutil
+
+    pid_file = data / "postmaster.pid"
+    if pid_file.exists():
+        try:
+            server = psutil.Process(int(pid_file.read_text().split()[0]))
+        except (ValueError, IndexError, psutil.Error):
+            return
+        processes.kill([server, *server.children(recursive=True)])
 
 
 @contextmanager
@@ -105,7 +120,7 @@ def redis_server(folder: Path):
     port = free_port()
     conf = folder / "redis.conf"
     conf.write_text(f'bind 127.0.0.1\nport {port}\ndir {folder}\nsave ""\nappendonly no\nprotected-mode yes\ndaemonize no\nlogfile {folder / "redis.log"}\n')
-    proc = subprocess.Popen([binary, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = processes.start([binary, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
         wait_for(f"redis-server on port {port}", lambda: _pings(client) or proc.poll() is not None, 30)
@@ -113,7 +128,7 @@ def redis_server(folder: Path):
             raise RuntimeError(f"redis-server exited {proc.returncode}: {(folder / 'redis.log').read_text()[-2000:]}")
         yield f"redis://127.0.0.1:{port}"
     finally:
-        _stop(proc)
+        processes.stop(proc, grace=30)
 
 
 def _pings(client) -> bool:
@@ -123,16 +138,6 @@ def _pings(client) -> bool:
         return bool(client.ping())
     except redis.exceptions.ConnectionError:
         return False
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 # --- the code location (runs in the code server, the run workers and the celery workers) --------
@@ -193,7 +198,8 @@ class CeleryBed(KillBed):
         cmd = [str(Path(sys.executable).parent / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app", "-y", str(self.celery_yaml)]
         cmd += ["-q", "dagster", "-n", name, "--", "-c", "1", "--without-gossip", "--without-mingle"]
         log = open(self.world.root.parent / f"worker-{name}.log", "ab")
-        self.workers[name] = subprocess.Popen(cmd, env=self.env, cwd=self.world.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # The bed's, not the test's that asked for it: the bed stops it, whichever test started it.
+        self.workers[name] = processes.start(cmd, env=self.env, test=None, cwd=self.world.root, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         wait_for(f"celery worker {name} to answer (log: {log.name})", lambda: self.hostname(name) in self.alive_workers() or self._worker_died(name), 180, every=1)
         if self._worker_died(name):
@@ -239,14 +245,7 @@ class CeleryBed(KillBed):
 
     def stop(self) -> None:
         for proc in self.workers.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.workers.values():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            processes.stop(proc, grace=30)
         super().stop()
 
 
@@ -296,7 +295,7 @@ def start_celery_bed(world: World, log_dir: Path, env: dict, celery_yaml: Path) 
     try:
         for name, cmd in (("code_server", code_server), ("daemon", daemon)):
             log = open(log_dir / f"{name}.log", "wb")
-            bed.processes.append(subprocess.Popen(cmd, env=env, cwd=world.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            bed.processes.append(processes.start(cmd, env=env, cwd=world.root, stdout=log, stderr=subprocess.STDOUT))
             log.close()
             if name == "code_server":
                 _wait_for_port(port, bed.processes[-1], log_dir / f"{name}.log")

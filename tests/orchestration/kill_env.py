@@ -98,14 +98,29 @@ def pkey(model: str, task: str) -> str:
     return f"{model}|{task}"
 
 
-def wait_for(what: str, predicate, timeout: float = 120, every: float = 0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def wait_for(what: str, predicate, timeout: float = 120, every: float = 0.3, state=None, progress=None):
+    """``predicate()``'s first true value. Gives up after ``timeout`` s without it or, given ``progress``,
+    after ``timeout`` s in which ``progress()`` did not change (and after 4 x ``timeout`` in all): a
+    busy machine is slow but its runs keep writing events, a hung run writes none. On giving up,
+    ``state()`` says where things stood."""
+    start = last_change = time.monotonic()
+    seen = progress() if progress else None
+    while True:
         value = predicate()
         if value:
             return value
+        now = time.monotonic()
+        if progress and (current := progress()) != seen:
+            seen, last_change = current, now
+        if now - last_change > timeout or now - start > 4 * timeout:
+            why = f"nothing happened for {timeout}s" if now - last_change > timeout else f"still not done after {4 * timeout}s"
+            raise AssertionError(f"{why} waiting for {what}" + (f"; {state()}" if state else ""))
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def last_event(instance: dg.DagsterInstance) -> int | None:
+    """The newest event's id on ``instance``: any step, retry or run-monitoring event moves it."""
+    return instance.event_log_storage.get_maximum_record_id()
 
 
 def children(pid: int) -> list[int]:
@@ -208,19 +223,16 @@ class KillBed:
         self.dagster("job", "backfill", "-j", "evaluate_partition", "--partitions", ",".join(pkey(m, t) for m, t in keys), "--noprompt")
 
     def stop(self) -> None:
+        """Stop every process group started here (the daemon first, then the code server with its run workers)."""
+        from tests import processes
+
         for proc in reversed(self.processes):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(self.processes):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            processes.stop(proc, grace=30)
 
 
 def start_bed(world: World, log_dir: Path) -> KillBed:
     """Serve ``world``: shorten the instance's polling intervals, start a code server and a daemon."""
+    from tests import processes
     from tests.orchestration.operating_env import free_port
 
     config = yaml.safe_load((ROOT / "dagster.yaml").read_text())
@@ -243,7 +255,7 @@ def start_bed(world: World, log_dir: Path) -> KillBed:
     try:
         for name, cmd in (("code_server", code_server), ("daemon", daemon)):
             log = open(log_dir / f"{name}.log", "wb")
-            proc = subprocess.Popen(cmd, env=bed.env, cwd=world.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = processes.start(cmd, env=bed.env, cwd=world.root, stdout=log, stderr=subprocess.STDOUT)
             bed.processes.append(proc)
             log.close()
             if name == "code_server":

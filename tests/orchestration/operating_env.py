@@ -201,14 +201,15 @@ def free_port() -> int:
 def server(cmd: list[str], url: str, env: dict | None = None, log: Path | None = None, timeout: float = 120):
     """Start ``cmd`` in its own process group, wait until ``url`` answers, stop the group afterwards."""
     import os
-    import signal
     import subprocess
     import time
     import urllib.error
     import urllib.request
 
+    from tests import processes
+
     out = open(log, "wb") if log else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = processes.start(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -224,12 +225,7 @@ def server(cmd: list[str], url: str, env: dict | None = None, log: Path | None =
                 time.sleep(0.5)
         yield proc
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        processes.stop(proc, grace=20)
         if log:
             out.close()
 

@@ -19,6 +19,7 @@ import dagster as dg
 import pytest
 import yaml
 
+from tests import processes
 from tests.orchestration.operating_env import ROOT
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -87,7 +88,7 @@ def test_a_run_killed_holding_the_encode_slot_does_not_block_the_next_run(tmp_pa
     dg.DagsterInstance.from_config(str(home)).dispose()
     log = open(tmp_path / "daemon.log", "wb")
     daemon_cli = str(Path(sys.executable).parent / "dagster-daemon")
-    daemon = subprocess.Popen([daemon_cli, "run", "-w", str(workspace)], env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    daemon = processes.start([daemon_cli, "run", "-w", str(workspace)], env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     try:
         with dg.DagsterInstance.from_config(str(home)) as instance:
             launch("hold")
@@ -114,10 +115,5 @@ def test_a_run_killed_holding_the_encode_slot_does_not_block_the_next_run(tmp_pa
             assert instance.get_latest_materialization_event(dg.AssetKey("next_encode")) is not None
             assert instance.event_log_storage.get_concurrency_info("encode").claimed_slots == []
     finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
+        processes.stop(daemon, grace=30)  # the daemon's group: its code server and the run workers it launched
         log.close()

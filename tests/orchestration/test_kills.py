@@ -36,6 +36,7 @@ from tests.orchestration.kill_env import (
     debris,
     evaluate_partition_job,
     kill_tree,
+    last_event,
     manifest_hashes,
     materializations,
     mlflow_runs,
@@ -79,7 +80,7 @@ def mlflow_ids(bed) -> dict[tuple[str, str], list[str]]:
 
 
 def finished(instance: dg.DagsterInstance, run_id: str, bed) -> dg.DagsterRun:
-    wait_for(f"run {run_id} to finish (logs in {bed.world.root.parent})", lambda: instance.get_run_by_id(run_id).is_finished, RUN_TIMEOUT)
+    wait_for(f"run {run_id} to finish (logs in {bed.world.root.parent})", lambda: instance.get_run_by_id(run_id).is_finished, RUN_TIMEOUT, progress=lambda: last_event(instance))
     return instance.get_run_by_id(run_id)
 
 
@@ -168,7 +169,7 @@ def test_a_killed_run_worker_fails_the_run_and_its_retry_recomputes_nothing_that
         assert failed.status == dg.DagsterRunStatus.FAILURE
 
         # The daemon retries a crashed run (run_retries), from failure.
-        (retry,) = wait_for("the daemon's retry of the killed run", lambda: child_runs(instance, run_id), RUN_TIMEOUT)
+        (retry,) = wait_for("the daemon's retry of the killed run", lambda: child_runs(instance, run_id), RUN_TIMEOUT, progress=lambda: last_event(instance))
         retry = finished(instance, retry.run_id, bed)
         assert retry.status == dg.DagsterRunStatus.SUCCESS, failure_messages(instance, retry.run_id)
         assert retry.tags["dagster/retry_number"] == "1"  # an automatic retry (default strategy FROM_FAILURE)
@@ -202,7 +203,12 @@ def test_one_failed_partition_of_a_backfill_reruns_alone_and_the_others_keep_the
                 runs = [r for r in instance.get_runs() if r.run_id not in known]
                 return len(runs) == len(keys) and all(r.is_finished for r in runs) and runs
 
-            runs = {r.tags["dagster/partition"]: r for r in wait_for("the backfill's runs to finish", backfill_runs, RUN_TIMEOUT)}
+            def where() -> str:  # a slow machine or a stuck run: which runs and steps got how far
+                runs = [r for r in instance.get_runs() if r.run_id not in known]
+                return "; ".join(f"{r.tags.get('dagster/partition')}: {r.status.value}, steps {steps_started(instance, r.run_id)}" for r in runs) or "no run yet"
+
+            found = wait_for(f"the backfill's runs to finish (logs in {bed.world.root.parent})", backfill_runs, RUN_TIMEOUT, state=where, progress=lambda: last_event(instance))
+            runs = {r.tags["dagster/partition"]: r for r in found}
         finally:
             shutil.move(tmp_path / "corpus.parquet", corpus)
         assert all("dagster/backfill" in r.tags for r in runs.values())

@@ -32,7 +32,7 @@ def world(tmp_path_factory) -> VersionWorld:
 
 
 def _report(proc) -> dict:
-    path = re.search(r"^report: (.+)$", proc.stdout + proc.stderr, re.MULTILINE).group(1)
+    path = re.search(r"(?:^|; )report: (.+)$", proc.stdout + proc.stderr, re.MULTILINE).group(1)
     return json.loads(Path(path).read_text())
 
 

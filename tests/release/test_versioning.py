@@ -26,6 +26,7 @@ import pytest
 from medbench_release.gc import leftover_temp_files, missing_on_remote, rehash_objects
 from medbench_release.release import verify_tree
 from runtime import settings
+from tests import processes
 from tests.release.version_world import GIT_ENV, git, ok
 
 pytestmark = [pytest.mark.dvc, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -293,9 +294,9 @@ def test_a_pull_killed_midway_leaves_no_half_file_and_a_rerun_completes(bench):
     total = len(set(listing.values())) + 1
     cache = clone / ".dvc" / "cache" / "files" / "md5"
     # One transfer at a time, so that the kill lands between objects or inside one.
-    proc = subprocess.Popen(
+    proc = processes.start(
         [sys.executable, "-m", "dvc", "pull", "-j", "1"], cwd=clone, env=bench.env(clone),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     seen = 0
     deadline = time.monotonic() + 120

@@ -28,6 +28,7 @@ from mlflow.tracking import MlflowClient
 
 from runtime.partitions import MODEL_PARTITIONS_NAME, partition_key
 from runtime.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource, dagster_run_alive
+from tests import processes
 from tests.assets.project import corpus_embeddings, corpus_index, curated_task, retrieval_run, task_checks, task_metrics
 
 pytestmark = pytest.mark.slow
@@ -65,7 +66,7 @@ def start_together(code: str, argvs: list[list[str]], work: Path, timeout: float
     procs = []
     for n, argv in enumerate(argvs):
         err = open(work / f"stderr.{n}", "w")
-        procs.append(subprocess.Popen([sys.executable, "-c", code, *argv], env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True))
+        procs.append(processes.start([sys.executable, "-c", code, *argv], env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True))
         err.close()
     try:
         end = time.monotonic() + timeout
@@ -91,9 +92,10 @@ def finish(procs: list[subprocess.Popen], work: Path, timeout: float = 300) -> t
         try:
             codes.append(proc.wait(timeout=max(1.0, end - time.monotonic())))
         except subprocess.TimeoutExpired:
+            running = {p.args[-2]: sorted(processes.ignored_signals(p.pid)) for p in procs if p.poll() is None}
             for p in procs:
                 p.kill()
-            raise
+            raise AssertionError(f"still running after {timeout} s (mode: signals it ignores): {running}") from None
     return codes, "".join((work / f"stderr.{n}").read_text() for n in range(len(procs)))
 
 
@@ -381,10 +383,10 @@ def free_port() -> int:
 def test_a_partition_logs_to_an_mlflow_server_over_http(tmp_path):
     port = free_port()
     served = tmp_path / "served_artifacts"
-    server = subprocess.Popen(
+    server = processes.start(
         [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
          "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination", str(served)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     uri = f"http://127.0.0.1:{port}"
     try:
@@ -413,9 +415,4 @@ def test_a_partition_logs_to_an_mlflow_server_over_http(tmp_path):
         assert sorted(p.name for p in served.rglob("*") if p.is_file()) >= ["metrics.json", "per_query.parquet", "run.trec"]
         assert not (tmp_path / "client_artifacts").exists()
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # the mlflow CLI process can linger after its workers stop
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        processes.stop(server, grace=5)  # the mlflow CLI process can linger after its workers stop

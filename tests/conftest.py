@@ -1,0 +1,53 @@
+"""Suite-wide: processes start with SIGINT and SIGTERM at their defaults, and no test leaves a process behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import processes
+
+_LEFT_BEHIND: list[str] = []
+
+
+def pytest_configure(config):
+    # Run as a background job (a CI runner, `scripts/test &`), pytest starts with SIGINT ignored;
+    # the first in-process Dagster run then copies that onto SIGTERM, and every process the suite
+    # starts afterwards ignores SIGTERM (issue 20). The `medbench` command does the same for itself.
+    from medbench_cli.common import restore_stop_signals
+
+    restore_stop_signals()
+    processes.begin_session()
+
+
+@pytest.fixture(autouse=True)
+def _stop_what_the_test_started(request):
+    """Stops, at teardown, every process started during the test (it failed, or its cleanup missed one)."""
+    test_id = request.node.nodeid
+    processes.begin_test(test_id)
+    yield
+    processes.end_test()
+    left = processes.settle(lambda: processes.started_by(test_id), grace=5)
+    if left:
+        _LEFT_BEHIND.extend(f"{processes.describe(p)}: still running after the test; stopped at its teardown" for p in left)
+        processes.kill(left)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fails the run naming every process a test left running, and any the suite started that still runs."""
+
+    def running():
+        return list({p.pid: p for p in [*processes.started_by(), *processes.descendants()]}.values())
+
+    still = processes.settle(running, grace=10)
+    lines = _LEFT_BEHIND + [f"{processes.describe(p)}: still running at the end of the session" for p in still]
+    if not lines:
+        return
+    processes.kill(still)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_sep("=", "processes left behind", red=True)
+        for line in lines:
+            reporter.write_line(line)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

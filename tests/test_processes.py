@@ -1,0 +1,74 @@
+"""The suite's process bookkeeping (tests/processes.py, tests/conftest.py): a process is found by the
+variables it inherits wherever it moved, a test's leftovers are stopped at its teardown, and a run
+that left any process behind fails naming it."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import processes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wait_for(what, predicate, timeout: float = 30):
+    end = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+def commands(procs) -> list[list[str]]:
+    return sorted(p.cmdline() for p in procs)
+
+
+def test_a_process_that_left_its_group_is_still_found_by_what_it_inherited():
+    me = processes.current_test()
+    proc = processes.start(["bash", "-c", "setsid sleep 300 & sleep 299 & wait"])
+    wait_for("bash and both sleeps", lambda: len(processes.started_by(me)) == 3)
+    assert sorted(map(len, commands(processes.group_members(proc.pid)))) == [2, 3]  # bash -c ... and sleep 299
+    processes.stop(proc, grace=5)
+    left = processes.started_by(me)
+    assert commands(left) == [["sleep", "300"]]  # in a session of its own: the group's SIGTERM missed it
+    processes.kill(left)
+    assert processes.started_by(me) == []
+
+
+LEAKY = textwrap.dedent(
+    """
+    import multiprocessing, subprocess, time
+    from tests import processes
+
+    def test_leaves_two_processes():
+        processes.start(["sleep", "3001"])  # recorded, never stopped
+        subprocess.Popen(["sleep", "3002"])  # not recorded: found by the variables it inherited
+
+    def test_leaves_a_fork():
+        multiprocessing.get_context("fork").Process(target=time.sleep, args=(3003,)).start()  # no exec: no variables
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_run_that_leaves_processes_behind_fails_naming_them(tmp_path):
+    (tmp_path / "test_leaky.py").write_text(LEAKY)
+    env = {k: v for k, v in os.environ.items() if k not in (processes.SESSION_VAR, processes.TEST_VAR)} | {"PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "tests.conftest", "-q", str(tmp_path / "test_leaky.py")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 1, out.stdout[-3000:]
+    assert "2 passed" in out.stdout
+    report = out.stdout[out.stdout.index("processes left behind") :]
+    lines = sorted(line for line in report.splitlines()[1:] if line.startswith("pid "))
+    assert len(lines) == 3, report
+    assert any("(sleep 3001), started by" in line and "test_leaves_two_processes: still running after the test; stopped at its teardown" in line for line in lines), report
+    assert any("(sleep 3002), started by" in line and "test_leaves_two_processes: still running after the test; stopped at its teardown" in line for line in lines), report
+    assert any("-p tests.conftest" in line and "still running at the end of the session" in line for line in lines), report  # the fork
+    assert subprocess.run(["pgrep", "-f", "^sleep 300[12]$"], capture_output=True).stdout == b""
