@@ -111,14 +111,27 @@ def clip_revision(spec: ModelSpec) -> str:
         if not p.is_file():
             raise DataError(f"model {spec.name}: checkpoint {p} not found")
         return "sha256:" + sha256_file(p)[:16]
-    if kind == "hub" and spec.revision:
-        from medbench_core.hub import resolve_revision
+    if kind == "hub":
+        revision = spec.revision or s["checkpoint"]
+        if spec.revision:
+            from medbench_core.hub import resolve_revision
 
-        try:  # a branch pinned in the registry: the commit the local hub cache records for it
-            return resolve_revision(s["checkpoint"][len("hf-hub:") :], spec.revision, repo_type="model", online=False)
-        except DataError:
-            return spec.revision
+            try:  # a branch pinned in the registry: the commit the local hub cache records for it
+                revision = resolve_revision(s["checkpoint"][len("hf-hub:") :], spec.revision, repo_type="model", online=False)
+            except DataError:
+                revision = spec.revision
+        return revision + _text_revision_suffix(spec)
     return spec.revision or s["checkpoint"]
+
+
+def _text_revision_suffix(spec: ModelSpec) -> str:
+    """``+<repo>@<sha>`` for each HF text repository the cached snapshot's config names ('' when none, or not cached yet)."""
+    try:
+        folder = hub_checkpoint_folder(spec)
+        repos = hub_text_repos(spec, folder)
+    except DataError:
+        return ""  # loading will say what is missing
+    return "".join(f"+{repo}@{sha}" for repo, (_, sha) in sorted(repos.items()))
 
 
 def _load_state_dict(path: Path, kind: str, model_name: str) -> dict[str, Any]:
@@ -182,15 +195,15 @@ class ClipEncoder:
                 self.width = int(self.model.encode_text(self.tokenizer(["x"]).to(self.device)).shape[1])
         return self.width
 
-    def encode_texts(self, texts: list[str]) -> np.ndarray:
-        """L2-normalised text embeddings (n, width), float32."""
+    def encode_texts(self, texts: list[str], normalize: bool = True) -> np.ndarray:
+        """Text embeddings (n, width), float32: L2-normalised, or as the text tower returns them (UniIR's score fusion sums raw ones)."""
         torch = self._torch
         out = []
         bs = max(1, int(self.spec.batch_size))
         with torch.inference_mode():
             for i in progress_bar(range(0, len(texts), bs), desc=f"{self.spec.name} texts", unit="batch", progress=self.progress and len(texts) > 0):
                 tok = self.tokenizer(texts[i : i + bs]).to(self.device)
-                out.append(self.model.encode_text(tok, normalize=True).float().cpu().numpy())
+                out.append(self.model.encode_text(tok, normalize=normalize).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self._embed_dim()), dtype=np.float32)
 
     def _pixels(self, path: Path, rid: str) -> Any:
@@ -207,8 +220,8 @@ class ClipEncoder:
         except Exception as exc:  # a transform failing on one image must name that image
             raise DataError(f"record {rid}: model {self.spec.name} cannot take image {path} ({exc})") from exc
 
-    def encode_images(self, paths: list[Path], ids: list[str]) -> np.ndarray:
-        """L2-normalised image embeddings (n, width), float32; errors name the record id and file."""
+    def encode_images(self, paths: list[Path], ids: list[str], normalize: bool = True) -> np.ndarray:
+        """Image embeddings (n, width), float32, L2-normalised unless ``normalize`` is false; errors name the record id and file."""
         torch = self._torch
         out = []
         bs = max(1, int(self.spec.batch_size))
@@ -216,7 +229,7 @@ class ClipEncoder:
             for i in progress_bar(range(0, len(paths), bs), desc=f"{self.spec.name} images", unit="batch", progress=self.progress and len(paths) > 0):
                 batch = torch.stack([self._pixels(p, r) for p, r in zip(paths[i : i + bs], ids[i : i + bs])])
                 batch = batch.to(device=self.device, dtype=next(self.model.parameters()).dtype)
-                out.append(self.model.encode_image(batch, normalize=True).float().cpu().numpy())
+                out.append(self.model.encode_image(batch, normalize=normalize).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self._embed_dim()), dtype=np.float32)
 
     def encode_records(
@@ -298,6 +311,84 @@ def _quiet_random_init_warning() -> Iterator[None]:
         root.removeFilter(f)
 
 
+HF_TEXT_KEYS = ("hf_model_name", "hf_tokenizer_name")
+WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.pth")  # what open_clip's local-dir loading looks for (factory._find_checkpoint_in_dir)
+
+
+def _open_clip_config(folder: Path) -> dict[str, Any]:
+    import json
+
+    path = folder / "open_clip_config.json"
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable open_clip config ({exc})") from exc
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model_cfg"), dict):
+        raise DataError(f"{path}: no 'model_cfg' mapping; open_clip reads the architecture from it")
+    return cfg
+
+
+def hub_text_repos(spec: ModelSpec, folder: Path, *, online: bool = False, cache_dir: str | Path | None = None) -> dict[str, tuple[Path, str]]:
+    """``{repo id: (snapshot folder, sha)}`` of the Hugging Face repositories an ``hf-hub:`` config's text tower names.
+
+    BiomedCLIP-style configs build the text tower from ``text_cfg.hf_model_name`` (its config.json;
+    the weights come from the open_clip checkpoint) and tokenize with ``hf_tokenizer_name`` (open_clip's
+    ``get_tokenizer('hf-hub:...')`` loads that repository's tokenizer, not the open_clip repository's
+    files; open_clip v3.3 factory.py l.715-726, hf_model.py l.120-122). Both are read from the
+    local hub cache at ``text_revision`` (default ``main``, resolved through the cache's refs), so
+    they are pinned and enter the model's revision.
+    """
+    from medbench_core.hub import is_repo_id, snapshot
+
+    text = _open_clip_config(folder)["model_cfg"].get("text_cfg") or {}
+    out: dict[str, tuple[Path, str]] = {}
+    for key in HF_TEXT_KEYS:
+        repo = text.get(key) or ""
+        if not repo or repo in out or not is_repo_id(repo):
+            continue
+        try:
+            out[repo] = snapshot(repo, spec.settings.text_revision or "main", repo_type="model", online=online, cache_dir=cache_dir)
+        except DataError as exc:
+            raise DataError(
+                f"model {spec.name}: {folder / 'open_clip_config.json'} builds its text tower from {key} {repo!r}, which is not in the local "
+                f"hub cache at {spec.settings.text_revision or 'main'!r} ({exc}); fetch it once (hf download {repo}) or run online"
+            ) from exc
+    return out
+
+
+def _hub_text_tower(spec: ModelSpec, folder: Path, *, online: bool, cache_dir: str | Path | None) -> tuple[dict[str, Any] | None, Path | None]:
+    """The text config with its HF model pointing at the pinned local snapshot (None: no HF text tower), and the tokenizer's folder."""
+    if not any(any(folder.glob(g)) for g in WEIGHT_GLOBS):
+        raise DataError(f"model {spec.name}: {folder} holds no weights ({', '.join(WEIGHT_GLOBS)}); open_clip would build the model with random weights")
+    repos = hub_text_repos(spec, folder, online=online, cache_dir=cache_dir)
+    text = dict(_open_clip_config(folder)["model_cfg"].get("text_cfg") or {})
+    cfg = None
+    if text.get("hf_model_name") in repos:
+        # The checkpoint holds the text tower's weights: build it from the pinned config, download nothing.
+        cfg = {**text, "hf_model_name": str(repos[text["hf_model_name"]][0]), "hf_model_pretrained": False}
+    tok = repos.get(text.get("hf_tokenizer_name") or "")
+    return cfg, tok[0] if tok else None
+
+
+def resolve_architecture(model: str, arch: str) -> str:
+    """The open_clip model name of ``arch``: an open_clip name, a bundled config's name, or a ``.json`` config file (registered here)."""
+    import open_clip
+
+    _register_configs(open_clip)
+    if arch.endswith(".json"):
+        cfg = Path(arch)
+        if not cfg.is_file():
+            raise DataError(f"model {model}: architecture config {cfg} not found")
+        open_clip.add_model_config(cfg)
+        arch = cfg.stem
+    if arch not in open_clip.list_models():
+        raise DataError(
+            f"model {model}: architecture {arch!r} unknown; use an open_clip model name (open_clip.list_models()) "
+            f"or a bundled config: {bundled_architectures()}"
+        )
+    return arch
+
+
 def hub_checkpoint_folder(spec: ModelSpec, *, online: bool = False, cache_dir: str | Path | None = None) -> Path:
     """The snapshot folder of an ``hf-hub:<org>/<name>`` checkpoint at the spec's pinned revision.
 
@@ -311,7 +402,13 @@ def hub_checkpoint_folder(spec: ModelSpec, *, online: bool = False, cache_dir: s
     except DataError as exc:
         raise DataError(f"model {spec.name}: cannot load hf-hub:{repo} ({exc})") from exc
     if not (folder / "open_clip_config.json").is_file():
-        raise DataError(f"model {spec.name}: {folder} has no open_clip_config.json; it is not an open_clip hub model")
+        hint = ""
+        if (folder / "config.json").is_file():  # PubMedCLIP and other CLIPs published for transformers
+            hint = (
+                "; its config.json makes it a transformers model (a transformers CLIPModel such as PubMedCLIP): "
+                "run it with kind remote-code-embedder, calling get_text_features / get_image_features through its processor"
+            )
+        raise DataError(f"model {spec.name}: {folder} has no open_clip_config.json; it is not an open_clip hub model{hint}")
     return folder
 
 
@@ -330,27 +427,27 @@ def load_clip_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | Non
     s = clip_settings(spec)
     kind = checkpoint_kind(s["checkpoint"])
     dtype = torch_dtype(spec)
-    local_dir = f"local-dir:{hub_checkpoint_folder(spec, online=online, cache_dir=cache_dir)}" if kind == "hub" else ""
-    _register_configs(open_clip)
-    arch = s["architecture"]
-    if arch.endswith(".json"):
-        cfg = Path(arch)
-        if not cfg.is_file():
-            raise DataError(f"model {spec.name}: architecture config {cfg} not found")
-        open_clip.add_model_config(cfg)
-        arch = cfg.stem
-    if kind != "hub" and arch not in open_clip.list_models():
-        raise DataError(
-            f"model {spec.name}: architecture {arch!r} unknown; use an open_clip model name (open_clip.list_models()) "
-            f"or a bundled config: {bundled_architectures()}"
-        )
+    folder = hub_checkpoint_folder(spec, online=online, cache_dir=cache_dir) if kind == "hub" else None
+    local_dir = f"local-dir:{folder}" if folder else ""
+    arch = resolve_architecture(spec.name, s["architecture"]) if kind != "hub" else s["architecture"]
     try:
         # A private RNG stream: random weights depend on the seed only, not on what ran before.
         with torch.random.fork_rng(devices=[]), _quiet_random_init_warning():
             torch.manual_seed(s["seed"])
-            if kind == "hub":
-                model, _, preprocess = open_clip.create_model_and_transforms(local_dir, device="cpu", weights_only=True)
-                tokenizer = open_clip.get_tokenizer(local_dir)
+            if folder is not None:
+                text_cfg, tokenizer_folder = _hub_text_tower(spec, folder, online=online, cache_dir=cache_dir)
+                extra = {"text_cfg": text_cfg} if text_cfg else {}
+                model, _, preprocess = open_clip.create_model_and_transforms(local_dir, device="cpu", weights_only=True, **extra)
+                if tokenizer_folder is not None:
+                    from open_clip.tokenizer import HFTokenizer
+
+                    cfg = _open_clip_config(folder)["model_cfg"].get("text_cfg", {})
+                    tokenizer = HFTokenizer(
+                        str(tokenizer_folder), context_length=cfg.get("context_length", 77), tokenizer_mode=cfg.get("tokenizer_mode"),
+                        **cfg.get("tokenizer_kwargs", {}),
+                    )  # fmt: skip
+                else:
+                    tokenizer = open_clip.get_tokenizer(local_dir)
             else:
                 pretrained = s["checkpoint"] if kind == "tag" else None
                 model, _, preprocess = open_clip.create_model_and_transforms(

@@ -70,3 +70,19 @@ def test_every_r2med_section_command_is_real():
             help_ = subprocess.run([exe, words[1], "--help"], capture_output=True, text=True, timeout=60)
             assert help_.returncode == 0, line
             assert all(w.split("=")[0] in help_.stdout for w in words[2:] if w.startswith("--")), line
+
+
+def test_every_m3retrieve_doc_command_is_real():
+    """docs/m3retrieve.md's shell lines: medbench commands parse, hf commands take their options."""
+    lines = shell_lines(DOCS[next(p for p in DOCS if p.name == "m3retrieve.md")])
+    assert any(line.startswith("medbench run --tasks m3retrieve_cardiology") for line in lines)
+    for line in lines:
+        words = shlex.split(line)
+        if words[0] == "medbench":
+            parser().parse_args(words[1:])
+        else:
+            exe = shutil.which(words[0])
+            assert exe, f"{words[0]} is not installed: {line!r}"
+            help_ = subprocess.run([exe, words[1], "--help"], capture_output=True, text=True, timeout=60)
+            assert help_.returncode == 0, line
+            assert all(w.split("=")[0] in help_.stdout for w in words[2:] if w.startswith("--")), line

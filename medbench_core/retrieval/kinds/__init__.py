@@ -25,6 +25,8 @@ KINDS: dict[str, str] = {
     "cross-encoder": "cross_encoder:KIND",
     "fusion": "fusion:KIND",
     "expanded": "expanded:KIND",
+    "uniir-clip-sf": "uniir_clip_sf:KIND",
+    "remote-code-embedder": "remote_code:KIND",
 }
 
 

@@ -20,7 +20,9 @@ from medbench_core.retrieval.weights import DTYPES
 @dataclass(frozen=True)
 class ClipSettings(KindSettings):
     """``architecture``, ``checkpoint`` (or the entry's ``path``), ``seed`` (random weights), ``fusion``
-    (score | embedding) and ``fusion_weight`` (the image side's weight), ``max_aspect_ratio``, prefixes, ``dtype``."""
+    (score | embedding) and ``fusion_weight`` (the image side's weight), ``max_aspect_ratio``, prefixes, ``dtype``;
+    ``text_revision``: the revision of the Hugging Face text tower / tokenizer repositories an ``hf-hub:``
+    config names (BiomedCLIP's ``hf_model_name``), default ``main`` resolved through the hub cache."""
 
     architecture: str = ""
     checkpoint: str = ""
@@ -32,6 +34,7 @@ class ClipSettings(KindSettings):
     passage_prefix: str = ""
     language_prefixes: dict = field(default_factory=dict)
     dtype: str | None = None
+    text_revision: str = ""
 
     CHOICES = {"fusion": ("score", "embedding"), "dtype": (None, *DTYPES)}
     HINTS = {
@@ -59,9 +62,11 @@ class OpenClipKind(EncoderKind):
         if not s["architecture"] and not s["checkpoint"].startswith("hf-hub:"):
             raise DataError(f"{where}: settings need 'architecture' (an open_clip model name or one of {bundled_architectures()})")
         try:
-            checkpoint_kind(s["checkpoint"])
+            kind = checkpoint_kind(s["checkpoint"])
         except DataError as exc:
             raise DataError(f"{where}: {exc}") from exc
+        if spec.settings.text_revision and kind != "hub":
+            raise DataError(f"{where}: text_revision pins the text tower repositories of an hf-hub: checkpoint; this model has none")
         return None
 
     def hub_id(self, spec: ModelSpec) -> str:

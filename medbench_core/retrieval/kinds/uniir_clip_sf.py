@@ -1,0 +1,350 @@
+"""Kind ``uniir-clip-sf``: UniIR's CLIP score fusion (CLIP-SF), as UniIR and M3Retrieve compute it.
+
+A record is embedded as CLIP's *raw* image embedding plus its *raw* text embedding, or the one it
+has; queries and candidates are L2-normalised before the inner product, so a score is
+``cos(img_q + txt_q, img_d + txt_d)``. Read in github.com/TIGER-AI-Lab/UniIR at 98dc570:
+``src/models/uniir_clip/clip_scorefusion/clip_sf.py`` (``encode_multimodal_input``: ``encode_text * txt_mask
++ encode_image * img_mask``, no normalisation), ``src/data/mbeir_dataset.py`` l.427-434 (mask 0 for
+text ``None``/``""`` and for no image), ``src/common/mbeir_retriever.py`` l.76 and l.194
+(``faiss.normalize_L2`` of candidates and of queries). M3Retrieve's script does the same per record
+(github.com/AkashGhosh/M3Retrieve at 94c83da, ``Code/get_uniIR_results (1).py`` ``_do_encode``:
+``image_embeddings + text_embeddings`` then ``F.normalize``). medbench normalises when it encodes:
+the same vectors, stored as float32 (UniIR stores float16 before normalising).
+
+The model is OpenAI's ViT-L/14 with QuickGELU (UniIR loads it with ``clip.load("ViT-L/14")``), built
+through open_clip as ``ViT-L-14-quickgelu`` (same module names as OpenAI's CLIP, so the state dict
+loads strictly), or any open_clip architecture (tests use ``medbench-tiny-clip``). Weights: the
+entry's ``path``, a local checkpoint file or a hub id with ``file:`` (read from the hub cache at the
+pinned revision, e.g. ``TIGER-Lab/UniIR`` + ``checkpoint/CLIP_SF/clip_sf_large.pth``). UniIR's layout
+is accepted: ``{"model": state_dict, "optimizer": ..., "config": <OmegaConf>, ...}`` with keys
+prefixed ``clip_model.`` (``train.py`` ``save_checkpoint``; ``src/common/utils.py`` loads
+``torch.load(path)["model"]``). See :func:`load_checkpoint_state` for how such a pickle is read
+without running code.
+"""
+
+from __future__ import annotations
+
+import pickletools
+import re
+import zipfile
+from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from medbench_core.errors import DataError
+from medbench_core.retrieval.clip import ClipEncoder
+from medbench_core.retrieval.kinds.encoder import EncoderKind
+from medbench_core.retrieval.kinds.settings import KindSettings
+from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.retrieval.weights import DTYPES
+from medbench_core.taskdata.task import Task
+
+UNIIR_TEMPLATE = "{instruction} {query}"  # mbeir_dataset.py l.220: f"{query_prompt} {query_txt}"
+CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin")
+PREFIXES = ("module.", "clip_model.")  # DDP, then CLIPScoreFusion's one submodule
+OPENAI_EXTRA_KEYS = ("input_resolution", "context_length", "vocab_size")  # in OpenAI's JIT state dicts only
+
+
+@dataclass(frozen=True)
+class UniIRSettings(KindSettings):
+    """``architecture`` (open_clip name or bundled config), ``file`` (the checkpoint inside a hub repository),
+    ``text_format`` (raw | uniir), ``instructions`` / ``query_template`` (queries only), ``max_aspect_ratio``, ``dtype``."""
+
+    architecture: str = "ViT-L-14-quickgelu"
+    file: str = ""
+    text_format: str = "raw"
+    instructions: dict | None = None
+    query_template: str | None = None
+    max_aspect_ratio: float = 50.0
+    dtype: str | None = None
+
+    CHOICES = {"text_format": ("raw", "uniir"), "dtype": (None, *DTYPES)}
+    QUERY_ONLY = ("instructions", "query_template")
+    HINTS = {
+        "fusion": "UniIR's score fusion is the raw sum, normalised; kind open_clip has fusion: score | embedding",
+        "fusion_weight": "UniIR's score fusion weighs image and text embeddings as they are",
+        "checkpoint": "give the checkpoint as the entry's path (a file, or a hub id with settings.file)",
+        "seed": "uniir-clip-sf loads a checkpoint; random weights are kind open_clip's",
+    }
+
+    def check(self, where: str) -> None:
+        if self.max_aspect_ratio < 1:
+            raise DataError(f"{where}: max_aspect_ratio must be at least 1, not {self.max_aspect_ratio}")
+        if self.instructions is not None and not all(isinstance(v, str) for v in self.instructions.values()):
+            raise DataError(f"{where}: instructions must map a task name, task type or 'default' to an instruction text")
+        template = self.query_template or UNIIR_TEMPLATE
+        if "{query}" not in template or "{instruction}" not in template:
+            raise DataError(f"{where}: query_template {template!r} needs both {{instruction}} and {{query}}")
+
+
+def format_string(s: str | None) -> str:
+    """UniIR's text normalisation (``src/data/preprocessing/utils.py`` l.110-116), applied with ``text_format: uniir``."""
+    s = (s or "").replace("\r", "").strip().strip('"')
+    if s:
+        s = s[0].upper() + s[1:]
+        s = s + "." if s[-1] not in (".", "?", "!") else s
+    return s
+
+
+# --- reading a checkpoint without running its pickle ------------------------------------------
+
+
+class _Inert:
+    """Stands in for a class named in a checkpoint's pickle (UniIR's OmegaConf config): records what it was given, runs nothing."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Inert:
+        return object.__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args = args
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+    def __repr__(self) -> str:
+        return f"<stand-in for {type(self).__qualname__}>"
+
+
+def _plain_dict(*args: Any) -> dict:
+    """``collections.defaultdict(factory)`` read as an empty dict (the factory, a stand-in, is not kept)."""
+    return {}
+
+
+def _standin_for(full_name: str) -> Any:
+    """What a global of a UniIR checkpoint's pickle becomes, or None for one that is not a config class."""
+    module = full_name.rsplit(".", 1)[0]
+    if module == "omegaconf" or module.startswith("omegaconf.") or module == "typing":
+        return type(full_name, (_Inert,), {})
+    if full_name == "collections.defaultdict":
+        return _plain_dict
+    if full_name in {f"builtins.{t}" for t in ("dict", "list", "int", "float", "str", "bool", "tuple", "bytes")}:
+        return type(full_name, (_Inert,), {})  # type tags inside OmegaConf's metadata
+    return None
+
+
+def pickle_globals(path: Path) -> list[str]:
+    """The globals (``module.name``) a ``torch.save`` zip file's pickle names, read with pickletools (nothing is unpickled)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            members = [n for n in zf.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
+            if not members:
+                return []
+            data = zf.read(members[0])
+    except zipfile.BadZipFile:
+        return []  # a legacy (pre-1.6) torch file: torch.load(weights_only=True) decides alone
+    found = []
+    for op, arg, _ in pickletools.genops(data):
+        if op.name == "GLOBAL" and isinstance(arg, str):
+            module, name = arg.split(" ", 1)
+            if (module, name) in NAME_MAPPING:  # as torch's weights-only unpickler maps protocol-2 names
+                module, name = NAME_MAPPING[(module, name)]
+            elif module in IMPORT_MAPPING:
+                module = IMPORT_MAPPING[module]
+            found.append(f"{module}.{name}")
+    return sorted(set(found))
+
+
+def load_checkpoint_state(path: str | Path, model_name: str) -> dict[str, Any]:
+    """The CLIP state dict in ``path``: a ``.safetensors`` file, or a torch file read with ``torch.load(weights_only=True)``.
+
+    UniIR's ``clip_sf_large.pth`` also pickles its OmegaConf training config, which
+    ``weights_only`` refuses. Its pickle is read with pickletools first (nothing runs); the
+    OmegaConf classes (and the ``typing``/``defaultdict``/builtin type tags inside them) are then
+    given to torch's weights-only unpickler as inert stand-ins (``torch.serialization.safe_globals``
+    with ``(stand-in, "module.Name")`` pairs): they record their arguments and execute nothing, and
+    every other global still goes through torch's allowlist, so a pickle that would call code is
+    refused. The file is memory-mapped: the optimizer state it carries is never read into memory.
+    Keys lose ``module.`` and ``clip_model.`` (UniIR's layout); a ``model`` or ``state_dict`` entry
+    is unwrapped.
+    """
+    import pickle
+
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"model {model_name}: checkpoint {path} not found")
+    suffix = path.suffix.lower()
+    if suffix not in CHECKPOINT_SUFFIXES:
+        raise DataError(f"model {model_name}: checkpoint {path}: use a .safetensors file or a torch file ({'/'.join(CHECKPOINT_SUFFIXES[1:])})")
+    if suffix == ".safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            obj: Any = load_file(str(path), device="cpu")
+        except (SafetensorError, OSError) as exc:
+            raise DataError(f"model {model_name}: {path} is not a readable safetensors file ({exc})") from exc
+    else:
+        standins = {name: s for name in pickle_globals(path) if (s := _standin_for(name)) is not None}
+        mmap = zipfile.is_zipfile(path)
+        try:
+            with torch.serialization.safe_globals([(s, name) for name, s in standins.items()]):
+                obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=mmap)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, TypeError, ValueError) as exc:
+            text = str(exc)
+            named = re.search(r"GLOBAL ([\w.]+)", text)
+            why = f"its pickle names {named.group(1)}, which is neither a tensor nor a UniIR config class" if named else text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+            raise DataError(
+                f"model {model_name}: refused {path}: it does not load with torch.load(weights_only=True) ({why}). "
+                "It may hold code; convert trusted weights to .safetensors (docs/models_and_kinds.md, uniir-clip-sf)"
+            ) from exc
+    if isinstance(obj, dict) and isinstance(obj.get("model"), dict):
+        obj = obj["model"]
+    elif isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+        obj = obj["state_dict"]
+    if not isinstance(obj, dict) or not obj or not all(hasattr(v, "shape") for v in obj.values()):
+        raise DataError(f"model {model_name}: {path} holds no state dict of tensors (looked at the file, its 'model' and its 'state_dict' entry)")
+    state = {}
+    for key, value in obj.items():
+        for prefix in PREFIXES:
+            key = key.removeprefix(prefix)
+        if key not in OPENAI_EXTRA_KEYS:
+            state[key] = value
+    return state
+
+
+# --- the encoder --------------------------------------------------------------------------------
+
+
+class UniIRClipEncoder(ClipEncoder):
+    """open_clip CLIP whose record vector is normalise(raw image embedding + raw text embedding)."""
+
+    @property
+    def dim(self) -> int:
+        return self._embed_dim()
+
+    def encode_records(self, texts, images, languages, role, ids=None) -> np.ndarray:
+        n = len(texts)
+        if len(images) != n or len(languages) != n:
+            raise DataError(f"model {self.spec.name}: {n} texts, {len(images)} images and {len(languages)} languages for {role} records")
+        names = [str(x) for x in ids] if ids is not None else [f"{role} record at position {i}" for i in range(n)]
+        if self.spec.settings.text_format == "uniir":
+            texts = [format_string(t) if isinstance(t, str) else t for t in texts]
+        has_t = [isinstance(t, str) and bool(t.strip()) for t in texts]
+        has_i = [im is not None and str(im) != "" for im in images]
+        empty = [names[i] for i in range(n) if not has_t[i] and not has_i[i]]
+        if empty:
+            raise DataError(f"model {self.spec.name}: {len(empty)} {role} record(s) have neither text nor image, e.g. {empty[:5]}")
+        t_idx = [i for i in range(n) if has_t[i]]
+        i_idx = [i for i in range(n) if has_i[i]]
+        out = np.zeros((n, self._embed_dim()), dtype=np.float32)
+        # UniIR masks the side a record lacks: its embedding enters the sum as zero.
+        out[t_idx] += self.encode_texts([texts[i] for i in t_idx], normalize=False)
+        out[i_idx] += self.encode_images([Path(images[i]) for i in i_idx], [names[i] for i in i_idx], normalize=False)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        bad = [names[i] for i in np.flatnonzero(norms[:, 0] < 1e-12)]
+        if bad:
+            raise DataError(f"model {self.spec.name}: the summed embedding of {bad[:5]} is zero; it cannot be normalised")
+        return np.ascontiguousarray(out / norms, dtype=np.float32)
+
+
+def checkpoint_file(spec: ModelSpec, *, online: bool = False, cache_dir: str | Path | None = None) -> Path:
+    """The checkpoint file of ``spec``: its ``path``, or ``settings.file`` inside the hub snapshot of ``path`` at the pinned revision."""
+    from medbench_core.hub import is_repo_id, snapshot
+
+    if spec.settings.file:
+        if not is_repo_id(spec.path):
+            raise DataError(f"model {spec.name}: settings.file names a file inside a hub repository; path {spec.path!r} is not a hub id org/name")
+        try:
+            folder, _ = snapshot(spec.path, spec.revision or "main", repo_type="model", online=online, cache_dir=cache_dir)
+        except DataError as exc:
+            raise DataError(f"model {spec.name}: cannot load {spec.path!r} ({exc})") from exc
+        path = folder / spec.settings.file
+        if not path.is_file():
+            raise DataError(f"model {spec.name}: {spec.settings.file!r} is not in {spec.path}@{folder.name} ({folder})")
+        return path
+    path = Path(spec.path).expanduser()
+    if not path.is_file():
+        hint = "; for a hub repository give settings.file (e.g. checkpoint/CLIP_SF/clip_sf_large.pth)" if is_repo_id(spec.path) else ""
+        raise DataError(f"model {spec.name}: checkpoint {spec.path} not found{hint}")
+    return path
+
+
+def load_uniir_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None) -> Any:
+    """The CLIP-SF encoder of ``spec``: the architecture built by open_clip, the checkpoint loaded strictly, in eval mode on ``device``."""
+    import open_clip
+
+    from medbench_core.retrieval.clip import _quiet_random_init_warning, resolve_architecture
+    from medbench_core.retrieval.weights import torch_dtype
+
+    s = spec.settings
+    path = checkpoint_file(spec, online=online, cache_dir=cache_dir)
+    arch = resolve_architecture(spec.name, s.architecture)
+    with _quiet_random_init_warning():
+        model, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=None, device="cpu", weights_only=True)
+    tokenizer = open_clip.get_tokenizer(arch)
+    state = load_checkpoint_state(path, spec.name)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        lines = str(exc).splitlines()
+        raise DataError(f"model {spec.name}: {path} does not fit architecture {arch!r}: {' '.join(lines[:3])[:500]}") from exc
+    model = model.to(device).eval()
+    dtype = torch_dtype(spec)
+    if dtype is not None:
+        model = model.to(dtype)
+    return UniIRClipEncoder(spec, model, preprocess, tokenizer, {"fusion": "sum", "max_aspect_ratio": s.max_aspect_ratio}, device, progress=progress)
+
+
+class UniIRClipSFKind(EncoderKind):
+    name = "uniir-clip-sf"
+    Settings = UniIRSettings
+    version = "1"
+    needs_path = True
+    reads = frozenset({"text", "image"})
+
+    def parse_block(self, spec: ModelSpec, fields: dict[str, Any], where: str) -> Any:
+        from medbench_core.hub import is_repo_id
+
+        if not spec.settings.file and not is_repo_id(spec.path) and Path(spec.path).suffix.lower() not in CHECKPOINT_SUFFIXES:
+            raise DataError(f"{where}: path {spec.path!r}: give a checkpoint file ({', '.join(CHECKPOINT_SUFFIXES)}) or a hub id with settings.file")
+        return None
+
+    def hub_id(self, spec: ModelSpec) -> str:
+        from medbench_core.hub import is_repo_id
+
+        return spec.path if spec.settings.file and is_repo_id(spec.path) else ""
+
+    def revision(self, spec: ModelSpec) -> str:
+        """A local file's ``sha256:<16 hex>``; a hub checkpoint's commit as the cache records it (or the entry's revision)."""
+        from medbench_core.storage import sha256_file
+
+        if self.hub_id(spec):
+            if not spec.revision:
+                return "unpinned"
+            from medbench_core.hub import resolve_revision
+
+            try:
+                return resolve_revision(spec.path, spec.revision, repo_type="model", online=False)
+            except DataError:
+                return spec.revision
+        return "sha256:" + sha256_file(checkpoint_file(spec))[:16]
+
+    def query_prompt(self, spec: ModelSpec, task: Task) -> tuple[str, str] | None:
+        table = spec.settings.instructions or {}
+        for key in (task.name, task.meta.task_type, "default"):
+            if key and key in table:
+                return spec.settings.query_template or UNIIR_TEMPLATE, str(table[key])
+        return None
+
+    def prompt_key(self, spec: ModelSpec, task: Task) -> dict[str, Any] | None:
+        if spec.settings.instructions is None and spec.settings.query_template is None:
+            return None
+        prompt = self.query_prompt(spec, task)
+        return {"query_prompt": list(prompt) if prompt else None}
+
+    def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
+        return {
+            **super().mteb_meta(spec, registry), "framework": ["PyTorch"], "similarity_fn_name": "cosine",
+            "use_instructions": bool(spec.settings.instructions), "max_tokens": 77.0,
+        }  # fmt: skip
+
+    def load(self, spec: ModelSpec, *, device: str = "cpu", progress: bool | None = False, online: bool = False) -> Any:
+        return load_uniir_encoder(spec, device=device, progress=progress, online=online)
+
+
+KIND = UniIRClipSFKind()
