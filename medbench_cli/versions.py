@@ -79,6 +79,9 @@ def _guarded(handler):
             log().exception(exc)
             code = exc.exit_code if isinstance(exc, VersioningError) else 1
             kept = "nothing was pulled or scored" if code == 3 else "data/, the DVC cache and remote, git and MLflow keep what they held (each step commits only when it succeeds)"
+            detail = str(exc).strip().splitlines()[1:]  # e.g. dvc's own words naming the missing object: the last line says they are above
+            if detail:
+                print("\n".join(detail), file=sys.stderr, flush=True)
             raise Refusal(str(exc), kept=kept, code=code) from exc
 
     return run
