@@ -232,6 +232,20 @@ class ClipEncoder:
                 out.append(self.model.encode_image(batch, normalize=normalize).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self._embed_dim()), dtype=np.float32)
 
+    def split_records(self, texts, images, languages, role: str, ids=None) -> tuple[list[str], list[int], list[int]]:
+        """The records' names (``ids``, else role and position) and the positions of those with a text and
+        with an image; a record with neither raises :class:`DataError`."""
+        n = len(texts)
+        if len(images) != n or len(languages) != n:
+            raise DataError(f"model {self.spec.name}: {n} texts, {len(images)} images and {len(languages)} languages for {role} records")
+        names = [str(x) for x in ids] if ids is not None else [f"{role} record at position {i}" for i in range(n)]
+        has_t = [isinstance(t, str) and bool(t.strip()) for t in texts]
+        has_i = [im is not None and str(im) != "" for im in images]
+        empty = [names[i] for i in range(n) if not has_t[i] and not has_i[i]]
+        if empty:
+            raise DataError(f"model {self.spec.name}: {len(empty)} {role} record(s) have neither text nor image, e.g. {empty[:5]}")
+        return names, [i for i in range(n) if has_t[i]], [i for i in range(n) if has_i[i]]
+
     def encode_records(
         self,
         texts: list[str | None],
@@ -245,18 +259,10 @@ class ClipEncoder:
         ``ids`` (optional) name records in errors; without them a record is named by its role
         and position. A record with neither text nor image raises :class:`DataError`.
         """
+        names, t_idx, i_idx = self.split_records(texts, images, languages, role, ids)
         n = len(texts)
-        if len(images) != n or len(languages) != n:
-            raise DataError(f"model {self.spec.name}: {n} texts, {len(images)} images and {len(languages)} languages for {role} records")
-        names = [str(x) for x in ids] if ids is not None else [f"{role} record at position {i}" for i in range(n)]
-        has_t = [isinstance(t, str) and bool(t.strip()) for t in texts]
-        has_i = [im is not None and str(im) != "" for im in images]
-        empty = [names[i] for i in range(n) if not has_t[i] and not has_i[i]]
-        if empty:
-            raise DataError(f"model {self.spec.name}: {len(empty)} {role} record(s) have neither text nor image, e.g. {empty[:5]}")
-
-        t_idx = [i for i in range(n) if has_t[i]]
-        i_idx = [i for i in range(n) if has_i[i]]
+        has_t, has_i = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+        has_t[t_idx], has_i[i_idx] = True, True
         prefixed = apply_prefixes([texts[i] for i in t_idx], self.spec.settings, role, [languages[i] for i in t_idx])
         t_emb = self.encode_texts(prefixed)
         i_emb = self.encode_images([Path(images[i]) for i in i_idx], [names[i] for i in i_idx])
@@ -266,8 +272,8 @@ class ClipEncoder:
         txt[t_idx] = t_emb
         img[i_idx] = i_emb
         # A record with one modality uses that vector for both sides.
-        t_only = np.asarray(has_t) & ~np.asarray(has_i)
-        i_only = np.asarray(has_i) & ~np.asarray(has_t)
+        t_only = has_t & ~has_i
+        i_only = has_i & ~has_t
         img[t_only] = txt[t_only]
         txt[i_only] = img[i_only]
 

@@ -219,18 +219,9 @@ class UniIRClipEncoder(ClipEncoder):
 
     def encode_records(self, texts, images, languages, role, ids=None) -> np.ndarray:
         n = len(texts)
-        if len(images) != n or len(languages) != n:
-            raise DataError(f"model {self.spec.name}: {n} texts, {len(images)} images and {len(languages)} languages for {role} records")
-        names = [str(x) for x in ids] if ids is not None else [f"{role} record at position {i}" for i in range(n)]
         if self.spec.settings.text_format == "uniir":
             texts = [format_string(t) if isinstance(t, str) else t for t in texts]
-        has_t = [isinstance(t, str) and bool(t.strip()) for t in texts]
-        has_i = [im is not None and str(im) != "" for im in images]
-        empty = [names[i] for i in range(n) if not has_t[i] and not has_i[i]]
-        if empty:
-            raise DataError(f"model {self.spec.name}: {len(empty)} {role} record(s) have neither text nor image, e.g. {empty[:5]}")
-        t_idx = [i for i in range(n) if has_t[i]]
-        i_idx = [i for i in range(n) if has_i[i]]
+        names, t_idx, i_idx = self.split_records(texts, images, languages, role, ids)
         out = np.zeros((n, self._embed_dim()), dtype=np.float32)
         # UniIR masks the side a record lacks: its embedding enters the sum as zero.
         out[t_idx] += self.encode_texts([texts[i] for i in t_idx], normalize=False)
