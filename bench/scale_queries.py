@@ -10,7 +10,7 @@ ties are common; the documents come from 1.2M ids, distinct within a query, 80 o
 two runs. Phases, each timed with its peak memory (VmHWM reset per phase, as in
 bench/scale_profile.py), medbench first, then the bare libraries doing the same work:
 
-- run files: ``run.parquet`` and ``run.trec`` (``ranking.write_trec``, what ``retrieve`` writes);
+- run files: ``run.parquet`` and ``run.trec`` (``ranking.write_trec_file``, what ``retrieve`` writes);
   bare: polars' Parquet;
 - metrics: ``stages.score`` (five metrics, their 95% bootstrap CIs, breakdowns, per_query.parquet)
   for each run; bare: pytrec_eval-terrier (dicts from the frames; MRR@10 from a second evaluator
@@ -96,7 +96,7 @@ def main() -> None:
     ph = Phases()
 
     from medbench_core.evaluation.stats import compare
-    from medbench_core.retrieval.ranking import write_trec
+    from medbench_core.retrieval.ranking import write_trec_file
     from medbench_core.retrieval.stages import flat_metrics, score
     from medbench_core.taskdata.task import TaskMeta, make_task
 
@@ -111,7 +111,7 @@ def main() -> None:
     # --- medbench -------------------------------------------------------------------------------
     for name, run in runs.items():
         ph(f"medbench: {name} run.parquet", run.write_parquet, args.out / name / "run.parquet", statistics=False)
-        ph(f"medbench: {name} run.trec", lambda: (args.out / name / "run.trec").write_text(write_trec(run, f"medbench-{name}")))
+        ph(f"medbench: {name} run.trec", write_trec_file, run, args.out / name / "run.trec", f"medbench-{name}")
     results = {}
     for name, run in runs.items():
         results[name] = ph(f"medbench: score {name} (metrics, CIs, breakdowns)", score, task, run, args.out / name)

@@ -170,7 +170,7 @@ def export(
     ``tasks``: :func:`mteb_task_names` (computed when not given). Cells without metrics (not
     evaluated, not applicable) are skipped and listed. Returns the index.
     """
-    from medbench_core.storage import write_json_atomic, write_text_atomic
+    from medbench_core.storage import write_json_atomic, write_with
 
     cells = list(cells)
     out = Path(out_dir)
@@ -205,9 +205,10 @@ def export(
                 trec.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, trec)
             elif (Path(c.run_dir) / "run.parquet").exists():
-                from medbench_core.retrieval.ranking import write_trec
+                from medbench_core.retrieval.ranking import write_trec_file
 
-                write_text_atomic(trec, write_trec(pl.read_parquet(Path(c.run_dir) / "run.parquet"), f"medbench-{c.model}"))
+                run = pl.read_parquet(Path(c.run_dir) / "run.parquet")
+                write_with(trec, lambda tmp, run=run, tag=f"medbench-{c.model}": write_trec_file(run, tmp, tag))
             else:
                 raise DataError(f"{c.run_dir}: neither run.trec nor run.parquet for {c.model} x {c.task}")
             index["trec"].append(str(trec.relative_to(out)))

@@ -29,7 +29,9 @@ generator stream (numpy's bounded integers, or one ``next_uint32`` per sign flip
 order scipy draws them), the same float operations in the same order (a resample's mean sums its
 row pairwise, as ``np.mean`` over a contiguous row does; a sign-flipped mean sums the queries in
 sequence, as ``np.mean`` over scipy's strided axis does), then scipy's own ``quantile`` and
-p-value rule; one draw of bootstrap indices serves every column of the same queries. ``tests/core/test_stats_scale.py`` checks equality with scipy bit for bit.
+p-value rule; one draw of bootstrap indices serves every column of the same queries. From 20M
+resampled values the sums run in :mod:`medbench_core.evaluation.resampling`'s compiled loops
+(the same additions, without the gathered copies), beside the next block's draw. ``tests/core/test_stats_scale.py`` checks equality with scipy bit for bit.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ TESTS = ("permutation", "ttest")
 DEFAULT_SEED = 0
 DEFAULT_RESAMPLES = 10_000
 _BLOCK_VALUES = 1 << 22  # random draws per block of resamples: 16 MB of uint32, whatever the number of queries
+# From this many resampled values (10,000 resamples of 2,000 queries) the compiled loops of
+# resampling.py run, whose import and first compile (about a second) small tasks do not need.
+_COMPILED_MIN = 20_000_000
 
 
 def _mean_diff(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -105,7 +110,7 @@ def paired_permutation(x: Sequence[float], y: Sequence[float], *, n_resamples: i
             rng=np.random.default_rng(seed),
         )
         return float(res.pvalue)
-    null = _sign_flip_null(x, y, n_resamples, seed)
+    null = _sign_flip_null(x, y, n_resamples, seed, compiled=len(x) * n_resamples >= _COMPILED_MIN)
     observed = _mean_diff(x, y)
     # scipy's rule: a tolerance for equal-in-theory values, +1 on each count, the smaller side doubled.
     gamma = abs(np.finfo(np.float64).eps * 100 * observed)
@@ -119,7 +124,7 @@ def _block_rows(n: int, n_resamples: int) -> int:
     return max(1, min(n_resamples, _BLOCK_VALUES // max(n, 1)))
 
 
-def _sign_flip_null(x: np.ndarray, y: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
+def _sign_flip_null(x: np.ndarray, y: np.ndarray, n_resamples: int, seed: int, *, compiled: bool = False) -> np.ndarray:
     """scipy's null distribution of mean(x') - mean(y') under random swaps of each pair, block by block.
 
     scipy permutes each pair with ``Generator.permuted`` on a (resamples, queries, 2) index array:
@@ -127,15 +132,25 @@ def _sign_flip_null(x: np.ndarray, y: np.ndarray, n_resamples: int, seed: int) -
     swapped when its low bit is 0. Its means run over an axis whose stride is the largest, which
     numpy adds in sequence (query 0, 1, 2, ...); ``np.add.reduce`` over axis 0 of a (queries,
     resamples) array adds in that same sequence, as long as the block has two resamples or more.
+    ``compiled``: the same sums in :mod:`medbench_core.evaluation.resampling`'s loop.
     """
     n = len(x)
     rng = np.random.default_rng(seed)
     null = np.empty(n_resamples, dtype=np.float64)
     rows = _block_rows(n, n_resamples)
+
+    def draw(b: int) -> np.ndarray:
+        return rng.integers(0, 2**32, size=(b, n), dtype=np.uint32)
+
+    if compiled:
+        from medbench_core.evaluation import resampling
+
+        resampling.in_blocks(draw, lambda bits, start: resampling.sign_flip_means(x, y, bits, null[start : start + len(bits)]), n_resamples, rows)
+        return null
     xc, yc = x[:, None], y[:, None]
     for start in range(0, n_resamples, rows):
-        b = min(rows, n_resamples - start)
-        bits = rng.integers(0, 2**32, size=(b, n), dtype=np.uint32)
+        bits = draw(min(rows, n_resamples - start))
+        b = len(bits)
         swap = np.ascontiguousarray(((bits & 1) == 0).T)
         if b == 1:  # one resample alone would be summed pairwise: pad it with a copy (discarded)
             swap = np.concatenate([swap, swap], axis=1)
@@ -178,14 +193,28 @@ def bootstrap_cis(
         theta = np.empty((len(varied), n_resamples), dtype=np.float64)
         rng = np.random.default_rng(seed)
         rows = _block_rows(n, n_resamples)
-        for start in range(0, n_resamples, rows):
-            b = min(rows, n_resamples - start)
+
+        def draw(b: int) -> np.ndarray:
             # scipy draws int64 indices; uint32 holds the same values from the same stream.
-            idx = rng.integers(0, n, size=(b, n), dtype=np.uint32 if n <= 2**32 else np.int64).astype(np.intp)
-            for row in range(len(varied)):
-                # One 2-D (resamples, n) gather per column, as scipy's: a row of a 3-D gather is
-                # summed in another order by numpy (other last bits).
-                theta[row, start : start + b] = np.mean(np.take(data[row], idx), axis=-1)
+            return rng.integers(0, n, size=(b, n), dtype=np.uint32 if n <= 2**32 else np.int64)
+
+        if n * n_resamples >= _COMPILED_MIN:
+            from medbench_core.evaluation import resampling
+
+            plan = resampling.pairwise_plan(n)
+
+            def work(idx: np.ndarray, start: int) -> None:
+                for row in range(len(varied)):
+                    resampling.resampled_means(data[row], idx, plan, theta[row, start : start + len(idx)])
+
+            resampling.in_blocks(draw, work, n_resamples, rows)
+        else:
+            for start in range(0, n_resamples, rows):
+                idx = draw(min(rows, n_resamples - start)).astype(np.intp)
+                for row in range(len(varied)):
+                    # One 2-D (resamples, n) gather per column, as scipy's: a row of a 3-D gather is
+                    # summed in another order by numpy (other last bits).
+                    theta[row, start : start + len(idx)] = np.mean(np.take(data[row], idx), axis=-1)
         alpha = np.asarray((1 - confidence) / 2, dtype=np.float64)
         interval = np.stack((alpha, 1 - alpha), axis=-1)
         for row, i in enumerate(varied):
