@@ -212,16 +212,22 @@ def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: floa
     return given, True
 
 
-def record_complete_run(defs, board_result, given, models: list[str], tasks: list[str]) -> None:
+def record_complete_run(defs, board_result, given, models: list[str], tasks: list[str], specs: list | None = None, catalog=None) -> None:
     """Write the ledger of this run (:mod:`runtime.ledger`) when it was complete (``given``: its inputs).
 
     An incomplete run leaves the last complete run's ledger as it was (a refusal changes no file): the
     up-to-date check compares it with the inputs, the Dagster materialisations since and the saved
-    leaderboard, so anything this run changed already makes it disagree."""
+    leaderboard, so anything this run changed already makes it disagree.
+
+    The record is then checked as the next run's warm path checks it, MLflow asked through its
+    client; when it answers, the MLflow store's fingerprint is added, so that the warm path can
+    skip importing MLflow while the store is unwritten."""
+    import dataclasses
     import hashlib
 
+    from medbench_cli import uptodate
     from medbench_core.storage import read_manifest
-    from runtime.ledger import CompleteRun, record
+    from runtime.ledger import CompleteRun, record, store_fingerprint
 
     if given is None:
         return
@@ -230,14 +236,22 @@ def record_complete_run(defs, board_result, given, models: list[str], tasks: lis
         (e.materialization.metadata["mlflow_run_id"].value for e in board_result.get_asset_materialization_events() if "mlflow_run_id" in e.materialization.metadata),
         "",
     )
-    record(
-        settings.STATE,
-        CompleteRun(
-            dagster_run_id=board_result.run_id, inputs_key=given.key, sources=given.sources, models=list(models), tasks=list(tasks),
-            curated={t: read_manifest(layout.task_dir(t)).get("content_hash", "") for t in tasks},
-            leaderboard_sha256=hashlib.sha256(layout.leaderboard_file("md").read_bytes()).hexdigest(), leaderboard_mlflow_run_id=str(mlflow_run),
-        ),
+    run = CompleteRun(
+        dagster_run_id=board_result.run_id, inputs_key=given.key, sources=given.sources, models=list(models), tasks=list(tasks),
+        curated={t: read_manifest(layout.task_dir(t)).get("content_hash", "") for t in tasks},
+        leaderboard_sha256=hashlib.sha256(layout.leaderboard_file("md").read_bytes()).hexdigest(), leaderboard_mlflow_run_id=str(mlflow_run),
     )  # fmt: skip
+    record(settings.STATE, run)
+    if specs is None or catalog is None:
+        return
+    fingerprint = store_fingerprint(settings.default_tracking_uri())
+    try:
+        uptodate.check(specs, catalog, models, tasks, given)
+    except uptodate.Undecided as exc:
+        print(f"[plan] the next run will ask MLflow itself: {exc}", flush=True)
+        return
+    if fingerprint and fingerprint == store_fingerprint(settings.default_tracking_uri()):
+        record(settings.STATE, dataclasses.replace(run, mlflow_store=fingerprint))
 
 
 def rebuild_leaderboard(published: Path | None = None):
@@ -402,7 +416,7 @@ def main(args: argparse.Namespace) -> int:
     if res is None or res.success:
         # A complete run records what it read and wrote, so that the next one can say at once that nothing changed.
         complete = res is not None and not (failed or prepared["gated"])
-        record_complete_run(defs, res, given if complete else None, models, tasks)
+        record_complete_run(defs, res, given if complete else None, models, tasks, specs, catalog)
         show_leaderboard(board, defs.resources["mlflow"].tracking_uri)
     else:
         record_complete_run(defs, res, None, models, tasks)

@@ -14,7 +14,8 @@ when all of the following hold:
   check a cached stage makes; :mod:`medbench_core.status`), and the saved leaderboard is the one
   that run wrote;
 - MLflow (its public client) holds a FINISHED run for every partition's metrics key and the
-  leaderboard's run.
+  leaderboard's run; or the store is the very file in which the run's end found them so (its
+  fingerprint, :func:`runtime.ledger.store_fingerprint`), and MLflow is not imported at all.
 
 Anything else (a tracking server, MEDBENCH_ONLINE, ``--force``, a hub dataset) is not decided
 here: the full run decides, as before.
@@ -167,7 +168,7 @@ def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given
     from medbench_core.layout import Layout
     from medbench_core.status import stage_folders
     from medbench_core.storage import is_complete, read_manifest
-    from runtime.ledger import last_complete_run
+    from runtime.ledger import last_complete_run, store_fingerprint
 
     if settings.ONLINE:
         raise Undecided("online: hub revisions may have moved")
@@ -211,10 +212,13 @@ def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given
                 if not is_complete(folder):
                     raise Undecided(f"{model} x {task}: its {stage} artifact is missing or fails its manifest")
             wanted[cell["metrics_key"]] = (model, task)
+    answer = Answered(done.dagster_run_id, len(models) * len(tasks), len(tasks), layout.leaderboard_file("md"))
+    if done.mlflow_store and done.mlflow_store == store_fingerprint(settings.default_tracking_uri()):
+        return answer  # not one write to MLflow's store since every one of these runs was found FINISHED in it
     unlogged, board_logged = mlflow_state(catalog.benchmark, set(wanted), done.leaderboard_mlflow_run_id)
     if unlogged:
         model, task = wanted[min(unlogged)]
         raise Undecided(f"{model} x {task} has no FINISHED MLflow run")
     if not board_logged:
         raise Undecided("the leaderboard's MLflow run is missing")
-    return Answered(done.dagster_run_id, len(models) * len(tasks), len(tasks), layout.leaderboard_file("md"))
+    return answer

@@ -6,12 +6,15 @@ task was refused (``<state>/last_complete_run.json``, atomically). The warm path
 code, weights, each task's source files), every curated task and artifact at the recorded keys
 complete, the leaderboard the one this run wrote, and MLflow holding a FINISHED run for every
 metrics key. Nothing here reads Dagster's or MLflow's tables: Dagster shows the same partitions
-fresh through the data versions the stages record (their keys).
+fresh through the data versions the stages record (their keys). Once the run's end has found all
+its MLflow runs FINISHED, the store file's fingerprint is recorded too: while the file is that
+file, unwritten since, the warm path need not import MLflow to ask again.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,8 +36,31 @@ class CompleteRun:
     curated: dict[str, str]  # task -> content hash of the curated task
     leaderboard_sha256: str
     leaderboard_mlflow_run_id: str
+    # store_fingerprint() of MLflow's SQLite store once every run above was found FINISHED in it; empty: not verified.
+    mlflow_store: dict[str, int] = field(default_factory=dict)
     written_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     format: int = FORMAT
+
+
+def store_fingerprint(tracking_uri: str) -> dict[str, int]:
+    """Identity of a local SQLite MLflow store's file and of its last committed write, without
+    opening it as a database: size, inode, mtime and SQLite's file change counter (header bytes
+    24-27, incremented by every committed transaction in rollback-journal mode). Empty when the
+    store is not such a file or a write may be under way (a journal or WAL file beside it)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return {}
+    db = Path(tracking_uri[len("sqlite:///") :])
+    try:
+        if any(Path(f"{db}{suffix}").exists() for suffix in ("-journal", "-wal")):
+            return {}
+        with open(db, "rb") as f:
+            header = f.read(100)
+            st = os.fstat(f.fileno())
+    except OSError:
+        return {}
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        return {}
+    return {"size": st.st_size, "inode": st.st_ino, "mtime_ns": st.st_mtime_ns, "change_counter": int.from_bytes(header[24:28], "big")}
 
 
 def ledger_path(state: Path) -> Path:

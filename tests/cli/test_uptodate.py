@@ -90,7 +90,8 @@ def test_a_run_with_nothing_changed_answers_in_one_line_and_each_change_runs_aga
     assert lines[0].startswith("[up to date] nothing changed since Dagster run ") and "6 partitions on 2 tasks" in lines[0], second.stdout
     assert "[evaluate]" not in second.stdout and "[curate]" not in second.stdout
     assert board in second.stdout  # the stored leaderboard, as the full run printed it
-    assert lines[-1] == 'IMPORTED ["mlflow"]', "the warm path imported Dagster, torch or GX (MLflow only for its client)"
+    # The store is the file in which the first run's end found every run FINISHED: MLflow not even imported.
+    assert lines[-1] == "IMPORTED []", "the warm path imported Dagster, MLflow, torch or GX"
     assert sqlite3.connect(runs_db).execute("SELECT count(*) FROM runs").fetchone()[0] == n_runs  # no Dagster run at all
     fresh_everywhere(world)
     # A subset of what the last run covered is answered too; --force always runs.
@@ -113,7 +114,9 @@ def test_a_run_with_nothing_changed_answers_in_one_line_and_each_change_runs_aga
     client.delete_run(run.info.run_id)
     assert decide(env) == "UNDECIDED rrf x scifact has no FINISHED MLflow run"
     client.restore_run(run.info.run_id)
-    assert decide(env) == "ANSWERED 6"
+    assert decide(env) == "ANSWERED 6"  # the store was written since: asked through MLflow's client
+    restored = medbench_run(env)
+    assert restored.stdout.startswith("[up to date]") and restored.stdout.splitlines()[-1] == 'IMPORTED ["mlflow"]'
 
     # One byte of one source file: the inputs changed.
     source = world.shared / "lq" / "corpus.jsonl"
@@ -161,3 +164,29 @@ def test_a_recorded_state_that_cannot_be_read_leaves_the_decision_to_the_full_ru
     monkeypatch.setattr(uptodate.settings, "default_tracking_uri", lambda: f"sqlite:///{store}")
     with pytest.raises(uptodate.Undecided, match=r"^cannot read the MLflow store"):
         uptodate.mlflow_state("medbench", {"k"}, "r")
+
+
+def test_the_store_fingerprint_changes_with_every_committed_write_and_is_empty_while_one_is_under_way(tmp_path):
+    from runtime.ledger import store_fingerprint
+
+    db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    assert store_fingerprint(uri) == {} and store_fingerprint("http://127.0.0.1:5000") == {}
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE runs (id TEXT, status TEXT)")
+    con.execute("INSERT INTO runs VALUES ('a', 'FINISHED')")
+    con.commit()
+    first = store_fingerprint(uri)
+    assert set(first) == {"size", "inode", "mtime_ns", "change_counter"}
+    sqlite3.connect(db).execute("SELECT * FROM runs").fetchall()
+    assert store_fingerprint(uri) == first  # reading writes nothing
+    con.execute("UPDATE runs SET status = 'KILLED'")  # same size, maybe the same mtime tick
+    con.commit()
+    second = store_fingerprint(uri)
+    assert second["change_counter"] == first["change_counter"] + 1 and second["size"] == first["size"]
+    con.execute("UPDATE runs SET status = 'RUNNING'")  # uncommitted: its rollback journal is beside the store
+    assert (tmp_path / "mlflow.db-journal").exists() and store_fingerprint(uri) == {}
+    con.rollback()
+    assert store_fingerprint(uri) == second
+    (tmp_path / "other.db").write_bytes(b"not sqlite" * 20)
+    assert store_fingerprint(f"sqlite:///{tmp_path / 'other.db'}") == {}
