@@ -212,18 +212,18 @@ def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: floa
     return given, True
 
 
-def record_complete_run(defs, board_result, given, models: list[str], tasks: list[str], specs: list | None = None, catalog=None) -> None:
+def record_complete_run(defs, board_result, given, models: list[str], tasks: list[str], experiment: str) -> None:
     """Write the ledger of this run (:mod:`runtime.ledger`) when it was complete (``given``: its inputs).
 
     An incomplete run leaves the last complete run's ledger as it was (a refusal changes no file): the
     up-to-date check compares it with the inputs, the Dagster materialisations since and the saved
     leaderboard, so anything this run changed already makes it disagree.
 
-    The record is then checked as the next run's warm path checks it, MLflow asked through its
-    client; when it answers, the MLflow store's fingerprint is added, so that the warm path can
-    skip importing MLflow while the store is unwritten."""
-    import dataclasses
+    MLflow is asked first, as the warm path asks it, for this run's FINISHED runs; when it has them
+    all, the record holds the store's fingerprint, so that the warm path can skip importing MLflow
+    while the store is unwritten (the artifacts were verified as the stages wrote them)."""
     import hashlib
+    import json
 
     from medbench_cli import uptodate
     from medbench_core.storage import read_manifest
@@ -232,26 +232,28 @@ def record_complete_run(defs, board_result, given, models: list[str], tasks: lis
     if given is None:
         return
     layout = defs.resources["store"].layout
-    mlflow_run = next(
+    mlflow_run = str(next(
         (e.materialization.metadata["mlflow_run_id"].value for e in board_result.get_asset_materialization_events() if "mlflow_run_id" in e.materialization.metadata),
         "",
-    )
-    run = CompleteRun(
-        dagster_run_id=board_result.run_id, inputs_key=given.key, sources=given.sources, models=list(models), tasks=list(tasks),
-        curated={t: read_manifest(layout.task_dir(t)).get("content_hash", "") for t in tasks},
-        leaderboard_sha256=hashlib.sha256(layout.leaderboard_file("md").read_bytes()).hexdigest(), leaderboard_mlflow_run_id=str(mlflow_run),
-    )  # fmt: skip
-    record(settings.STATE, run)
-    if specs is None or catalog is None:
-        return
+    ))  # fmt: skip
     fingerprint = store_fingerprint(settings.default_tracking_uri())
     try:
-        uptodate.check(specs, catalog, models, tasks, given)
-    except uptodate.Undecided as exc:
+        cells = json.loads(layout.leaderboard_file("json").read_text())["cells"]
+        uptodate.confirm_logged(experiment, uptodate.requested_cells(cells, models, tasks), mlflow_run)
+    except (uptodate.Undecided, OSError, ValueError, KeyError) as exc:  # a leaderboard that does not read: as the warm path
         print(f"[plan] the next run will ask MLflow itself: {exc}", flush=True)
-        return
-    if fingerprint and fingerprint == store_fingerprint(settings.default_tracking_uri()):
-        record(settings.STATE, dataclasses.replace(run, mlflow_store=fingerprint))
+        fingerprint = {}
+    if fingerprint != store_fingerprint(settings.default_tracking_uri()):
+        fingerprint = {}  # written to while MLflow was asked: not the store it answered for
+    record(
+        settings.STATE,
+        CompleteRun(
+            dagster_run_id=board_result.run_id, inputs_key=given.key, sources=given.sources, models=list(models), tasks=list(tasks),
+            curated={t: read_manifest(layout.task_dir(t)).get("content_hash", "") for t in tasks},
+            leaderboard_sha256=hashlib.sha256(layout.leaderboard_file("md").read_bytes()).hexdigest(), leaderboard_mlflow_run_id=mlflow_run,
+            mlflow_store=fingerprint,
+        ),
+    )  # fmt: skip
 
 
 def rebuild_leaderboard(published: Path | None = None):
@@ -416,10 +418,10 @@ def main(args: argparse.Namespace) -> int:
     if res is None or res.success:
         # A complete run records what it read and wrote, so that the next one can say at once that nothing changed.
         complete = res is not None and not (failed or prepared["gated"])
-        record_complete_run(defs, res, given if complete else None, models, tasks, specs, catalog)
+        record_complete_run(defs, res, given if complete else None, models, tasks, catalog.benchmark)
         show_leaderboard(board, defs.resources["mlflow"].tracking_uri)
     else:
-        record_complete_run(defs, res, None, models, tasks)
+        record_complete_run(defs, res, None, models, tasks, catalog.benchmark)
         print("[leaderboard] FAILED", flush=True)
         failed.append("leaderboard")
         reasons["leaderboard"] = _failed("leaderboard", res)

@@ -201,24 +201,29 @@ def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given
         if not is_complete(folder) or layout.gate_refusal(task, content) or done.curated.get(task) != content:
             raise Undecided(f"task {task} is not curated and gated as recorded")
     by_name = {s.name: s for s in specs}
-    wanted: dict[str, tuple[str, str]] = {}
-    for model in models:
-        for task in tasks:
-            cell = cells.get(f"{model}/{task}")
-            if cell is None:  # no metrics: n/a for this model (the leaderboard shows why)
-                continue
-            keys = {s: cell.get(f"{s}_key", "-") for s in ("embeddings", "index", "run", "metrics", "expansion")}
-            for stage, folder in stage_folders(layout, by_name[model], task, keys).items():
-                if not is_complete(folder):
-                    raise Undecided(f"{model} x {task}: its {stage} artifact is missing or fails its manifest")
-            wanted[cell["metrics_key"]] = (model, task)
-    answer = Answered(done.dagster_run_id, len(models) * len(tasks), len(tasks), layout.leaderboard_file("md"))
-    if done.mlflow_store and done.mlflow_store == store_fingerprint(settings.default_tracking_uri()):
-        return answer  # not one write to MLflow's store since every one of these runs was found FINISHED in it
-    unlogged, board_logged = mlflow_state(catalog.benchmark, set(wanted), done.leaderboard_mlflow_run_id)
+    requested = requested_cells(cells, models, tasks)
+    for model, task, cell in requested:
+        keys = {s: cell.get(f"{s}_key", "-") for s in ("embeddings", "index", "run", "metrics", "expansion")}
+        for stage, folder in stage_folders(layout, by_name[model], task, keys).items():
+            if not is_complete(folder):
+                raise Undecided(f"{model} x {task}: its {stage} artifact is missing or fails its manifest")
+    # Unless not one write reached MLflow's store since the run's end found every one of these runs FINISHED in it:
+    if not (done.mlflow_store and done.mlflow_store == store_fingerprint(settings.default_tracking_uri())):
+        confirm_logged(catalog.benchmark, requested, done.leaderboard_mlflow_run_id)
+    return Answered(done.dagster_run_id, len(models) * len(tasks), len(tasks), layout.leaderboard_file("md"))
+
+
+def requested_cells(cells: dict[str, Any], models: list[str], tasks: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(model, task, leaderboard cell) of every requested pair with metrics (one without is n/a: the leaderboard shows why)."""
+    return [(m, t, cells[f"{m}/{t}"]) for m in models for t in tasks if f"{m}/{t}" in cells]
+
+
+def confirm_logged(experiment: str, requested: list[tuple[str, str, dict[str, Any]]], board_run_id: str) -> None:
+    """Undecided unless MLflow holds an active FINISHED run for every requested cell's metrics key and the leaderboard's run."""
+    wanted = {cell["metrics_key"]: (model, task) for model, task, cell in requested}
+    unlogged, board_logged = mlflow_state(experiment, set(wanted), board_run_id)
     if unlogged:
         model, task = wanted[min(unlogged)]
         raise Undecided(f"{model} x {task} has no FINISHED MLflow run")
     if not board_logged:
         raise Undecided("the leaderboard's MLflow run is missing")
-    return answer

@@ -45,7 +45,8 @@ class CompleteRun:
 def store_fingerprint(tracking_uri: str) -> dict[str, int]:
     """Identity of a local SQLite MLflow store's file and of its last committed write, without
     opening it as a database: size, inode, mtime and SQLite's file change counter (header bytes
-    24-27, incremented by every committed transaction in rollback-journal mode). Empty when the
+    24-27, "incremented whenever the database file is unlocked after having been modified" in
+    rollback-journal mode: https://www.sqlite.org/fileformat2.html, "File change counter"). Empty when the
     store is not such a file or a write may be under way (a journal or WAL file beside it)."""
     if not tracking_uri.startswith("sqlite:///"):
         return {}

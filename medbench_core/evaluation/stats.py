@@ -110,7 +110,7 @@ def paired_permutation(x: Sequence[float], y: Sequence[float], *, n_resamples: i
             rng=np.random.default_rng(seed),
         )
         return float(res.pvalue)
-    null = _sign_flip_null(x, y, n_resamples, seed, compiled=len(x) * n_resamples >= _COMPILED_MIN)
+    null = _sign_flip_null(x, y, n_resamples, seed)
     observed = _mean_diff(x, y)
     # scipy's rule: a tolerance for equal-in-theory values, +1 on each count, the smaller side doubled.
     gamma = abs(np.finfo(np.float64).eps * 100 * observed)
@@ -124,7 +124,7 @@ def _block_rows(n: int, n_resamples: int) -> int:
     return max(1, min(n_resamples, _BLOCK_VALUES // max(n, 1)))
 
 
-def _sign_flip_null(x: np.ndarray, y: np.ndarray, n_resamples: int, seed: int, *, compiled: bool = False) -> np.ndarray:
+def _sign_flip_null(x: np.ndarray, y: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
     """scipy's null distribution of mean(x') - mean(y') under random swaps of each pair, block by block.
 
     scipy permutes each pair with ``Generator.permuted`` on a (resamples, queries, 2) index array:
@@ -132,7 +132,7 @@ def _sign_flip_null(x: np.ndarray, y: np.ndarray, n_resamples: int, seed: int, *
     swapped when its low bit is 0. Its means run over an axis whose stride is the largest, which
     numpy adds in sequence (query 0, 1, 2, ...); ``np.add.reduce`` over axis 0 of a (queries,
     resamples) array adds in that same sequence, as long as the block has two resamples or more.
-    ``compiled``: the same sums in :mod:`medbench_core.evaluation.resampling`'s loop.
+    From ``_COMPILED_MIN`` resampled values, the same sums in :mod:`medbench_core.evaluation.resampling`'s loop.
     """
     n = len(x)
     rng = np.random.default_rng(seed)
@@ -142,7 +142,7 @@ def _sign_flip_null(x: np.ndarray, y: np.ndarray, n_resamples: int, seed: int, *
     def draw(b: int) -> np.ndarray:
         return rng.integers(0, 2**32, size=(b, n), dtype=np.uint32)
 
-    if compiled:
+    if n * n_resamples >= _COMPILED_MIN:
         from medbench_core.evaluation import resampling
 
         resampling.in_blocks(draw, lambda bits, start: resampling.sign_flip_means(x, y, bits, null[start : start + len(bits)]), n_resamples, rows)
