@@ -32,6 +32,12 @@ if [ "$WANT_GPU" = 1 ]; then
 fi
 VENV_ROOT="${MEDBENCH_VENV_ROOT:-$HOME/.cache/medbench/venvs}"
 VENV="$VENV_ROOT/$LOCK_HASH"
+# MEDBENCH_VENV: use an already built venv as it is, whatever the lock says (development only: trying a
+# package before it is locked, several worktrees on one venv); CI and the README's commands never set it.
+if [ -n "${MEDBENCH_VENV:-}" ]; then
+  VENV="$MEDBENCH_VENV"
+  [ -f "$VENV/.complete" ] || { echo "medbench: MEDBENCH_VENV=$VENV is not a complete medbench venv" >&2; exit 1; }
+fi
 if [ ! -f "$VENV/.complete" ]; then
   echo "medbench: building environment $VENV from requirements.lock (a few minutes on first use)" >&2
   rm -rf "$VENV"
