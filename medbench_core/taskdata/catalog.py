@@ -8,7 +8,8 @@ or mistyped option is refused naming the file, the task and the closest known op
 (``tasks.yaml: task 'x': unknown option 'spilt' for reader beir; did you mean 'split'?``).
 
 An entry reads a local folder (``path``: relative to the shared data folder, which it may not
-leave through ``..``, or absolute, which the task's provenance then records) or, for readers with
+leave through ``..`` nor through a symbolic link, or absolute, which the task's provenance then
+records as ``source_path``) or, for readers with
 ``dataset`` and ``revision`` options, a hub dataset (``dataset`` + a pinned ``revision``).
 ``subsets`` turns one entry into one task per subset: a list of names, or a mapping from name to
 that subset's revision or to a mapping of its own options (``revision``, ``task_type``, ...). Each
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from medbench_core.errors import DataError
+from medbench_core.errors import DataError, config_errors
 from medbench_core.taskdata.mteb_tasks import expand_entries as expand_mteb_entries
 from medbench_core.taskdata.readers import ReadContext, ReaderOptions, get_reader, parse_options
 from medbench_core.yaml_file import read_yaml_mapping
@@ -38,7 +39,7 @@ from medbench_core.yaml_file import read_yaml_mapping
 if TYPE_CHECKING:
     from medbench_core.taskdata.task import Task
 
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]*\Z")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class Catalog:
         return [t.name for t in self.tasks]
 
 
+@config_errors
 def load_catalog(path: str | Path) -> Catalog:
     """Read ``tasks.yaml``; errors name the file and the entry at fault, and the closest known option or reader."""
     path = Path(path)
@@ -183,19 +185,32 @@ def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path, *,
     huggingface_hub's). A source named by an absolute ``path`` is recorded in the task's
     metadata (``source_path``).
     """
+    from medbench_core.taskdata.source_rules import check_task
+
     rd = get_reader(entry.reader)
     options = entry.read_options or parse_options(rd, {"name": entry.name, "research_only": entry.research_only, **entry.options}, f"task {entry.name!r}", called=entry.reader)
-    src: Path | None = None
-    if entry.path:
-        src = Path(data_root) / check_path(entry.path, f"task {entry.name!r}")
-        if not src.exists():
-            raise DataError(f"task {entry.name}: source {src} not found (is ../shared/data beside the checkout?)")
+    src = local_source(entry, data_root)
     context = ReadContext(scratch=Path(work_dir) / "images", online=online, hub_cache=Path(hub_cache) if hub_cache else None)
     task = rd.read(src, options, context)
     if entry.path and Path(entry.path).is_absolute():
         task.meta = dataclasses.replace(task.meta, source_path=str(Path(entry.path)))
         task._hash = None
+    check_task(task, f"task {entry.name}")  # the rules every reader applies as it reads, once more over the whole task
     return task
+
+
+def local_source(entry: TaskEntry, data_root: str | Path) -> Path | None:
+    """The file or folder ``entry`` reads (None for a hub dataset), when it exists and no link leads it
+    outside the data folder (:func:`~medbench_core.taskdata.source_rules.check_source_links`; a source
+    named by an absolute path is read where it is, and recorded as the task's ``source_path``)."""
+    from medbench_core.taskdata.source_rules import check_source_links
+
+    if not entry.path:
+        return None
+    src = Path(data_root) / check_path(entry.path, f"task {entry.name!r}")
+    if not src.exists():
+        raise DataError(f"task {entry.name}: source {src} not found (is ../shared/data beside the checkout?)")
+    return check_source_links(src, None if Path(entry.path).is_absolute() else Path(data_root), f"task {entry.name}")
 
 
 # --- is a curated copy still current? ------------------------------------------------------------
@@ -209,6 +224,7 @@ def curation_inputs(entry: TaskEntry, data_root: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {"entry": _entry_digest(entry)}
     src = _local_source(entry, data_root)
     if src is not None and src.exists():
+        local_source(entry, data_root)  # no file outside the data folder is read, not even to be hashed
         out["stat"], out["files"] = _source_digests(src, with_bytes=True)
     return out
 

@@ -19,6 +19,7 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.storage import sha256_file
+from medbench_core.taskdata.source_rules import check_reference
 
 MODALITIES = ("text", "image", "both")
 UNKNOWN_LICENCE = "unknown"
@@ -207,10 +208,12 @@ class DocTexts(Sequence[str]):
 
 
 def resolve_inside(root: Path, ref: str, what: str = "") -> Path:
-    """Resolve ``ref`` under ``root``; refuse absolute paths, ``..`` and symlinks that escape."""
+    """Resolve ``ref`` under ``root``; refuse absolute paths, ``..``, symlinks that escape, and a reference
+    that is not printable or has a part too long to be a file name (:func:`~medbench_core.taskdata.source_rules.check_reference`)."""
     where = f"{what}: " if what else ""
     if not ref:
         raise DataError(f"{where}empty image reference")
+    check_reference(ref, what or f"image folder {root}")  # printable parts that can each be a file name
     p = Path(ref)
     if p.is_absolute():
         raise DataError(f"{where}image {ref!r} is an absolute path; references must be relative to {root}")

@@ -23,7 +23,8 @@ imported on first use, so ``import medbench_core`` stays light.
 
 Every reader reads strictly (:mod:`.common`): UTF-8 only (a BOM and CRLF line ends are accepted),
 errors name the file and line (and byte offset, id and field where there is one), empty files and
-duplicate ids are refused, ids are strings (a JSON integer id is read as its digits), and a record
+duplicate ids are refused, ids are strings (a JSON integer id is read as its digits) of the safe
+alphabet, grades whole numbers from 0 to 1000 (:mod:`medbench_core.taskdata.source_rules`), and a record
 whose text would be lost because it sits in a field the reader does not map is refused naming that
 field. Every record carries language, modality, discipline, concept ids and a licence.
 

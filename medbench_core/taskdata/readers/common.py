@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.taskdata.source_rules import GRADE_MAX, ID_MAX_CHARS, check_grade, check_id
 from medbench_core.taskdata.task import (
     CANDIDATES_SCHEMA,
     CORPUS_SCHEMA,
@@ -52,7 +53,11 @@ def need_file(path: Path) -> Path:
 # - an empty file (0 bytes, or blank lines only) is refused naming the file;
 # - ids are strings: a JSON string is used as written (stripped), a JSON integer as its decimal
 #   digits; a float, boolean, list, object or null id is refused. Two records whose ids are equal
-#   after this (``1`` and ``"1"`` among them) are duplicates, refused naming both lines.
+#   after this (``1`` and ``"1"`` among them) are duplicates, refused naming both lines. An id is
+#   then held to the safe alphabet (:func:`~medbench_core.taskdata.source_rules.check_id`: no
+#   whitespace, control or format character inside it, 512 characters at most);
+# - a JSON record nested deeper than Python's parser goes (a RecursionError) is refused naming the line;
+# - grades are whole numbers from 0 to 1000 (:func:`relevance`).
 
 
 def iter_lines(path: str | Path, *, gz: bool = False) -> Iterator[tuple[int, str]]:
@@ -101,6 +106,8 @@ def iter_jsonl(path: str | Path, *, gz: bool = False) -> Iterator[tuple[int, dic
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise DataError(f"{path}:{lineno}: {TOO_DEEP}") from None
         if not isinstance(obj, dict):
             raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
         records += 1
@@ -109,9 +116,17 @@ def iter_jsonl(path: str | Path, *, gz: bool = False) -> Iterator[tuple[int, dic
         raise DataError(f"{path}: no records (the file holds only blank lines)")
 
 
+TOO_DEEP = "JSON nested deeper than the parser can read (RecursionError); a record is a flat object of ids, texts and small lists"
+
+
+def _plain_id(raw: Any) -> bool:
+    """A string id that needs nothing done: no whitespace, control or format character, not too long."""
+    return type(raw) is str and 0 < len(raw) <= ID_MAX_CHARS and raw.isprintable() and " " not in raw
+
+
 def id_value(raw: Any, where: str, field: str = "_id") -> str:
-    """A record id as a string, by the rule above; DataError naming ``where`` and ``field`` otherwise."""
-    if type(raw) is str and raw and not raw[0].isspace() and not raw[-1].isspace():
+    """A record id as a string, by the rule above; DataError naming ``where``, ``field`` and the id otherwise."""
+    if _plain_id(raw):
         return raw  # the common case, first
     if isinstance(raw, bool) or not isinstance(raw, (str, int)):
         kind = "null" if raw is None else type(raw).__name__
@@ -119,7 +134,7 @@ def id_value(raw: Any, where: str, field: str = "_id") -> str:
     value = raw.strip() if isinstance(raw, str) else str(raw)
     if not value:
         raise DataError(f"{where}: {field!r} is empty")
-    return value
+    return check_id(value, where, f"{field!r}")
 
 
 def first_present(obj: dict[str, Any], names: tuple[str, ...]) -> str | None:
@@ -135,7 +150,7 @@ def id_of(obj: dict[str, Any], path: Path, lineno: int, names: tuple[str, ...] =
     if field is None:
         raise DataError(f"{path}:{lineno}: record has no {' or '.join(repr(n) for n in names)}")
     raw = obj[field]
-    if type(raw) is str and raw and not raw[0].isspace() and not raw[-1].isspace():
+    if _plain_id(raw):
         return raw
     return id_value(raw, f"{path}:{lineno}", field)
 
@@ -192,22 +207,25 @@ def refuse_unmapped(obj: dict[str, Any], known: set[str] | frozenset[str], where
 
 
 def relevance(raw: Any, where: str) -> int:
-    """An integer grade; ``1``, ``1.0`` and ``"2"`` are accepted, ``0.5`` and ``"high"`` are not.
+    """An integer grade from 0 to 1000; ``1``, ``1.0`` and ``"2"`` are accepted, ``0.5``, ``"high"``, ``-1`` and ``1e20`` are not.
 
     Float scores (M3Retrieve's qrels declare ``score`` float64) are read when they are whole
-    numbers; a fractional grade is refused rather than truncated.
+    numbers; a fractional grade is refused rather than truncated. The bounds
+    (:func:`~medbench_core.taskdata.source_rules.check_grade`) keep a grade within the stored Int32.
     """
     if type(raw) is int:
-        return raw
+        return check_grade(raw, where)
     if type(raw) is str and raw.isascii() and raw.isdigit():
-        return int(raw)
+        digits = raw.lstrip("0") or "0"
+        return check_grade(int(digits) if len(digits) < 12 else GRADE_MAX + 1, where, raw)  # no int() of 4,300 hostile digits
     try:
         value = float(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         value = math.nan
     if isinstance(raw, bool) or not math.isfinite(value) or value != int(value):
-        raise DataError(f"{where}: relevance {raw!r} is not an integer")
-    return int(value)
+        text = repr(raw) if not isinstance(raw, str) or len(raw) <= 40 else repr(raw[:40]) + "..."
+        raise DataError(f"{where}: relevance {text} is not an integer")
+    return check_grade(int(value), where, raw)
 
 
 QRELS_HEADER_IDS = ("query-id", "query_id", "q_id", "qid")
@@ -310,6 +328,27 @@ def load_json(path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise DataError(f"{path}:{_deep_line(text)}: {TOO_DEEP}") from None
+
+
+def _deep_line(text: str, depth: int = 200) -> int:
+    """The line where the JSON ``text`` first nests deeper than ``depth`` (outside strings); 1 when it never does."""
+    level, line, in_string, escaped = 0, 1, False, False
+    for c in text:
+        if c == "\n":
+            line += 1
+        elif in_string:
+            escaped, in_string = (not escaped and c == "\\"), in_string and not (c == '"' and not escaped)
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            level += 1
+            if level > depth:
+                return line
+        elif c in "]}":
+            level -= 1
+    return 1
 
 
 def build_task_from_rows(meta: TaskMeta, queries: list[dict], corpus: list[dict], qrels: list[dict], candidates: list[dict] | None, image_root: Path | None, where: str) -> Task:

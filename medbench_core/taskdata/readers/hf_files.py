@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from medbench_core.errors import DataError
+from medbench_core.taskdata.source_rules import reference_problem, shown
 
 PARTS = ("corpus", "queries", "qrels")
 # Config names of each part, in order of preference (after the <subset>- prefixed one).
@@ -37,21 +38,34 @@ def suffix_of(path: Path) -> str:
     return ".jsonl.gz" if name.endswith(".jsonl.gz") else path.suffix.lower()
 
 
+CARD_MAX_BYTES = 8 << 20  # a dataset card's front matter (MTEB's largest cards list hundreds of configs)
+
+
 def dataset_card(folder: Path) -> dict[str, Any]:
-    """The YAML front matter of ``folder/README.md`` (``{}`` when there is none)."""
-    import yaml
+    """The YAML front matter of ``folder/README.md`` (``{}`` when there is none).
+
+    Read as tasks.yaml is (:func:`medbench_core.yaml_file.load_yaml`: aliases bounded, errors with the
+    line in the README), from the first :data:`CARD_MAX_BYTES` of the file: a front matter that does
+    not end within them is refused.
+    """
+    from medbench_core.yaml_file import load_yaml
 
     path = folder / "README.md"
     if not path.is_file():
         return {}
-    text = path.read_bytes().decode("utf-8", errors="replace").removeprefix("\ufeff").replace("\r\n", "\n")
+    with open(path, "rb") as f:
+        data = f.read(CARD_MAX_BYTES + 1)
+    text = data.decode("utf-8", errors="replace").removeprefix("\ufeff").replace("\r\n", "\n")
     m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, flags=re.DOTALL)
     if not m:
+        if len(data) > CARD_MAX_BYTES and re.match(r"^---\s*\n", text):
+            raise DataError(f"{path}: the dataset card's front matter does not end within {CARD_MAX_BYTES} bytes; refusing it")
         return {}
     try:
-        doc = yaml.safe_load(m.group(1)) or {}
-    except yaml.YAMLError as exc:
-        raise DataError(f"{path}: the dataset card's YAML front matter is not valid ({exc})") from exc
+        doc = load_yaml("\n" + m.group(1), str(path)) or {}  # "\n" for the opening '---': lines as in the file
+    except DataError as exc:
+        detail = str(exc).removeprefix(str(path)).lstrip(":").strip()  # "LINE: problem", or the problem
+        raise DataError(f"{path}: the dataset card's YAML front matter is not valid ({'line ' if detail[:1].isdigit() else ''}{detail})") from None
     if not isinstance(doc, dict):
         raise DataError(f"{path}: the dataset card's front matter is not a mapping")
     return doc
@@ -179,7 +193,8 @@ class Source:
 
 
 def relative_path(rel: str, what: str) -> PurePosixPath:
-    """``rel`` as a relative POSIX path; ``..``, absolute paths and backslashes are refused.
+    """``rel`` as a relative POSIX path; ``..``, absolute paths, backslashes and unsafe characters
+    (:func:`~medbench_core.taskdata.source_rules.reference_problem`) are refused.
 
     ``what`` names the reference in errors (``"<file>:<line>: record <id>: image"``).
     """
@@ -192,10 +207,13 @@ def relative_path(rel: str, what: str) -> PurePosixPath:
         raise DataError(f"{what} {rel!r} is an absolute path; paths in a dataset are relative to it")
     if ".." in p.parts:
         raise DataError(f"{what} {rel!r} contains '..' and would leave the dataset")
+    problem = reference_problem(p.as_posix())
+    if problem:
+        raise DataError(f"{what} {shown(rel)} {problem}; a path in a dataset is relative, of printable characters")
     return p
 
 
-_SHARED_BLOB = re.compile(r"^[0-9a-f]{2}/[0-9a-f]{64}$")
+_SHARED_BLOB = re.compile(r"^[0-9a-f]{2}/[0-9a-f]{64}\Z")
 
 
 def check_snapshot_links(snapshot: Path, blobs: Path) -> None:

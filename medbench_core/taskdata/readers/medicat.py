@@ -9,6 +9,7 @@ from medbench_core.errors import DataError
 from medbench_core.taskdata.licences import normalise_licence
 from medbench_core.taskdata.readers.base import ReadContext, Reader, ReaderOptions
 from medbench_core.taskdata.readers.common import build_task_from_rows, iter_jsonl, refuse_unmapped
+from medbench_core.taskdata.source_rules import check_id
 from medbench_core.taskdata.task import Task, TaskMeta, resolve_inside
 
 # The fields of a MedICaT record (its release's JSON lines).
@@ -59,7 +60,7 @@ def read_medicat(folder: str | Path, options: MedicatOptions | None = None, cont
         pdf_hash, fig_key, fig_uri = (str(rec.get(k) or "").strip() for k in ("pdf_hash", "fig_key", "fig_uri"))
         if not pdf_hash or not fig_key:
             raise DataError(f"{path}:{lineno}: record needs 'pdf_hash' and 'fig_key' to be identified")
-        key = f"{pdf_hash}/{fig_key}"
+        key = check_id(f"{pdf_hash}/{fig_key}", f"{path}:{lineno}", "record key (pdf_hash/fig_key)")  # its ids are <direction>:<key>
         where = f"{path}:{lineno}: record {key}"
         if key in seen:
             raise DataError(f"{where}: appears twice (first at line {seen[key]})")

@@ -9,6 +9,7 @@ from medbench_core.errors import DataError
 from medbench_core.taskdata.licences import normalise_licence
 from medbench_core.taskdata.readers.base import ReadContext, Reader, ReaderOptions
 from medbench_core.taskdata.readers.common import build_task_from_rows, load_json, refuse_unmapped
+from medbench_core.taskdata.source_rules import check_id
 from medbench_core.taskdata.task import Task, TaskMeta, resolve_inside
 
 VQA_RAD_SPLITS = {"train": ("freeform", "para"), "test": ("test_freeform", "test_para")}
@@ -77,9 +78,10 @@ def read_vqa_rad(folder: str | Path, options: VqaRadOptions | None = None, conte
         if not image:
             raise DataError(f"{where}: has no image_name; a question -> image pair needs its image")
         resolve_inside(root, image, what=where)
+        check_id(qid, where, "query id")
         organ_raw = str(rec.get("image_organ") or "").strip().upper()
         organ = _ORGANS.get(organ_raw, organ_raw.lower() or "unknown")
-        did = Path(image).stem
+        did = check_id(Path(image).stem, where, "image id (image_name without its suffix)")
         organ_of.setdefault(did, organ)
         if rec.get("phrase_type") not in types:
             continue
@@ -97,6 +99,7 @@ def read_vqa_rad(folder: str | Path, options: VqaRadOptions | None = None, conte
         raise DataError(f"{path}: question(s) name image(s) missing from {root}: {missing[:10]}")
     corpus = []
     for did, fname in on_disk.items():
+        check_id(did, f"{root}: image {fname!r}", "image id (the file name without its suffix)")
         load_image(resolve_inside(root, fname, what=f"{root} image {did}"), did)
         corpus.append({"doc_id": did, "image": fname, "language": "en", "modality": "image", "discipline": organ_of.get(did, "unknown"), "concept_ids": [], "licence": lic})
     if not queries:
