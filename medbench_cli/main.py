@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the last line says what; the log (or --verbose) holds the stack
         from medbench_core.errors import MedbenchError
 
+        from medbench_core.errors import ConfigError
+
         failures.log().exception(exc)
         ours = isinstance(exc, MedbenchError)
         failures.say(
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             kept="what was stored before is kept (artifacts are replaced whole or not at all)",
             todo="" if ours or failures.log().verbose else "--verbose prints the stack trace",
         )  # fmt: skip
-        return failures.FAILED
+        return failures.USAGE if isinstance(exc, ConfigError) else failures.FAILED  # tasks.yaml, models.yaml: 2
 
 
 if __name__ == "__main__":

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 class MedbenchError(Exception):
     """Base class of every error medbench raises on purpose."""
@@ -17,3 +23,22 @@ class IntegrityError(MedbenchError):
 
 class ContractError(MedbenchError):
     """A data contract (schema, integrity, overlap, licence) failed for a task."""
+
+
+class ConfigError(DataError):
+    """A configuration file of the project (tasks.yaml, models.yaml) is wrong: a command exits 2 on it, before any work."""
+
+
+def config_errors(load: F) -> F:
+    """Decorate a loader of configuration (tasks.yaml, models.yaml): the DataErrors it raises become ConfigErrors."""
+
+    @functools.wraps(load)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return load(*args, **kwargs)
+        except ConfigError:
+            raise
+        except DataError as exc:
+            raise ConfigError(str(exc)) from exc
+
+    return wrapper  # type: ignore[return-value]

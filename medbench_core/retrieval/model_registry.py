@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from medbench_core.errors import DataError
+from medbench_core.errors import DataError, config_errors
 from medbench_core.retrieval.kinds.spec import COMMON_FIELDS, ModelSpec, model_spec, parse_entry  # noqa: F401  (re-exported)
 from medbench_core.yaml_file import read_yaml_mapping
 
@@ -79,6 +79,7 @@ def evaluation_order(specs: list[ModelSpec]) -> list[str]:
     return out
 
 
+@config_errors
 def load_baseline(path: str | Path, specs: list[ModelSpec] | None = None) -> str:
     """The registry's ``baseline:`` (default ``bm25``), the model every other is tested against.
 
@@ -94,6 +95,7 @@ def load_baseline(path: str | Path, specs: list[ModelSpec] | None = None) -> str
     return base
 
 
+@config_errors
 def load_registry(path: str | Path) -> list[ModelSpec]:
     """Read ``models.yaml``: a mapping ``models: [ {name, kind, path, revision, settings, ...}, ...]``.
 

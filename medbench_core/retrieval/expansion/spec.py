@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medbench_core.errors import DataError
+from medbench_core.errors import DataError, config_errors
 from medbench_core.provenance import artifact_key
 from medbench_core.retrieval.expansion.frame import RULES, rule_for_generator
 from medbench_core.yaml_file import read_yaml_mapping
@@ -77,7 +77,7 @@ DEFAULT_FILES = {
 # model folder's generation_config.json.
 DEFAULT_DECODING = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_new_tokens": 512, "seed": 42, "repetition_penalty": 1.0}
 DEFAULT_SYSTEM = "You are a helpful assistant."
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 _FILE_ONLY = ("path", "format", "file", "task_folders", "revisions")
 _GENERATE_ONLY = ("prompt", "system", "chat_template_kwargs", "decoding", "batch_size", "dtype")
 _LAMER_ONLY = ("upstream", "upstream_k", "passage_words")
@@ -217,6 +217,7 @@ def parse_expansions(entries: Any, where: str | Path) -> list[ExpansionSpec]:
     return out
 
 
+@config_errors
 def load_expansions(path: str | Path) -> list[ExpansionSpec]:
     """The ``expansions:`` section of the registry file ``path`` (empty when there is none)."""
     path = Path(path)
