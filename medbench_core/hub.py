@@ -19,8 +19,8 @@ from pathlib import Path
 from medbench_core.errors import DataError
 
 REPO_TYPES = ("model", "dataset")
-_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
-_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
+_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 def is_commit_sha(revision: str) -> bool:

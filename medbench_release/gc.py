@@ -21,7 +21,7 @@ def _md5_file(path: Path) -> str:
     return h.hexdigest()
 
 
-_DVC_TEMP = re.compile(r"^\.[A-Za-z0-9_-]+\.tmp$")
+_DVC_TEMP = re.compile(r"^\.[A-Za-z0-9_-]+\.tmp\Z")
 
 
 def leftover_temp_files(store: Path) -> list[Path]:

@@ -44,7 +44,7 @@ ARRAY_TOLERANCE = 1e-5  # largest absolute difference accepted in embeddings and
 METRIC_TOLERANCE = 1e-9
 PROBE_ROWS = 4  # rows of a 2-D array (elements of a 1-D one: PROBE_ROWS * 16) kept in the version file
 
-_HEX = re.compile(r"^[0-9a-f]+$")
+_HEX = re.compile(r"^[0-9a-f]+\Z")
 
 
 # --- files ----------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from medbench_core.errors import MedbenchError
 REMOTE = "medbench"
 DATA = "data"
 VERSIONS = "versions"
-_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 _LOCK_ERROR = "Unable to acquire lock"
 _GIT_IDENTITY = ("-c", "user.name=medbench release", "-c", "user.email=medbench@localhost")
 

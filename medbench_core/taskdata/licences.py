@@ -74,7 +74,7 @@ _CC_WORDS = {
     "no derivs": "ND",
 }
 
-_VERSION = re.compile(r"^(\d)(?:\.(\d))?$")
+_VERSION = re.compile(r"^(\d)(?:\.(\d))?\Z")
 
 
 def _words(raw: str) -> str:

@@ -20,7 +20,7 @@ from medbench_core.retrieval.kinds import get_kind, kind_names
 from medbench_core.retrieval.kinds.settings import KindSettings, NoSettings, closest
 
 COMMON_FIELDS = ("name", "kind", "path", "revision", "settings", "batch_size", "index", "trust_remote_code")
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 
 
 @dataclass(frozen=True)
