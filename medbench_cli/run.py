@@ -79,12 +79,7 @@ def prepare(defs, instance, tasks: list[str]) -> dict:
             label = f"curated_task[{task}]"
             failed.append(label)
             reasons[label] = _failed(f"curate {task}", res)
-            after = _content_hash(resources["store"].layout, task)
-            kept[label] = (
-                f"no curated {task}" if after is None
-                else f"the curated {task} from before" if after == before
-                else f"the new curated {task}, refused by its gate ({resources['store'].layout.gate_file(task)})"
-            )  # fmt: skip
+            kept[label] = kept_after_failed_curation(resources["store"].layout, task, before)
     t = time.perf_counter()
     if curated:
         res = defs.resolve_job_def(OVERLAP_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=False)
@@ -104,6 +99,23 @@ def prepare(defs, instance, tasks: list[str]) -> dict:
         else:
             usable.append(task)
     return {"usable": usable, "gated": gated, "failures": failed, "reasons": reasons, "kept": kept, "curated": curated}
+
+
+def kept_after_failed_curation(layout, task: str, before: str | None) -> str:
+    """What a failed curation of ``task`` left, said for the last line: no curated task, the one from
+    ``before`` (its content hash then), or a new one, refused by its gate only where a GATE.json records
+    that verdict on that content (the check may have failed before writing one: a full disk)."""
+    from medbench_core.taskdata.contracts import read_gate
+
+    after = _content_hash(layout, task)
+    if after is None:
+        return f"no curated {task}"
+    if after == before:
+        return f"the curated {task} from before"
+    gate = read_gate(layout.gate_file(task))
+    if gate is not None and gate.get("content_hash") == after and not gate.get("passed"):
+        return f"the new curated {task}, refused by its gate ({layout.gate_file(task)})"
+    return f"the new curated {task}, with no gate verdict recorded (its data contract is judged again before anything builds on it)"
 
 
 def _content_hash(layout, task: str) -> str | None:
