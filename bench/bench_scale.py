@@ -154,13 +154,12 @@ def run_bare(work: Path, data: Path, label: str) -> dict:
 def make_world(root: Path, data: Path, task: str) -> dict[str, str]:
     """A fresh medbench world around ``data``: tasks.yaml (one beir task), models.yaml (bm25 only), empty state. Returns its environment."""
     shutil.rmtree(root, ignore_errors=True)
-    (root / "shared" / "data").mkdir(parents=True)
-    (root / "shared" / "data" / task).symlink_to(data)
+    (root / "shared" / "data").mkdir(parents=True)  # the corpus stays where it is, named by its absolute path (a link out is refused)
     (root / "tasks.yaml").write_text(
         "benchmark: medbench-scale\n"
         "licence_allowlist: [CC-BY-4.0, ODC-By-1.0]\n"
         "tasks:\n"
-        f"  - name: {task}\n    reader: beir\n    path: {task}\n    split: test\n"
+        f"  - name: {task}\n    reader: beir\n    path: {Path(data).resolve()}\n    split: test\n"
         "    query_licence: CC-BY-4.0\n    doc_licence: ODC-By-1.0\n    discipline: biomedicine\n"
         "    source: synthetic, bench/scale_corpus.py (shuffled SciFact abstracts)\n"
     )

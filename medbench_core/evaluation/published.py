@@ -166,8 +166,8 @@ def read_published(folder: str | Path, tasks: Iterable[str], *, metric: str = "n
                 continue
             path = Path(dirpath) / name
             try:
-                doc = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
+                doc = json.loads(path.read_bytes().decode("utf-8"))
+            except (OSError, ValueError, RecursionError) as exc:  # ValueError: JSON or UTF-8; RecursionError: nested too deep
                 raise DataError(f"{path}: not a JSON result file ({exc})") from None
             if isinstance(doc, dict) and "task_name" in doc and "scores" in doc:  # MTEB
                 task = str(doc["task_name"])

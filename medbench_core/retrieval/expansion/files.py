@@ -118,15 +118,23 @@ def _records(spec: ExpansionSpec, path: Path) -> list[tuple[str, dict[str, Any] 
         for i, row in enumerate(df.select(id_col, "expansion").iter_rows()):
             out.append((f"{path}:row {i}", {"id": row[0], "expansion": row[1]}, None))
         return out
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
             where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                out.append((where, None, f"not UTF-8: byte 0x{raw[exc.start]:02x} at column {exc.start + 1} ({exc.reason}); re-encode the file as UTF-8"))
+                continue
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 out.append((where, None, f"malformed JSON ({exc.msg} at column {exc.colno})"))
+                continue
+            except RecursionError:
+                out.append((where, None, "JSON nested deeper than the parser can read (RecursionError)"))
                 continue
             if not isinstance(obj, dict):
                 out.append((where, None, f"expected a JSON object, got {type(obj).__name__}"))
