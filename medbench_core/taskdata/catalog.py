@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from medbench_core.taskdata.task import Task
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]*\Z")
+_BENCHMARK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,10 @@ def load_catalog(path: str | Path) -> Catalog:
                 TaskEntry(name=name, reader=e["reader"], path=str(e.get("path") or ""), research_only=read_options.research_only, options=opts, read_options=read_options)
             )
     allow = doc.get("licence_allowlist") or []
-    return Catalog(benchmark=str(doc.get("benchmark", "medbench")), tasks=tuple(tasks), licence_allowlist=tuple(allow))
+    benchmark = doc.get("benchmark", "medbench")
+    if not isinstance(benchmark, str) or not _BENCHMARK_RE.match(benchmark):  # MLflow's experiment names, release records
+        raise DataError(f"{path}: benchmark {benchmark!r}: use letters, digits, '.', '_', '+' or '-' (it names the MLflow experiments)")
+    return Catalog(benchmark=benchmark, tasks=tuple(tasks), licence_allowlist=tuple(allow))
 
 
 def check_path(value: Any, where: str) -> str:

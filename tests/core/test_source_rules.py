@@ -443,6 +443,9 @@ def test_a_task_or_model_name_ending_in_a_newline_is_refused(tmp_path):
     tasks.write_text('tasks:\n  - {name: "scifact\\n", reader: beir, path: x, query_licence: a, doc_licence: b}\n')
     with pytest.raises(ConfigError, match=re.escape(f"{tasks}: task name 'scifact\\n': use lowercase letters, digits and '_'")):
         load_catalog(tasks)
+    tasks.write_text('benchmark: "medbench\\n"\ntasks:\n  - {name: scifact, reader: beir, path: x, query_licence: a, doc_licence: b}\n')
+    with pytest.raises(ConfigError, match=re.escape(f"{tasks}: benchmark 'medbench\\n': use letters, digits")):
+        load_catalog(tasks)
     models = tmp_path / "models.yaml"
     models.write_text('models:\n  - {name: "bm25x\\n", kind: bm25, revision: r}\n')
     with pytest.raises(ConfigError, match=re.escape(f"{models}: model 'bm25x\\n': use letters, digits")):
