@@ -54,10 +54,15 @@ def owner_tags() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Whether a run's process lives: True, False, or None when it cannot be told from here; ``who`` says which process."""
+    """Whether a run's process lives: True, False, or None when it cannot be told from here; ``who`` says which process.
+
+    ``quiet_since``: for a run judged by its events' pids, when it last wrote one (it is reclaimed
+    only a grace period later: the code server that launched it may be marking it failed itself).
+    """
 
     alive: bool | None
     who: str
+    quiet_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,7 @@ def run_label(run: dg.DagsterRun | None) -> str:
     return f"{run.job_name} {partition}" if partition else run.job_name
 
 
-def judge(instance: dg.DagsterInstance, record: Any, now: float | None = None) -> Verdict:
+def judge(instance: dg.DagsterInstance, record: Any) -> Verdict:
     """Whether the process executing the run of ``record`` (a RunRecord) is alive."""
     run = record.dagster_run
     tags = run.tags
@@ -113,6 +118,10 @@ def judge(instance: dg.DagsterInstance, record: Any, now: float | None = None) -
         return Verdict(_same_process(pid, started, exact=True), who)
     if not _local_storage(instance):
         return Verdict(None, "processes on other hosts, maybe")
+    if run.status not in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING):
+        return Verdict(
+            None, "no worker yet" if not run.is_finished else "ended"
+        )  # starting: run monitoring's start timeout decides
     first_seen: dict[int, float] = {}
     last = record.create_timestamp.timestamp()
     for entry in instance.all_logs(run.run_id):
@@ -120,13 +129,12 @@ def judge(instance: dg.DagsterInstance, record: Any, now: float | None = None) -
         pid = entry.dagster_event.pid if entry.dagster_event is not None else None
         if pid is not None and pid not in first_seen:
             first_seen[pid] = entry.timestamp
-    who = f"process(es) {', '.join(map(str, sorted(first_seen)))}" if first_seen else "no process recorded"
+    if not first_seen:
+        return Verdict(None, "no process recorded")
+    who = f"process(es) {', '.join(map(str, sorted(first_seen)))}"
     if any(_same_process(pid, seen, exact=False) for pid, seen in first_seen.items()):
         return Verdict(True, who)
-    # Launched runs: the code server that started the worker marks its death itself; give it time.
-    if (now or time.time()) - last < _grace(instance):
-        return Verdict(True if first_seen else None, who)
-    return Verdict(False, who)
+    return Verdict(False, who, quiet_since=last)
 
 
 def reclaim(instance: dg.DagsterInstance, now: float | None = None) -> list[Reclaimed]:
@@ -144,9 +152,9 @@ def reclaim(instance: dg.DagsterInstance, now: float | None = None) -> list[Recl
         run = record.dagster_run
         if run.status == dg.DagsterRunStatus.NOT_STARTED and PID_TAG not in run.tags:
             continue  # created for a launch that has not happened: the run queue's business
-        verdict = judge(instance, record, now)
+        verdict = judge(instance, record)
         judged[run.run_id] = verdict
-        if verdict.alive is False:
+        if verdict.alive is False and now - (verdict.quiet_since or 0) >= _grace(instance):
             why = f"its {verdict.who} is gone"
             instance.report_run_failed(
                 run,
@@ -164,9 +172,9 @@ def reclaim(instance: dg.DagsterInstance, now: float | None = None) -> list[Recl
         run = record.dagster_run
         if not run.is_finished:
             continue  # alive, or judged above as not checkable
-        verdict = judged.get(run_id) or judge(instance, record, now)
+        verdict = judged.get(run_id) or judge(instance, record)
         ended = record.end_time or record.update_timestamp.timestamp()
-        if verdict.alive is False or now - ended > _grace(instance):
+        if (verdict.alive is False and verdict.quiet_since is None) or now - ended > _grace(instance):
             out.append(
                 Reclaimed(run_id, run_label(run), f"it ended {run.status.value}", False, _free(instance, run_id))
             )
