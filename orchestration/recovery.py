@@ -131,7 +131,7 @@ def judge(instance: dg.DagsterInstance, record: Any) -> Verdict:
             first_seen[pid] = entry.timestamp
     if not first_seen:
         return Verdict(None, "no process recorded")
-    who = f"process(es) {', '.join(map(str, sorted(first_seen)))}"
+    who = f"process{'es' if len(first_seen) > 1 else ''} {', '.join(map(str, sorted(first_seen)))}"
     if any(_same_process(pid, seen, exact=False) for pid, seen in first_seen.items()):
         return Verdict(True, who)
     return Verdict(False, who, quiet_since=last)
@@ -155,7 +155,7 @@ def reclaim(instance: dg.DagsterInstance, now: float | None = None) -> list[Recl
         verdict = judge(instance, record)
         judged[run.run_id] = verdict
         if verdict.alive is False and now - (verdict.quiet_since or 0) >= _grace(instance):
-            why = f"its {verdict.who} is gone"
+            why = f"its {verdict.who} {'are' if verdict.who.startswith('processes') else 'is'} gone"
             instance.report_run_failed(
                 run,
                 message=f"Marked failed by medbench: the run's {verdict.who} is gone (killed or crashed); nothing will finish it.",

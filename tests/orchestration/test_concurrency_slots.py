@@ -219,8 +219,8 @@ def test_an_untagged_in_process_run_killed_holding_the_slot_is_judged_by_its_eve
             result = inprocess.execute(after, instance, what="evaluate after", tell=said.append, raise_on_error=False)
             assert result.success
             # Reclaimed once it had written nothing for free_slots_after_run_end_seconds (1 s here; meanwhile named as gone).
-            assert said[-1] == f"[recover] Dagster run {held.run_id[:8]} (hold): its process(es) {holder.pid} is gone: marked failed and freed its slot(s) in pool encode"
-            assert all(f"(hold, step hold_slot; process(es) {holder.pid}, gone)" in line for line in said[:-1])
+            assert said[-1] == f"[recover] Dagster run {held.run_id[:8]} (hold): its process {holder.pid} is gone: marked failed and freed its slot(s) in pool encode"
+            assert all(f"(hold, step hold_slot; process {holder.pid}, gone)" in line for line in said[:-1])
             assert instance.get_run_by_id(held.run_id).status == dg.DagsterRunStatus.FAILURE
             assert instance.event_log_storage.get_concurrency_info("encode").claimed_slots == []
     finally:
