@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -72,14 +73,12 @@ def execute(
     job, instance, *, what: str, tags: dict[str, str] | None = None, tell: Callable[[str], None] = say, **kwargs: Any
 ):
     """``job.execute_in_process(instance=instance, **kwargs)`` as the module docstring says; ``what`` names it in messages."""
-    from dagster._core.utils import make_new_run_id
-
     from orchestration.recovery import job_pools, owner_tags
 
     pools = job_pools(job)
     if pools:
         _wait_for_pools(instance, pools, what, tell)
-    run_id = make_new_run_id()
+    run_id = str(uuid.uuid4())  # chosen here, so that the guard knows which run to watch
     guard = _Guard(instance, run_id, pools, what, tell)
     guard.start()
     try:
@@ -146,6 +145,8 @@ def _interrupt_next_steps() -> None:
     as each step begins); kept set while a stop is asked for, since each check clears it.
     """
     try:
+        # Private: Dagster has no public way to ask a run executing in this process to stop (its
+        # termination goes through a run launcher, which in-process runs do not have).
         from dagster._utils import interrupts
 
         interrupts._received_interrupt["received"] = True

@@ -207,13 +207,9 @@ class PoolState:
 
 def pool_state(instance: dg.DagsterInstance, pool: str) -> PoolState:
     """Whether a step could claim a slot of ``pool`` now, and which runs hold its slots."""
-    from dagster._core.instance.config import PoolGranularity
-
     storage = instance.event_log_storage
-    if (
-        not storage.supports_global_concurrency_limits
-        or storage.get_pool_config().pool_granularity == PoolGranularity.RUN
-    ):
+    granularity = getattr(storage.get_pool_config().pool_granularity, "value", None)
+    if not storage.supports_global_concurrency_limits or granularity == "run":
         return PoolState(pool, None, True, [])  # steps claim nothing (run granularity: the run queue counts)
     info = storage.get_concurrency_info(pool)
     assigned = [p for p in info.pending_steps if p.assigned_timestamp is not None]
@@ -274,9 +270,8 @@ def _same_process(pid: int, started: float | None, exact: bool) -> bool:
 
 
 def _local_storage(instance: dg.DagsterInstance) -> bool:
-    from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
-
-    return isinstance(instance.run_storage, SqliteRunStorage)
+    """Whether the runs are stored in SQLite files of this machine (by class name: the class is not public)."""
+    return any(cls.__name__ == "SqliteRunStorage" for cls in type(instance.run_storage).__mro__)
 
 
 def _grace(instance: dg.DagsterInstance) -> float:
