@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
-from medbench_cli import export, failures, leaderboard, models, run, ui, versions
-from medbench_cli.common import restore_stop_signals
+from medbench_cli import export, failures, leaderboard, models, run, stopping, ui, versions
 
 
 class Parser(argparse.ArgumentParser):
@@ -44,7 +44,7 @@ def _add_verbose(p: argparse.ArgumentParser, top: bool = False) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    restore_stop_signals()
+    stopping.install()
     command = " ".join(c for c in (args.command, getattr(args, "action", None)) if c)
     failures.start(command, verbose=args.verbose, path=getattr(args, "log_file", None))
     try:
@@ -52,6 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     except failures.Refusal as exc:
         failures.say(command, exc.what, exc.kept, exc.todo)
         return exc.code
+    except KeyboardInterrupt as exc:  # SIGINT or SIGTERM (stopping.Stopped), or a Ctrl-C before install
+        stop = exc if isinstance(exc, stopping.Stopped) else stopping.Stopped(stopping.requested() or signal.SIGINT)
+        failures.say(
+            command, f"stopped by {stop.name}",
+            kept="kept: every complete artifact (what was being written is removed or finished by the next run)",
+            todo="run the command again to finish",
+        )  # fmt: skip
+        return stop.exit_code
     except Exception as exc:  # the last line says what; the log (or --verbose) holds the stack
         from medbench_core.errors import MedbenchError
 

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from medbench_cli import failures
+from medbench_cli import failures, inprocess
 from medbench_cli.common import check_names, describe, leaderboard_run_config, prepare_environment, published_summary, quiet_run_config
 from runtime import settings
 
@@ -71,7 +71,7 @@ def prepare(defs, instance, tasks: list[str]) -> dict:
     for task in tasks:
         t = time.perf_counter()
         before = _content_hash(resources["store"].layout, task)
-        res = curate.execute_in_process(instance=instance, partition_key=task, run_config=quiet_run_config(), raise_on_error=False)
+        res = inprocess.execute(curate, instance, what=f"curate {task}", partition_key=task, run_config=quiet_run_config(), raise_on_error=False)
         print(f"[curate] {task:<22} {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t:.1f}s)", flush=True)
         if res.success:
             curated.append(task)
@@ -82,7 +82,7 @@ def prepare(defs, instance, tasks: list[str]) -> dict:
             kept[label] = kept_after_failed_curation(resources["store"].layout, task, before)
     t = time.perf_counter()
     if curated:
-        res = defs.resolve_job_def(OVERLAP_JOB).execute_in_process(instance=instance, run_config=quiet_run_config(), raise_on_error=False)
+        res = inprocess.execute(defs.resolve_job_def(OVERLAP_JOB), instance, what="overlap", run_config=quiet_run_config(), raise_on_error=False)
         print(f"[overlap] {len(curated)} tasks judged together ({time.perf_counter() - t:.1f}s)", flush=True)
         if not res.success:
             _failed("overlap", res, quiet=True)  # its verdict is each task's gate, below
@@ -277,8 +277,8 @@ def rebuild_leaderboard(published: Path | None = None):
 
     defs = build_definitions()
     defs.resources["mlflow"].ensure_store()  # the leaderboard is logged as an MLflow run
-    return defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(
-        instance=dg.DagsterInstance.get(), run_config=leaderboard_run_config(published), raise_on_error=False
+    return inprocess.execute(
+        defs.resolve_job_def(LEADERBOARD_JOB), dg.DagsterInstance.get(), what="the leaderboard", run_config=leaderboard_run_config(published), raise_on_error=False
     )
 
 
@@ -319,9 +319,13 @@ class _Preparation:
         return json.loads(self.report.read_text())
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        if self.process.poll() is None:  # this command is stopping: the child stops too, finishing what it writes
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=inprocess.GRACE_SECONDS + 10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
         self._tmp.cleanup()
 
 
@@ -354,7 +358,9 @@ def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool, p
     for model in models:
         for task in tasks:
             t = time.perf_counter()
-            res = job.execute_in_process(instance=instance, partition_key=partition_key(model, task), run_config=run_config, raise_on_error=False)
+            res = inprocess.execute(
+                job, instance, what=f"evaluate {model} x {task}", partition_key=partition_key(model, task), run_config=run_config, raise_on_error=False
+            )
             status = "ok" if res.success else "FAILED"
             note = "" if not res.success else " (n/a: model cannot read this task)" if _not_applicable(res) else " (cached)" if _all_cached(res) else ""
             print(f"[evaluate] {model:<24} x {task:<22} {status}{note} ({time.perf_counter() - t:.1f}s)", flush=True)
@@ -410,6 +416,8 @@ def main(args: argparse.Namespace) -> int:
         if preparation is not None:
             preparation.close()
     instance = dg.DagsterInstance.get()
+    # What killed commands left (runs of dead processes, their pool slots, partial writes) is reclaimed before evaluating.
+    inprocess.recover(instance, defs.resources["store"].layout.root, defs.resources["mlflow"], catalog.benchmark)
     reasons = dict(prepared.get("reasons") or {})
     failed = prepared["failures"] + evaluate(defs, instance, models, prepared["usable"], args.force, progress, reasons)
     for task, why in prepared["gated"].items():
@@ -424,8 +432,8 @@ def main(args: argparse.Namespace) -> int:
     if unchanged and board.is_file():
         print("[leaderboard] not rebuilt: nothing was curated or evaluated in this run", flush=True)
     else:
-        res = defs.resolve_job_def(LEADERBOARD_JOB).execute_in_process(
-            instance=instance, run_config=leaderboard_run_config(args.published), raise_on_error=False
+        res = inprocess.execute(
+            defs.resolve_job_def(LEADERBOARD_JOB), instance, what="the leaderboard", run_config=leaderboard_run_config(args.published), raise_on_error=False
         )
     if res is None or res.success:
         # A complete run records what it read and wrote, so that the next one can say at once that nothing changed.

@@ -4,6 +4,11 @@ Every artifact is written to a temporary name in its final folder, fsynced and r
 reader sees either the old or the new file, never a truncated one. A ``MANIFEST.json`` beside
 the files records their sha256 and size; readers verify it before use because some formats
 (FAISS) load corrupted bytes silently.
+
+A writer holds an exclusive ``flock`` on its temporary file or folder until it is renamed into
+place or removed. The kernel drops that lock when the writer dies, however it dies (SIGKILL
+included), so :func:`remove_abandoned_temporaries` can tell a temporary that a live writer is
+filling from one a killed writer left, and remove only the latter.
 """
 
 from __future__ import annotations
@@ -11,10 +16,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -52,13 +60,13 @@ def _fsync_dir(path: Path) -> None:
 def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; on success fsync it and rename it into place.
 
-    On an exception the temporary file is removed and ``final`` is left as it was.
+    On an exception the temporary file is removed and ``final`` is left as it was. The caller
+    writes into the path it is given (not a new file renamed over it): the lock that marks the
+    temporary as this live writer's is on that file.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp, held = _new_temporary(final, folder=False)
     try:
         yield tmp
         with open(tmp, "rb+") as f:
@@ -66,8 +74,11 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
         os.replace(tmp, final)
         _fsync_dir(final.parent)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        try:
+            if tmp.exists():
+                tmp.unlink()
+        finally:
+            os.close(held)
 
 
 def write_bytes_atomic(final: str | os.PathLike[str], data: bytes) -> Path:
@@ -165,11 +176,13 @@ def replace_dir_atomic(final: str | os.PathLike[str], build: Callable[[Path], No
     ``renameat2(RENAME_EXCHANGE)`` where the OS offers it, so ``final`` names a complete folder
     at every instant, even if the process is killed. Elsewhere it takes two renames (old aside,
     new in); a crash between them leaves ``.<name>.old``, which the next writer or reader puts back.
+    A temporary folder a killed writer of ``final`` left beside it is removed first.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     _recover_interrupted_swap(final)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    remove_abandoned_temporaries(final.parent, name=final.name)  # what a killed writer of this folder left
+    tmp, held = _new_temporary(final, folder=True)
     try:
         build(tmp)
         _fsync_tree(tmp)
@@ -180,9 +193,19 @@ def replace_dir_atomic(final: str | os.PathLike[str], build: Callable[[Path], No
             os.replace(tmp, final)
         _fsync_dir(final.parent)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        try:
+            _remove_tree(tmp)  # after an exchange, the old folder: unlocked, a sweeper may be removing it too
+        finally:
+            os.close(held)
     return final
+
+
+def _remove_tree(path: Path) -> None:
+    def gone_is_fine(function, name, exc_info) -> None:
+        if not issubclass(exc_info[0], FileNotFoundError):
+            raise exc_info[1]
+
+    shutil.rmtree(path, onerror=gone_is_fine)
 
 
 def _swap_by_two_renames(tmp: Path, final: Path) -> None:
@@ -250,3 +273,100 @@ def _fsync_tree(folder: Path) -> None:
             with open(p, "rb") as f:
                 os.fsync(f.fileno())
     _fsync_dir(folder)
+
+
+# --- temporaries of interrupted writes ------------------------------------------------------------
+
+# What tempfile names them: ``.<final name>.`` + 8 random characters + ``.tmp``. DVC's own temporaries
+# (``<name>.<22-character token>.tmp``) never match, so a pull running beside a sweep keeps its files.
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
+
+
+def _new_temporary(final: Path, folder: bool) -> tuple[Path, int]:
+    """A new temporary file or folder beside ``final`` and an open descriptor holding its lock.
+
+    The lock is taken blocking: a sweeper examining the new temporary holds it for an instant
+    and may remove it (it was not locked yet); then the path names another inode or nothing,
+    and a new temporary is made.
+    """
+    while True:
+        if folder:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+            try:
+                fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError:
+                continue
+        else:
+            fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+            tmp = Path(name)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.stat(tmp, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                return tmp, fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def remove_abandoned_temporaries(
+    folder: str | os.PathLike[str], name: str | None = None, recursive: bool = False
+) -> list[Path]:
+    """Remove the temporary files and folders that killed writers left in ``folder``; returns them.
+
+    Only temporaries of this module's writes (``.<name>.<8 characters>.tmp``; with ``name``, only
+    those of that final name), and only those no live writer holds: each is locked before it is
+    removed, so a writer still filling one keeps it. With ``recursive``, every folder below too
+    (links are not followed).
+    """
+    root = Path(folder)
+    removed: list[Path] = []
+    for current, dirs, files in os.walk(root) if recursive else [_listing(root)]:
+        for entry in [*dirs, *files]:
+            match = _TEMPORARY.match(entry)
+            if match is None or (name is not None and match["name"] != name):
+                continue
+            if entry in dirs:
+                dirs.remove(entry)  # nothing of ours inside it to look for
+            path = Path(current) / entry
+            if _remove_unless_held(path):
+                removed.append(path)
+    return sorted(removed)
+
+
+def _listing(folder: Path) -> tuple[str, list[str], list[str]]:
+    """One folder as ``os.walk`` yields it (empty when it does not exist)."""
+    dirs, files = [], []
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                (dirs if e.is_dir(follow_symlinks=False) else files).append(e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    return str(folder), dirs, files
+
+
+def _remove_unless_held(path: Path) -> bool:
+    """Remove the temporary ``path`` when no live writer holds its lock (held by us while removing it)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        return False  # a link or a device named like ours: not ours
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | (os.O_DIRECTORY if stat.S_ISDIR(mode) else 0))
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a live writer's
+        if stat.S_ISDIR(mode):
+            _remove_tree(path)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        return not os.path.lexists(path)
+    finally:
+        os.close(fd)

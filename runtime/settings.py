@@ -17,7 +17,8 @@ the `medbench` command; default: nothing, a failure is said in one line and its 
 under <state>/logs; WARNING with --verbose), MEDBENCH_UI_PORT (`medbench ui`; default 3000), MEDBENCH_ONLINE
 (``1`` lets hub models and datasets download and resolves hub revisions on the hub; default off:
 everything is read from local folders and the local hub cache, and scripts/setup.sh keeps the
-HF_*_OFFLINE switches set).
+HF_*_OFFLINE switches set), MEDBENCH_POOL_WAIT (how many seconds a `medbench` command waits for a
+pool slot that a live run holds before it gives up saying which run; default 3600).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ DAGSTER_HOME = os.environ.get("DAGSTER_HOME") or ""  # empty: the project's, <st
 LOG_LEVEL = os.environ.get("MEDBENCH_LOG_LEVEL") or ""  # empty: the command decides (medbench_cli.failures.console_level)
 UI_PORT = int(os.environ.get("MEDBENCH_UI_PORT") or 3000)
 ONLINE = (os.environ.get("MEDBENCH_ONLINE") or "0").strip().lower() in ("1", "true", "yes", "on")
+POOL_WAIT_SECONDS = float(os.environ.get("MEDBENCH_POOL_WAIT") or 3600)
 
 
 def default_tracking_uri() -> str:

@@ -42,6 +42,7 @@ for line in sys.stdin:
             sys.stdout = open(1, "w", closefd=False)  # block-buffered, as into a pipe
             sys.stderr = open(2, "w", buffering=1, closefd=False)
             sys.argv = ["medbench", *req["args"]]
+            exec(req.get("prelude") or "")  # e.g. hooks a test installs into the command's process
             try:
                 runpy.run_module("medbench_cli", run_name="__main__", alter_sys=True)
                 code = 0
@@ -64,11 +65,12 @@ class Forked:
     """``medbench`` commands run in children forked from one process that imported the heavy libraries once.
 
     ``run(args, env)`` returns (exit code, what the command printed: stdout and stderr into one file,
-    in the order written, as a terminal shows them). Close it when done.
+    in the order written, as a terminal shows them); ``submit`` starts one and ``result`` waits for it
+    (one at a time). ``prelude``: Python run in each child before the command. Close it when done.
     """
 
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
+    def __init__(self, workdir: Path, prelude: str = "") -> None:
+        self.workdir, self.prelude = workdir, prelude
         base = {k: v for k, v in os.environ.items() if not k.startswith("MEDBENCH_") and k not in ("DAGSTER_HOME", "MLFLOW_TRACKING_URI")}
         # Set before huggingface_hub could read them at import, as scripts/setup.sh does.
         self.base = {**base, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -76,16 +78,32 @@ class Forked:
         self.count = 0
 
     def run(self, *args: str, env: dict | None = None) -> tuple[int, str]:
+        self.submit(*args, env=env)
+        return self.result()
+
+    def submit(self, *args: str, env: dict | None = None) -> Path:
+        """Start a command; returns the file its output goes to (read it while it runs)."""
         import json
 
         self.count += 1
-        out = self.workdir / f"command-{self.count}.out"
-        self.proc.stdin.write(json.dumps({"args": list(args), "env": {**self.base, **(env or {})}, "cwd": str(ROOT), "out": str(out)}) + "\n")
+        self.out = self.workdir / f"command-{self.count}.out"
+        request = {"args": list(args), "env": {**self.base, **(env or {})}, "cwd": str(ROOT), "out": str(self.out), "prelude": self.prelude}
+        self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
+        return self.out
+
+    def result(self, timeout: float | None = None) -> tuple[int, str]:
+        """The submitted command's exit code (negative: killed by that signal) and output, once it ended
+        (TimeoutError after ``timeout`` s without its end)."""
+        import json
+        import select
+
+        if timeout is not None and not select.select([self.proc.stdout], [], [], timeout)[0]:
+            raise TimeoutError(f"the command did not end within {timeout:.0f} s; it said:\n{self.out.read_text(errors='replace')[-3000:]}")
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the forking process ended (exit {self.proc.poll()})")
-        return json.loads(line)["rc"], out.read_text(errors="replace")
+        return json.loads(line)["rc"], self.out.read_text(errors="replace")
 
     def close(self) -> None:
         self.proc.stdin.close()

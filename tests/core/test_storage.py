@@ -1,5 +1,7 @@
 """RELIABILITY.md test 4: a writer killed mid-write leaves readers the old or the new artifact,
-never a truncated or missing one; and a manifest mismatch is refused, naming the file.
+never a truncated or missing one; and a manifest mismatch is refused, naming the file. What a
+killed writer leaves (its temporary) is removed by the next writer of that artifact or by a sweep,
+and never a live writer's (issue 29).
 
 The writers run in subprocesses that are SIGKILLed at chosen points: in the middle of building
 a folder or writing a file, and just before each rename the swap makes (an audit hook on
@@ -23,6 +25,7 @@ from medbench_core.storage import (
     atomic_path,
     is_complete,
     read_manifest,
+    remove_abandoned_temporaries,
     replace_dir_atomic,
     sha256_bytes,
     verify_manifest,
@@ -141,9 +144,12 @@ def test_kill_in_the_middle_of_building_leaves_the_old_version(artifact):
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL
     assert read_version(artifact) == 1
-    # The next writer succeeds despite the debris the killed one left.
+    (left,) = [p for p in artifact.parent.iterdir() if p.name.endswith(".tmp")]
+    assert left.name.startswith(".artifact.") and (left / "payload.bin").is_file()
+    # The next writer succeeds despite the debris the killed one left, and removes it.
     replace_dir_atomic(artifact, lambda tmp: build_version(tmp, 3))
     assert read_version(artifact) == 3
+    assert sorted(p.name for p in artifact.parent.iterdir()) == ["MIDWAY", "artifact"]
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
@@ -243,3 +249,39 @@ def test_manifest_mismatch_is_refused_naming_the_file(artifact):
     (artifact / MANIFEST).unlink()
     with pytest.raises(IntegrityError, match=rf"^{artifact / MANIFEST}: no manifest"):
         verify_manifest(artifact)
+
+
+def test_a_sweep_removes_what_killed_writers_left_and_nothing_a_live_writer_holds(artifact):
+    store = artifact.parent
+    report = store / "reports" / "leaderboard.md"
+    report.parent.mkdir()
+    report.write_text("old")
+    folder_writer = start_writer("kill_in_build", artifact)
+    file_writer = start_writer("file_write", report)
+    try:
+        wait_for(store / "MIDWAY", folder_writer)
+        wait_for(store / "reports" / "MIDWAY", file_writer)
+        (building,) = store.glob(".artifact.*.tmp")
+        (writing,) = report.parent.glob(".leaderboard.md.*.tmp")
+        # Not ours, though named alike: DVC's temporaries, a link, a name without tempfile's 8 characters.
+        dvc = store / ".Qx3-k9_ZpL0aRtVw2yBn4A.tmp"
+        dvc.write_text("a pull in progress")
+        (store / ".other.abcdefgh.tmp").symlink_to(artifact)
+        (store / ".x.tmp").write_text("")
+        kept = sorted(p.name for p in store.iterdir())
+
+        assert remove_abandoned_temporaries(store, recursive=True) == []  # both writers are alive
+        assert sorted(p.name for p in store.iterdir()) == kept and building.is_dir() and writing.is_file()
+
+        for proc in (folder_writer, file_writer):
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        assert remove_abandoned_temporaries(store, name="other") == []  # another artifact's only
+        assert remove_abandoned_temporaries(store, recursive=True) == sorted([building, writing])
+        assert sorted(kept) == sorted([building.name, *(p.name for p in store.iterdir())])
+        assert dvc.read_text() == "a pull in progress" and report.read_text() == "old" and read_version(artifact) == 1
+    finally:
+        for proc in (folder_writer, file_writer):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -6,11 +6,13 @@ step, the project's multiprocess executor) and one daemon (queued runs, run retr
 monitoring), on a tmp DAGSTER_HOME with the project's dagster.yaml, polling intervals shortened.
 
 Hold points make a kill land where the test wants it, whatever the machine's speed. A test asks
-for one with ``bed.hold(stage, model, task)``; the first attempt that reaches it writes its
-stage's real output into the artifact's temporary folder, records its pid and sleeps; the test
-kills it there. The next attempt finds the request taken and runs through. This file is also the
-code location (attribute ``defs``) that the code server, the run workers and the step processes
-load, which is how the hooks get into those processes.
+for one with ``bed.hold(stage, model, task)`` (or :func:`hold` on a world); the first attempt that
+reaches it writes its stage's real output into the artifact's temporary folder (``metrics``: has
+created the partition's MLflow run, RUNNING, and is about to log into it), records its pid and
+sleeps; the test kills it there. The next attempt finds the request taken and runs through. This
+file is also the code location (attribute ``defs``) that the code server, the run workers and the
+step processes load, which is how the hooks get into those processes; ``medbench`` commands get
+them from :data:`HOOKS` (run before the command, in its process: see :func:`command_env`).
 """
 
 from __future__ import annotations
@@ -57,12 +59,14 @@ def _hold_if_asked(stage: str, model: str, task: str) -> None:
 
 
 def _install_hold_points() -> None:
+    from mlflow.tracking import MlflowClient
+
     import assets.embeddings
     import assets.indices
 
     if getattr(assets.embeddings, "_kill_env_hooked", False):
         return
-    real_embed, real_index = assets.embeddings.embed_corpus, assets.indices.build_corpus_index
+    real_embed, real_index, real_log_batch = assets.embeddings.embed_corpus, assets.indices.build_corpus_index, MlflowClient.log_batch
 
     def embed_corpus(spec, task, out, **kwargs):
         info = real_embed(spec, task, out, **kwargs)  # the vectors are in the temporary folder, no manifest yet
@@ -74,8 +78,26 @@ def _install_hold_points() -> None:
         _hold_if_asked("index", spec.name, Path(emb_dir).parents[1].name)  # .../<task>/embeddings/<key>
         return info
 
+    def log_batch(self, run_id, metrics=(), params=(), tags=(), *args, **kwargs):
+        named = {t.key: t.value for t in tags}
+        if "medbench.model" in named:  # a partition's run (medbench.evaluation.run_record), created and still RUNNING
+            _hold_if_asked("metrics", named["medbench.model"], named["medbench.task"])
+        return real_log_batch(self, run_id, metrics, params, tags, *args, **kwargs)
+
     assets.embeddings.embed_corpus, assets.indices.build_corpus_index = embed_corpus, build_corpus_index
+    MlflowClient.log_batch = log_batch
     assets.embeddings._kill_env_hooked = True
+
+
+HOOKS = "from tests.orchestration import kill_env; kill_env._install_hold_points()"
+
+
+def hold(root: Path, stage: str, model: str, task: str) -> Path:
+    """Ask the first attempt of ``stage`` of model x task in the world at ``root`` to stop there; returns its pid file."""
+    holds = _holds(root)
+    holds.mkdir(exist_ok=True)
+    (holds / f"{stage}.{model}.{task}").touch()
+    return holds / f"{stage}.{model}.{task}.pid"
 
 
 @dg.definitions
@@ -181,6 +203,21 @@ def world_process_env(world: World) -> dict[str, str]:
     }
 
 
+def command_env(world: World) -> dict[str, str]:
+    """The environment of a ``medbench`` command on ``world`` (its data, state, instance, MLflow store, registry
+    and catalogue), with the hold points' world named; run it with :data:`HOOKS` first to have them."""
+    shared_root = world.root / "shared_root"  # MEDBENCH_SHARED holds data/
+    if not (shared_root / "data").exists():
+        shared_root.mkdir(exist_ok=True)
+        (shared_root / "data").symlink_to(world.shared)
+    return {
+        "PYTHONPATH": str(ROOT), "DAGSTER_HOME": str(world.dagster_home), WORLD_ENV: str(world.root),
+        "MEDBENCH_SHARED": str(shared_root), "MEDBENCH_DATA": str(world.root / "data"), "MEDBENCH_STATE": str(world.root / "state"),
+        "MEDBENCH_MODELS": str(world.models_file), "MEDBENCH_TASKS": str(world.root / "tasks.yaml"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{world.root / 'mlflow.db'}",
+    }  # fmt: skip
+
+
 @dataclass
 class KillBed:
     world: World
@@ -197,10 +234,7 @@ class KillBed:
 
     def hold(self, stage: str, model: str, task: str) -> Path:
         """Ask the first attempt of ``stage`` of model x task to stop there; returns the file its pid will be in."""
-        holds = _holds(self.world.root)
-        holds.mkdir(exist_ok=True)
-        (holds / f"{stage}.{model}.{task}").touch()
-        return holds / f"{stage}.{model}.{task}.pid"
+        return hold(self.world.root, stage, model, task)
 
     def held_pid(self, pid_file: Path, timeout: float = 120) -> int:
         return int(wait_for(f"a step to stop at {pid_file.name[:-4]}", lambda: pid_file.exists() and pid_file.read_text(), timeout))
@@ -317,7 +351,8 @@ def mlflow_runs(world: World) -> dict[tuple[str, str], list]:
     exp = client.get_experiment_by_name(world.resources()["registry"].catalog().benchmark)
     out: dict[tuple[str, str], list] = {}
     for r in client.search_runs([exp.experiment_id], max_results=1000) if exp else []:
-        out.setdefault((r.data.tags["medbench.model"], r.data.tags["medbench.task"]), []).append(r)
+        if "medbench.model" in r.data.tags:  # not the leaderboard's run
+            out.setdefault((r.data.tags["medbench.model"], r.data.tags["medbench.task"]), []).append(r)
     return out
 
 
