@@ -279,7 +279,7 @@ def _fsync_tree(folder: Path) -> None:
 
 # What tempfile names them: ``.<final name>.`` + 8 random characters + ``.tmp``. DVC's own temporaries
 # (``<name>.<22-character token>.tmp``) never match, so a pull running beside a sweep keeps its files.
-_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp\Z")
 
 
 def _new_temporary(final: Path, folder: bool) -> tuple[Path, int]:
