@@ -34,7 +34,7 @@ STAGE_VERSIONS: dict[str, str] = {
     "embeddings": "1",  # corpus representation (with the kind's version)
     "index": "1",  # FAISS index over the vectors
     "run": "1",  # top-k search with the tie rule (with the kind's version)
-    "metrics": "1",  # per-query metrics, means, bootstrap CIs, breakdowns
+    "metrics": "2",  # per-query metrics, means, bootstrap CIs, breakdowns; 2: judged@10, holes, bpref, condensed nDCG, bounds
     "derived_run": "1",  # runs built from upstream runs (fusion, rerank)
     "expanded_run": "1",  # a retriever on expanded queries
     "expansion": "2",  # expansion texts (published or generated) and their split (2: R2MED's rule per generator family)
