@@ -30,7 +30,7 @@ SCORING_PACKAGES = (
 # re-keys nothing. A model kind declares its own version too (medbench_core.retrieval.kinds).
 STAGE_VERSIONS: dict[str, str] = {
     "curated_task": "1",  # readers, the task model, images, licences
-    "contracts": "1",  # the task and overlap contracts' verdicts
+    "contracts": "2",  # the task and overlap contracts' verdicts; 2: qrels holes (judged documents per query, refuse or mark)
     "embeddings": "1",  # corpus representation (with the kind's version)
     "index": "1",  # FAISS index over the vectors
     "run": "1",  # top-k search with the tie rule (with the kind's version)
