@@ -39,6 +39,8 @@ STAGE_VERSIONS: dict[str, str] = {
     "expanded_run": "1",  # a retriever on expanded queries
     "expansion": "2",  # expansion texts (published or generated) and their split (2: R2MED's rule per generator family)
     "expansion_contract": "1",  # the expansion gate and its leakage measure
+    "judgements": "1",  # LLM relevance judgements of a task's pool, or a judgement file read (evaluation/judging)
+    "filled_metrics": "1",  # a cell's run scored on the human + LLM qrels layer
     "leaderboard": "1",  # the leaderboard cells
     "reports": "2",  # tables, CIs, paired tests, plots; 2: rank intervals and groups
 }

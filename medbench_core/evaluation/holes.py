@@ -155,15 +155,16 @@ def ndcg_upper(r: JudgedRanking, k: int) -> np.ndarray:
     return np.minimum(ratio, 1.0)
 
 
-def unjudged_in_universe(task) -> dict[str, int]:
+def unjudged_in_universe(task, qrels=None) -> dict[str, int]:
     """Query id -> how many documents of its universe (its candidate pool, else the corpus) no judgment grades.
 
     The bounds' lower end lets every one of them (at most k) be relevant at the top grade. A qrels
-    row naming a document absent from the universe is not a judged document of it.
+    row naming a document absent from the universe is not a judged document of it. ``qrels``: the
+    judgments to count (default the task's own; a filled layer passes human + LLM).
     """
     import polars as pl
 
-    qrels = task.qrels.select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8))
+    qrels = (task.qrels if qrels is None else qrels).select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8))
     if task.candidates is not None:
         pool = task.candidates.select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).unique()
         size = pool.group_by("query_id").len().rename({"len": "size"})
