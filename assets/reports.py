@@ -35,7 +35,10 @@ from medbench_core.evaluation.published import load_sources
 from medbench_core.evaluation.reports import STALE_KEY, Cell, Significance, load_cell, write_leaderboard
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
+from medbench_core.evaluation.judging.layers import attach_filled
+from medbench_core.evaluation.judging.spec import load_judgements
 from medbench_core.evaluation.trust import JUDGED_THRESHOLD, TrustSettings
+from medbench_core.taskdata.contracts import read_gate
 from medbench_core.storage import is_complete, read_manifest, verify_manifest
 from medbench_core.taskdata.catalog import changed_inputs
 from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryResource
@@ -128,6 +131,21 @@ def task_cells(
     return cells, copies
 
 
+def filled_layers(store: ArtifactStoreResource, registry: RegistryResource, catalog, cells: list[Cell], specs: list[ModelSpec], expansions: list) -> tuple[list[Cell], dict]:
+    """The cells with their scores on the filled (human + LLM) layer of each task a ``judgements:`` entry judges,
+    as relevance_judgements stored it (:func:`medbench_core.evaluation.judging.layers.attach_filled`), and per task what that layer is."""
+    judgement_specs = load_judgements(registry.models_file)
+    if not judgement_specs:
+        return cells, {}
+    tasks = {}
+    for t in catalog.tasks:
+        try:
+            tasks[t.name] = store.load_task(t.name)
+        except MedbenchError:
+            continue
+    return attach_filled(cells, tasks, judgement_specs, store.layout, specs, expansions, online=registry.online)
+
+
 def earlier_cell(store: ArtifactStoreResource, spec: ModelSpec, task: Task, prov: dict | None, split: str, stale: str = "") -> Cell:
     """The cell a model has no current result for: its value on the previous leaderboard (``prov``), marked
     stale, while that metrics artifact verifies; else empty ('-')."""
@@ -180,7 +198,7 @@ def lost_to_corrupt_artifacts(store: ArtifactStoreResource, previous: dict, cell
 
 
 @dg.asset(
-    deps=[ASSET_OF_STAGE["metrics"]],
+    deps=[ASSET_OF_STAGE["metrics"], "relevance_judgements"],
     code_version=CODE_VERSION,
     group_name="reports",
     kinds={"markdown", "mlflow"},
@@ -216,8 +234,7 @@ def leaderboard(
         )  # fmt: skip
         cells += got
         copies |= leaks
-    from medbench_core.taskdata.contracts import read_gate
-
+    cells, judged = filled_layers(store, registry, catalog, cells, specs, expansions)
     # Each task's qrels holes as its contract counted them (GATE.json), refused or marked: shown under the table.
     data_holes = {t.name: (read_gate(store.layout.gate_file(t.name)) or {}).get("holes") for t in catalog.tasks}
     data_holes = {t: h for t, h in data_holes.items() if h}
@@ -238,12 +255,13 @@ def leaderboard(
         cells, [s.name for s in specs], catalog.names, sig, out, research_only=research_only, specs=specs, copies=copies,
         footer=f"code version {CODE_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
         extra_json={"benchmark": catalog.benchmark, "cells": provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
-        trust=trust, qrels_holes=data_holes,
+        trust=trust, qrels_holes=data_holes, judgements=judged,
     )  # fmt: skip
     md = written["markdown"]
     context.log.info("\n" + md)
     run_id, reused = log_leaderboard(context, mlflow, leaderboard_experiment(catalog.benchmark), sig, provenance, copies, written, out, trust)
     annotate_partition_runs(mlflow, catalog.benchmark, provenance, written["published"])
+    annotate_filled_runs(mlflow, catalog.benchmark, cells, config.metric)
     heatmap = out / "heatmap.png"
     plots = {f"{Path(f).parent.name}_{Path(f).stem}": dg.MetadataValue.path(str(out / f)) for f in written["files"] if f.startswith(("diff/", "trust/"))}
     return dg.MaterializeResult(
@@ -340,3 +358,16 @@ def annotate_partition_runs(mlflow: MLflowResource, experiment: str, provenance:
             metrics |= {f"published_diff.{m}": float(r["diff"]), f"published_in_ci.{m}": 1.0 if r["in_ci"] else 0.0}
         status = r["status"] + (f": {r['note']}" if r["note"] else "")
         mlflow.annotate_run(experiment, prov["metrics_key"], metrics, {"medbench.published_status": status, "medbench.published_source": r["file"]})
+
+
+def annotate_filled_runs(mlflow: MLflowResource, experiment: str, cells: list[Cell], metric: str) -> None:
+    """Each cell's own MLflow run gets its score on the filled (human + LLM) layer: ``filled.<metric>``,
+    ``filled.judged_at_10``, ``filled.ndcg_lower_at_10`` / ``filled.ndcg_upper_at_10``, and the tags
+    ``medbench.filled_judgements`` (entry@key) and ``medbench.circular`` (the builders of the judge's family, or 'no')."""
+    for c in cells:
+        if not c.filled or "metrics_key" not in c.provenance:
+            continue
+        mean = c.filled["mean"]
+        metrics = {f"filled.{m}": float(mean[m]) for m in (metric, "judged_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10") if m in mean}
+        tags = {"medbench.filled_judgements": c.filled["judgements"], "medbench.circular": c.filled["circular"] or "no"}
+        mlflow.annotate_run(experiment, c.provenance["metrics_key"], metrics, tags)

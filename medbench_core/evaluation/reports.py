@@ -517,6 +517,7 @@ def write_leaderboard(
     mteb_tasks: Mapping[str, str] | None = None,
     trust: Any = None,
     qrels_holes: Mapping[str, Mapping[str, Any]] | None = None,
+    judgements: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Every report of the leaderboard, written into ``out_dir``; returns what was written.
 
@@ -524,6 +525,8 @@ def write_leaderboard(
     each cell rests on (:func:`write_trust`): Judged@10 and the bounds beside every cell, their
     own section, CSV and stats columns, ``trust`` in the JSON and ``trust/<model>.png``;
     ``qrels_holes``: task -> the holes its contract counted in its qrels (``GATE.json``'s ``holes``).
+    ``judgements``: task -> its filled layer's judgements (:func:`medbench_core.evaluation.judging.layers.attach_filled`),
+    whose cells carry :attr:`Cell.filled`: the agreement between the layers (:func:`layer_agreement`) joins the trust sections.
 
     ``leaderboard.md`` (the table with CIs and markers, its legend, breakdowns by tier, language
     and discipline, the cross-lingual gap, expanded models beside their retrievers),
@@ -580,6 +583,11 @@ def write_leaderboard(
             board_csv = board_csv.join(per, on="model", how="left", maintain_order="left")
     trust_md, board_csv, stats, trust_plots = write_trust(trusted, board_csv, stats, models, tasks, out, trust, qrels_holes)
     md += trust_md
+    layers = layer_agreement(cells, board, tasks, sig, ranks, judgements or {}) if judgements else {}
+    if layers:
+        from medbench_core.evaluation.trust import agreement_markdown
+
+        md += "\n" + agreement_markdown(layers, tasks)
     if footer:
         md += f"\n{footer}\n"
     sections: dict[str, Any] = {}
@@ -631,12 +639,43 @@ def write_leaderboard(
         "expanded": beside.to_dicts(),
         "plots": {"heatmap": "heatmap.png", "diff": plots, "trust": trust_plots},
         STALE_KEY: {f"{m}/{t}": why for (m, t), why in sorted(stale.items())},
-        "trust": {"settings": trust.describe(), "cells": trusted.to_dicts(), "qrels_holes": {t: dict(v) for t, v in (qrels_holes or {}).items()}},
+        "trust": {"settings": trust.describe(), "cells": trusted.to_dicts(), "qrels_holes": {t: dict(v) for t, v in (qrels_holes or {}).items()},
+                  "layers": layers},
     }
     write_json_atomic(out / "leaderboard.json", doc)
     files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *plots, *trust_plots]
     return {"markdown": md, "board": board, "stats": stats, "ranks": ranks, "published": versus, "expanded": beside, "files": files, "stale": stale,
-            "trust": trusted}  # fmt: skip
+            "trust": trusted, "layers": layers}  # fmt: skip
+
+
+def layer_agreement(cells: list[Cell], board: pl.DataFrame, tasks: list[str], sig: Significance, ranks: pl.DataFrame, judgements: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per task with a filled layer: its judgements' summary (pairs, agreement with the humans), and
+    between the system rankings on the two layers Kendall's tau, RBO and the cells whose rank
+    interval moved (the rank table computed again on the filled per-query values, same resamples and seed)."""
+    import dataclasses
+
+    from medbench_core.evaluation.judging.agreement import moved_intervals, ranking_agreement
+
+    out: dict[str, Any] = {}
+    filled_cells = [dataclasses.replace(c, metrics={"mean": c.filled["mean"]}, per_query=c.filled["per_query"]) for c in cells if c.filled]
+    if filled_cells:
+        filled_board = leaderboard(filled_cells, board["model"].to_list(), tasks, sig.metric)
+        filled_ranks = rank_table(filled_cells, filled_board, tasks, sig)
+    for t in tasks:
+        info = judgements.get(t)
+        if not info:
+            continue
+        entry: dict[str, Any] = {k: v for k, v in info.items()}
+        human = {c.model: c.value(sig.metric) for c in cells if c.task == t and c.filled and c.value(sig.metric) is not None}
+        filled = {c.model: float(c.filled["mean"][sig.metric]) for c in cells if c.task == t and c.filled and sig.metric in c.filled["mean"]}
+        if human:
+            entry["ranking"] = ranking_agreement(human, filled)
+            h = [r for r in ranks.iter_rows(named=True) if r["task"] == t]
+            f = [r for r in filled_ranks.iter_rows(named=True) if r["task"] == t]
+            entry["moved"] = moved_intervals(h, f)
+            entry["circular"] = {c.model: c.filled["circular"] for c in cells if c.task == t and c.filled and c.filled["circular"]}
+        out[t] = entry
+    return out
 
 
 def write_trust(

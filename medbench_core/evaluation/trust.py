@@ -237,3 +237,43 @@ def qrels_holes_markdown(holes: Mapping[str, Mapping[str, Any]], tasks: list[str
     lines += ["", f"{MARK} on a task: it has qrels holes and its tasks.yaml entry marks them (qrels_holes: mark) instead of refusing the task; "
               "a query without any judgment is left out of every mean, one without a positive scores 0 for every model."]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _ci(v: Any, ci: Any) -> str:
+    if v is None:
+        return "-"
+    lo, hi = (ci or [None, None])[:2]
+    return f"{v:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "")
+
+
+def agreement_markdown(layers: Mapping[str, Mapping[str, Any]], tasks: list[str]) -> str:
+    """Per task with an LLM layer: the judgement, the pairs it graded, its agreement with the humans on the
+    pairs both graded (quadratic kappa, ordinal alpha, 95% CIs), and between the rankings of the two
+    layers Kendall's tau, RBO and the cells whose rank interval moved; cells built with the judge's family."""
+    lines = ["Agreement between the human and the LLM layers", "",
+             "| task | judgements | pairs (fill + calibration) | unparsed | weighted kappa | Krippendorff alpha | Kendall tau | RBO | rank intervals moved |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    notes = []
+    for t in tasks:
+        e = layers.get(t)
+        if not e:
+            continue
+        if e.get("status") != "judged":
+            lines.append(f"| {t} | {e.get('judgement')} | - | - | - | - | - | - | {e.get('status')} |")
+            continue
+        a = e.get("agreement") or {}
+        r = e.get("ranking") or {}
+        moved = e.get("moved") or []
+        moved_text = "; ".join(f"{m['model']} {m['human'][0]} [{m['human'][1]}, {m['human'][2]}] -> {m['filled'][0]} [{m['filled'][1]}, {m['filled'][2]}]" for m in moved) or "none"
+        tau = "-" if r.get("kendall_tau") is None else f"{r['kendall_tau']:.2f}"
+        rbo = "-" if r.get("rbo") is None else f"{r['rbo']:.2f}"
+        lines.append(
+            f"| {t} | {e['judgement']} ({e.get('judge')}) | {e.get('n_pairs')} ({e.get('n_fill')} + {e.get('n_calibration')}) | {e.get('n_unparsed')} | "
+            f"{_ci(a.get('kappa_quadratic'), a.get('kappa_ci'))} | {_ci(a.get('alpha_ordinal'), a.get('alpha_ci'))} | {tau} | {rbo} | {moved_text} |"
+        )
+        for model, why in sorted((e.get("circular") or {}).items()):
+            notes.append(f"- circular: {model} x {t} was built with a model of the judge's family: {why} (Clarke & Dietz, arXiv 2412.17156)")
+    lines += ["", "kappa: Cohen's, quadratic weights, on the calibration pairs both graded (task scale); alpha: Krippendorff's, ordinal; "
+              "[low, high]: 95% bootstrap over the pairs. tau and RBO (p = 0.9) compare the system rankings by mean nDCG@10 on the two layers; "
+              "a moved interval is a rank or 95% rank interval that is not the same on the filled layer.", *notes]  # fmt: skip
+    return "\n".join(lines) + "\n"

@@ -84,3 +84,73 @@ def load_or_score_filled(folder: str | Path, task, run_file: str | Path, judgeme
     result = json.loads((folder / "metrics.json").read_text())
     result["per_query"] = pl.read_parquet(folder / "per_query.parquet")
     return result
+
+
+def current_judgements(spec, task, layout, model_specs: list, expansions: list, *, online: bool = False) -> tuple[str, Path]:
+    """The key and folder of ``spec``'s judgements of ``task`` as the registry stands now (pool models'
+    current run keys). Raises DataError when a pool model's keys cannot be computed."""
+    from medbench_core.evaluation.judging.stage import judgement_stage_key
+    from medbench_core.retrieval.derived import registry_partition_keys
+
+    run_keys: dict[str, str] = {}
+    if spec.source == "generate":
+        models = spec.resolved_pool()["models"]
+        keys = registry_partition_keys(model_specs, task, names=models, expansions=expansions, online=online)
+        run_keys = {m: keys[m]["run"] for m in models}
+    key = judgement_stage_key(spec, task, pool_runs=run_keys)
+    return key, layout.judgement_dir(spec.name, task.name, key)
+
+
+def attach_filled(cells: list, tasks: dict, judgement_specs: list, layout, model_specs: list, expansions: list, *, online: bool = False) -> tuple[list, dict]:
+    """Each evaluated cell with its score on the filled layer of its task (:attr:`~medbench_core.evaluation.reports.Cell.filled`),
+    and per task what its filled layer is: the judgement entry, key, judge, counts and agreement, or why there is none.
+
+    A task's filled layer is that of the first ``judgements:`` entry that judges it, as stored at its
+    current key (the leaderboard reads, it judges nothing); each cell's filled metrics are scored once
+    and stored (``Layout.filled_dir``), keyed by the cell's metrics key and the judgements' key. A cell
+    built with a model of the judge's family is marked (:mod:`.circularity`).
+    """
+    import dataclasses
+
+    from medbench_core.errors import MedbenchError
+    from medbench_core.evaluation.judging.circularity import cell_builders, circular, judge_families
+    from medbench_core.evaluation.judging.frame import load_judgements
+
+    by_model = {s.name: s for s in model_specs}
+    exp_by_name = {e.name: e for e in expansions}
+    summary: dict[str, dict] = {}
+    out = []
+    loaded: dict[str, tuple] = {}
+    for name, task in tasks.items():
+        spec = next((s for s in judgement_specs if s.judges_task(name)), None)
+        if spec is None:
+            continue
+        if task.meta.doc_modality != "text":
+            summary[name] = {"judgement": spec.name, "status": f"not judged: the judges read text passages; {name}'s documents are {task.meta.doc_modality}"}
+            continue
+        try:
+            key, folder = current_judgements(spec, task, layout, model_specs, expansions, online=online)
+            frame, info = load_judgements(folder)
+        except MedbenchError as exc:
+            summary[name] = {"judgement": spec.name, "status": f"not judged at the current key: {str(exc).splitlines()[0]} (medbench run --tasks {name})"}
+            continue
+        loaded[name] = (spec, key, frame, judge_families(spec))
+        summary[name] = {"judgement": spec.name, "key": key, "judge": spec.judge, "families": sorted(judge_families(spec)), "status": "judged",
+                         **{k: info.get(k) for k in ("source", "revision", "n_pairs", "n_fill", "n_calibration", "n_unparsed", "n_fill_relevant", "top_grade",
+                                                     "grade_map", "agreement", "seconds", "pairs_per_second")}}  # fmt: skip
+    for c in cells:
+        got = loaded.get(c.task)
+        prov = c.provenance or {}
+        if got is None or c.metrics is None or not c.applicable or "metrics_key" not in prov or "run_key" not in prov:
+            out.append(c)
+            continue
+        spec, key, frame, fams = got
+        fk = filled_key(prov["metrics_key"], key)
+        run_file = layout.artifact_dir(c.model, c.task, "run", prov["run_key"]) / "run.parquet"
+        result = load_or_score_filled(layout.filled_dir(c.model, c.task, fk), tasks[c.task], run_file, frame,
+                                      {"model": c.model, "task": c.task, "metrics_key": prov["metrics_key"], "judgements_key": key, "provenance_key": fk})  # fmt: skip
+        builders = cell_builders(by_model[c.model], by_model, exp_by_name) if c.model in by_model else {}
+        filled = {"mean": result["mean"], "ci": result.get("ci", {}), "per_query": result["per_query"], "judgements": f"{spec.name}@{key}",
+                  "key": fk, "circular": circular(fams, builders), "builders": {k: sorted(v) for k, v in builders.items()}}  # fmt: skip
+        out.append(dataclasses.replace(c, filled=filled, provenance={**prov, "filled_key": fk, "judgements_key": key}))
+    return out, summary

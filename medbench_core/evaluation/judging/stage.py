@@ -185,3 +185,26 @@ def build_judgements(
         sample=[{k: r[k] for k in ("query_id", "doc_id", "role", "human", "grade", "raw")} for r in frame.head(SAMPLE).iter_rows(named=True)],
     )  # fmt: skip
     return frame, info
+
+
+def judgement_fingerprint(specs: list[JudgementSpec], tasks: list[str], prompts_dir: str | Path | None = None) -> dict[str, Any]:
+    """What decides the judgements of every entry on ``tasks``, without building any (a file's sha256, a
+    judge's revision and prompt): the main job's "nothing changed" check hashes it. A pool's run keys
+    are not here: they follow the models' versions, which that check hashes already."""
+    from medbench_core.errors import MedbenchError
+    from medbench_core.storage import sha256_file
+
+    out: dict[str, Any] = {}
+    for spec in specs:
+        entry: dict[str, Any] = {"entry": spec.to_dict()}
+        try:
+            if spec.source == "file":
+                entry["files"] = {t: sha256_file(spec.task_file(t)) if spec.task_file(t).is_file() else "missing" for t in tasks if spec.judges_task(t)}
+            else:
+                from medbench_core.evaluation.judging.prompt import prompt_text
+
+                entry["revision"], entry["prompt"] = judge_revision(spec), text_sha256(prompt_text(spec, prompts_dir))
+        except MedbenchError as exc:
+            entry["unavailable"] = str(exc)
+        out[spec.name] = entry
+    return out
