@@ -7,7 +7,8 @@ a hub id only online, at its pinned revision). Prompts are judged in batches of 
 longest first, left-padded.
 
 - ``decode: constrained`` (default): the assistant's reply is begun with UMBRELA's marker
-  ``##final score: `` and one forward pass gives the next-token logits; the grade is the allowed
+  ``##final score: `` and one forward pass gives the next-token logits (the LM head over the last
+  position only, ``logits_to_keep=1``); the grade is the allowed
   grade whose token scores highest, and the softmax over the grade tokens is kept
   (``probabilities``). Every pair gets a grade, deterministic, and no parsing is needed. Each
   grade must be one token after the marker (true of the digit tokens of BERT, Llama and Qwen
@@ -183,7 +184,7 @@ class LLMJudge:
                 mask = batch["attention_mask"]
                 positions = (mask.cumsum(-1) - 1).clamp(min=0)
                 t0 = time.perf_counter()
-                logits = self.gen.model(input_ids=batch["input_ids"], attention_mask=mask, position_ids=positions).logits[:, -1, :]
+                logits = self._last_logits(batch["input_ids"], mask, positions)
                 chosen = logits[:, grade_ids].float()
                 seconds += time.perf_counter() - t0
                 probs = torch.softmax(chosen, dim=-1).tolist()
@@ -192,6 +193,16 @@ class LLMJudge:
                     g = self.grades[best[row]]
                     out[i] = Verdict(g, f"{MARKER}{g}", tuple(round(p, 6) for p in probs[row]), lengths[row], 1)
         return [v for v in out if v is not None], seconds
+
+    def _last_logits(self, input_ids, mask, positions):
+        """The next-token logits at the last position only (``logits_to_keep=1``: the LM head over one
+        position, not the whole prompt, a vocabulary-sized row per token otherwise); models whose
+        forward does not take it compute them all."""
+        try:
+            out = self.gen.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, logits_to_keep=1)
+        except TypeError:
+            out = self.gen.model(input_ids=input_ids, attention_mask=mask, position_ids=positions)
+        return out.logits[:, -1, :]
 
     def _generate(self, prompts: list[str], progress: bool) -> tuple[list[Verdict], float]:
         decoding = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": self.max_new_tokens, "seed": 0, "repetition_penalty": 1.0}
