@@ -58,7 +58,6 @@ def main() -> None:
     qids = task.qrels["query_id"].unique(maintain_order=True).head(60).to_list()
     small = make_task(task.meta, task.queries.filter(pl.col("query_id").is_in(qids)), task.corpus, task.qrels.filter(pl.col("query_id").is_in(qids)))
     small_run = run.filter(pl.col("query_id").is_in(qids))
-    texts_q = dict(zip(small.queries["query_id"], small.queries["text"]))
     texts_d = dict(zip(small.corpus["doc_id"], small.doc_text()))
     df: dict[str, int] = {}
     for t in texts_d.values():
@@ -89,7 +88,8 @@ def main() -> None:
             jspec = JudgementSpec(name="tiny", source="generate", judge=str(folder), pool=pool, base_dir=str(ROOT))
             judge = load_judge(jspec)
         frame, info = build_judgements(jspec, small, runs={"bm25": small_run}, run_keys={"bm25": "bundled"}, judge=judge)
-        human = score(small, small_run, tmp / f"h-{jspec.name}" if (tmp / f"h-{jspec.name}").mkdir() is None else None)["mean"]
+        (tmp / f"h-{jspec.name}").mkdir()
+        human = score(small, small_run, tmp / f"h-{jspec.name}")["mean"]
         filled = score_filled(small, small_run, frame)["mean"]
         a = info["agreement"]
         print(f"{label}: {info['n_fill']} fill + {info['n_calibration']} calibration pairs, {info['n_fill_relevant']} fill pairs graded relevant, "

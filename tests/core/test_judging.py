@@ -16,7 +16,7 @@ from scipy.stats import kendalltau
 from sklearn.metrics import cohen_kappa_score
 
 from medbench_core.errors import DataError
-from medbench_core.evaluation.judging.agreement import krippendorff_alpha_ordinal, moved_intervals, pair_agreement, ranking_agreement, rbo_ext, weighted_kappa
+from medbench_core.evaluation.judging.agreement import krippendorff_alpha_ordinal, moved_intervals, ranking_agreement, rbo_ext, weighted_kappa
 from medbench_core.evaluation.judging.circularity import cell_builders, circular, families
 from medbench_core.evaluation.judging.judge import Verdict
 from medbench_core.evaluation.judging.layers import filled_qrels, score_filled
