@@ -46,6 +46,8 @@ def check_metadata(result: ContractResult, gate_file: Path | None = None) -> dic
         md["failed_tasks"] = ", ".join(result.failed_tasks)
     if result.near_duplicates:
         md["near_duplicates"] = len(result.near_duplicates)
+    if result.holes:  # the task's qrels holes, reported whether refused or marked
+        md["qrels_holes"] = dg.MetadataValue.json(dict(result.holes))
     if result.results_path:
         md["gx_results"] = dg.MetadataValue.path(str(result.results_path))
     if result.contract_path:
@@ -67,6 +69,8 @@ def _reused(gate: dict, gate_file: Path) -> dg.AssetCheckResult:
         "message": dg.MetadataValue.md("```\n" + str(gate.get("message", "")) + "\n```"),
         "gate_file": dg.MetadataValue.path(str(gate_file)),
     }
+    if gate.get("holes"):
+        md["qrels_holes"] = dg.MetadataValue.json(gate["holes"])
     for key in ("results_path", "data_docs_path"):
         if gate.get(key):
             md["gx_results" if key == "results_path" else "data_docs"] = dg.MetadataValue.path(str(gate[key]))
@@ -99,13 +103,14 @@ def build_task_checks(partitions_def: dg.PartitionsDefinition, asset: dg.AssetKe
             result = _unloadable(name, exc)
             judged_with = ""
         else:
-            rules = artifact_key(allow=sorted(catalog.licence_allowlist), research_only=entry.research_only, code=stage_version("contracts"))
+            holes = str(entry.options.get("qrels_holes") or "refuse")  # refuse or mark the task's qrels holes (docs/trust.md)
+            rules = artifact_key(allow=sorted(catalog.licence_allowlist), research_only=entry.research_only, qrels_holes=holes, code=stage_version("contracts"))
             judged_with = f"{task.content_hash()}:{rules}"
             gate = read_gate(layout.gate_file(name))
             if gate and gate.get("judged_with") == judged_with:
                 return _reused(gate, layout.gate_file(name))
             policy = LicencePolicy.from_config(catalog.licence_allowlist)
-            result = validate_task(task, layout.gate_reports_dir(name), policy=policy, research_only=entry.research_only)
+            result = validate_task(task, layout.gate_reports_dir(name), policy=policy, research_only=entry.research_only, qrels_holes=holes)
         gate_file = record_gate(folder, result, judged_with=judged_with) if folder.exists() else None
         return dg.AssetCheckResult(passed=result.passed, metadata=check_metadata(result, gate_file), description=result.message.splitlines()[0])
 

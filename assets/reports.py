@@ -35,6 +35,10 @@ from medbench_core.evaluation.published import load_sources
 from medbench_core.evaluation.reports import STALE_KEY, Cell, Significance, load_cell, write_leaderboard
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
+from medbench_core.evaluation.judging.layers import attach_filled
+from medbench_core.evaluation.judging.spec import load_judgements
+from medbench_core.evaluation.trust import JUDGED_THRESHOLD, TrustSettings
+from medbench_core.taskdata.contracts import read_gate
 from medbench_core.storage import is_complete, read_manifest, verify_manifest
 from medbench_core.taskdata.catalog import changed_inputs
 from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryResource
@@ -58,6 +62,7 @@ class LeaderboardConfig(dg.Config):
     resamples: int = DEFAULT_RESAMPLES  # sign flips of the randomisation test, and bootstrap resamples of the CI
     seed: int = DEFAULT_SEED
     published: str = ""  # a folder of published results (MTEB's or R2MED's layout) instead of tasks.yaml's published_results
+    judged_threshold: float = JUDGED_THRESHOLD  # cells whose mean Judged@10 is below it are marked (docs/trust.md)
 
 
 def expansion_copies(store: ArtifactStoreResource, spec: ModelSpec, task: str, keys: dict[str, str]) -> int:
@@ -126,6 +131,21 @@ def task_cells(
     return cells, copies
 
 
+def filled_layers(store: ArtifactStoreResource, registry: RegistryResource, catalog, cells: list[Cell], specs: list[ModelSpec], expansions: list) -> tuple[list[Cell], dict]:
+    """The cells with their scores on the filled (human + LLM) layer of each task a ``judgements:`` entry judges,
+    as relevance_judgements stored it (:func:`medbench_core.evaluation.judging.layers.attach_filled`), and per task what that layer is."""
+    judgement_specs = load_judgements(registry.models_file)
+    if not judgement_specs:
+        return cells, {}
+    tasks = {}
+    for t in catalog.tasks:
+        try:
+            tasks[t.name] = store.load_task(t.name)
+        except MedbenchError:
+            continue
+    return attach_filled(cells, tasks, judgement_specs, store.layout, specs, expansions, online=registry.online)
+
+
 def earlier_cell(store: ArtifactStoreResource, spec: ModelSpec, task: Task, prov: dict | None, split: str, stale: str = "") -> Cell:
     """The cell a model has no current result for: its value on the previous leaderboard (``prov``), marked
     stale, while that metrics artifact verifies; else empty ('-')."""
@@ -178,7 +198,7 @@ def lost_to_corrupt_artifacts(store: ArtifactStoreResource, previous: dict, cell
 
 
 @dg.asset(
-    deps=[ASSET_OF_STAGE["metrics"]],
+    deps=[ASSET_OF_STAGE["metrics"], "relevance_judgements"],
     code_version=CODE_VERSION,
     group_name="reports",
     kinds={"markdown", "mlflow"},
@@ -194,6 +214,9 @@ def leaderboard(
         raise dg.Failure(f"leaderboard config: test {config.test!r} unknown; use one of {TESTS}")
     specs = registry.models()
     sig = Significance(registry.baseline(), config.metric, config.test, config.alpha, config.resamples, config.seed)  # refuses an unknown baseline before anything is written
+    if not 0.0 <= config.judged_threshold <= 1.0:
+        raise dg.Failure(f"leaderboard config: judged_threshold {config.judged_threshold} is not a share between 0 and 1")
+    trust = TrustSettings(config.judged_threshold, config.metric)
     expansions = load_expansions(registry.models_file)
     catalog = registry.catalog()
     cells: list[Cell] = []
@@ -211,6 +234,10 @@ def leaderboard(
         )  # fmt: skip
         cells += got
         copies |= leaks
+    cells, judged = filled_layers(store, registry, catalog, cells, specs, expansions)
+    # Each task's qrels holes as its contract counted them (GATE.json), refused or marked: shown under the table.
+    data_holes = {t.name: (read_gate(store.layout.gate_file(t.name)) or {}).get("holes") for t in catalog.tasks}
+    data_holes = {t: h for t, h in data_holes.items() if h}
     lost = lost_to_corrupt_artifacts(store, previous, cells)
     if lost:
         raise DataError(
@@ -228,13 +255,15 @@ def leaderboard(
         cells, [s.name for s in specs], catalog.names, sig, out, research_only=research_only, specs=specs, copies=copies,
         footer=f"code version {CODE_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
         extra_json={"benchmark": catalog.benchmark, "cells": provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
+        trust=trust, qrels_holes=data_holes, judgements=judged,
     )  # fmt: skip
     md = written["markdown"]
     context.log.info("\n" + md)
-    run_id, reused = log_leaderboard(context, mlflow, leaderboard_experiment(catalog.benchmark), sig, provenance, copies, written, out)
+    run_id, reused = log_leaderboard(context, mlflow, leaderboard_experiment(catalog.benchmark), sig, provenance, copies, written, out, trust)
     annotate_partition_runs(mlflow, catalog.benchmark, provenance, written["published"])
+    annotate_filled_runs(mlflow, catalog.benchmark, cells, config.metric)
     heatmap = out / "heatmap.png"
-    plots = {f"diff_{Path(f).stem}": dg.MetadataValue.path(str(out / f)) for f in written["files"] if f.startswith("diff/")}
+    plots = {f"{Path(f).parent.name}_{Path(f).stem}": dg.MetadataValue.path(str(out / f)) for f in written["files"] if f.startswith(("diff/", "trust/"))}
     return dg.MaterializeResult(
         metadata={
             "leaderboard": dg.MetadataValue.md(md),
@@ -247,6 +276,8 @@ def leaderboard(
             "significant_cells": int(written["stats"]["significant"].sum()) if written["stats"].height else 0,
             "cells_filled": len(provenance),
             "stale_cells": len(written["stale"]),
+            # Cells whose mean Judged@10 is below the threshold (docs/trust.md), marked in the table.
+            "low_judged_cells": int(written["trust"]["low_judged"].fill_null(False).sum()) if written["trust"].height else 0,
             "mlflow_run_id": run_id,
             "mlflow_run_reused": reused,
             "mlflow_heatmap": f"runs:/{run_id}/heatmap.png",
@@ -254,11 +285,18 @@ def leaderboard(
     )
 
 
-def log_leaderboard(context, mlflow: MLflowResource, experiment: str, sig: Significance, provenance: dict, copies: dict, written: dict, out: Path) -> tuple[str, bool]:
+def log_leaderboard(
+    context, mlflow: MLflowResource, experiment: str, sig: Significance, provenance: dict, copies: dict, written: dict, out: Path, trust: TrustSettings | None = None
+) -> tuple[str, bool]:
     """One MLflow run holding the reports and the significance table; the same inputs reuse it."""
+    from medbench_core.evaluation.trust import mlflow_metrics as trust_metrics
+
     stats = written["stats"]
     published = written["published"]
+    trusted = written.get("trust")
+    filled = {f"{r['model']}/{r['task']}": r["judgements"] for r in trusted.iter_rows(named=True) if r["judgements"]} if trusted is not None else {}
     run_key = artifact_key(
+        **({"trust": (trust or TrustSettings()).describe(), "filled": filled} if trusted is not None and trusted.height else {}),
         kind="leaderboard", code=CODE_VERSION, significance=sig.describe(), cells={k: v["metrics_key"] for k, v in provenance.items()},
         table=written["board"].columns + written["board"]["model"].to_list(), copies={f"{m}/{t}": n for (m, t), n in copies.items()},
         **({"published": published.select("model", "task", "published", "status", "file").to_dicts()} if published.height else {}),
@@ -292,9 +330,14 @@ def log_leaderboard(context, mlflow: MLflowResource, experiment: str, sig: Signi
         from medbench_core.evaluation.published import summary
 
         params["published"] = summary(published)
-    files = [out / f for f in written["files"] if not f.startswith("diff/")]
-    if (out / "diff").is_dir() and any((out / "diff").iterdir()):
-        files.append(out / "diff")  # logged as the folder diff/
+    if trusted is not None and trusted.height:
+        metrics |= trust_metrics(trusted)
+        params["trust.judged_threshold"] = (trust or TrustSettings()).judged_threshold
+        params["trust.low_judged_cells"] = int(trusted["low_judged"].fill_null(False).sum())
+    files = [out / f for f in written["files"] if not f.startswith(("diff/", "trust/"))]
+    for folder in ("diff", "trust"):
+        if (out / folder).is_dir() and any((out / folder).iterdir()):
+            files.append(out / folder)  # logged as the folder diff/ (trust/)
     tags = {KIND_TAG: "leaderboard", DAGSTER_RUN_TAG: context.run_id}
     if written["stale"]:  # the values marked stale in the saved reports, and why
         tags[STALE_TAG] = "; ".join(f"{m}/{t}: {why}" for (m, t), why in sorted(written["stale"].items()))[:5000]
@@ -315,3 +358,16 @@ def annotate_partition_runs(mlflow: MLflowResource, experiment: str, provenance:
             metrics |= {f"published_diff.{m}": float(r["diff"]), f"published_in_ci.{m}": 1.0 if r["in_ci"] else 0.0}
         status = r["status"] + (f": {r['note']}" if r["note"] else "")
         mlflow.annotate_run(experiment, prov["metrics_key"], metrics, {"medbench.published_status": status, "medbench.published_source": r["file"]})
+
+
+def annotate_filled_runs(mlflow: MLflowResource, experiment: str, cells: list[Cell], metric: str) -> None:
+    """Each cell's own MLflow run gets its score on the filled (human + LLM) layer: ``filled.<metric>``,
+    ``filled.judged_at_10``, ``filled.ndcg_lower_at_10`` / ``filled.ndcg_upper_at_10``, and the tags
+    ``medbench.filled_judgements`` (entry@key) and ``medbench.circular`` (the builders of the judge's family, or 'no')."""
+    for c in cells:
+        if not c.filled or "metrics_key" not in c.provenance:
+            continue
+        mean = c.filled["mean"]
+        metrics = {f"filled.{m}": float(mean[m]) for m in (metric, "judged_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10") if m in mean}
+        tags = {"medbench.filled_judgements": c.filled["judgements"], "medbench.circular": c.filled["circular"] or "no"}
+        mlflow.annotate_run(experiment, c.provenance["metrics_key"], metrics, tags)

@@ -1,7 +1,7 @@
 """``medbench export --to DIR``: the saved leaderboard, the metrics behind each of its cells, and each cell
 as an MTEB results JSON and a TREC run, in one folder.
 
-DIR/leaderboard.{md,csv,json}, stats.csv, heatmap.png, diff/<task>.png (the reports as saved);
+DIR/leaderboard.{md,csv,json}, stats.csv, heatmap.png, diff/<task>.png, trust/<model>.png (the reports as saved);
 DIR/metrics/<model>/<task>/{metrics.json, per_query.parquet}; DIR/results/<org>__<model>/<revision>/<task>.json
 (+ model_meta.json: MTEB's results-repository layout, which ``mteb.ResultCache(DIR).load_results()`` reads;
 MTEB's task and model names where there are some) and DIR/trec/<model>/<task>.trec
@@ -84,6 +84,7 @@ def export(data_root: Path, dest: Path, models_file: Path | None = None) -> int:
     names = mteb_task_names(cells)
     reports = [f for f in REPORT_FILES if (layout.reports_dir() / f).is_file()]
     plots = sorted(p.name for p in (layout.reports_dir() / "diff").glob("*.png")) if saved.get("plots") else []
+    trust_plots = list((saved.get("plots") or {}).get("trust") or [])  # trust/<model>.png: what each cell rests on
 
     def build(tmp: Path) -> None:
         for suffix in ("md", "csv", "json"):
@@ -94,6 +95,10 @@ def export(data_root: Path, dest: Path, models_file: Path | None = None) -> int:
             (tmp / "diff").mkdir()
             for f in plots:
                 shutil.copyfile(layout.reports_dir() / "diff" / f, tmp / "diff" / f)
+        for f in trust_plots:
+            if (layout.reports_dir() / f).is_file():
+                (tmp / f).parent.mkdir(exist_ok=True)
+                shutil.copyfile(layout.reports_dir() / f, tmp / f)
         for model, task, source in sources:
             (tmp / "metrics" / model / task).mkdir(parents=True)
             for name in METRIC_FILES:

@@ -370,6 +370,29 @@ def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool, p
     return failed
 
 
+def judge(defs, instance, tasks: list[str], reasons: dict) -> list[str]:
+    """The registry's judgements: entries on each task they judge, after its runs (the second qrels layer,
+    docs/trust.md); nothing when there are none. A failure fails that task's judgements alone."""
+    from medbench_core.evaluation.judging.spec import load_judgements
+    from orchestration.jobs import JUDGE_JOB
+
+    specs = load_judgements(defs.resources["registry"].models_file)
+    if not specs:
+        return []
+    job = defs.resolve_job_def(JUDGE_JOB)
+    failed = []
+    for task in tasks:
+        if not any(s.judges_task(task) for s in specs):
+            continue
+        t = time.perf_counter()
+        res = job.execute_in_process(instance=instance, partition_key=task, run_config=quiet_run_config(), raise_on_error=False)
+        print(f"[judge] {task:<22} {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t:.1f}s)", flush=True)
+        if not res.success:
+            failed.append(f"relevance_judgements[{task}]")
+            reasons[f"relevance_judgements[{task}]"] = _failed(f"judge {task}", res)
+    return failed
+
+
 def main(args: argparse.Namespace) -> int:
     from medbench_core.progress import want_progress
 
@@ -420,6 +443,7 @@ def main(args: argparse.Namespace) -> int:
     inprocess.recover(instance, defs.resources["store"].layout.root, defs.resources["mlflow"], catalog.benchmark)
     reasons = dict(prepared.get("reasons") or {})
     failed = prepared["failures"] + evaluate(defs, instance, models, prepared["usable"], args.force, progress, reasons)
+    failed += judge(defs, instance, prepared["usable"], reasons)
     for task, why in prepared["gated"].items():
         failed.append(f"gate[{task}]")
         reasons[f"gate[{task}]"] = why
@@ -467,7 +491,7 @@ def summary(failed: list[str], reasons: dict[str, str], said: dict[str, str], la
         return f"{label}: {why}" if why else label
 
     what = ("FAILED: " if len(failed) == 1 else f"FAILED ({len(failed)}): ") + "; ".join(first(f) for f in failed)
-    tasks = [f[f.index("[") + 1 : -1] for f in failed if f.startswith(("curated_task[", "gate["))]
+    tasks = [f[f.index("[") + 1 : -1] for f in failed if f.startswith(("curated_task[", "gate[", "relevance_judgements["))]
     pairs = [f.split("|", 1) for f in failed if "|" in f]
     kept = [said[f] for f in failed if f in said]
     stale = {}

@@ -90,8 +90,12 @@ def inputs(specs: list, catalog: Any, tasks: list[str]) -> Inputs:
     from medbench_core.retrieval.model_versions import model_versions
     from medbench_core.provenance import artifact_key, file_hash
 
+    from medbench_core.evaluation.judging.spec import load_judgements
+    from medbench_core.evaluation.judging.stage import judgement_fingerprint
+
     try:  # the versions Dagster's model_spec observations record: weights, upstreams, expansions' files and generators
         versions = model_versions(specs, load_expansions(settings.MODELS_FILE), catalog.names)
+        judged = judgement_fingerprint(load_judgements(settings.MODELS_FILE), tasks)  # judgement files and judges (issue 33)
     except MedbenchError as exc:
         raise Undecided(str(exc)) from exc
     key = artifact_key(
@@ -101,6 +105,7 @@ def inputs(specs: list, catalog: Any, tasks: list[str]) -> Inputs:
         code=code_digest(settings.ROOT),
         models=versions,
         data=str(settings.DATA.resolve()),
+        **({"judgements": judged} if judged else {}),
     )
     return Inputs(key, {t: source_digest(catalog.task(t), settings.SHARED / "data") for t in tasks})
 

@@ -6,6 +6,8 @@ versioning) and the Dagster resources agree on it:
     <root>/tasks/<task>/                       curated task, MANIFEST.json, GATE.json, gate/ (GX reports)
     <root>/tasks/OVERLAP_GATE.json, _overlap/  the cross-task verdict and its reports
     <root>/artifacts/<model>/<task>/<stage>/<key>/
+    <root>/artifacts/<model>/<task>/filled/<key>/   a cell scored on the human + LLM qrels layer
+    <root>/judgements/<judgement>/<task>/<key>/  LLM relevance judgements (and _cache/: judged pairs)
     <root>/reports/                            leaderboard.{md,csv,json}, canary/
 """
 
@@ -40,6 +42,18 @@ class Layout:
     def expansion_dir(self, expansion: str, task: str, key: str) -> Path:
         """Where one expansion x task artifact lives: ``expansions/<expansion>/<task>/<key>``."""
         return self.root / "expansions" / expansion / task / key
+
+    def judgement_dir(self, judgement: str, task: str, key: str) -> Path:
+        """Where one judgement x task artifact lives: ``judgements/<judgement>/<task>/<key>``."""
+        return self.root / "judgements" / judgement / task / key
+
+    def judgement_cache_dir(self, judgement: str) -> Path:
+        """The pair cache of a judgement entry's judges: ``judgements/<judgement>/_cache`` (no task is named ``_cache``)."""
+        return self.root / "judgements" / judgement / "_cache"
+
+    def filled_dir(self, model: str, task: str, key: str) -> Path:
+        """A cell's metrics on the filled (human + LLM) qrels layer: ``artifacts/<model>/<task>/filled/<key>``."""
+        return self.root / "artifacts" / model / task / "filled" / key
 
     def reports_dir(self) -> Path:
         return self.root / "reports"

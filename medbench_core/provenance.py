@@ -30,15 +30,17 @@ SCORING_PACKAGES = (
 # re-keys nothing. A model kind declares its own version too (medbench_core.retrieval.kinds).
 STAGE_VERSIONS: dict[str, str] = {
     "curated_task": "1",  # readers, the task model, images, licences
-    "contracts": "1",  # the task and overlap contracts' verdicts
+    "contracts": "2",  # the task and overlap contracts' verdicts; 2: qrels holes (judged documents per query, refuse or mark)
     "embeddings": "1",  # corpus representation (with the kind's version)
     "index": "1",  # FAISS index over the vectors
     "run": "1",  # top-k search with the tie rule (with the kind's version)
-    "metrics": "1",  # per-query metrics, means, bootstrap CIs, breakdowns
+    "metrics": "2",  # per-query metrics, means, bootstrap CIs, breakdowns; 2: judged@10, holes, bpref, condensed nDCG, bounds
     "derived_run": "1",  # runs built from upstream runs (fusion, rerank)
     "expanded_run": "1",  # a retriever on expanded queries
     "expansion": "2",  # expansion texts (published or generated) and their split (2: R2MED's rule per generator family)
     "expansion_contract": "1",  # the expansion gate and its leakage measure
+    "judgements": "1",  # LLM relevance judgements of a task's pool, or a judgement file read (evaluation/judging)
+    "filled_metrics": "1",  # a cell's run scored on the human + LLM qrels layer
     "leaderboard": "1",  # the leaderboard cells
     "reports": "2",  # tables, CIs, paired tests, plots; 2: rank intervals and groups
 }

@@ -16,6 +16,7 @@ CURATE_JOB = "curate_tasks"
 OVERLAP_JOB = "check_overlap"
 EVALUATE_JOB = "evaluate_partition"
 LEADERBOARD_JOB = "build_leaderboard"
+JUDGE_JOB = "judge_tasks"
 CANARY_JOB = "rescore_canary"
 
 # Per task: curate and run its own contract. The cross-task overlap check runs once after all
@@ -28,10 +29,12 @@ check_overlap_job = dg.define_asset_job(OVERLAP_JOB, selection=dg.AssetSelection
 # Every asset of a model x task partition, with the expansion's blocking contract.
 evaluate_partition_job = dg.define_asset_job(EVALUATE_JOB, selection=dg.AssetSelection.assets(*PARTITION_KEYS))
 leaderboard_job = dg.define_asset_job(LEADERBOARD_JOB, selection=dg.AssetSelection.assets("leaderboard"))
+# Per task, after its model x task runs: the LLM judgements of the registry's judgements: entries (the second qrels layer).
+judge_tasks_job = dg.define_asset_job(JUDGE_JOB, selection=dg.AssetSelection.assets("relevance_judgements"))
 drift_canary_job = dg.define_asset_job(
     CANARY_JOB,
     selection=dg.AssetSelection.assets("drift_canary"),
     description="Re-score the pinned reference model from scratch and compare with its recorded baseline.",
 )
 
-ALL_JOBS = [curate_tasks_job, check_overlap_job, evaluate_partition_job, leaderboard_job, drift_canary_job]
+ALL_JOBS = [curate_tasks_job, check_overlap_job, evaluate_partition_job, judge_tasks_job, leaderboard_job, drift_canary_job]

@@ -12,6 +12,12 @@ Definitions, for a query with judged relevance ``rel(d)`` and ranking ``d_1, d_2
 - ``mrr_at_k``   = 1 / rank of the first relevant document within the top k, else 0.
 - ``map_at_k``   = (sum over relevant d_i with i <= k of precision@i) / |relevant|.
 
+Hole-aware measures (what a cell rests on when ranked documents are unjudged; definitions in
+:mod:`medbench_core.evaluation.holes`): ``judged_at_k`` (ir_measures ``Judged@k``), ``holes_at_k``,
+``bpref_at_k`` (trec_eval's bpref over the top k), ``ndcg_condensed_at_k`` (Sakai's condensed
+list, trec_eval ``-J``) and the bounds ``ndcg_lower_at_k`` / ``ndcg_upper_at_k`` over every
+completion of the judgments.
+
 Queries that are judged but absent from the run score 0 (trec_eval ``-c``); the mean is over
 every judged query.
 """
@@ -30,7 +36,12 @@ from medbench_core.errors import DataError
 Run = Mapping[str, Mapping[str, float]]
 Qrels = Mapping[str, Mapping[str, int]]
 
-DEFAULT_METRICS = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_100")
+# trec_eval's measures (checked against pytrec_eval-terrier) and what a cell rests on when ranked
+# documents are unjudged (issue 33; checked against ir_measures): judged share and holes of the top 10,
+# bpref, the condensed list and the bounds on nDCG@10 over every completion of the judgments.
+TREC_METRICS = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_100")
+HOLE_METRICS = ("judged_at_10", "holes_at_10", "bpref_at_100", "ndcg_condensed_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10")
+DEFAULT_METRICS = (*TREC_METRICS, *HOLE_METRICS)
 
 
 # metric family -> "module:function" under medbench_core.evaluation computing it per query (see
@@ -41,12 +52,18 @@ METRICS: dict[str, str] = {
     "recall": "kernels:recall",
     "mrr": "kernels:mrr",
     "map": "kernels:average_precision",
+    "judged": "holes:judged",
+    "holes": "holes:holes",
+    "bpref": "holes:bpref",
+    "ndcg_condensed": "holes:ndcg_condensed",
+    "ndcg_lower": "holes:ndcg_lower",
+    "ndcg_upper": "holes:ndcg_upper",
 }
 
 
 def parse_metric(name: str) -> tuple[str, int]:
     """``"ndcg_at_10"`` -> ``("ndcg", 10)``; unknown names raise with the known ones listed."""
-    base, sep, k = name.partition("_at_")
+    base, sep, k = name.rpartition("_at_")
     if not sep or base not in METRICS or not k.isdigit() or int(k) <= 0:
         raise ValueError(f"unknown metric {name!r}; use one of {'/'.join(METRICS)} followed by _at_K, e.g. ndcg_at_10")
     return base, int(k)
@@ -72,7 +89,7 @@ class Evaluation:
         return pl.DataFrame(rows)
 
 
-def evaluate(qrels: Qrels, run: Run, metrics: Iterable[str] = DEFAULT_METRICS) -> Evaluation:
+def evaluate(qrels: Qrels, run: Run, metrics: Iterable[str] = DEFAULT_METRICS, *, unjudged: Mapping[str, int] | None = None) -> Evaluation:
     """Score ``run`` against ``qrels`` (see the module docstring for the definitions).
 
     The dict form of :func:`evaluate_frame`: same values, bit for bit.
@@ -86,21 +103,27 @@ def evaluate(qrels: Qrels, run: Run, metrics: Iterable[str] = DEFAULT_METRICS) -
         {"query_id": [q for q, docs in run.items() for _ in docs], "doc_id": [d for docs in run.values() for d in docs], "score": [float(s) for docs in run.values() for s in docs.values()]},
         schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64},
     )
-    return evaluate_frame(qrels_df, run_df, metrics)
+    return evaluate_frame(qrels_df, run_df, metrics, unjudged=unjudged)
 
 
-def evaluate_frame(qrels: pl.DataFrame, run: pl.DataFrame, metrics: Iterable[str] = DEFAULT_METRICS) -> Evaluation:
+def evaluate_frame(
+    qrels: pl.DataFrame, run: pl.DataFrame, metrics: Iterable[str] = DEFAULT_METRICS, *, unjudged: Mapping[str, int] | None = None
+) -> Evaluation:
     """Score a run frame (query_id, doc_id, score) against a qrels frame (query_id, doc_id, relevance).
 
     Each (query, doc) pair appears at most once in each frame (a curated task's contract and
     medbench's runs guarantee it; the dict form of :func:`evaluate` cannot repeat one).
     Vectorised, yet bit-identical to summing each query's terms in rank order as trec_eval's
     definitions read: only each query's top ``max k`` run rows are ranked (by score, then doc id
-    descending), sums accumulate left to right (``np.cumsum``), discounts are ``math.log2``
-    values, and the mean adds queries in their order of first appearance in ``qrels``.
+    descending; the whole run for a kernel that reads past rank k), sums accumulate left to right
+    (``np.cumsum``), discounts are ``math.log2`` values, and the mean adds queries in their order
+    of first appearance in ``qrels``. ``unjudged``: query id -> unjudged documents in its universe
+    (corpus or candidate pool), for the bounds of :mod:`medbench_core.evaluation.holes`; a query
+    not in it counts as having at least k.
     """
     metrics = list(metrics)
     parsed = [(m, *parse_metric(m)) for m in metrics]
+    fns = {base: kernel(base) for _, base, _ in parsed}
     depth = max((k for _, _, k in parsed), default=1)
 
     # Judged queries in order of first appearance; each row's query as a dense index. Frames are
@@ -114,25 +137,50 @@ def evaluate_frame(qrels: pl.DataFrame, run: pl.DataFrame, metrics: Iterable[str
     if len(run_q) and not (run_q >= 0).any():
         extra = run.get_column("query_id").unique(maintain_order=True).head(5).to_list()
         raise DataError(f"no run query id matches a judged query (run has e.g. {extra}); check the task the run was made for")
+    if any(getattr(fn, "whole_run", False) for fn in fns.values()) and len(run_q):
+        judged_rows = run_q[run_q >= 0]
+        depth = max(depth, int(np.bincount(judged_rows).max()) if len(judged_rows) else 0)
 
-    # Relevant judgments only: a grade <= 0 and an unjudged document count alike in every metric.
+    # A grade <= 0 and an unjudged document count alike in the classic metrics; the hole-aware
+    # kernels also see which ranked documents are judged.
     rel = qrels.get_column("relevance").cast(pl.Int64).to_numpy()
     pos = np.flatnonzero(rel > 0)
     pos_q, pos_rel = qrel_q[pos], rel[pos]
     n_rel = np.bincount(pos_q, minlength=nq)
     ideal = _ideal_gains(pos_q, pos_rel, nq, depth)
+    holes_asked = any(getattr(fn, "takes_ranking", False) for fn in fns.values())
 
     gains = np.zeros((nq, depth), dtype=np.int64)
+    judged = np.zeros((nq, depth), dtype=bool)
     ranked = _top_ranked(run, run_q, depth)
-    if ranked.height and len(pos):
-        positives = pl.DataFrame({"qi": pos_q, "doc_id": qrels.get_column("doc_id").cast(pl.Utf8).gather(pos), "rel": pos_rel})
-        hits = _pair_join(ranked, positives)
+    if ranked.height and (len(pos) or holes_asked and len(rel)):
+        rows = np.arange(len(rel)) if holes_asked else pos
+        judgments = pl.DataFrame({"qi": qrel_q[rows], "doc_id": qrels.get_column("doc_id").cast(pl.Utf8).gather(rows), "rel": rel[rows]})
+        hits = _pair_join(ranked, judgments)
         if hits.height > ranked.height:
             raise DataError("qrels judge the same (query, document) pair twice; a curated task's contract forbids it")
-        gains[hits.get_column("qi").to_numpy(), hits.get_column("rank").to_numpy()] = hits.get_column("rel").to_numpy()
+        qi, rank = hits.get_column("qi").to_numpy(), hits.get_column("rank").to_numpy()
+        gains[qi, rank] = np.maximum(hits.get_column("rel").to_numpy(), 0)
+        judged[qi, rank] = True
 
     discount = np.array([math.log2(i + 2) for i in range(depth)])
-    values = {m: kernel(base)(gains[:, :k], ideal[:, :k], n_rel, discount[:k]).tolist() for m, base, k in parsed}
+    ranking = None
+    if holes_asked:
+        from medbench_core.evaluation.holes import JudgedRanking
+
+        filled = np.zeros((nq, depth), dtype=bool)
+        if ranked.height:
+            filled[ranked.get_column("qi").to_numpy(), ranked.get_column("rank").to_numpy()] = True
+        known = unjudged or {}
+        ranking = JudgedRanking(
+            gains=gains, judged=judged, ranked=filled, ideal=ideal, n_rel=n_rel,
+            n_nonrel=np.bincount(qrel_q[rel <= 0], minlength=nq), top_grade=max(int(rel.max()) if len(rel) else 1, 1),
+            unjudged=np.array([int(known.get(q, -1)) for q in query_ids], dtype=np.int64), discount=discount,
+        )  # fmt: skip
+    values = {}
+    for m, base, k in parsed:
+        fn = fns[base]
+        values[m] = (fn(ranking, k) if getattr(fn, "takes_ranking", False) else fn(gains[:, :k], ideal[:, :k], n_rel, discount[:k])).tolist()
     per_query = {q: {m: values[m][i] for m in metrics} for i, q in enumerate(query_ids)}
     mean = {m: (sum(values[m]) / nq if nq else 0.0) for m in metrics}  # in query order, as before: same bits
     return Evaluation(per_query=per_query, mean=mean)

@@ -59,6 +59,9 @@ class Cell:
     subset: str = ""
     mteb_task: str = ""  # MTEB's name of the task, when it was read as one
     stale: str = ""
+    # The same run scored on the human + LLM qrels layer (medbench_core/evaluation/judging/layers.py):
+    # mean, per_query, judgements key, circularity; None without judgements on the task.
+    filled: dict[str, Any] | None = None
 
     def value(self, metric: str | None = None) -> float | None:
         if self.metrics is None or not self.applicable:
@@ -193,8 +196,12 @@ def leaderboard_markdown(
     n_resamples: int | None = None,
     seed: int | None = None,
     stale: Mapping[tuple[str, str], str] | None = None,
+    suffix: Mapping[tuple[str, str], str] | None = None,
 ) -> str:
     """The leaderboard as Markdown: ``0.6602 [0.63, 0.69] *`` cells where ``stats`` has the cell.
+
+    ``suffix``: (model, task) -> text appended to the cell after ``·`` (what it rests on:
+    :func:`medbench_core.evaluation.trust.cell_suffix`).
 
     '-' is not evaluated, 'n/a' a model that cannot read the task; a ``stale`` cell (model, task) ->
     reason reads ``0.6602 [0.63, 0.69] (stale)``, as does an average over one, and a note lists why. The notes under the table say
@@ -223,6 +230,8 @@ def leaderboard_markdown(
                 cells.append(format_cell(row[t]))
             if (row["model"], t) in stale_cells and cells[-1] != "n/a":
                 cells[-1] += " (stale)"
+            if suffix and (row["model"], t) in suffix and cells[-1] not in ("n/a", "-"):
+                cells[-1] += " · " + suffix[(row["model"], t)]
         cells.append(format_cell(row["average"]) + (" (stale)" if row["average"] is not None and any(m == row["model"] for m, _ in stale_cells) else ""))
         lines.append("| " + " | ".join(cells) + " |")
     notes = [""]
@@ -238,6 +247,14 @@ def leaderboard_markdown(
         notes.append(
             f"[low, high]: 95% bootstrap CI of the mean over queries (percentile{draws}). *: differs from {baseline or any_row['baseline']} "
             f"({name}, Holm-Bonferroni across the task's models, p < {alpha:g}; two-sided{flips})."
+        )
+    if suffix:
+        from medbench_core.evaluation.trust import MARK
+
+        notes.append(
+            f"· J@10: the share of the cell's top 10 that is judged (Judged@10); bounds: the lowest and highest nDCG@10 any grades "
+            f"of the unjudged documents could give; {MARK}: Judged@10 below the threshold; filled: on human + LLM judgements "
+            "(the table 'What each cell rests on' below)."
         )
     notes.append("average: mean over the tasks each model can read: " + "; ".join(f"{r['model']}: {r['averaged_over'] or 'none'}" for r in board.iter_rows(named=True)) + ".")
     return "\n".join(lines + notes) + "\n"
@@ -498,8 +515,18 @@ def write_leaderboard(
     published: Iterable[Any] = (),
     model_names: Mapping[str, str] | None = None,
     mteb_tasks: Mapping[str, str] | None = None,
+    trust: Any = None,
+    qrels_holes: Mapping[str, Mapping[str, Any]] | None = None,
+    judgements: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Every report of the leaderboard, written into ``out_dir``; returns what was written.
+
+    ``trust`` (:class:`medbench_core.evaluation.trust.TrustSettings`, default its defaults): what
+    each cell rests on (:func:`write_trust`): Judged@10 and the bounds beside every cell, their
+    own section, CSV and stats columns, ``trust`` in the JSON and ``trust/<model>.png``;
+    ``qrels_holes``: task -> the holes its contract counted in its qrels (``GATE.json``'s ``holes``).
+    ``judgements``: task -> its filled layer's judgements (:func:`medbench_core.evaluation.judging.layers.attach_filled`),
+    whose cells carry :attr:`Cell.filled`: the agreement between the layers (:func:`layer_agreement`) joins the trust sections.
 
     ``leaderboard.md`` (the table with CIs and markers, its legend, breakdowns by tier, language
     and discipline, the cross-lingual gap, expanded models beside their retrievers),
@@ -523,9 +550,13 @@ def write_leaderboard(
     stats = pl.concat([stats, _ci_only(cells, stats, tasks, sig)])
     na = {(c.model, c.task) for c in cells if not c.applicable}
     stale = {(c.model, c.task): c.stale for c in cells if c.stale and c.value(metric) is not None}
+    from medbench_core.evaluation.trust import TrustSettings, suffixes, trust_table
+
+    trust = trust or TrustSettings(metric=metric)
+    trusted = trust_table(cells, trust)
     md = leaderboard_markdown(
         board, stats, metric=metric, research_only=research_only, not_applicable=na, baseline=sig.baseline,
-        test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed, stale=stale,
+        test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed, stale=stale, suffix=suffixes(trusted),
     )  # fmt: skip
     untested = sorted(set(stats.filter(pl.col("baseline").is_null())["task"].to_list()), key=tasks.index)
     if untested:
@@ -550,6 +581,13 @@ def write_leaderboard(
             per = versus.filter(pl.col("task") == t).select("model", pl.col("published").alias(f"published.{t}"),
                                                             pl.col("diff").alias(f"published_diff.{t}"), pl.col("in_ci").alias(f"published_in_ci.{t}"))  # fmt: skip
             board_csv = board_csv.join(per, on="model", how="left", maintain_order="left")
+    trust_md, board_csv, stats, trust_plots = write_trust(trusted, board_csv, stats, models, tasks, out, trust, qrels_holes)
+    md += trust_md
+    layers = layer_agreement(cells, board, tasks, sig, ranks, judgements or {}) if judgements else {}
+    if layers:
+        from medbench_core.evaluation.trust import agreement_markdown
+
+        md += "\n" + agreement_markdown(layers, tasks)
     if footer:
         md += f"\n{footer}\n"
     sections: dict[str, Any] = {}
@@ -599,12 +637,71 @@ def write_leaderboard(
         "breakdowns": {k: v for k, v in sections.items() if k in BREAKDOWNS},
         "cross_lingual_gap": sections["cross_lingual_gap"],
         "expanded": beside.to_dicts(),
-        "plots": {"heatmap": "heatmap.png", "diff": plots},
+        "plots": {"heatmap": "heatmap.png", "diff": plots, "trust": trust_plots},
         STALE_KEY: {f"{m}/{t}": why for (m, t), why in sorted(stale.items())},
+        "trust": {"settings": trust.describe(), "cells": trusted.to_dicts(), "qrels_holes": {t: dict(v) for t, v in (qrels_holes or {}).items()},
+                  "layers": layers},
     }
     write_json_atomic(out / "leaderboard.json", doc)
-    files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *plots]
-    return {"markdown": md, "board": board, "stats": stats, "ranks": ranks, "published": versus, "expanded": beside, "files": files, "stale": stale}
+    files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *plots, *trust_plots]
+    return {"markdown": md, "board": board, "stats": stats, "ranks": ranks, "published": versus, "expanded": beside, "files": files, "stale": stale,
+            "trust": trusted, "layers": layers}  # fmt: skip
+
+
+def layer_agreement(cells: list[Cell], board: pl.DataFrame, tasks: list[str], sig: Significance, ranks: pl.DataFrame, judgements: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per task with a filled layer: its judgements' summary (pairs, agreement with the humans), and
+    between the system rankings on the two layers Kendall's tau, RBO and the cells whose rank
+    interval moved (the rank table computed again on the filled per-query values, same resamples and seed)."""
+    import dataclasses
+
+    from medbench_core.evaluation.judging.agreement import moved_intervals, ranking_agreement
+
+    out: dict[str, Any] = {}
+    filled_cells = [dataclasses.replace(c, metrics={"mean": c.filled["mean"]}, per_query=c.filled["per_query"]) for c in cells if c.filled]
+    if filled_cells:
+        filled_board = leaderboard(filled_cells, board["model"].to_list(), tasks, sig.metric)
+        filled_ranks = rank_table(filled_cells, filled_board, tasks, sig)
+    for t in tasks:
+        info = judgements.get(t)
+        if not info:
+            continue
+        entry: dict[str, Any] = {k: v for k, v in info.items()}
+        human = {c.model: c.value(sig.metric) for c in cells if c.task == t and c.filled and c.value(sig.metric) is not None}
+        filled = {c.model: float(c.filled["mean"][sig.metric]) for c in cells if c.task == t and c.filled and sig.metric in c.filled["mean"]}
+        if human:
+            entry["ranking"] = ranking_agreement(human, filled)
+            h = [r for r in ranks.iter_rows(named=True) if r["task"] == t]
+            f = [r for r in filled_ranks.iter_rows(named=True) if r["task"] == t]
+            entry["moved"] = moved_intervals(h, f)
+            entry["circular"] = {c.model: c.filled["circular"] for c in cells if c.task == t and c.filled and c.filled["circular"]}
+        out[t] = entry
+    return out
+
+
+def write_trust(
+    trusted: pl.DataFrame, board_csv: pl.DataFrame, stats: pl.DataFrame, models: list[str], tasks: list[str], out: Path, settings: Any,
+    qrels_holes: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[str, pl.DataFrame, pl.DataFrame, list[str]]:
+    """The trust sections of the leaderboard (:mod:`medbench_core.evaluation.trust`): its Markdown,
+    the CSV with ``judged_at_10.<task>``, bounds, ``low_judged.<task>`` (and ``filled.<task>``)
+    columns, stats.csv with the cell's hole measures, and ``trust/<model>.png`` (the folder replaced whole)."""
+    from medbench_core.evaluation.trust import csv_columns, qrels_holes_markdown, trust_markdown, trust_plot_png
+    from medbench_core.storage import replace_dir_atomic
+
+    md = trust_markdown(trusted, models, tasks, settings)
+    if qrels_holes:
+        md += ("\n" if md else "") + qrels_holes_markdown(qrels_holes, tasks)
+    board_csv = csv_columns(board_csv, trusted, tasks)
+    cols = ["judged_at_10", "holes_at_10", "bpref_at_100", "ndcg_condensed_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10", "low_judged", "filled", "circular"]
+    stats = stats.join(trusted.select("task", "model", *cols), on=["task", "model"], how="left", maintain_order="left")
+    drawn = [m for m in models if trusted.filter((pl.col("model") == m) & pl.col("judged_at_10").is_not_null()).height]
+
+    def draw(tmp: Path) -> None:
+        for m in drawn:
+            trust_plot_png(trusted, m, tasks, tmp / f"{file_name(m)}.png", settings)
+
+    replace_dir_atomic(out / "trust", draw)
+    return ("\n" + md if md else ""), board_csv, stats, [f"trust/{file_name(m)}.png" for m in drawn]
 
 
 def with_stale_column(board: pl.DataFrame, stale: Mapping[tuple[str, str], str]) -> pl.DataFrame:

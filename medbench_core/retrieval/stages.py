@@ -175,12 +175,15 @@ def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = D
     The CIs (``ci``: metric -> [low, high]; :func:`medbench_core.evaluation.stats.bootstrap_cis`, 10,000
     resamples of the queries, seed 0) are deterministic, so re-scoring a run reproduces them bit for bit.
     """
+    from medbench_core.evaluation.holes import unjudged_in_universe
     from medbench_core.evaluation.stats import bootstrap_cis
 
-    ev = evaluate_frame(task.qrels, run, metrics)
+    unjudged = unjudged_in_universe(task)
+    ev = evaluate_frame(task.qrels, run, metrics, unjudged=unjudged)
     per_query = ev.per_query_frame()
     per_query.write_parquet(out / "per_query.parquet", statistics=False)
     result: dict[str, Any] = {"mean": ev.mean, "n_queries": len(ev.per_query), "breakdowns": {}}
+    result["holes"] = hole_summary(task, per_query, unjudged)
     if per_query.height:
         names = [m for m in ev.mean if m in per_query.columns]
         # One draw of resampled queries for every metric (bootstrap_cis): the same values as one bootstrap_ci per metric.
@@ -196,6 +199,22 @@ def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = D
     result["files"] = ["per_query.parquet", "metrics.json"]
     _write_json(out / "metrics.json", result)
     return result
+
+
+def hole_summary(task: Task, per_query: pl.DataFrame, unjudged: dict[str, int]) -> dict[str, Any]:
+    """What metrics.json says about the cell's holes beside the per-query means: the total hole count
+    in the top 10 (``holes_at_10``), the queries whose top 10 holds no judged document, the task's
+    top grade and what the bounds took as each query's universe."""
+    out: dict[str, Any] = {
+        "top_grade": max(int(task.qrels["relevance"].max() or 1), 1) if task.qrels.height else 1,
+        "universe": "candidates" if task.candidates is not None else "corpus",
+        "unjudged_in_universe": int(sum(unjudged.values())),
+    }
+    if "holes_at_10" in per_query.columns:
+        out["holes_at_10"] = int(per_query["holes_at_10"].sum())
+    if "judged_at_10" in per_query.columns:
+        out["queries_without_judged_top10"] = int((per_query["judged_at_10"] == 0).sum())
+    return out
 
 
 def flat_metrics(result: dict[str, Any]) -> dict[str, float]:

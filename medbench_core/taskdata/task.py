@@ -309,8 +309,13 @@ def make_task(
     )
 
 
-def check_referential_integrity(task: Task) -> None:
-    """Raise DataError naming the ids when qrels or candidates point at unknown queries or documents."""
+def check_referential_integrity(task: Task, *, qrels_holes: str = "refuse") -> None:
+    """Raise DataError naming the ids when qrels or candidates point at unknown queries or documents.
+
+    ``qrels_holes: mark`` (a task option, docs/trust.md) lets qrels name documents absent from the
+    corpus: they are kept (scored as relevant documents no model can retrieve, as trec_eval scores
+    them) and the task's contract reports them; unknown queries are refused either way.
+    """
     qids = set(task.queries["query_id"].to_list())
     dids = set(task.corpus["doc_id"].to_list())
     for what, df in (("qrels", task.qrels), ("candidates", task.candidates)):
@@ -320,8 +325,9 @@ def check_referential_integrity(task: Task) -> None:
         bad_d = sorted(set(df["doc_id"].to_list()) - dids)
         if bad_q:
             raise DataError(f"task {task.name}: {what} name {len(bad_q)} unknown query id(s): {bad_q[:10]}")
-        if bad_d:
-            raise DataError(f"task {task.name}: {what} name {len(bad_d)} unknown document id(s): {bad_d[:10]}")
+        if bad_d and not (what == "qrels" and qrels_holes == "mark"):
+            hint = "; set qrels_holes: mark in tasks.yaml to keep them, reported by the task's contract" if what == "qrels" else ""
+            raise DataError(f"task {task.name}: {what} name {len(bad_d)} unknown document id(s): {bad_d[:10]}{hint}")
     for what, df, key in (("queries", task.queries, "query_id"), ("corpus", task.corpus, "doc_id")):
         dup = df.filter(pl.col(key).is_duplicated())[key].unique().sort().to_list()
         if dup:

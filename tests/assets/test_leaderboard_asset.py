@@ -10,6 +10,7 @@ the difference, its paired test and the copied-passage warning of its EXPANSION_
 """
 
 import json
+import re
 from pathlib import Path
 
 import dagster as dg
@@ -32,6 +33,11 @@ from tests.assets.project import leaderboard
 from tests.orchestration.operating_env import BM25, BM25_K12, operated_world, write_models
 
 pytestmark = pytest.mark.slow
+
+
+def without_trust(md: str) -> str:
+    """The leaderboard's Markdown without each cell's ' · J@10 ..., bounds [...]' suffix (docs/trust.md)."""
+    return re.sub(r" · [^|]*", " ", md).replace("  |", " |")
 
 
 def leaderboard_runs(resources) -> list:
@@ -67,13 +73,17 @@ def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_
     rows = {r["model"]: r for r in saved["table"]}
     assert {(m, t): rows[m][t] for m, t in expected} == expected
     assert rows["bm25-b05"]["scifact"] is None and rows["bm25-b05"]["liveqa_medquad"] is None
-    board = (reports / "leaderboard.md").read_text()
+    full = (reports / "leaderboard.md").read_text()
+    # What each cell rests on (issue 33): 5 documents ranked, 1 judged (J@10 0.20, marked); the lower bound
+    # lets the 4 unjudged abstracts be relevant: 1 / (1 + 1/log2 3 + 1/2 + 1/log2 5 + 1/log2 6) = 0.34.
+    assert "| bm25 | 1.0000 [1.00, 1.00] · J@10 0.20, bounds [0.34, 1.00] † |" in full
+    board = without_trust(full)
     # Every query of both tasks scores 1 for both models: CIs collapse to the mean, no difference is significant.
     assert "| bm25 | 1.0000 [1.00, 1.00] | 1.0000 [1.00, 1.00] | 1.0000 |" in board
     assert "| bm25-k12 | 1.0000 [1.00, 1.00] | 1.0000 [1.00, 1.00] | 1.0000 |" in board
     assert "| bm25-b05 | - | - | - |" in board
     assert "*: differs from bm25 (paired randomisation test, Holm-Bonferroni across the task's models, p < 0.05; two-sided, 10000 sign-flip resamples, seed 0)" in board
-    assert (reports / "leaderboard.csv").read_text().splitlines()[0] == "model,scifact,liveqa_medquad,average,averaged_over,rank,rank_low,rank_high,group"
+    assert (reports / "leaderboard.csv").read_text().splitlines()[0].startswith("model,scifact,liveqa_medquad,average,averaged_over,rank,rank_low,rank_high,group,judged_at_10.scifact,")
     # Equal on every query: in every resample they tie for first, and no test separates them (one group).
     assert "| bm25 | 1 [1, 1] a | 1 [1, 1] a | 1 [1, 1] a |" in board and "| bm25-k12 | 1 [1, 1] a | 1 [1, 1] a | 1 [1, 1] a |" in board
     assert "| bm25-b05 | - | - | - |" in board.split("Rank by nDCG@10")[1]
@@ -150,7 +160,7 @@ def test_values_whose_inputs_changed_are_kept_marked_stale_and_corrupt_artifacts
     }
     assert md["stale_cells"].value == 3 and md["mlflow_run_reused"].value is False
     assert saved["cells"]["bm25-k12/scifact"]["metrics_key"] == json.loads(fresh["leaderboard.json"])["cells"]["bm25-k12/scifact"]["metrics_key"]
-    board = (reports / "leaderboard.md").read_text()
+    board = without_trust((reports / "leaderboard.md").read_text())
     assert "| bm25 | 1.0000 [1.00, 1.00] | 1.0000 [1.00, 1.00] (stale) | 1.0000 (stale) |" in board
     assert "| bm25-k12 | 1.0000 [1.00, 1.00] (stale) | 1.0000 [1.00, 1.00] (stale) | 1.0000 (stale) |" in board
     assert "| bm25-new | - | - | - |" in board and f"- bm25 x liveqa_medquad: {changed_task}" in board
@@ -319,7 +329,7 @@ def test_published_scores_beside_ours_in_the_leaderboard_in_each_partition_run_a
     # bm25 scores 1 on every query of both tasks (CI [1, 1]): 1.0 lies in it, 0.5 does not; bm25-k12 is mapped to nothing.
     assert "| bm25 | scifact | 1.0000 [1.00, 1.00] | 1.0000 (bm25, scifact, R2MED results) | +0.0000 | inside our CI: reproduced (the source records no revisions) |" in board
     assert "| bm25 | liveqa_medquad | 1.0000 [1.00, 1.00] | 0.5000 (bm25, liveqa_medquad, R2MED results) | +0.5000 | outside our CI (the source records no revisions) |" in board
-    assert "| bm25-k12 |" not in board.split("Published nDCG@10 beside ours")[1]
+    assert "| bm25-k12 |" not in board.split("Published nDCG@10 beside ours")[1].split("What each cell rests on")[0]
     line = "published scores: 2 cells compared, 1 reproduced (inside our 95% CI), 1 outside the CI"
     saved = json.loads((world.root / "data" / "reports" / "leaderboard.json").read_text())
     assert saved["published"]["summary"] == line

@@ -108,3 +108,10 @@ class Forked:
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
+
+
+def without_trust(board: str) -> str:
+    """A leaderboard's Markdown without each cell's ' · J@10 ..., bounds [...]' suffix (docs/trust.md)."""
+    import re
+
+    return re.sub(r" · [^|]*", " ", board).replace("  |", " |")

@@ -26,6 +26,7 @@ def test_export_copies_the_board_and_its_metrics_and_refuses_what_it_would_clobb
         | {f"metrics/{m}/{t}/{f}" for m in models for t in tasks for f in ("metrics.json", "per_query.parquet")}
         | {f"results/medbench__{m}/bm25s-lucene/{f}" for m in models for f in ("model_meta.json", "scifact.json", "liveqa_medquad.json")}
         | {f"trec/{m}/{t}.trec" for m in models for t in tasks}
+        | {f"trust/{m}.png" for m in models}  # what each cell rests on, per model (docs/trust.md)
     )
     cells = json.loads((data / "reports" / "leaderboard.json").read_text())["cells"]
     store = world.resources()["store"]

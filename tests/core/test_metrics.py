@@ -14,7 +14,7 @@ import pytrec_eval
 
 from medbench_core.retrieval import bm25
 from medbench_core.taskdata.catalog import build_task, load_catalog
-from medbench_core.evaluation.metrics import DEFAULT_METRICS, evaluate, parse_metric, qrels_to_dict, run_to_dict
+from medbench_core.evaluation.metrics import TREC_METRICS, evaluate, parse_metric, qrels_to_dict, run_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -40,14 +40,14 @@ def reference(qrels: dict, run: dict) -> dict[str, dict[str, float]]:
 
 
 def assert_matches_trec_eval(qrels: dict, run: dict) -> None:
-    ours = evaluate(qrels, run, DEFAULT_METRICS)
+    ours = evaluate(qrels, run, TREC_METRICS)
     ref = reference(qrels, run)
     assert set(ours.per_query) == set(qrels)
     for q in qrels:
-        for m in DEFAULT_METRICS:
+        for m in TREC_METRICS:
             want = ref[q][m] if q in ref else 0.0  # absent from the run: 0, as trec_eval -c
             assert ours.per_query[q][m] == pytest.approx(want, abs=TOL), (q, m)
-    for m in DEFAULT_METRICS:
+    for m in TREC_METRICS:
         want = sum(ref.get(q, {}).get(m, 0.0) for q in qrels) / len(qrels)
         assert ours.mean[m] == pytest.approx(want, abs=TOL), m
 
@@ -91,7 +91,7 @@ def test_real_run_with_a_query_removed_and_scores_tied(bm25_runs):
     tied = {q: {d: round(s, 0) for d, s in docs.items()} for q, docs in run.items() if q != first}
     assert sum(len(d) - len(set(d.values())) for d in tied.values()) > 10_000
     assert_matches_trec_eval(qrels, tied)
-    assert evaluate(qrels, tied).per_query[first] == {m: 0.0 for m in DEFAULT_METRICS}
+    assert evaluate(qrels, tied, TREC_METRICS).per_query[first] == {m: 0.0 for m in TREC_METRICS}
 
 
 def test_hand_computed_ndcg_with_graded_gains_and_an_unjudged_doc():
@@ -140,7 +140,7 @@ def test_queries_missing_from_run_unjudged_only_and_no_relevant():
     run = {"hit": {"b": 2.0, "a": 1.0}, "none_relevant": {"n": 1.0}, "unjudged_only": {"u1": 3.0, "u2": 2.0}, "not_judged": {"z": 1.0}}
     ev = evaluate(qrels, run)
     assert set(ev.per_query) == set(qrels)  # the unjudged run query is ignored
-    assert ev.per_query["absent"] == {m: 0.0 for m in DEFAULT_METRICS}
+    assert ev.per_query["absent"] == {m: 0.0 for m in TREC_METRICS}
     assert ev.per_query["hit"]["mrr_at_10"] == 0.5
     # mean over the four judged queries: only "hit" scores
     assert ev.mean["recall_at_10"] == pytest.approx(1 / 4)

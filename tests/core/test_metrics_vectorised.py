@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from medbench_core.evaluation.metrics import DEFAULT_METRICS, evaluate, evaluate_frame, parse_metric
+from medbench_core.evaluation.metrics import DEFAULT_METRICS, TREC_METRICS, evaluate, evaluate_frame, parse_metric
 
 
 # --- the scalar evaluator medbench used up to this change (medbench_core/evaluation/metrics.py) -----------
@@ -98,7 +98,7 @@ def frames(qrels, run, shuffle_seed=None):
     return q, r
 
 
-METRICS = (*DEFAULT_METRICS, "ndcg_at_3", "map_at_5", "recall_at_1")
+METRICS = (*TREC_METRICS, "ndcg_at_3", "map_at_5", "recall_at_1")
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -114,6 +114,10 @@ def test_bit_identical_to_the_scalar_evaluator(seed, depth_mix, grades):
     for shuffle in (None, seed):
         ev_frame = evaluate_frame(*frames(qrels, run, shuffle), METRICS)
         assert ev_frame.per_query == want_per_query and ev_frame.mean == want_mean
+    # Asked beside the hole-aware measures (which join every judgment, not only the positives), the
+    # trec_eval measures keep their bits.
+    together = evaluate(qrels, run, DEFAULT_METRICS)
+    assert {q: {m: v[m] for m in TREC_METRICS} for q, v in together.per_query.items()} == {q: {m: v[m] for m in TREC_METRICS} for q, v in want_per_query.items()}
 
 
 def test_every_query_cut_at_one_depth_takes_the_partition_path_and_agrees():
@@ -121,8 +125,8 @@ def test_every_query_cut_at_one_depth_takes_the_partition_path_and_agrees():
     rng = np.random.default_rng(1)
     run = {f"q{q}": {f"d{d}": float(s) for d, s in zip(rng.choice(1000, 200, replace=False), np.round(rng.random(200), 2))} for q in range(30)}
     qrels = {q: {d: int(g) for d, g in zip(list(docs)[::3], rng.integers(0, 4, 200))} for q, docs in run.items()}
-    want_per_query, want_mean = scalar_evaluate(qrels, run, DEFAULT_METRICS)
-    ev = evaluate_frame(*frames(qrels, run), DEFAULT_METRICS)
+    want_per_query, want_mean = scalar_evaluate(qrels, run, TREC_METRICS)
+    ev = evaluate_frame(*frames(qrels, run), TREC_METRICS)
     assert ev.per_query == want_per_query and ev.mean == want_mean
 
 

@@ -218,4 +218,5 @@ def test_a_task_without_baseline_results_gets_cis_but_no_test(world, tmp_path):
     assert (row["mean"], row["ci_low"], row["ci_high"]) == (0.5, lo, hi) and row["baseline"] is None and row["p_perm"] is None
     assert f"| {format_cell(0.5, lo, hi)} |" in out["markdown"] and "| n/a |" in out["markdown"]
     assert "No test on img: bm25 has no result there (CIs only)." in out["markdown"]
-    assert sorted(out["files"]) == sorted(["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", "diff/t1.png", "diff/t2.png"])
+    assert sorted(out["files"]) == sorted(["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", "diff/t1.png", "diff/t2.png",
+                                    "trust/bm25.png", "trust/dense.png"])  # what each cell rests on, per model (issue 33)

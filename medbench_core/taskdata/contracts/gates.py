@@ -33,7 +33,8 @@ def record_gate(task_dir: str | Path, result: ContractResult, *, judged_with: st
     """Write a task gate's verdict atomically to ``GATE.json`` beside the task it judged.
 
     Fields: ``task``, ``passed``, ``content_hash`` (of the task judged), ``research_only``,
-    ``message``, ``failing_rows``, ``licences``, report paths and ``recorded_at``.
+    ``message``, ``failing_rows``, ``licences``, report paths, ``recorded_at`` and ``holes`` (the
+    task's qrels holes: :func:`medbench_core.taskdata.contracts.holes.qrels_holes_report`).
     """
     if result.name == ALL_TASKS:
         raise ValueError("record_gate takes a task's result; use record_overlap_gate for validate_tasks")
@@ -51,6 +52,7 @@ def record_gate(task_dir: str | Path, result: ContractResult, *, judged_with: st
             "data_docs_path": str(result.data_docs_path) if result.data_docs_path else None,
             "judged_with": judged_with,
             "recorded_at": _now(),
+            "holes": dict(result.holes),
         },
     )
 

@@ -113,6 +113,7 @@ class ContractResult:
     results_path: Path | None = None
     contract_path: Path | None = None
     data_docs_path: Path | None = None
+    holes: Mapping[str, Any] = field(default_factory=dict)  # a task's qrels holes (contracts/holes.py), recorded in GATE.json
 
     @property
     def failures(self) -> tuple[Outcome, ...]:
@@ -148,6 +149,7 @@ class ContractResult:
             "results_path": str(self.results_path) if self.results_path else None,
             "contract_path": str(self.contract_path) if self.contract_path else None,
             "data_docs_path": str(self.data_docs_path) if self.data_docs_path else None,
+            "holes": dict(self.holes),
         }
 
 

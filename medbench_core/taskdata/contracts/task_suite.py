@@ -75,8 +75,9 @@ def _schema_specs(df: pl.DataFrame, table: str) -> list[Spec]:
     return specs
 
 
-def _record_table(task: Task, table: str, policy: LicencePolicy, research_only: bool, check_image) -> Table:
-    """queries or corpus, with derived columns for content, images and licences."""
+def _record_table(task: Task, table: str, policy: LicencePolicy, research_only: bool, check_image, qrels_holes: str = "refuse") -> Table:
+    """queries or corpus, with derived columns for content, images and licences; a query's judged and
+    positive documents (blocking unless ``qrels_holes`` is ``mark``: then reported as warnings)."""
     df = task.queries if table == "queries" else task.corpus
     key = ID_COLUMNS[table][0]
     specs = _schema_specs(df, table)
@@ -101,10 +102,17 @@ def _record_table(task: Task, table: str, policy: LicencePolicy, research_only: 
     if table == "queries" and key in df.columns:
         qids = df[key].to_list()
         if "query_id" in task.qrels.columns and is_int_column(task.qrels, "relevance"):
+            refuse = qrels_holes != "mark"
+            judged = task.qrels.group_by("query_id").len()
+            n_judged = dict(zip(judged["query_id"].to_list(), judged["len"].to_list()))
+            derived["judgments"] = pl.Series([n_judged.get(q, 0) for q in qids], dtype=pl.Int64)
+            # A query nobody judged is left out of every mean (metrics score the judged queries): a hole in the data.
+            specs.append(Spec("ExpectColumnValuesToBeBetween", {"column": "judgments", "min_value": 1}, "holes",
+                              "every query has at least one judged document in qrels.parquet (a query without any is not scored)", blocking=refuse, show_values=False))  # fmt: skip
             pos = task.qrels.filter(pl.col("relevance") > 0).group_by("query_id").len()
             n_pos = dict(zip(pos["query_id"].to_list(), pos["len"].to_list()))
             derived["positive_judgments"] = pl.Series([n_pos.get(q, 0) for q in qids], dtype=pl.Int64)
-            specs.append(Spec("ExpectColumnValuesToBeBetween", {"column": "positive_judgments", "min_value": 1}, "integrity", "every query has at least one positive judgment in qrels.parquet", show_values=False))
+            specs.append(Spec("ExpectColumnValuesToBeBetween", {"column": "positive_judgments", "min_value": 1}, "integrity", "every query has at least one positive judgment in qrels.parquet", blocking=refuse, show_values=False))
         if task.candidates is not None and "query_id" in task.candidates.columns:
             pools = task.candidates.group_by("query_id").len()
             n_cand = dict(zip(pools["query_id"].to_list(), pools["len"].to_list()))
@@ -114,8 +122,9 @@ def _record_table(task: Task, table: str, policy: LicencePolicy, research_only: 
     return Table(table, TABLE_FILES[table], frame, specs)
 
 
-def _pair_table(task: Task, table: str) -> Table:
-    """qrels or candidates: ids must join, no pair twice; qrels positives inside the pool."""
+def _pair_table(task: Task, table: str, qrels_holes: str = "refuse") -> Table:
+    """qrels or candidates: ids must join, no pair twice; qrels positives inside the pool. With
+    ``qrels_holes: mark`` a qrels row naming a document absent from the corpus is a warning, not a refusal."""
     df = task.qrels if table == "qrels" else task.candidates
     assert df is not None
     specs = _schema_specs(df, table)
@@ -126,7 +135,9 @@ def _pair_table(task: Task, table: str) -> Table:
         if col in df.columns:
             known = set(other[col].to_list()) if col in other.columns else set()
             derived[f"{col}_known"] = pl.Series([v in known for v in df[col].to_list()], dtype=pl.Boolean)
-            specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": f"{col}_known", "value_set": [True]}, "integrity", f"every {col} names a row of {TABLE_FILES[side]}", show_values=False))
+            absent_docs_marked = table == "qrels" and col == "doc_id" and qrels_holes == "mark"
+            specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": f"{col}_known", "value_set": [True]}, "holes" if absent_docs_marked else "integrity",
+                              f"every {col} names a row of {TABLE_FILES[side]}", blocking=not absent_docs_marked, show_values=False))  # fmt: skip
     if table == "qrels" and task.candidates is not None and {"query_id", "doc_id"} <= set(df.columns) and is_int_column(df, "relevance") and {"query_id", "doc_id"} <= set(task.candidates.columns):
         pool = set(zip(task.candidates["query_id"].to_list(), task.candidates["doc_id"].to_list()))
         in_pool = [None if (r is None or r <= 0) else (q, d) in pool for q, d, r in df.select("query_id", "doc_id", "relevance").iter_rows()]
@@ -144,8 +155,14 @@ def validate_task(
     *,
     policy: LicencePolicy = DEFAULT_POLICY,
     research_only: bool | None = None,
+    qrels_holes: str = "refuse",
 ) -> ContractResult:
     """Run the schema, integrity and licence suites on one task.
+
+    Holes in the qrels (a qrels row naming a document absent from the corpus, a query without any
+    judged document or without a positive one) are refused, or with ``qrels_holes="mark"`` (the
+    task option) reported as warnings: the task passes and the verdict counts them
+    (:func:`medbench_core.taskdata.contracts.holes.qrels_holes_report`).
 
     ``research_only`` defaults to ``task.meta.research_only``. With ``out_dir`` the GX results,
     the verdict and the data docs are written there (paths on the result). Never raises on bad
@@ -153,8 +170,10 @@ def validate_task(
     """
     research_only = task.meta.research_only if research_only is None else research_only
     check_image = _image_checker(task)
-    tables = [_record_table(task, t, policy, research_only, check_image) for t in ("queries", "corpus")]
-    tables.append(_pair_table(task, "qrels"))
+    if qrels_holes not in ("refuse", "mark"):
+        raise ValueError(f"qrels_holes {qrels_holes!r}: use refuse or mark")
+    tables = [_record_table(task, t, policy, research_only, check_image, qrels_holes) for t in ("queries", "corpus")]
+    tables.append(_pair_table(task, "qrels", qrels_holes))
     if task.candidates is not None:
         tables.append(_pair_table(task, "candidates"))
     outcomes, results_path, docs_path = run_tables(task.name, tables, Path(out_dir) if out_dir else None)
@@ -165,7 +184,10 @@ def validate_task(
             for lic, n in t.frame["licence_canonical"].fill_null("null").value_counts().iter_rows():
                 licences[lic] = licences.get(lic, 0) + n
     admitted = sorted(lic for lic in licences if lic != "null" and policy.needs_research_only(lic))
-    extra = []
+    from medbench_core.taskdata.contracts.holes import describe, qrels_holes_report
+
+    holes = qrels_holes_report(task, qrels_holes)
+    extra = [describe(holes)] if holes["n_absent_doc_rows"] or holes["n_queries_without_judgment"] or holes["n_queries_without_positive"] else []
     if research_only:
         extra.append(
             "research-only task: " + (f"admits licence(s) {', '.join(f'{x} ({licences[x]} records)' for x in admitted)} outside the allowlist" if admitted else "every licence is also in the allowlist")
@@ -185,5 +207,6 @@ def validate_task(
         licences=dict(sorted(licences.items())),
         results_path=results_path,
         data_docs_path=docs_path,
+        holes=holes,
     )
     return write_contract(Path(out_dir) if out_dir else None, result)

@@ -28,6 +28,9 @@ class BeirOptions(ReaderOptions):
     ``duplicate_judgments: max`` keeps the highest grade of a pair judged twice (``error``
     refuses it); with ``require_positive`` queries that no judgment grades above 0 are dropped
     with their judgments (the data contract requires a positive judgment per query).
+    ``qrels_holes: mark`` keeps qrels rows naming documents absent from the corpus and lets the
+    contract pass queries without a judged or positive document, each reported (docs/trust.md);
+    ``refuse`` (the default) refuses the task.
     """
 
     query_licence: str
@@ -38,6 +41,7 @@ class BeirOptions(ReaderOptions):
     only_judged_queries: bool = True
     duplicate_judgments: Literal["error", "max"] = "error"
     require_positive: bool = False
+    qrels_holes: Literal["refuse", "mark"] = "refuse"
 
 
 def read_beir(folder: str | Path, options: BeirOptions, context: ReadContext | None = None) -> Task:
@@ -103,7 +107,7 @@ def read_beir(folder: str | Path, options: BeirOptions, context: ReadContext | N
     )
     task = make_task(meta, qdf, ddf, qrels)
     try:
-        check_referential_integrity(task)
+        check_referential_integrity(task, qrels_holes=o.qrels_holes)
     except DataError as exc:
         raise DataError(f"{qrels_path}: {exc}") from exc
     return task

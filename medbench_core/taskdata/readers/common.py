@@ -351,8 +351,12 @@ def _deep_line(text: str, depth: int = 200) -> int:
     return 1
 
 
-def build_task_from_rows(meta: TaskMeta, queries: list[dict], corpus: list[dict], qrels: list[dict], candidates: list[dict] | None, image_root: Path | None, where: str) -> Task:
-    """Build and integrity-check a task from row dicts (make_task fills the columns a side lacks)."""
+def build_task_from_rows(
+    meta: TaskMeta, queries: list[dict], corpus: list[dict], qrels: list[dict], candidates: list[dict] | None, image_root: Path | None, where: str,
+    *, qrels_holes: str = "refuse",
+) -> Task:
+    """Build and integrity-check a task from row dicts (make_task fills the columns a side lacks);
+    ``qrels_holes`` as for :func:`~medbench_core.taskdata.task.check_referential_integrity`."""
 
     def frame(rows: list[dict], schema: dict) -> pl.DataFrame:
         if not rows:
@@ -368,7 +372,7 @@ def build_task_from_rows(meta: TaskMeta, queries: list[dict], corpus: list[dict]
         image_root=image_root,
     )
     try:
-        check_referential_integrity(task)
+        check_referential_integrity(task, qrels_holes=qrels_holes)
     except DataError as exc:
         raise DataError(f"{where}: {exc}") from exc
     return task

@@ -69,7 +69,8 @@ class FilesOptions(ReaderOptions):
     evaluates); ``duplicate_judgments: max`` keeps the higher grade of a pair judged twice;
     ``require_positive`` drops queries without a positive judgment. ``ignore_fields`` names
     record fields that may hold text the task does not use (otherwise a record left with no text
-    that carries text in an unknown field is refused).
+    that carries text in an unknown field is refused). ``qrels_holes: mark`` keeps qrels rows
+    naming documents absent from the corpus, reported by the task's contract (docs/trust.md).
     """
 
     licence: str | None = None
@@ -84,6 +85,7 @@ class FilesOptions(ReaderOptions):
     duplicate_judgments: Literal["error", "max"] = "error"
     require_positive: bool = False
     ignore_fields: tuple[str, ...] = ()
+    qrels_holes: Literal["refuse", "mark"] = "refuse"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -428,7 +430,7 @@ def read_retrieval_files(
         **meta,
     )
     where = ", ".join(map(str, qrels_files))
-    return build_task_from_rows(task_meta, queries, corpus, qrels, None, image_root, where)
+    return build_task_from_rows(task_meta, queries, corpus, qrels, None, image_root, where, qrels_holes=o.qrels_holes)
 
 
 def card_licence(*folders: Path | None) -> str | None:

@@ -1,0 +1,179 @@
+"""Hole-aware measures (medbench_core/evaluation/holes.py): by hand, against ir_measures, and the bounds.
+
+ir_measures 0.4.3 is called directly: ``Judged@10`` (its own provider, OpenNIR's definition),
+``Bpref`` and ``nDCG(judged_only=True)@10`` (pytrec_eval's bpref and trec_eval -J). Its Judged
+provider breaks score ties by doc id ascending where trec_eval (and medbench) take descending, so
+it gets each run with our ranks as scores; the pytrec_eval measures get the scores themselves.
+"""
+
+import random
+from pathlib import Path
+
+import ir_measures
+import numpy as np
+import pytest
+from ir_measures import Bpref, Judged, nDCG
+
+from medbench_core.evaluation.metrics import HOLE_METRICS, evaluate, qrels_to_dict, run_to_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+TOL = 1e-9
+OURS_TO_IRM = {"judged_at_10": "Judged@10", "bpref_at_100": "Bpref", "ndcg_condensed_at_10": "nDCG(judged_only=True)@10", "ndcg_at_10": "nDCG@10"}
+
+
+def trec_ranks(run: dict) -> dict:
+    """Each query's documents scored by their trec_eval rank (score descending, doc id descending): no ties left."""
+    out = {}
+    for q, docs in run.items():
+        order = sorted(docs.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+        out[q] = {d: float(len(order) - i) for i, (d, _) in enumerate(order)}
+    return out
+
+
+def ir_measures_values(qrels: dict, run: dict) -> dict[str, dict[str, float]]:
+    """measure -> query -> value, from ir_measures itself (queries present in the run only, as ir_measures reports them)."""
+    out: dict[str, dict[str, float]] = {}
+    for m in ir_measures.iter_calc([Bpref, nDCG(judged_only=True) @ 10, nDCG @ 10], qrels, run):
+        out.setdefault(str(m.measure), {})[m.query_id] = m.value
+    for m in ir_measures.iter_calc([Judged @ 10], qrels, trec_ranks(run)):
+        out.setdefault(str(m.measure), {})[m.query_id] = m.value
+    return out
+
+
+def assert_equals_ir_measures(qrels: dict, run: dict) -> int:
+    ours = evaluate(qrels, run, list(OURS_TO_IRM))
+    ref = ir_measures_values(qrels, run)
+    compared = 0
+    for m, name in OURS_TO_IRM.items():
+        assert set(ref[name]) == {q for q in qrels if run.get(q)}
+        for q, want in ref[name].items():
+            assert ours.per_query[q][m] == pytest.approx(want, abs=TOL), (q, m)
+            compared += 1
+    return compared
+
+
+# --- by hand --------------------------------------------------------------------------------
+
+
+def test_values_worked_out_by_hand():
+    # Ranking d1 > d2 > d3 > d4 > d5; judged: d1 (2), d3 (0), d5 (1), and d9 (3, not retrieved). Holes: d2, d4.
+    qrels = {"q": {"d1": 2, "d3": 0, "d5": 1, "d9": 3}}
+    run = {"q": {"d1": 5.0, "d2": 4.0, "d3": 3.0, "d4": 2.0, "d5": 1.0}}
+    got = evaluate(qrels, run, [*HOLE_METRICS, "ndcg_at_10"], unjudged={"q": 6}).per_query["q"]
+    log = np.log2
+    assert got["judged_at_10"] == 3 / 5  # 5 ranked (fewer than 10): the share of what is there
+    assert got["holes_at_10"] == 2
+    # bpref: R = 3 relevant, N = 1 judged non-relevant; d1 has none above (1), d5 has d3 above: 1 - min(1, 3)/min(1, 3) = 0.
+    assert got["bpref_at_100"] == pytest.approx((1 + 0) / 3)
+    # condensed list d1, d3, d5: DCG 2/log2(2) + 1/log2(4); ideal 3, 2, 1.
+    idcg = 3 + 2 / log(3) + 1 / log(4)
+    assert got["ndcg_condensed_at_10"] == pytest.approx((2 + 1 / log(4)) / idcg)
+    dcg0 = 2 + 1 / log(6)
+    assert got["ndcg_at_10"] == pytest.approx(dcg0 / idcg)
+    # lower: 6 unjudged documents could all be relevant at grade 3: the ideal is 3 x 6, then 3, 2, 1 (cut at 10).
+    idcg_g = sum(g / log(i + 2) for i, g in enumerate([3] * 7 + [2, 1]))
+    assert got["ndcg_lower_at_10"] == pytest.approx(dcg0 / idcg_g)
+    # upper: the two holes at grade 3 over the judged ideal, capped at 1.
+    assert got["ndcg_upper_at_10"] == pytest.approx(min(1.0, (dcg0 + 3 / log(3) + 3 / log(5)) / idcg))
+
+
+def test_a_query_with_nothing_ranked_or_nothing_relevant():
+    qrels = {"a": {"x": 1}, "b": {"y": 0}}
+    run = {"b": {"z": 1.0, "y": 0.5}}
+    got = evaluate(qrels, run, HOLE_METRICS, unjudged={"a": 3, "b": 3}).per_query
+    assert got["a"] == {m: 0.0 for m in HOLE_METRICS} | {"ndcg_upper_at_10": 0.0}  # absent from the run: 0, as every metric
+    # b: no relevant document judged; its hole z could be relevant, making nDCG 1; no completion scores below 0.
+    assert got["b"]["ndcg_upper_at_10"] == 1.0 and got["b"]["ndcg_lower_at_10"] == 0.0 and got["b"]["bpref_at_100"] == 0.0
+    assert got["b"]["judged_at_10"] == 0.5 and got["b"]["holes_at_10"] == 1
+
+
+# --- the bounds hold for every completion ----------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_every_completion_of_the_judgments_lies_within_the_bounds(seed):
+    rng = random.Random(seed)
+    for _ in range(60):
+        docs = [f"d{i}" for i in range(14)]
+        judged = {d: rng.choice([0, 1, 2, 3]) for d in rng.sample(docs, rng.randint(1, 8))}
+        top = max(max(judged.values()), 1)
+        run = {"q": {d: float(rng.randint(0, 6)) for d in rng.sample(docs, rng.randint(1, 14))}}  # ties included
+        ev = evaluate({"q": judged}, run, ["ndcg_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10"], unjudged={"q": len(docs) - len(judged)}).mean
+        lo, hi = ev["ndcg_lower_at_10"], ev["ndcg_upper_at_10"]
+        assert lo <= ev["ndcg_at_10"] <= hi
+        completions = [{d: judged.get(d, rng.randint(0, top)) for d in docs} for _ in range(40)]
+        completions += [{d: judged.get(d, g) for d in docs} for g in (0, top)]  # the two extreme completions
+        for c in completions:
+            v = evaluate({"q": c}, run, ["ndcg_at_10"]).mean["ndcg_at_10"]
+            assert lo - 1e-12 <= v <= hi + 1e-12
+
+
+def test_deleting_a_known_share_of_complete_qrels_keeps_the_truth_inside_the_bounds():
+    # A synthetic task with complete qrels (every document judged for every query); 40% of the
+    # judgments deleted at random. The bounds from what is left contain the complete-qrels score.
+    rng = random.Random(7)
+    docs = [f"d{i:02d}" for i in range(25)]
+    complete = {f"q{i}": {d: rng.choice([0, 0, 0, 1, 2]) for d in docs} for i in range(30)}
+    run = {q: {d: rng.random() for d in docs} for q in complete}
+    pairs = sorted((q, d) for q, rels in complete.items() for d in rels)
+    deleted = set(rng.sample(pairs, int(0.4 * len(pairs))))
+    partial = {q: {d: g for d, g in rels.items() if (q, d) not in deleted} for q, rels in complete.items()}
+    unjudged = {q: len(docs) - len(partial[q]) for q in complete}
+    truth = evaluate(complete, run, ["ndcg_at_10"]).per_query
+    got = evaluate(partial, run, ["ndcg_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10", "judged_at_10"], unjudged=unjudged)
+    assert 0.5 < got.mean["judged_at_10"] < 0.7  # about 60% of the top 10 still judged
+    moved = 0
+    for q in complete:
+        v = got.per_query[q]
+        assert v["ndcg_lower_at_10"] <= truth[q]["ndcg_at_10"] <= v["ndcg_upper_at_10"], q
+        moved += v["ndcg_at_10"] != truth[q]["ndcg_at_10"]
+    assert moved > 20  # the deletion did change the point values: the bounds are doing work
+
+
+# --- equal to ir_measures ----------------------------------------------------------------------
+
+
+def test_equal_to_ir_measures_on_random_runs_with_ties_and_short_lists():
+    rng = random.Random(0)
+    qrels, run = {}, {}
+    for i in range(60):
+        docs = [f"d{j}" for j in range(80)] + ["D7", "é1"]
+        qrels[f"q{i}"] = {d: rng.choice([0, 0, 1, 2, 3]) for d in rng.sample(docs, rng.randint(1, 25))}
+        n = rng.randint(1, 60) if i % 5 else rng.randint(1, 9)  # some shorter than the cut
+        run[f"q{i}"] = {d: float(rng.randint(0, 12)) for d in rng.sample(docs, n)}
+    assert assert_equals_ir_measures(qrels, run) == 4 * 60
+
+
+@pytest.fixture(scope="module")
+def bundled_bm25_runs(tmp_path_factory):
+    """BM25 top-100 runs (as the bundled `bm25` model ranks: bm25s, Lucene scoring) on the bundled text tasks:
+    SciFact (binary, sparse), LiveQA-MedQuAD (graded 0-3, judged negatives) and FrenchMedMCQA (five candidates per question)."""
+    from medbench_core.retrieval.model_registry import load_registry
+    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
+    from medbench_core.taskdata.catalog import build_task, load_catalog
+
+    catalog = load_catalog(ROOT / "tasks.yaml")
+    spec = next(s for s in load_registry(ROOT / "models.yaml") if s.name == "bm25")
+    out = {}
+    for name in ("scifact", "liveqa_medquad", "frenchmedmcqa"):
+        tmp = tmp_path_factory.mktemp(name)
+        task = build_task(catalog.task(name), SHARED_DATA, tmp / "work")
+        dirs = {s: tmp / s for s in ("emb", "index", "run")}
+        for d in dirs.values():
+            d.mkdir()
+        embed_corpus(spec, task, dirs["emb"])
+        build_corpus_index(spec, dirs["emb"], dirs["index"])
+        run, _ = retrieve(spec, task, dirs["emb"], dirs["index"], dirs["run"], k=100)
+        out[name] = (qrels_to_dict(task.qrels), run_to_dict(run))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["scifact", "liveqa_medquad", "frenchmedmcqa"])
+def test_equal_to_ir_measures_on_the_bundled_bm25_runs(bundled_bm25_runs, task):
+    qrels, run = bundled_bm25_runs[task]
+    assert assert_equals_ir_measures(qrels, run) >= 4 * len(run)
+    judged = evaluate(qrels, run, ["judged_at_10"]).mean["judged_at_10"]
+    # SciFact and LiveQA have holes in BM25's top 10; FrenchMedMCQA judges each of a question's five options.
+    assert judged == 1.0 if task == "frenchmedmcqa" else judged < 1.0
