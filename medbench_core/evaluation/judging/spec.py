@@ -53,7 +53,7 @@ FORMATS = ("umbrela", "trec")
 DECODES = ("constrained", "generate")
 UMBRELA_GRADES = (0, 1, 2, 3)
 DEFAULT_POOL = {"models": [], "depth": 10, "calibration": 30, "seed": 0}
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 _GENERATE_ONLY = ("prompt", "system", "decode", "max_new_tokens", "batch_size", "dtype", "passage_words", "revision")
 _FILE_ONLY = ("format", "path", "task_folders")
 
