@@ -21,12 +21,14 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.evaluation.plots import METRIC_LABELS, diff_plot_png, file_name, heatmap_png
+from medbench_core.evaluation.multilingual import multilingual_json
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, compare, format_cell
 
 # ISO 639-1 (medbench's language field) -> ISO 639-3 + script, as MTEB writes languages.
 LANGUAGE_SCRIPTS = {
     "en": "eng-Latn", "fr": "fra-Latn", "de": "deu-Latn", "es": "spa-Latn", "it": "ita-Latn", "pt": "por-Latn",
     "nl": "nld-Latn", "ja": "jpn-Jpan", "zh": "zho-Hans", "ko": "kor-Hang", "ru": "rus-Cyrl", "ar": "ara-Arab",
+    "el": "ell-Grek", "vi": "vie-Latn", "uk": "ukr-Cyrl",
 }
 STALE_KEY = "stale"  # leaderboard.json: {"model/task": why its value is not current}
 
@@ -498,8 +500,14 @@ def write_leaderboard(
     published: Iterable[Any] = (),
     model_names: Mapping[str, str] | None = None,
     mteb_tasks: Mapping[str, str] | None = None,
+    query_groups: Mapping[str, pl.DataFrame] | None = None,
 ) -> dict[str, Any]:
     """Every report of the leaderboard, written into ``out_dir``; returns what was written.
+
+    ``query_groups`` (task -> :func:`medbench_core.evaluation.multilingual.query_groups`) adds the
+    multilingual section for the tasks whose queries are in two or more languages
+    (:func:`write_multilingual`: per language and script with CIs, paired gaps English minus L,
+    the language-balanced aggregate, rank variance; ``multilingual.csv``).
 
     ``leaderboard.md`` (the table with CIs and markers, its legend, breakdowns by tier, language
     and discipline, the cross-lingual gap, expanded models beside their retrievers),
@@ -569,6 +577,8 @@ def write_leaderboard(
     beside = expanded_beside(cells, board, specs or [], sig, copies)
     if beside.height:
         md += "\n" + expanded_markdown(beside, sig)
+    multilingual, multilingual_md, multilingual_files = write_multilingual(cells, query_groups or {}, models, sig, out)
+    md += multilingual_md
     plots: list[str] = []
     by_task: dict[str, dict[str, pl.DataFrame]] = {}
     for c in cells:
@@ -599,12 +609,31 @@ def write_leaderboard(
         "breakdowns": {k: v for k, v in sections.items() if k in BREAKDOWNS},
         "cross_lingual_gap": sections["cross_lingual_gap"],
         "expanded": beside.to_dicts(),
+        **({"multilingual": multilingual_json(multilingual)} if multilingual_files else {}),
         "plots": {"heatmap": "heatmap.png", "diff": plots},
         STALE_KEY: {f"{m}/{t}": why for (m, t), why in sorted(stale.items())},
     }
     write_json_atomic(out / "leaderboard.json", doc)
-    files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *plots]
-    return {"markdown": md, "board": board, "stats": stats, "ranks": ranks, "published": versus, "expanded": beside, "files": files, "stale": stale}
+    files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *multilingual_files, *plots]
+    return {
+        "markdown": md, "board": board, "stats": stats, "ranks": ranks, "published": versus, "expanded": beside, "files": files, "stale": stale,
+        "multilingual": multilingual,
+    }  # fmt: skip
+
+
+def write_multilingual(cells: list[Cell], groups: Mapping[str, pl.DataFrame], models: list[str], sig: Significance, out: Path) -> tuple[dict, str, list[str]]:
+    """The multilingual tables (:mod:`medbench_core.evaluation.multilingual`), their Markdown and ``multilingual.csv``
+    in ``out``; empty, and nothing written (a previous ``multilingual.csv`` removed), when no task is multilingual."""
+    from medbench_core.evaluation.multilingual import multilingual_csv, multilingual_markdown, multilingual_tables
+    from medbench_core.storage import write_text_atomic
+
+    tables = multilingual_tables(cells, groups, models, metric=sig.metric, n_resamples=sig.n_resamples, seed=sig.seed)
+    if tables["languages"].height == 0:
+        (Path(out) / "multilingual.csv").unlink(missing_ok=True)
+        return {}, "", []
+    write_text_atomic(Path(out) / "multilingual.csv", multilingual_csv(tables))
+    md = multilingual_markdown(tables, label=METRIC_LABELS.get(sig.metric, sig.metric), n_resamples=sig.n_resamples, seed=sig.seed)
+    return tables, "\n" + md, ["multilingual.csv"]
 
 
 def with_stale_column(board: pl.DataFrame, stale: Mapping[tuple[str, str], str]) -> pl.DataFrame:
