@@ -103,9 +103,26 @@ ZH_DOCS = ["霍乱 肠道传染病", "伤寒和副伤寒", "志贺菌病 肠道�
 ZH_QUERIES = ["霍乱弧菌引起的霍乱", "副伤寒甲", "痢疾志贺菌引起的志贺菌病", "沙门菌肠炎"]
 
 
+EL_DOCS = ["Χολέρα εντερικές λοιμώξεις", "Τυφοειδής και παρατυφοειδής πυρετός", "Σιγκέλλωση εντερικές λοιμώξεις", "Λύσσα"]
+EL_QUERIES = ["Χολέρα οφειλόμενη σε δονάκιο", "Παρατυφοειδής πυρετός Α"]
+
+
+def greek_snowball(text: str) -> list[str]:
+    """bm25s's split and PyStemmer's Greek Snowball, called directly."""
+    import bm25s
+    import Stemmer
+
+    return bm25s.tokenize([text], stopwords=None, stemmer=Stemmer.Stemmer("greek"), return_ids=False, show_progress=False)[0]
+
+
 @pytest.mark.parametrize(
     "lang,docs,queries,tokenizer",
-    [("ja", JA_DOCS, JA_QUERIES, fugashi_tokens), ("zh", ZH_DOCS, ZH_QUERIES, jieba_tokens), ("th", ["สวัสดี ครับ", "ลาก่อน"], ["สวัสดี"], char_ngrams)],
+    [
+        ("ja", JA_DOCS, JA_QUERIES, fugashi_tokens),
+        ("zh", ZH_DOCS, ZH_QUERIES, jieba_tokens),
+        ("th", ["สวัสดี ครับ", "ลาก่อน"], ["สวัสดี"], char_ngrams),
+        ("el", EL_DOCS, EL_QUERIES, lambda t: greek_snowball(t)),
+    ],
 )
 def test_bm25_scores_equal_bm25s_with_the_named_tokenizer_called_directly(tmp_path, lang, docs, queries, tokenizer):
     import bm25s
