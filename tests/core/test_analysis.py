@@ -155,6 +155,8 @@ def test_the_analyser_keys_the_artifacts_and_english_tasks_keep_their_keys():
     en = _task("t_en", "en", ["cholera", "typhoid fever"], ["cholera due to vibrio"])
     plugin = BM25.plugin
     assert plugin.analysis_identity(BM25, en) is None  # analysed as before: the key is the one it always had
+    fr = _task("t_fr", "fr", ["choléra", "fièvre typhoïde"], ["choléra dû au vibrion"])
+    assert plugin.analysis_identity(BM25, fr) is None  # FrenchMedMCQA's: models.yaml's language_analyzers.fr, as before
     ident = plugin.analysis_identity(BM25, ja)
     assert ident["ja"]["analyzer"] == "fugashi" and ident["ja"]["unidic-lite"] == "1.0.8"
     base = partition_keys(BM25, ja)
