@@ -32,6 +32,7 @@ from medbench_core.retrieval.stages import run_params
 from medbench_core.provenance import artifact_key, stage_version
 from medbench_core.evaluation.exports import mteb_models, mteb_task_names
 from medbench_core.evaluation.published import load_sources
+from medbench_core.evaluation.multilingual import multilingual_mlflow_metrics, query_groups
 from medbench_core.evaluation.reports import STALE_KEY, Cell, Significance, load_cell, write_leaderboard
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
@@ -222,11 +223,14 @@ def leaderboard(
     cells: list[Cell] = []
     copies: dict[tuple[str, str], int] = {}
     previous = saved_cells(store)
+    groups = {}  # task -> its queries' languages, concepts and relevant documents, for the multilingual section
     for t in catalog.tasks:
         try:
             task = store.load_task(t.name)
         except MedbenchError:
             continue  # not curated: its column shows '-'
+        if task.queries["language"].drop_nulls().n_unique() >= 2:
+            groups[t.name] = query_groups(task.queries, task.qrels)
         changed = changed_inputs(read_manifest(store.task_dir(t.name)).get("inputs"), t, store.shared_data)
         stale = f"task {t.name}: {changed}, and it has not been curated again (`medbench run --tasks {t.name}`)" if changed else ""
         got, leaks = task_cells(
@@ -256,6 +260,7 @@ def leaderboard(
         footer=f"code version {CODE_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
         extra_json={"benchmark": catalog.benchmark, "cells": provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
         trust=trust, qrels_holes=data_holes, judgements=judged,
+        query_groups=groups,
     )  # fmt: skip
     md = written["markdown"]
     context.log.info("\n" + md)
@@ -326,6 +331,8 @@ def log_leaderboard(
         if r["diff"] is not None:
             metrics[f"{prefix}/published_diff"] = float(r["diff"])
             metrics[f"{prefix}/published_in_ci"] = 1.0 if r["in_ci"] else 0.0
+    if written.get("multilingual"):  # per language and script, paired gaps, balanced aggregate, rank variance
+        metrics |= multilingual_mlflow_metrics(written["multilingual"])
     if published.height:
         from medbench_core.evaluation.published import summary
 

