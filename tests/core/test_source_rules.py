@@ -458,6 +458,7 @@ def test_no_name_pattern_of_the_project_ends_in_a_dollar():
     for folder in ("medbench_core", "runtime", "assets", "orchestration", "medbench_cli", "medbench_release"):
         for path in (ROOT / folder).rglob("*.py"):
             for n, line in enumerate(path.read_text().splitlines(), start=1):
-                if re.search(r"""re\.(compile|match|fullmatch|search)\(r?["'][^"']*\$["']""", line):
+                # re.MULTILINE: `$` is each line's end on purpose (a header line of a metadata file).
+                if re.search(r"""re\.(compile|match|fullmatch|search)\(r?["'][^"']*\$["']""", line) and "re.MULTILINE" not in line:
                     found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert found == []

@@ -79,7 +79,7 @@ LOCALES = ("ar", "de", "el", "es", "fr", "it_IT", "ja_JP", "pt_BR", "uk", "vi", 
 LICENCE = "unknown"
 DISCIPLINE = "icd10"
 DISEASE_FIELDS = frozenset({"name", "code", "category", "active"})  # the fields of a gnuhealth.pathology record
-_CODE = re.compile(r"^[A-Z][0-9]{2}(\.[0-9A-Z]{1,2})?$")
+_CODE = re.compile(r"^[A-Z][0-9]{2}(\.[0-9A-Z]{1,2})?\Z")
 _PATHOLOGY = "model:gnuhealth.pathology,name:"
 _CATEGORY = "model:gnuhealth.pathology.category,name:"
 
