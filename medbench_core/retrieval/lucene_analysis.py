@@ -1,0 +1,462 @@
+"""Lucene's English analysis as pyserini's ``get_lucene_analyzer()`` builds it, in Python.
+
+pyserini's default (``get_lucene_analyzer(language="en", stemming=True, stemmer="porter",
+stopwords=True)``) is Anserini's ``DefaultEnglishAnalyzer.newStemmingInstance("porter")``:
+
+1. ``StandardTokenizer``: the word boundaries of Unicode's UAX#29 as Lucene 9's JFlex grammar
+   (``StandardTokenizerImpl.jflex``, ``%unicode 9``) writes them; only runs of letters, digits,
+   South-East-Asian script, single ideographs and hiragana, and emoji sequences become tokens;
+   a token longer than 255 UTF-16 units is cut into pieces of at most 255 (the scanner's buffer);
+2. ``EnglishPossessiveFilter``: a trailing ``'s`` (``'``, ``’`` or ``＇`` before ``s``/``S``) is removed;
+3. ``LowerCaseFilter``: each code point's simple lower case (``Character.toLowerCase``);
+4. ``StopFilter`` with ``EnglishAnalyzer.ENGLISH_STOP_WORDS_SET`` (33 words, :data:`STOPWORDS`);
+5. ``PorterStemFilter``: Martin Porter's reference stemmer (:func:`porter_stem`).
+
+Empty terms are dropped (Anserini's ``AnalyzerUtils``). ``tests/core/test_lucene_analysis.py``
+checks every step against pyserini's analyser running in a JVM, token for token, on the bundled
+corpora and on every code point of Unicode in several contexts.
+
+The character classes come from the ``regex`` package's Unicode properties (a newer Unicode than
+Lucene's 9.0); :data:`_UNICODE9_OTHER` lists the code points that Lucene's grammar still reads as
+plain "other" (found by the code-point sweep of the test above).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+STOPWORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there these they this to was will with".split()
+)  # Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET
+MAX_TOKEN_UNITS = 255  # StandardTokenizer's default max token length, in UTF-16 code units
+_POSSESSIVE_QUOTES = ("'", "\u2019", "\uff07")
+
+# Code points assigned after Unicode 9.0, or whose word-break class changed since, that Lucene's
+# grammar reads as "other" (no token); ranges, inclusive. Filled from the code-point sweep.
+_UNICODE9_OTHER: tuple[tuple[int, int], ...] = ()
+# Code points whose Unicode 9 word-break class is one of Lucene's classes while today's is another.
+_UNICODE9_CLASS: dict[str, tuple[tuple[int, int], ...]] = {}
+
+
+def _ranges(ranges: Iterable[tuple[int, int]]) -> str:
+    return "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
+
+
+def _cls(body: str, name: str = "") -> str:
+    """A character class of today's properties ``body``, less the pre-Unicode-9 "other" code points, plus ``name``'s Unicode-9 members."""
+    minus = _ranges(_UNICODE9_OTHER)
+    plus = _ranges(_UNICODE9_CLASS.get(name, ()))
+    cls = f"[{body}--[{minus}]]" if minus else f"[{body}]"
+    return f"[{cls}{plus}]" if plus else cls
+
+
+@functools.cache
+def _patterns():
+    """(token pattern, emoji pattern in POSIX longest-match mode, chars that may start an emoji token, chars where word and emoji overlap)."""
+    import regex
+
+    # Lucene's ExtFmtZwj: Format, Extend and ZWJ (under Unicode 9 the emoji modifiers were E_Modifier, not Extend)
+    fmt = _cls(r"[\p{WB=Format}\p{WB=Extend}\p{WB=ZWJ}]--\p{Emoji_Modifier}", "Fmt")
+    ext = f"{fmt}*"
+    ext_sans_ps = f"[{fmt}--[\\uFE0E\\uFE0F]]*"
+    ahletter = _cls(r"\p{WB=ALetter}\p{WB=Hebrew_Letter}", "AHLetter")
+    hebrew = _cls(r"\p{WB=Hebrew_Letter}", "Hebrew")
+    numeric = _cls(r"\p{WB=Numeric}[\p{Blk=HalfAndFullForms}&&\p{Nd}]", "Numeric")
+    katakana = _cls(r"\p{WB=Katakana}", "Katakana")
+    midletter = _cls(r"\p{WB=MidLetter}\p{WB=MidNumLet}\p{WB=Single_Quote}", "MidLetter")
+    midnum = _cls(r"\p{WB=MidNum}\p{WB=MidNumLet}\p{WB=Single_Quote}", "MidNum")
+    enl = _cls(r"\p{WB=ExtendNumLet}", "ExtendNumLet")
+    sq, dq = _cls(r"\p{WB=Single_Quote}"), _cls(r"\p{WB=Double_Quote}")
+    han, hira = _cls(r"\p{Script=Han}", "Han"), _cls(r"\p{Script=Hiragana}", "Hiragana")
+    sa = _cls(r"\p{LB=SA}", "SA")
+    ri = _cls(r"\p{WB=Regional_Indicator}")
+    zwj = r"\u200D"
+
+    AH, HE, NU, KA = f"{ahletter}{ext}", f"{hebrew}{ext}", f"{numeric}{ext}", f"{katakana}{ext}"
+    ML, MN, EN = f"{midletter}{ext}", f"{midnum}{ext}", f"{enl}{ext}"
+    SQ, DQ = f"{sq}{ext}", f"{dq}{ext}"
+    seg = (
+        f"(?:{KA}(?:(?:{EN})*{KA})*"
+        f"|(?:{HE}(?:{SQ}|{DQ}{HE})|{NU}(?:(?:(?:{EN})*|{MN}){NU})*|{AH}(?:(?:(?:{EN})*|{ML}){AH})*)+)"
+    )
+    word = f"(?:{EN})*{seg}(?:(?:{EN})+{seg})*(?:{EN})*"
+
+    keycap_base = "[0-9#*]"
+    accidental = "[\u00a9\u00ae\u2122\u3030\u303d]"
+    rkam = f"[{ri}{keycap_base}{accidental}\\p{{Emoji_Modifier}}]"
+    emoji_char = f"[\\p{{Extended_Pictographic}}[\\p{{Emoji}}--{rkam}]]"
+    emod, ebase = r"\p{Emoji_Modifier}", r"\p{Emoji_Modifier_Base}"
+    seq = f"(?:{zwj}*{emoji_char}{ext_sans_ps}\\uFE0F?|(?:{zwj}*{ebase}{ext_sans_ps})?{emod}{ext_sans_ps})"
+    emoji = (
+        f"{seq}(?:(?:{zwj}{seq})*|[\\U000E0020-\\U000E007E]+\\U000E007F)"
+        f"|{keycap_base}{ext_sans_ps}\\uFE0F?\\u20E3{ext_sans_ps}"
+        f"|(?:{ri}{ext}){{2}}"
+    )
+    token = regex.compile(f"{word}|(?:{sa}{ext})+|{han}{ext}|{hira}{ext}|{emoji}", regex.V1)
+    emoji_posix = regex.compile(f"(?p)(?:{emoji})", regex.V1)
+    word_only = regex.compile(word, regex.V1)
+    # an emoji token starts with one of these (digits, '#' and '*' start one only as a keycap,
+    # which the word rule always matches as far: see _scan)
+    emoji_start = regex.compile(f"[{zwj}{emoji_char}{ebase}{emod}{ri}]", regex.V1)
+    both = regex.compile(f"[{ahletter}{numeric}{katakana}{enl}&&[{emoji_char}{ebase}{emod}]]", regex.V1)
+    return token, emoji_posix, word_only, emoji_start, both
+
+
+def _units(s: str) -> int:
+    """Length in UTF-16 code units (Java's String.length())."""
+    return len(s) + sum(1 for ch in s if ord(ch) > 0xFFFF)
+
+
+def _window_end(text: str, start: int) -> int:
+    """End (code points) of the 255-unit window from ``start``; a surrogate pair is never split."""
+    units, i = 0, start
+    while i < len(text):
+        units += 2 if ord(text[i]) > 0xFFFF else 1
+        if units > MAX_TOKEN_UNITS:
+            break
+        i += 1
+    return i
+
+
+# --- the fast path ---------------------------------------------------------------------------
+# On BMP text made only of letters (neither Hebrew nor katakana), digits, connectors ("_"), the
+# middle punctuation of words and numbers and plain "other" characters (no combining mark,
+# ideograph, kana, South-East-Asian script, regional indicator or emoji), Lucene's word rule
+# reduces to: a run of letters, digits and connectors holding at least one letter or digit, where
+# a MidLetter joins two letters and a MidNum two digits. The classes are stored in lucene_classes.json (made by
+# :func:`class_table` from the ``regex`` package's Unicode properties); texts with any other
+# character take the full grammar (:func:`_patterns`).
+_TABLE = "lucene_classes.json"
+FAST_CLASSES = ("letter", "digit", "connector", "midletter", "midnum", "extend", "special")
+
+
+def class_table() -> dict[str, list[list[int]]]:
+    """Code-point ranges of each class of the fast path, from the ``regex`` package's Unicode properties.
+
+    ``special``: what the fast path cannot handle (the text then takes the full grammar).
+    """
+    import regex
+
+    def ranges(pattern: str) -> list[list[int]]:
+        r = regex.compile(pattern, regex.V1)
+        out: list[list[int]] = []
+        for c in range(0x110000):
+            if 0xD800 <= c <= 0xDFFF or not r.match(chr(c)):
+                continue
+            if out and out[-1][1] == c - 1:
+                out[-1][1] = c
+            else:
+                out.append([c, c])
+        return out
+
+    emoji = r"\p{Extended_Pictographic}\p{Emoji}\p{Emoji_Modifier}\p{Emoji_Modifier_Base}\u20E3"
+    special = (
+        rf"[\p{{WB=Hebrew_Letter}}\p{{WB=Katakana}}\p{{WB=Regional_Indicator}}\p{{Script=Han}}\p{{Script=Hiragana}}\p{{LB=SA}}"
+        rf"\U000E0020-\U000E007F[{emoji}--[0-9#*]]]"
+    )
+    return {
+        "letter": ranges(rf"[\p{{WB=ALetter}}--{special}]"),
+        "digit": ranges(rf"[[\p{{WB=Numeric}}[\p{{Blk=HalfAndFullForms}}&&\p{{Nd}}]]--{special}]"),
+        "connector": ranges(rf"[\p{{WB=ExtendNumLet}}--{special}]"),
+        "midletter": ranges(rf"[[\p{{WB=MidLetter}}\p{{WB=MidNumLet}}\p{{WB=Single_Quote}}]--{special}]"),
+        "midnum": ranges(rf"[[\p{{WB=MidNum}}\p{{WB=MidNumLet}}\p{{WB=Single_Quote}}]--{special}]"),
+        "extend": ranges(rf"[[\p{{WB=Format}}\p{{WB=Extend}}\p{{WB=ZWJ}}]--[\p{{Emoji_Modifier}}{special}]]"),
+        "special": ranges(special),
+    }
+
+
+@functools.cache
+def _fast():
+    """(pattern of a character outside the fast path, the fast token pattern)."""
+    import json
+    import re
+    from pathlib import Path
+
+    table = json.loads((Path(__file__).with_name(_TABLE)).read_text(encoding="utf-8"))
+
+    def cls(*names: str) -> str:
+        """The BMP part of the classes ``names`` (the fast path takes BMP text only)."""
+        rs = sorted((a, min(b, 0xFFFF)) for name in names for a, b in table[name] if a <= 0xFFFF)
+        return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in rs)
+
+    letter, digit = cls("letter"), cls("digit")
+    bridge = f"(?:(?<=[{letter}])[{cls('midletter')}](?=[{letter}])|(?<=[{digit}])[{cls('midnum')}](?=[{digit}]))"
+    # at least one letter or digit (a connector alone is no word: Lucene's WORD rule needs a segment);
+    # a MidLetter joins two letters, a MidNum two digits (each class a single BMP charset: re's fast loop)
+    token = re.compile(f"[{cls('connector')}]*[{letter}{digit}][{cls('letter', 'digit', 'connector')}]*(?:{bridge}[{cls('letter', 'digit', 'connector')}]+)*")
+    # the fast path holds for BMP text without combining marks (they attach to any character) and
+    # without the characters of the other rules (ideographs, kana, emoji ...)
+    outside = re.compile(f"[{cls('special', 'extend')}\\U00010000-\\U0010ffff]")
+    return outside, token
+
+
+def tokenize(text: str) -> list[str]:
+    """``StandardTokenizer``'s tokens of ``text`` (raw case, nothing removed)."""
+    special, fast = _fast()
+    if special.search(text) is None:
+        tokens = fast.findall(text)
+        if all(len(t) <= MAX_TOKEN_UNITS // 2 or _units(t) <= MAX_TOKEN_UNITS for t in tokens):
+            return tokens  # the usual text: no ideograph, kana, emoji ... and no over-long token
+    return _scan(text)
+
+
+def _scan(text: str) -> list[str]:
+    """The scanner position by position: the longest match at each start (JFlex), within 255 units."""
+    token, emoji_posix, word_only, emoji_start, both = _patterns()
+    out: list[str] = []
+    pos, n = 0, len(text)
+    while pos < n:
+        m = token.search(text, pos)
+        if m is None:
+            break
+        start = m.start()
+        end_limit = _window_end(text, start)
+        m = token.match(text, start, end_limit)
+        if m is None:  # cannot happen (the match found fits once cut), but never loop forever
+            pos = start + 1
+            continue
+        end = m.end()
+        if emoji_start.match(text, start):
+            e = emoji_posix.match(text, start, end_limit)
+            ends = [end] + ([e.end()] if e else [])
+            if both.match(text, start):
+                w = word_only.match(text, start, end_limit)
+                ends.append(w.end() if w else start)
+            end = max(ends)
+        out.append(text[start:end])
+        pos = end
+    return out
+
+
+def _lower(token: str) -> str:
+    """Java's ``Character.toLowerCase`` per code point: Python's ``str.lower`` but without its two context/special rules."""
+    if "\u0130" in token or "\u03a3" in token:
+        return "".join("i" if ch == "\u0130" else "\u03c3" if ch == "\u03a3" else ch.lower() for ch in token)
+    return token.lower()
+
+
+def _term(raw: str) -> str:
+    """The term ``raw`` (one token) becomes after the filters; ``""`` when it is dropped."""
+    if len(raw) >= 2 and raw[-1] in "sS" and raw[-2] in _POSSESSIVE_QUOTES:
+        raw = raw[:-2]
+    low = _lower(raw)
+    if low in STOPWORDS or not low:
+        return ""
+    return porter_stem(low)
+
+
+class EnglishAnalyzer:
+    """pyserini's ``Analyzer(get_lucene_analyzer())``: :meth:`analyze` a text into its terms.
+
+    Each distinct token is filtered and stemmed once (a cache), so a corpus costs its tokenising
+    plus one dictionary look-up per token.
+    """
+
+    def __init__(self) -> None:
+        self._terms: dict[str, str] = {}
+
+    def term(self, raw: str) -> str:
+        """The analysed term of one token (``""``: dropped)."""
+        t = self._terms.get(raw)
+        if t is None:
+            t = self._terms[raw] = _term(raw)
+        return t
+
+    def analyze(self, text: str) -> list[str]:
+        """The terms of ``text``, in order (pyserini's ``Analyzer.analyze``)."""
+        get, term = self._terms.get, self.term
+        out = []
+        for raw in tokenize(text or ""):
+            t = get(raw)
+            if t is None:
+                t = term(raw)
+            if t:
+                out.append(t)
+        return out
+
+
+# --- Porter's stemmer ------------------------------------------------------------------------
+# Martin Porter's algorithm (Program 14, 1980) with the two changes of his reference implementation
+# that Lucene's PorterStemmer carries ("bli" -> "ble" for "abli" -> "able", and "logi" -> "log"), on
+# words of any characters: a letter other than a, e, i, o, u and y counts as a consonant. Words of
+# at most two characters are left alone.
+
+_VOWELS = frozenset("aeiou")
+
+
+class _Word:
+    """The reference implementation's state: buffer ``b`` (a list), ``k`` the word's last index, ``j`` a stem end."""
+
+    __slots__ = ("b", "k", "j")
+
+    def __init__(self, w: str) -> None:
+        self.b, self.k, self.j = list(w), len(w) - 1, 0
+
+    def cons(self, i: int) -> bool:
+        ch = self.b[i]
+        if ch in _VOWELS:
+            return False
+        if ch == "y":
+            return i == 0 or not self.cons(i - 1)
+        return True
+
+    def m(self) -> int:
+        """The measure of ``b[0..j]``: how many vowel-consonant sequences it has."""
+        n, i, j = 0, 0, self.j
+        while True:
+            if i > j:
+                return n
+            if not self.cons(i):
+                break
+            i += 1
+        i += 1
+        while True:
+            while True:
+                if i > j:
+                    return n
+                if self.cons(i):
+                    break
+                i += 1
+            i += 1
+            n += 1
+            while True:
+                if i > j:
+                    return n
+                if not self.cons(i):
+                    break
+                i += 1
+            i += 1
+
+    def vowel_in_stem(self) -> bool:
+        return any(not self.cons(i) for i in range(self.j + 1))
+
+    def double_c(self, j: int) -> bool:
+        return j >= 1 and self.b[j] == self.b[j - 1] and self.cons(j)
+
+    def cvc(self, i: int) -> bool:
+        if i < 2 or not self.cons(i) or self.cons(i - 1) or not self.cons(i - 2):
+            return False
+        return self.b[i] not in ("w", "x", "y")
+
+    def ends(self, s: str) -> bool:
+        n = len(s)
+        if n > self.k + 1 or "".join(self.b[self.k - n + 1 : self.k + 1]) != s:
+            return False
+        self.j = self.k - n
+        return True
+
+    def setto(self, s: str) -> None:
+        j = self.j
+        self.b[j + 1 : j + 1 + len(s)] = list(s)  # writes over the buffer, as the reference does
+        self.k = j + len(s)
+
+    def r(self, s: str) -> None:
+        if self.m() > 0:
+            self.setto(s)
+
+    def step1ab(self) -> None:
+        if self.b[self.k] == "s":
+            if self.ends("sses"):
+                self.k -= 2
+            elif self.ends("ies"):
+                self.setto("i")
+            elif self.b[self.k - 1] != "s":
+                self.k -= 1
+        if self.ends("eed"):
+            if self.m() > 0:
+                self.k -= 1
+        elif (self.ends("ed") or self.ends("ing")) and self.vowel_in_stem():
+            self.k = self.j
+            if self.ends("at"):
+                self.setto("ate")
+            elif self.ends("bl"):
+                self.setto("ble")
+            elif self.ends("iz"):
+                self.setto("ize")
+            elif self.double_c(self.k):
+                if self.b[self.k] not in ("l", "s", "z"):
+                    self.k -= 1
+            elif self.m() == 1 and self.cvc(self.k):
+                self.setto("e")
+
+    def step1c(self) -> None:
+        if self.ends("y") and self.vowel_in_stem():
+            self.b[self.k] = "i"
+
+    def step23(self, table: dict, offset: int) -> None:
+        if self.k - offset < 0:
+            return
+        for suffix, repl in table.get(self.b[self.k - offset], ()):
+            if self.ends(suffix):
+                self.r(repl)
+                return
+
+    def step4(self) -> None:
+        if self.k == 0:
+            return
+        for suffix in _STEP4.get(self.b[self.k - 1], ()):
+            if self.ends(suffix):
+                if suffix == "ion" and not (self.j >= 0 and self.b[self.j] in ("s", "t")):
+                    continue
+                break
+        else:
+            return
+        if self.m() > 1:
+            self.k = self.j
+
+    def step5(self) -> None:
+        self.j = self.k
+        if self.b[self.k] == "e":
+            a = self.m()
+            if a > 1 or (a == 1 and not self.cvc(self.k - 1)):
+                self.k -= 1
+        if self.b[self.k] == "l" and self.double_c(self.k) and self.m() > 1:
+            self.k -= 1
+
+
+_STEP2 = {
+    "a": (("ational", "ate"), ("tional", "tion")),
+    "c": (("enci", "ence"), ("anci", "ance")),
+    "e": (("izer", "ize"),),
+    "l": (("bli", "ble"), ("alli", "al"), ("entli", "ent"), ("eli", "e"), ("ousli", "ous")),
+    "o": (("ization", "ize"), ("ation", "ate"), ("ator", "ate")),
+    "s": (("alism", "al"), ("iveness", "ive"), ("fulness", "ful"), ("ousness", "ous")),
+    "t": (("aliti", "al"), ("iviti", "ive"), ("biliti", "ble")),
+    "g": (("logi", "log"),),
+}
+_STEP3 = {
+    "e": (("icate", "ic"), ("ative", ""), ("alize", "al")),
+    "i": (("iciti", "ic"),),
+    "l": (("ical", "ic"), ("ful", "")),
+    "s": (("ness", ""),),
+}
+_STEP4 = {
+    "a": ("al",),
+    "c": ("ance", "ence"),
+    "e": ("er",),
+    "i": ("ic",),
+    "l": ("able", "ible"),
+    "n": ("ant", "ement", "ment", "ent"),
+    "o": ("ion", "ou"),
+    "s": ("ism",),
+    "t": ("ate", "iti"),
+    "u": ("ous",),
+    "v": ("ive",),
+    "z": ("ize",),
+}
+
+
+def porter_stem(word: str) -> str:
+    """Porter's stem of a lower-cased ``word``, as Lucene's ``PorterStemmer`` gives it."""
+    if len(word) <= 2:
+        return word
+    z = _Word(word)
+    z.step1ab()
+    if z.k > 0:
+        z.step1c()
+        z.step23(_STEP2, 1)
+        z.step23(_STEP3, 0)
+        z.step4()
+        z.step5()
+    return "".join(z.b[: z.k + 1])
