@@ -56,8 +56,8 @@ def _patterns():
     """(token pattern, emoji pattern in POSIX longest-match mode, chars that may start an emoji token, chars where word and emoji overlap)."""
     import regex
 
-    # Lucene's ExtFmtZwj: Format, Extend and ZWJ (under Unicode 9 the emoji modifiers were E_Modifier, not Extend)
-    fmt = _cls(r"[\p{WB=Format}\p{WB=Extend}\p{WB=ZWJ}]--\p{Emoji_Modifier}", "Fmt")
+    # Lucene's ExtFmtZwj: Format, Extend and ZWJ (the emoji modifiers included, as Lucene 9.9 reads them)
+    fmt = _cls(r"\p{WB=Format}\p{WB=Extend}\p{WB=ZWJ}", "Fmt")
     ext = f"{fmt}*"
     ext_sans_ps = f"[{fmt}--[\\uFE0E\\uFE0F]]*"
     ahletter = _cls(r"\p{WB=ALetter}\p{WB=Hebrew_Letter}", "AHLetter")
@@ -93,7 +93,9 @@ def _patterns():
         f"|{keycap_base}{ext_sans_ps}\\uFE0F?\\u20E3{ext_sans_ps}"
         f"|(?:{ri}{ext}){{2}}"
     )
-    token = regex.compile(f"{word}|(?:{sa}{ext})+|{han}{ext}|{hira}{ext}|{emoji}", regex.V1)
+    # POSIX mode: the longest match at a position, as JFlex takes it (a backtracking regex returns
+    # the first it finds, which the Hebrew and emoji rules make shorter at times)
+    token = regex.compile(f"(?p){word}|(?:{sa}{ext})+|{han}{ext}|{hira}{ext}|{emoji}", regex.V1)
     emoji_posix = regex.compile(f"(?p)(?:{emoji})", regex.V1)
     word_only = regex.compile(word, regex.V1)
     # an emoji token starts with one of these (digits, '#' and '*' start one only as a keycap,
@@ -196,9 +198,23 @@ def tokenize(text: str) -> list[str]:
     special, fast = _fast()
     if special.search(text) is None:
         tokens = fast.findall(text)
-        if all(len(t) <= MAX_TOKEN_UNITS // 2 or _units(t) <= MAX_TOKEN_UNITS for t in tokens):
+        if _short(tokens):
             return tokens  # the usual text: no ideograph, kana, emoji ... and no over-long token
-    return _scan(text)
+    # No token holds white space (no rule of the grammar takes it, and a combining mark after it
+    # belongs to it), so the text is cut there and each piece takes the path it can.
+    out: list[str] = []
+    for piece in text.split():
+        if special.search(piece) is None:
+            tokens = fast.findall(piece)
+            if _short(tokens):
+                out.extend(tokens)
+                continue
+        out.extend(_scan(piece))
+    return out
+
+
+def _short(tokens: list[str]) -> bool:
+    return all(len(t) <= MAX_TOKEN_UNITS // 2 or _units(t) <= MAX_TOKEN_UNITS for t in tokens)
 
 
 def _scan(text: str) -> list[str]:
