@@ -17,8 +17,8 @@ checks every step against pyserini's analyser running in a JVM, token for token,
 corpora and on every code point of Unicode in several contexts.
 
 The character classes come from the ``regex`` package's Unicode properties (a newer Unicode than
-Lucene's 9.0); :data:`_UNICODE9_OTHER` lists the code points that Lucene's grammar still reads as
-plain "other" (found by the code-point sweep of the test above).
+Lucene's 9.0), corrected by the code points that Lucene 9.9 reads otherwise (``lucene9`` in
+lucene_classes.json, found by sweeping every code point through Lucene).
 """
 
 from __future__ import annotations
@@ -32,22 +32,33 @@ STOPWORDS = frozenset(
 MAX_TOKEN_UNITS = 255  # StandardTokenizer's default max token length, in UTF-16 code units
 _POSSESSIVE_QUOTES = ("'", "\u2019", "\uff07")
 
-# Code points assigned after Unicode 9.0, or whose word-break class changed since, that Lucene's
-# grammar reads as "other" (no token); ranges, inclusive. Filled from the code-point sweep.
-_UNICODE9_OTHER: tuple[tuple[int, int], ...] = ()
-# Code points whose Unicode 9 word-break class is one of Lucene's classes while today's is another.
-_UNICODE9_CLASS: dict[str, tuple[tuple[int, int], ...]] = {}
+# Lucene's grammar reads Unicode 9.0 (and emoji data of 11.0): the code points that its
+# StandardTokenizer reads otherwise than today's Unicode properties say, with the class it reads
+# them in, are listed under "lucene9" in lucene_classes.json (ranges, inclusive): 20,591 code points,
+# mostly assigned since Unicode 9.0 ("other": no token), found by sweeping every code point in
+# fifteen contexts through Lucene 9.9 (tests/core/test_lucene_bm25.py re-checks a sample).
+_TABLE = "lucene_classes.json"
+LUCENE9_CLASSES = ("other", "extend", "midnum", "sa", "han")
 
 
-def _ranges(ranges: Iterable[tuple[int, int]]) -> str:
+@functools.cache
+def _table() -> dict:
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).with_name(_TABLE)).read_text(encoding="utf-8"))
+
+
+def _ranges(ranges: Iterable[Iterable[int]]) -> str:
     return "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
 
 
 def _cls(body: str, name: str = "") -> str:
-    """A character class of today's properties ``body``, less the pre-Unicode-9 "other" code points, plus ``name``'s Unicode-9 members."""
-    minus = _ranges(_UNICODE9_OTHER)
-    plus = _ranges(_UNICODE9_CLASS.get(name, ()))
-    cls = f"[{body}--[{minus}]]" if minus else f"[{body}]"
+    """A character class of today's properties ``body`` less every code point Lucene reads otherwise, plus those it reads as ``name``."""
+    lucene9 = _table()["lucene9"]
+    minus = _ranges(r for rs in lucene9.values() for r in rs)
+    plus = _ranges(lucene9.get(name, ()))
+    cls = f"[[{body}]--[{minus}]]"
     return f"[{cls}{plus}]" if plus else cls
 
 
@@ -57,19 +68,19 @@ def _patterns():
     import regex
 
     # Lucene's ExtFmtZwj: Format, Extend and ZWJ (the emoji modifiers included, as Lucene 9.9 reads them)
-    fmt = _cls(r"\p{WB=Format}\p{WB=Extend}\p{WB=ZWJ}", "Fmt")
+    fmt = _cls(r"\p{WB=Format}\p{WB=Extend}\p{WB=ZWJ}", "extend")
     ext = f"{fmt}*"
     ext_sans_ps = f"[{fmt}--[\\uFE0E\\uFE0F]]*"
-    ahletter = _cls(r"\p{WB=ALetter}\p{WB=Hebrew_Letter}", "AHLetter")
-    hebrew = _cls(r"\p{WB=Hebrew_Letter}", "Hebrew")
-    numeric = _cls(r"\p{WB=Numeric}[\p{Blk=HalfAndFullForms}&&\p{Nd}]", "Numeric")
-    katakana = _cls(r"\p{WB=Katakana}", "Katakana")
-    midletter = _cls(r"\p{WB=MidLetter}\p{WB=MidNumLet}\p{WB=Single_Quote}", "MidLetter")
-    midnum = _cls(r"\p{WB=MidNum}\p{WB=MidNumLet}\p{WB=Single_Quote}", "MidNum")
-    enl = _cls(r"\p{WB=ExtendNumLet}", "ExtendNumLet")
+    ahletter = _cls(r"\p{WB=ALetter}\p{WB=Hebrew_Letter}")
+    hebrew = _cls(r"\p{WB=Hebrew_Letter}")
+    numeric = _cls(r"\p{WB=Numeric}[\p{Blk=HalfAndFullForms}&&\p{Nd}]")
+    katakana = _cls(r"\p{WB=Katakana}")
+    midletter = _cls(r"\p{WB=MidLetter}\p{WB=MidNumLet}\p{WB=Single_Quote}")
+    midnum = _cls(r"\p{WB=MidNum}\p{WB=MidNumLet}\p{WB=Single_Quote}", "midnum")
+    enl = _cls(r"\p{WB=ExtendNumLet}")
     sq, dq = _cls(r"\p{WB=Single_Quote}"), _cls(r"\p{WB=Double_Quote}")
-    han, hira = _cls(r"\p{Script=Han}", "Han"), _cls(r"\p{Script=Hiragana}", "Hiragana")
-    sa = _cls(r"\p{LB=SA}", "SA")
+    han, hira = _cls(r"\p{Script=Han}", "han"), _cls(r"\p{Script=Hiragana}")
+    sa = _cls(r"\p{LB=SA}", "sa")
     ri = _cls(r"\p{WB=Regional_Indicator}")
     zwj = r"\u200D"
 
@@ -85,8 +96,8 @@ def _patterns():
     keycap_base = "[0-9#*]"
     accidental = "[\u00a9\u00ae\u2122\u3030\u303d]"
     rkam = f"[{ri}{keycap_base}{accidental}\\p{{Emoji_Modifier}}]"
-    emoji_char = f"[\\p{{Extended_Pictographic}}[\\p{{Emoji}}--{rkam}]]"
-    emod, ebase = r"\p{Emoji_Modifier}", r"\p{Emoji_Modifier_Base}"
+    emoji_char = _cls(f"\\p{{Extended_Pictographic}}[\\p{{Emoji}}--{rkam}]")
+    emod, ebase = _cls(r"\p{Emoji_Modifier}"), _cls(r"\p{Emoji_Modifier_Base}")
     seq = f"(?:{zwj}*{emoji_char}{ext_sans_ps}\\uFE0F?|(?:{zwj}*{ebase}{ext_sans_ps})?{emod}{ext_sans_ps})"
     emoji = (
         f"{seq}(?:(?:{zwj}{seq})*|[\\U000E0020-\\U000E007E]+\\U000E007F)"
@@ -129,7 +140,6 @@ def _window_end(text: str, start: int) -> int:
 # a MidLetter joins two letters and a MidNum two digits. The classes are stored in lucene_classes.json (made by
 # :func:`class_table` from the ``regex`` package's Unicode properties); texts with any other
 # character take the full grammar (:func:`_patterns`).
-_TABLE = "lucene_classes.json"
 FAST_CLASSES = ("letter", "digit", "connector", "midletter", "midnum", "extend", "special")
 
 
@@ -153,9 +163,11 @@ def class_table() -> dict[str, list[list[int]]]:
         return out
 
     emoji = r"\p{Extended_Pictographic}\p{Emoji}\p{Emoji_Modifier}\p{Emoji_Modifier_Base}\u20E3"
+    # every code point Lucene reads otherwise than today's properties takes the full grammar
+    lucene9 = _ranges(r for rs in _table()["lucene9"].values() for r in rs)
     special = (
         rf"[\p{{WB=Hebrew_Letter}}\p{{WB=Katakana}}\p{{WB=Regional_Indicator}}\p{{Script=Han}}\p{{Script=Hiragana}}\p{{LB=SA}}"
-        rf"\U000E0020-\U000E007F[{emoji}--[0-9#*]]]"
+        rf"\U000E0020-\U000E007F[{emoji}--[0-9#*]]{lucene9}]"
     )
     return {
         "letter": ranges(rf"[\p{{WB=ALetter}}--{special}]"),
@@ -165,17 +177,16 @@ def class_table() -> dict[str, list[list[int]]]:
         "midnum": ranges(rf"[[\p{{WB=MidNum}}\p{{WB=MidNumLet}}\p{{WB=Single_Quote}}]--{special}]"),
         "extend": ranges(rf"[[\p{{WB=Format}}\p{{WB=Extend}}\p{{WB=ZWJ}}]--[\p{{Emoji_Modifier}}{special}]]"),
         "special": ranges(special),
+        "lucene9": _table()["lucene9"],
     }
 
 
 @functools.cache
 def _fast():
     """(pattern of a character outside the fast path, the fast token pattern)."""
-    import json
     import re
-    from pathlib import Path
 
-    table = json.loads((Path(__file__).with_name(_TABLE)).read_text(encoding="utf-8"))
+    table = _table()
 
     def cls(*names: str) -> str:
         """The BMP part of the classes ``names`` (the fast path takes BMP text only)."""

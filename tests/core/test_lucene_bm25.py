@@ -91,6 +91,31 @@ def test_tokenizer_equals_lucenes_standard_tokenizer_on_hard_and_random_strings(
         assert bad == [], [(t, la.tokenize(t), lucene(t)) for t in bad[:5]]
 
 
+def _probes(ch: str) -> str:
+    return f"a{ch}a 1{ch}1 {ch} {ch}{ch} a{ch} {ch}a 1{ch} {ch}1 ア{ch}ア א{ch}א 一{ch}一 ก{ch}ก _{ch}_ b{ch}"
+
+
+@pytest.mark.slow
+def test_tokenizer_equals_lucene_code_point_by_code_point():
+    """Every 61st code point of Unicode and the first and last of each range Lucene reads otherwise
+    than today's Unicode (lucene_classes.json), each in fifteen contexts (the sweep that found those
+    ranges probed every code point so)."""
+    lucene = ref.standard_tokenizer()
+    ranges = [r for rs in la._table()["lucene9"].values() for r in rs]
+    cps = sorted({c for c in range(0, 0x110000, 61) if not 0xD800 <= c <= 0xDFFF} | {c for r in ranges for c in r})
+    for start in range(0, len(cps), 256):
+        chunk = cps[start : start + 256]
+        text = " \n ".join(_probes(chr(c)) for c in chunk)
+        if la.tokenize(text) != lucene(text):
+            bad = [hex(c) for c in chunk if la.tokenize(_probes(chr(c))) != lucene(_probes(chr(c)))]
+            assert bad == []
+
+
+@pytest.mark.slow
+def test_fast_path_table_is_the_regex_packages_unicode_properties():
+    assert la.class_table() == la._table()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["scifact", "liveqa_medquad"])
 def test_analyser_equals_pyserinis_on_every_bundled_document_and_query(name):
