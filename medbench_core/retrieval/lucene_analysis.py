@@ -54,12 +54,27 @@ def _ranges(ranges: Iterable[Iterable[int]]) -> str:
 
 
 def _cls(body: str, name: str = "") -> str:
-    """A character class of today's properties ``body`` less every code point Lucene reads otherwise, plus those it reads as ``name``."""
+    """A character class of today's properties ``body`` less the code points Lucene reads otherwise, plus those it reads as ``name``."""
+    import regex
+
     lucene9 = _table()["lucene9"]
-    minus = _ranges(r for rs in lucene9.values() for r in rs)
+    # subtract only the overridden code points the class holds today (a short class compiles fast)
+    today = regex.compile(f"[{body}]", regex.V1)
+    held = [[c, c] for rs in lucene9.values() for a, b in rs for c in range(a, b + 1) if today.match(chr(c))]
+    minus = _ranges(_merge(held))
     plus = _ranges(lucene9.get(name, ()))
-    cls = f"[[{body}]--[{minus}]]"
+    cls = f"[[{body}]--[{minus}]]" if minus else f"[{body}]"
     return f"[{cls}{plus}]" if plus else cls
+
+
+def _merge(ranges: list[list[int]]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for a, b in sorted(ranges):
+        if out and out[-1][1] >= a - 1:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
 
 
 @functools.cache
@@ -225,6 +240,9 @@ def tokenize(text: str) -> list[str]:
 
 
 def _short(tokens: list[str]) -> bool:
+    """No token longer than 255 UTF-16 units (the length test in C first: almost every text passes it)."""
+    if not tokens or max(map(len, tokens)) <= MAX_TOKEN_UNITS // 2:
+        return True
     return all(len(t) <= MAX_TOKEN_UNITS // 2 or _units(t) <= MAX_TOKEN_UNITS for t in tokens)
 
 

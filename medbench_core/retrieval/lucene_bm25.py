@@ -87,68 +87,76 @@ def fit(texts: Iterable[str], k1: float = K1, b: float = B, progress: bool | Non
     from medbench_core.retrieval.lucene_analysis import EnglishAnalyzer, tokenize
 
     analyzer = EnglishAnalyzer()
-    raw_to_pid: dict[str, int] = {}  # a token as the tokenizer cuts it -> provisional term id (-1: dropped)
-    term_pid: dict[str, int] = {}
-    first_doc: list[int] = []  # per provisional id: the document it first occurs in
-    lengths: list[int] = []
+    term_pid: dict[str, int] = {}  # analysed term -> provisional id, in order of first occurrence
+
+    class TokenIds(dict):
+        """A token as the tokenizer cuts it -> its term's provisional id (-1: dropped); each distinct token analysed once."""
+
+        def __missing__(self, raw: str) -> int:
+            term = analyzer.term(raw)
+            pid = -1
+            if term:
+                pid = term_pid.get(term, -1)
+                if pid < 0:
+                    pid = term_pid[term] = len(term_pid)
+            self[raw] = pid
+            return pid
+
+    token_ids = TokenIds()
+    first_doc: list[np.ndarray] = []  # the document each provisional id first occurs in
+    lengths: list[np.ndarray] = []
     coo_t: list[np.ndarray] = []
     coo_d: list[np.ndarray] = []
     coo_c: list[np.ndarray] = []
-    chunk: list[int] = []
-    chunk_len: list[int] = []
+    tokens: list[str] = []
+    n_tokens: list[int] = []
     chunk_start = 0
 
     def flush() -> None:
-        nonlocal chunk, chunk_len, chunk_start
-        if chunk:
-            ids = np.asarray(chunk, dtype=np.int64)
-            local = np.repeat(np.arange(len(chunk_len), dtype=np.int64), chunk_len)
-            v = max(len(term_pid), 1)
-            keys, counts = np.unique(local * v + ids, return_counts=True)
-            coo_d.append((keys // v + chunk_start).astype(np.int32))
-            coo_t.append((keys % v).astype(np.int32))
-            coo_c.append(counts.astype(np.int32))
-        chunk_start += len(chunk_len)
-        chunk, chunk_len = [], []
+        # one chunk of documents at a time in C: each token's id by a dictionary look-up (a new
+        # token is analysed once, in order), the stopwords dropped, (document, term) pairs counted
+        nonlocal tokens, n_tokens, chunk_start
+        n = len(n_tokens)
+        if not n:
+            return
+        v0 = len(term_pid)
+        ids = np.fromiter(map(token_ids.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+        local = np.repeat(np.arange(n, dtype=np.int64), n_tokens)
+        keep = ids >= 0
+        ids, local = ids[keep], local[keep]
+        lengths.append(np.bincount(local, minlength=n))
+        new = ids >= v0
+        if new.any():  # provisional ids are numbered in order of first occurrence: first index of each
+            _, first = np.unique(ids[new], return_index=True)
+            first_doc.append(local[new][first] + chunk_start)
+        v = max(len(term_pid), 1)
+        keys, counts = np.unique(local * v + ids, return_counts=True)
+        coo_d.append((keys // v + chunk_start).astype(np.int32))
+        coo_t.append((keys % v).astype(np.int32))
+        coo_c.append(counts.astype(np.int32))
+        chunk_start += n
+        tokens, n_tokens = [], []
 
     with bar(total=n_docs, desc="lucene-bm25 index", unit="doc", progress=progress) as pbar:
-        for doc, text in enumerate(texts):
+        for text in texts:
             toks = tokenize(text or "")
-            get = raw_to_pid.get
-            ids = [get(t, -2) for t in toks]
-            if -2 in ids:
-                for j, t in enumerate(toks):
-                    if ids[j] == -2:
-                        pid = raw_to_pid.get(t)
-                        if pid is None:
-                            term = analyzer.term(t)
-                            if not term:
-                                pid = -1
-                            else:
-                                pid = term_pid.get(term)
-                                if pid is None:
-                                    pid = term_pid[term] = len(term_pid)
-                                    first_doc.append(doc)
-                            raw_to_pid[t] = pid
-                        ids[j] = pid
-            if -1 in ids:
-                ids = [i for i in ids if i >= 0]
-            chunk.extend(ids)
-            chunk_len.append(len(ids))
-            lengths.append(len(ids))
-            if len(chunk_len) >= _CHUNK_DOCS:
+            tokens.extend(toks)
+            n_tokens.append(len(toks))
+            if len(n_tokens) >= _CHUNK_DOCS:
                 flush()
             pbar.update(1)
         flush()
-    n = len(lengths)
+    lengths = [np.concatenate(lengths)] if lengths else []
+    n = int(lengths[0].shape[0]) if lengths else 0
     if n == 0:
         raise DataError("BM25: the corpus is empty")
     if not term_pid:
         raise DataError("BM25: no document has indexable text (an image-only corpus, or only stopwords); BM25 cannot rank it")
-    del raw_to_pid
+    del token_ids
     # gensim's term ids: by first document, then alphabetically among the terms new in that document
     terms = list(term_pid)
-    order = sorted(range(len(terms)), key=lambda p: (first_doc[p], terms[p]))
+    first = np.concatenate(first_doc).tolist()
+    order = sorted(range(len(terms)), key=lambda p: (first[p], terms[p]))
     final = np.empty(len(order), dtype=np.int32)
     final[np.asarray(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int32)
     vocab = [terms[p] for p in order]
@@ -164,7 +172,7 @@ def fit(texts: Iterable[str], k1: float = K1, b: float = B, progress: bool | Non
     mat = sp.csr_matrix((tf, (t, d)), shape=(len(vocab), n))
     del t, d, tf
     df = np.diff(mat.indptr)
-    doc_len = np.asarray(lengths, dtype=np.int64)
+    doc_len = lengths[0].astype(np.int64)
     avgdl = int(doc_len.sum()) / n  # gensim: sum(dictionary.cfs.values()) / dictionary.num_docs
     # math.log as gensim's precompute_idfs (numpy's log may round the last bit otherwise), once per distinct df
     uniq, inverse = np.unique(df, return_inverse=True)
