@@ -177,6 +177,8 @@ def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = D
     """
     from medbench_core.evaluation.stats import bootstrap_cis
 
+    if task.meta.ignore_identical_ids:  # BEIR's rule: a document retrieved for a query of its own id is not scored
+        run = run.filter(pl.col("query_id") != pl.col("doc_id"))
     ev = evaluate_frame(task.qrels, run, metrics)
     per_query = ev.per_query_frame()
     per_query.write_parquet(out / "per_query.parquet", statistics=False)

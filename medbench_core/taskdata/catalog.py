@@ -195,6 +195,12 @@ def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path, *,
     if entry.path and Path(entry.path).is_absolute():
         task.meta = dataclasses.replace(task.meta, source_path=str(Path(entry.path)))
         task._hash = None
+    from medbench_core.taskdata.task import identical_id_pairs
+
+    ignore = rd.ignore_identical_ids if options.ignore_identical_ids is None else options.ignore_identical_ids
+    if ignore and identical_id_pairs(task)["queries"]:
+        task.meta = dataclasses.replace(task.meta, ignore_identical_ids=True)
+        task._hash = None
     return task
 
 

@@ -65,7 +65,7 @@ DOC_TEXT_ROWS = 20_000  # rows of a corpus joined into Python strings at a time 
 
 # TaskMeta fields written only when set, so that the content hash (and every artifact key) of a
 # task read before they existed stays what it was.
-OPTIONAL_META = ("dataset", "subset", "task_type", "source_path", "mteb_task", "domains")
+OPTIONAL_META = ("dataset", "subset", "task_type", "source_path", "mteb_task", "domains", "ignore_identical_ids")
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,8 @@ class TaskMeta:
     catalogue entry named (a source outside the data folder); empty otherwise. ``mteb_task`` is
     MTEB's name of the task when it was read as one (``reader: mteb, task:``): the name its
     exported results carry; ``domains`` are MTEB's domains of it. All are empty for the bundled tasks.
+    ``ignore_identical_ids``: scoring drops a retrieved document whose id is its query's id
+    (:func:`identical_id_pairs`; the reader's default or the entry's option).
     """
 
     name: str
@@ -97,6 +99,9 @@ class TaskMeta:
     source_path: str = ""
     mteb_task: str = ""
     domains: tuple[str, ...] = ()
+    # scoring drops a retrieved document whose id is the query's id (set only where some query id
+    # is also a document id: elsewhere it changes nothing, and the task's content hash stays)
+    ignore_identical_ids: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -383,3 +388,12 @@ def load_task(folder: Path) -> Task:
     )
     task._hash = info["content_hash"]
     return task
+
+
+def identical_id_pairs(task: Task) -> dict[str, int]:
+    """How many queries share their id with a document of the corpus (a (query, document) pair a
+    BEIR-style evaluator drops when retrieved), and how many of those pairs are judged in the qrels."""
+    qids = set(task.queries["query_id"].to_list())
+    same = qids & set(task.corpus["doc_id"].to_list())
+    judged = task.qrels.filter((pl.col("query_id") == pl.col("doc_id")) & (pl.col("relevance") > 0)).height if same else 0
+    return {"queries": len(same), "judged_relevant": judged}
