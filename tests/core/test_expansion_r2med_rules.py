@@ -216,3 +216,41 @@ def test_remote_code_embedder_with_the_instruction_on_both_equals_r2meds_nvembed
     queries = r2med_dense_queries("hyde", "gpt4", qtexts, [texts[q] for q in qids])
     expected = cosine_top10(nvembed_encode_queries(nv_encode, instruction, queries), nv_encode("", list(task.doc_text())), task.corpus["doc_id"].to_list())
     assert_same_top10(run, expected, qids)
+
+
+def test_lamer_prompt_is_r2meds(task):
+    """generate_hypothetical_doc.py lines 31-35, 52-58 and 84/186 (R2MED at 62b7074): the top 10 passages of
+    the BM25 run, each cut to 512 words, as ``"\\n[n]. text"``, put into instrcution.py's per-task prompt."""
+    import dataclasses
+    from pathlib import Path
+
+    from medbench_core.retrieval.expansion.generate import user_messages
+    from medbench_core.retrieval.expansion.spec import prompt_text
+
+    # R2MED's lamer prompt for Stack-Biology (instrcution.py line 102), its placeholders {TEXT} and {PASSAGE}
+    r2med_prompt = (
+        "Give a Biology post and its possible relevant passages (most of these passages are wrong). Please write a correct passage that help answer the post.\n"
+        "Just output the correct passage, don't explanation.\n\nPost: {TEXT}\n\nPossible Relevant Passages: {PASSAGE}"
+    )
+    bio = dataclasses.replace(task, meta=dataclasses.replace(task.meta, name="r2med_biology"), _hash=None)
+    docs = bio.corpus["doc_id"].to_list()
+    text = dict(zip(docs, bio.doc_text()))
+    qids = bio.queries["query_id"].to_list()
+    run = pl.DataFrame(
+        [(q, d, 100.0 - r, r + 1) for q in qids for r, d in enumerate(docs[:12])],
+        schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int32}, orient="row",
+    )
+
+    def cut_text(t, threshold=512):  # lines 31-35
+        t = t.split()
+        if len(t) > threshold:
+            t = t[:threshold]
+        return " ".join(t)
+
+    passages = ""  # lines 54-58
+    for num, pid in enumerate(docs[:12][:10]):
+        passages = passages + f"\n[{num + 1}]. {cut_text(text[pid].replace(chr(10), ' '))}"
+    spec = ExpansionSpec(name="lamer", method="lamer", source="generate", generator="x", upstream="r2med-bm25")
+    template = prompt_text(spec, "r2med_biology", Path(__file__).resolve().parents[2] / "prompts")
+    _, users = user_messages(spec, bio, template, run)
+    assert users[0] == r2med_prompt.format(TEXT=bio.queries["text"][0], PASSAGE=passages)

@@ -287,7 +287,8 @@ def generation_identity(spec: ExpansionSpec, *, revision: str, prompt: str, upst
     if spec.method == "lamer":
         if not upstream_run_key:
             raise DataError(f"expansion {spec.name}: a lamer expansion's key needs the upstream run's key")
-        ident.update(upstream_run=upstream_run_key, upstream_k=spec.upstream_k, passage_words=spec.passage_words)
+        # "r2med": the passages as R2MED's script writes them ("\n[1]. text"; "[1] text" lines before)
+        ident.update(upstream_run=upstream_run_key, upstream_k=spec.upstream_k, passage_words=spec.passage_words, passage_format="r2med")
     return ident
 
 
