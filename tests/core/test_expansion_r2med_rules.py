@@ -254,3 +254,14 @@ def test_lamer_prompt_is_r2meds(task):
     template = prompt_text(spec, "r2med_biology", Path(__file__).resolve().parents[2] / "prompts")
     _, users = user_messages(spec, bio, template, run)
     assert users[0] == r2med_prompt.format(TEXT=bio.queries["text"][0], PASSAGE=passages)
+
+
+def test_search_agents_rows_read_their_files_and_combine_as_r2med():
+    # R2MED's search-r1 rows (generators qwen-3b-ins, qwen-7b-ins) and search-o1 rows (qwen3-32b)
+    for method, generator in (("search-r1", "qwen-7b-ins"), ("search-o1", "qwen3-32b"), ("search-r1", "any")):
+        spec = ExpansionSpec(name="s", method=method, source="file", generator=generator, path="hub:R2MED/{task}", revision="a" * 40)
+        assert resolve_combination("m", "lexical", spec.method, generator=spec.generator) == Combine("replace")
+        assert resolve_combination("m", "dense", spec.method, generator=spec.generator) == Combine("mean")
+    assert ExpansionSpec(name="s", method="search-r1", source="file", generator="qwen-7b-ins", path=".").reasoning_rule() == "answer"  # <answer>...</answer>
+    with pytest.raises(DataError, match="does not run the agent"):
+        ExpansionSpec(name="s", method="search-o1", source="generate", generator="./models/qwq")

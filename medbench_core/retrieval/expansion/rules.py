@@ -47,6 +47,12 @@ R2MED_DEFAULTS: dict[tuple[str, str], Combine] = {
     ("dense", "hyde"): Combine("mean"),
     ("dense", "lamer"): Combine("mean"),
     ("dense", "query2doc"): Combine("concat", 1, DEFAULT_SEPARATOR),
+    # Search-R1 / Search-o1: R2MED scores them with reasoning generators only (qwen-*-ins, qwen3-32b),
+    # so as eval_BM25.py lines 125-126 and eval_retrieval.py lines 38-39 do: the answer alone, or the mean
+    ("lexical", "search-r1"): Combine("replace"),
+    ("dense", "search-r1"): Combine("mean"),
+    ("lexical", "search-o1"): Combine("replace"),
+    ("dense", "search-o1"): Combine("mean"),
 }
 
 
