@@ -34,11 +34,12 @@ _POSSESSIVE_QUOTES = ("'", "\u2019", "\uff07")
 
 # Lucene's grammar reads Unicode 9.0 (and emoji data of 11.0): the code points that its
 # StandardTokenizer reads otherwise than today's Unicode properties say, with the class it reads
-# them in, are listed under "lucene9" in lucene_classes.json (ranges, inclusive): 20,591 code points,
-# mostly assigned since Unicode 9.0 ("other": no token), found by sweeping every code point in
+# them in, are listed under "lucene9" in lucene_classes.json (ranges, inclusive): 20,592 code points,
+# mostly assigned since Unicode 9.0 ("other": no token; U+202F NARROW NO-BREAK SPACE a connector, as
+# Unicode 9 had it), found by sweeping every code point in
 # fifteen contexts through Lucene 9.9 (tests/core/test_lucene_bm25.py re-checks a sample).
 _TABLE = "lucene_classes.json"
-LUCENE9_CLASSES = ("other", "extend", "midnum", "sa", "han")
+LUCENE9_CLASSES = ("other", "extend", "midnum", "sa", "han", "connector")
 
 
 @functools.cache
@@ -92,7 +93,7 @@ def _patterns():
     katakana = _cls(r"\p{WB=Katakana}")
     midletter = _cls(r"\p{WB=MidLetter}\p{WB=MidNumLet}\p{WB=Single_Quote}")
     midnum = _cls(r"\p{WB=MidNum}\p{WB=MidNumLet}\p{WB=Single_Quote}", "midnum")
-    enl = _cls(r"\p{WB=ExtendNumLet}")
+    enl = _cls(r"\p{WB=ExtendNumLet}", "connector")
     sq, dq = _cls(r"\p{WB=Single_Quote}"), _cls(r"\p{WB=Double_Quote}")
     han, hira = _cls(r"\p{Script=Han}", "han"), _cls(r"\p{Script=Hiragana}")
     sa = _cls(r"\p{LB=SA}", "sa")
@@ -229,7 +230,7 @@ def tokenize(text: str) -> list[str]:
     # No token holds white space (no rule of the grammar takes it, and a combining mark after it
     # belongs to it), so the text is cut there and each piece takes the path it can.
     out: list[str] = []
-    for piece in text.split():
+    for piece in _splitter().split(text):
         if special.search(piece) is None:
             tokens = fast.findall(piece)
             if _short(tokens):
@@ -237,6 +238,16 @@ def tokenize(text: str) -> list[str]:
                 continue
         out.extend(_scan(piece))
     return out
+
+
+@functools.cache
+def _splitter():
+    """White space that no rule of Lucene's grammar takes (not U+202F, which Unicode 9 made a connector)."""
+    import re
+
+    overridden = {c for rs in _table()["lucene9"].values() for a, b in rs for c in range(a, b + 1)}
+    spaces = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF and chr(c).isspace() and c not in overridden]
+    return re.compile("[" + "".join(re.escape(chr(c)) for c in spaces) + "]+")
 
 
 def _short(tokens: list[str]) -> bool:
