@@ -178,6 +178,8 @@ def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = D
     from medbench_core.evaluation.holes import unjudged_in_universe
     from medbench_core.evaluation.stats import bootstrap_cis
 
+    if task.meta.ignore_identical_ids:  # BEIR's rule: a document retrieved for a query of its own id is not scored
+        run = run.filter(pl.col("query_id") != pl.col("doc_id"))
     unjudged = unjudged_in_universe(task)
     ev = evaluate_frame(task.qrels, run, metrics, unjudged=unjudged)
     per_query = ev.per_query_frame()

@@ -200,6 +200,13 @@ def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path, *,
         task.meta = dataclasses.replace(task.meta, source_path=str(Path(entry.path)))
         task._hash = None
     check_task(task, f"task {entry.name}")  # the rules every reader applies as it reads, once more over the whole task
+
+    from medbench_core.taskdata.task import identical_id_pairs
+
+    ignore = rd.ignore_identical_ids if options.ignore_identical_ids is None else options.ignore_identical_ids
+    if ignore and identical_id_pairs(task)["queries"]:
+        task.meta = dataclasses.replace(task.meta, ignore_identical_ids=True)
+        task._hash = None
     return task
 
 

@@ -66,7 +66,7 @@ DOC_TEXT_ROWS = 20_000  # rows of a corpus joined into Python strings at a time 
 
 # TaskMeta fields written only when set, so that the content hash (and every artifact key) of a
 # task read before they existed stays what it was.
-OPTIONAL_META = ("dataset", "subset", "task_type", "source_path", "mteb_task", "domains", "licence_lineage", "source_notes")
+OPTIONAL_META = ("dataset", "subset", "task_type", "source_path", "mteb_task", "domains", "licence_lineage", "source_notes", "ignore_identical_ids")
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,8 @@ class TaskMeta:
     statement of the source as it states it, where records carry no settled licence;
     ``source_notes``: what the reader counted and did not use (reason, language, count, first
     place). All are empty for the first six bundled tasks.
+    ``ignore_identical_ids``: scoring drops a retrieved document whose id is its query's id
+    (:func:`identical_id_pairs`; the reader's default or the entry's option).
     """
 
     name: str
@@ -103,6 +105,9 @@ class TaskMeta:
     domains: tuple[str, ...] = ()
     licence_lineage: tuple[str, ...] = ()
     source_notes: tuple[str, ...] = ()
+    # scoring drops a retrieved document whose id is the query's id (set only where some query id
+    # is also a document id: elsewhere it changes nothing, and the task's content hash stays)
+    ignore_identical_ids: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -401,3 +406,12 @@ def load_task(folder: Path) -> Task:
     )
     task._hash = info["content_hash"]
     return task
+
+
+def identical_id_pairs(task: Task) -> dict[str, int]:
+    """How many queries share their id with a document of the corpus (a (query, document) pair a
+    BEIR-style evaluator drops when retrieved), and how many of those pairs are judged in the qrels."""
+    qids = set(task.queries["query_id"].to_list())
+    same = qids & set(task.corpus["doc_id"].to_list())
+    judged = task.qrels.filter((pl.col("query_id") == pl.col("doc_id")) & (pl.col("relevance") > 0)).height if same else 0
+    return {"queries": len(same), "judged_relevant": judged}

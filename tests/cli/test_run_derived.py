@@ -188,7 +188,7 @@ def test_leakage_flags_the_copying_expansion_and_passes_the_others(r2med):
     # The expanded models' own runs name their expansion and how it met the retriever.
     (q2d,) = cli_runs(world, "bm25+q2d-gpt4")
     assert q2d.data.params["expansion_key"] == only_folder(world.root / "data" / "expansions" / "q2d-gpt4" / "scifact").name
-    assert json.loads(q2d.data.params["combine"]) == {"mode": "concat", "repeat_query": 2, "separator": ""}
+    assert json.loads(q2d.data.params["combine"]) == {"mode": "concat", "repeat_query": 2, "separator": "", "instruct_expansion": False}
     assert q2d.data.params["embeddings_key"] == only_folder(world.root / "data" / "artifacts" / "bm25" / "scifact" / "embeddings").name
 
 

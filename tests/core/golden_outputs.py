@@ -101,6 +101,8 @@ models:
   - {{name: wsum, kind: fusion, fusion: {{method: wsum, norm: min-max, runs: [bm25, minilm], weights: [0.3, 0.7]}}}}
   - {{name: ce, kind: cross-encoder, path: {ce}, rerank: {{upstream: bm25, depth: 4}}, batch_size: 2}}
   - {{name: bm25+hyde, kind: expanded, retriever: bm25, expansion: hyde-gpt4}}
+  - {{name: r2med-bm25, kind: lucene-bm25}}
+  - {{name: r2med-bm25+hyde, kind: expanded, retriever: r2med-bm25, expansion: hyde-gpt4}}
   - {{name: clip-sf, kind: uniir-clip-sf, path: {uniir}, settings: {{architecture: medbench-tiny-clip}}, batch_size: 4}}
   - name: mm-embed
     kind: remote-code-embedder

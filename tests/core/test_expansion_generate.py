@@ -128,7 +128,7 @@ def test_lamer_prompt_carries_upstream_passages(task, lm_dir, gen):
     )
     passages = lamer_passages(run, task2, k=2, words=512)
     text2 = dict(zip(task2.corpus["doc_id"].to_list(), task2.doc_text()))
-    want = f"[1] {cut_words(text2[docs[2]], 512)}\n[2] {cut_words(text2[docs[1]], 512)}"
+    want = f"\n[1]. {cut_words(text2[docs[2]], 512)}\n[2]. {cut_words(text2[docs[1]], 512)}"  # R2MED's generate_hypothetical_doc.py lines 52-58
     assert passages[task.queries["query_id"][0]] == want
     assert len(cut_words(text2[long_doc], 512).split()) == 512 and corpus_text[long_doc] != text2[long_doc]
 

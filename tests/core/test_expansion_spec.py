@@ -214,12 +214,14 @@ def test_readme_r2med_entries_parse_to_r2meds_combinations(tmp_path):
         n: resolve_combine(m, models[m.block.retriever], find_expansion(expansions, m.block.expansion).method).to_dict()
         for n, m in models.items() if m.plugin.expansion_name(m)
     }
+    plain = {"repeat_query": 0, "separator": "", "instruct_expansion": False}
     assert got == {
-        "bm25-r2med+hyde-gpt4": {"mode": "replace", "repeat_query": 0, "separator": ""},
-        "bm25-r2med+hyde-o3-mini": {"mode": "replace", "repeat_query": 0, "separator": ""},
-        "bm25-r2med+hyde-qwen-32b": {"mode": "replace", "repeat_query": 0, "separator": ""},
-        "bm25-r2med+q2d-gpt4": {"mode": "concat", "repeat_query": 2, "separator": ""},
-        "bm25-r2med+lamer-gpt4": {"mode": "concat", "repeat_query": 1, "separator": ""},
-        "all-MiniLM-L6-v2+hyde-gpt4": {"mode": "mean", "repeat_query": 0, "separator": ""},
+        "r2med-bm25+hyde-gpt4": {**plain, "mode": "replace"},
+        "r2med-bm25+hyde-o3-mini": {**plain, "mode": "replace"},
+        "r2med-bm25+hyde-qwen-32b": {**plain, "mode": "replace"},
+        "r2med-bm25+q2d-gpt4": {**plain, "mode": "concat", "repeat_query": 2},
+        "r2med-bm25+lamer-gpt4": {**plain, "mode": "concat", "repeat_query": 1},
+        "all-MiniLM-L6-v2+hyde-gpt4": {**plain, "mode": "mean"},
     }
-    assert models["bm25-r2med"].settings.explicit() == {"k1": 0.9, "b": 0.4, "stemmer": "porter"}  # R2MED's Lucene BM25 (the rest is bm25s's default)
+    r2med_bm25 = models["r2med-bm25"]
+    assert (r2med_bm25.kind, r2med_bm25.settings.k1, r2med_bm25.settings.b) == ("lucene-bm25", 0.9, 0.4)  # R2MED's BM25 (the kind's defaults)

@@ -41,7 +41,7 @@ def test_readme_task_entries_expand_to_the_eight_r2med_tasks(tmp_path):
 def test_readme_model_entries_load(tmp_path):
     (tmp_path / "models.yaml").write_text(yaml_blocks()[3])
     specs = {m.name: m for m in load_registry(tmp_path / "models.yaml")}
-    assert dataclasses.asdict(specs["bm25-r2med"].settings) == {"k1": 0.9, "b": 0.4, "method": "lucene", "stopwords": "en", "stemmer": "porter", "language_analyzers": {}}
+    assert (specs["r2med-bm25"].kind, dataclasses.asdict(specs["r2med-bm25"].settings)) == ("lucene-bm25", {"k1": 0.9, "b": 0.4})
     assert specs["bge-large-en-v1.5"].hub_id == "BAAI/bge-large-en-v1.5"
     assert specs["bge-large-en-v1.5-chunked"].settings.long_text == "chunk"
 

@@ -7,13 +7,16 @@ Modes (a model entry's ``combine`` and ``repeat_query``; ``settings.separator`` 
   embeds one string, ``query`` (repeated, space-joined) + ``separator`` + expansion, its query
   prefix in front of the whole.
 - ``replace``: the expansion alone stands for the query (a dense encoder gives it the query prefix).
-- ``mean`` (dense only): the query (with its prefix) and the expansion (no prefix, no
-  instruction) are embedded separately and averaged with equal weight; with ``normalize`` (the
-  default) the mean is L2-normalised, so the inner product the index computes is the cosine
-  similarity R2MED's BEIR scoring uses. Rankings are the same either way.
+- ``mean`` (dense only): the query (with its prefix and instruction) and the expansion (no
+  prefix, no instruction; with ``instruct_expansion`` the query's prefix and instruction too) are
+  embedded separately and averaged with equal weight; with ``normalize`` (the default) the mean
+  is L2-normalised, so the inner product the index computes is the cosine similarity R2MED's
+  BEIR scoring uses. Rankings are the same either way.
 
 Defaults are R2MED's (its evaluation scripts): BM25: hyde ``replace``, query2doc ``concat`` x2,
-lamer ``concat`` x1; dense: hyde and lamer ``mean``, query2doc ``concat`` with ``[SEP]``.
+lamer ``concat`` x1; dense: hyde and lamer ``mean``, query2doc ``concat`` with ``[SEP]``; for a
+reasoning generator (:data:`~medbench_core.retrieval.expansion.rules.R2MED_REASONING_GENERATORS`)
+``replace`` with BM25 and ``mean`` with a dense retriever, whatever the method.
 
 An expanded model reuses its retriever's corpus representation and index (same keys), so
 only the run and the metrics are its own; its retriever's kind searches with the expanded queries
@@ -28,7 +31,6 @@ import numpy as np
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.expansion.rules import DEFAULT_SEPARATOR, MODES, R2MED_DEFAULTS, Combine  # noqa: F401  (re-exported)
-from medbench_core.taskdata.task import Task
 
 
 def bm25_query_tokens(queries: list[str], expansions: list[str], combine: Combine, settings: dict[str, Any]) -> list[list[str]]:
@@ -53,30 +55,28 @@ def dense_query_texts(queries: list[str], expansions: list[str], combine: Combin
     raise DataError(f"combine {combine.mode!r} embeds query and expansion separately; see dense_query_vectors")
 
 
-def _encode(encoder, texts: list[str], langs: list[str | None], role: str, ids: list[str]) -> np.ndarray:
-    from medbench_core.retrieval.records import _accepts_ids
+def dense_query_vectors(encode, queries: list[str], expansions: list[str], combine: Combine, prompt: tuple[str, str] | None, normalize: bool = True) -> np.ndarray:
+    """Query vectors of the expanded queries, as R2MED's encoder classes make them (utils.py at 62b7074).
 
-    extra = {"ids": ids} if _accepts_ids(encoder) else {}
-    emb = encoder.encode_records(texts, [None] * len(texts), langs, role, **extra)
-    return np.ascontiguousarray(emb, dtype=np.float32)
+    ``encode(texts, role, prompt)`` embeds texts as the retriever's kind does: role ``query`` with
+    the query's prefix and ``prompt`` (template, instruction, or None), role ``expansion`` bare.
 
-
-def dense_query_vectors(encoder, task: Task, expansions: list[str], combine: Combine, normalize: bool = True) -> np.ndarray:
-    """Query vectors of the expanded queries (see the module docstring for each mode).
-
-    The expansion is encoded with role ``expansion``: the encoders apply a prefix by role, and no
-    prefix is set for that role unless a model's settings name an ``expansion_prefix``.
+    - ``mean``: the query with its instruction, the expansion bare (FlagDRES, lines 79-90) or,
+      with ``instruct_expansion``, with the query's instruction too (NV-Embed lines 643-650, GritLM
+      572-582, Instructor 230-237), averaged with equal weights; with ``normalize`` the mean is
+      L2-normalised, so the index's inner product is the cosine of R2MED's BEIR scoring (the
+      ranking is the same either way);
+    - ``concat``: one string, ``query`` (repeated) + separator + expansion, formatted as a query
+      (R2MED's query2doc: ``instruction + text + "[SEP]" + hy_doc``, eval_retrieval.py line 42 and
+      FlagDRES lines 70-76);
+    - ``replace``: the expansion formatted as a query.
     """
-    from medbench_core.retrieval.records import encode_side
-
-    ids = task.queries["query_id"].to_list()
-    langs = task.queries["language"].to_list()
     if combine.mode == "mean":
-        q = encode_side(encoder, task, "query")
-        e = _encode(encoder, expansions, langs, "expansion", ids)
-        m = (q.astype(np.float64) + e.astype(np.float64)) / 2.0
+        q = np.asarray(encode(list(queries), "query", prompt), dtype=np.float64)
+        e = np.asarray(encode(list(expansions), "query", prompt) if combine.instruct_expansion else encode(list(expansions), "expansion", None), dtype=np.float64)
+        m = (q + e) / 2.0
         if normalize:
             m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
         return np.ascontiguousarray(m, dtype=np.float32)
-    texts = dense_query_texts(task.queries["text"].fill_null("").to_list(), expansions, combine)
-    return _encode(encoder, texts, langs, "query", ids)
+    texts = dense_query_texts(queries, expansions, combine)
+    return np.ascontiguousarray(encode(texts, "query", prompt), dtype=np.float32)

@@ -84,7 +84,9 @@ def cut_words(text: str, n: int) -> str:
 
 
 def lamer_passages(run: pl.DataFrame, task: Task, k: int = 10, words: int = 512) -> dict[str, str]:
-    """query id -> the top ``k`` documents of ``run`` as ``[1] text`` lines, each cut to ``words`` words."""
+    """query id -> the top ``k`` documents of ``run``, each cut to ``words`` words, as R2MED writes
+    them (generate_hypothetical_doc.py lines 31-35 and 52-58 at 62b7074): ``"\\n[1]. text\\n[2]. text"``,
+    every passage after a line break, so the template's ``{passages}`` follows its heading directly."""
     text = dict(zip(task.corpus["doc_id"].to_list(), task.doc_text()))
     out: dict[str, str] = {}
     for (qid,), grp in run.sort("query_id", "rank").group_by("query_id", maintain_order=True):
@@ -92,7 +94,7 @@ def lamer_passages(run: pl.DataFrame, task: Task, k: int = 10, words: int = 512)
         unknown = [d for d in docs if d not in text]
         if unknown:
             raise DataError(f"upstream run names document(s) {unknown[:5]} that task {task.name} does not have; is it the run of this task?")
-        out[str(qid)] = "\n".join(f"[{i}] {cut_words(text[d], words)}" for i, d in enumerate(docs, start=1))
+        out[str(qid)] = "".join(f"\n[{i}]. {cut_words(text[d], words)}" for i, d in enumerate(docs, start=1))
     missing = [q for q in task.queries["query_id"].to_list() if q not in out]
     if missing:
         raise DataError(f"upstream run has no documents for {len(missing)} query id(s) of task {task.name}, e.g. {missing[:5]}")

@@ -63,7 +63,10 @@ from medbench_core.provenance import artifact_key
 from medbench_core.retrieval.expansion.frame import RULES, rule_for_generator
 from medbench_core.yaml_file import read_yaml_mapping
 
-METHODS = ("hyde", "query2doc", "lamer")
+METHODS = ("hyde", "query2doc", "lamer", "search-r1", "search-o1")
+# Search-R1 and Search-o1 are agents that search and reason in several turns (R2MED's rows read
+# their published outputs); medbench generates single-turn prompts only, so these are files only.
+FILE_ONLY_METHODS = ("search-r1", "search-o1")
 SOURCES = ("file", "generate")
 FORMATS = ("r2med", "jsonl", "parquet")
 REASONING = ("auto", *RULES)
@@ -130,6 +133,11 @@ class ExpansionSpec:
                 raise DataError(f"{where}: hub dataset {self.path[4:]!r} needs a pinned 'revision' (a commit), or 'revisions' per task")
             if self.revisions and "{task}" not in self.path:
                 raise DataError(f"{where}: 'revisions' (one commit per task) needs a path with {{task}}; give one 'revision' instead")
+        if self.source == "generate" and self.method in FILE_ONLY_METHODS:
+            raise DataError(
+                f"{where}: method {self.method} is an agent's multi-turn search and reasoning; medbench reads its published outputs "
+                "(source: file, e.g. R2MED's search-r1 config on the hub) but does not run the agent"
+            )
         if self.source == "generate":
             unknown = sorted(set(self.decoding) - set(DEFAULT_DECODING))
             if unknown:
@@ -288,7 +296,8 @@ def generation_identity(spec: ExpansionSpec, *, revision: str, prompt: str, upst
     if spec.method == "lamer":
         if not upstream_run_key:
             raise DataError(f"expansion {spec.name}: a lamer expansion's key needs the upstream run's key")
-        ident.update(upstream_run=upstream_run_key, upstream_k=spec.upstream_k, passage_words=spec.passage_words)
+        # "r2med": the passages as R2MED's script writes them ("\n[1]. text"; "[1] text" lines before)
+        ident.update(upstream_run=upstream_run_key, upstream_k=spec.upstream_k, passage_words=spec.passage_words, passage_format="r2med")
     return ident
 
 

@@ -111,9 +111,19 @@ class EncoderKind(RetrieverKind):
         if expansion is None:
             return encode_side(model, task, "query", prompt=prompt)
         from medbench_core.retrieval.expansion.combine import dense_query_vectors
+        from medbench_core.retrieval.instructions import format_queries
+        from medbench_core.retrieval.records import _accepts_ids
 
         expansions, combine = expansion
-        return dense_query_vectors(model, task, expansions, combine, normalize=bool(getattr(spec.settings, "normalize", True)))
+        ids, langs = task.queries["query_id"].to_list(), task.queries["language"].to_list()
+        extra = {"ids": ids} if _accepts_ids(model) else {}
+
+        def encode(texts: list[str], role: str, query_prompt: tuple[str, str] | None) -> np.ndarray:
+            # role "query": the encoder's query prefix; "expansion": none unless an expansion_prefix is set
+            texts = format_queries(texts, query_prompt) if query_prompt is not None else texts
+            return model.encode_records(texts, [None] * len(texts), langs, role, **extra)
+
+        return dense_query_vectors(encode, task.queries["text"].fill_null("").to_list(), expansions, combine, prompt, normalize=bool(getattr(spec.settings, "normalize", True)))
 
     def query_files(self, queries: Any, out: Path) -> list[str]:
         np.save(out / "query_embeddings.npy", queries, allow_pickle=False)

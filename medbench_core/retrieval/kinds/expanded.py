@@ -31,6 +31,10 @@ from medbench_core.taskdata.task import Task
 @dataclass(frozen=True)
 class ExpandedSettings(KindSettings):
     separator: str | None = None  # dense concat: between the (repeated) query and the expansion
+    # dense mean: the expansion is embedded with the query's instruction too (R2MED's NV-Embed,
+    # GritLM and Instructor classes, utils.py lines 637-650, 560-580, 218-237); without it, as its
+    # FlagDRES class (lines 65-90), the expansion is embedded bare
+    instruct_expansion: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,18 +52,21 @@ class ExpandedBlock:
         return {"retriever": self.retriever, "expansion": self.expansion, "combine": self.combine, "repeat_query": self.repeat_query}
 
 
-def resolve_combine(spec: ModelSpec, retriever: ModelSpec, method: str) -> Combine:
-    """The combination expanded model ``spec`` uses with ``retriever`` for an expansion of ``method``."""
+def resolve_combine(spec: ModelSpec, retriever: ModelSpec, method: str, generator: str = "") -> Combine:
+    """The combination expanded model ``spec`` uses with ``retriever`` for an expansion of ``method`` written by ``generator``."""
     b = spec.block
     return resolve_combination(
-        spec.name, family(retriever), method, combine=b.combine, repeat_query=b.repeat_query, separator=spec.settings.separator, retriever=retriever.name
-    )
+        spec.name, family(retriever), method, combine=b.combine, repeat_query=b.repeat_query, separator=spec.settings.separator, retriever=retriever.name,
+        generator=generator, instruct_expansion=spec.settings.instruct_expansion,
+    )  # fmt: skip
 
 
 class ExpandedKind(DerivedKind):
     name = "expanded"
     Settings = ExpandedSettings
-    version = "1"
+    # 2: dense runs give the query its instruction (and the expansion too with instruct_expansion);
+    #    reasoning generators default to the answer alone (BM25) or the mean (dense)
+    version = "2"
     entry_fields = ("retriever", "expansion", "combine", "repeat_query")
     takes_path = False
     no_path_reason = "its retriever's entry names the model"
@@ -87,7 +94,7 @@ class ExpandedKind(DerivedKind):
             raise DataError(f"{where}: model {spec.name!r}: expansion {b.expansion!r} is not in 'expansions:' (known: {sorted(expansions)})")
         e = expansions[b.expansion]
         try:
-            resolve_combine(spec, r, e.method)  # refuses a combination the retriever cannot do
+            resolve_combine(spec, r, e.method, e.generator)  # refuses a combination the retriever cannot do
         except DataError as exc:
             raise DataError(f"{where}: {exc}") from exc
         return dataclasses.replace(spec, block=dataclasses.replace(b, expansion_upstream=e.upstream or ""))
@@ -147,10 +154,11 @@ class ExpandedKind(DerivedKind):
         up = ctx.keys[e.upstream]["run"] if e.upstream and e.source == "generate" else None
         key = expansion_stage_key(e, task, upstream_run_key=up, prompts_dir=ctx.prompts_dir, online=ctx.online)
         base = ctx.keys[b.retriever]
-        combine = resolve_combine(spec, retriever, e.method)
+        combine = resolve_combine(spec, retriever, e.method, e.generator)
+        prompt = retriever.plugin.prompt_key(retriever, task)  # the retriever's query instruction on the task (None: it has none)
         run = artifact_key(
             stage="expanded_run", model=spec.name, upstream=base["index"], expansion=key, combine=combine.to_dict(), k=ctx.k,
-            code=stage_version("expanded_run"), kind_version=self.version,
+            code=stage_version("expanded_run"), kind_version=self.version, **({"query_prompt": prompt} if prompt else {}),
         )  # fmt: skip
         met = artifact_key(stage="metrics", upstream=run, metrics=list(DEFAULT_METRICS), code=stage_version("metrics"))
         return {"expansion": key, "embeddings": base["embeddings"], "index": base["index"], "run": run, "metrics": met}
@@ -172,7 +180,7 @@ class ExpandedKind(DerivedKind):
         self.check_inputs(spec, task, inputs)
         corpus, exp = inputs[spec.block.retriever], inputs[f"expansion:{spec.block.expansion}"]
         retriever = corpus.spec
-        combine = resolve_combine(spec, retriever, exp.spec.method)
+        combine = resolve_combine(spec, retriever, exp.spec.method, exp.spec.generator)
         texts = answers(exp.frame, task.queries["query_id"].to_list(), f"expansion for task {task.name}")
 
         def load_model() -> Any:
@@ -180,7 +188,9 @@ class ExpandedKind(DerivedKind):
                 return model
             return retriever.plugin.load(retriever, device=device, progress=progress)
 
-        run, queries = rank(retriever, task, corpus, k=k, load_model=load_model, expansion=(texts, combine), progress=progress)
+        # the retriever's query instruction on this task (R2MED's encoders keep it with an expansion)
+        prompt = retriever.plugin.query_prompt(retriever, task)
+        run, queries = rank(retriever, task, corpus, k=k, load_model=load_model, prompt=prompt, expansion=(texts, combine), progress=progress)
         files = retriever.plugin.query_files(queries, out)
         return run, {"retriever": retriever.name, "combine": combine.to_dict(), "expansion": {"name": exp.spec.name, "key": exp.key}, "files": files}
 

@@ -350,6 +350,7 @@ class RemoteCodeKind(EncoderKind):
     version = "1"
     needs_path = True
     reads = frozenset({"text", "image"})
+    expansion_family = "dense"  # text expansions: R2MED's NV-Embed rows (settings.instruct_expansion of the expanded entry)
 
     def hub_id(self, spec: ModelSpec) -> str:
         from medbench_core.hub import is_repo_id
@@ -390,6 +391,17 @@ class RemoteCodeKind(EncoderKind):
         from medbench_core.retrieval.records import side_records
 
         ids, texts, images, langs = side_records(task, "query")
+        if expansion is not None:
+            from medbench_core.retrieval.expansion.combine import dense_query_vectors
+
+            expansions, combine = expansion
+
+            def encode(texts: list[str], role: str, query_prompt: tuple[str, str] | None) -> np.ndarray:
+                # an expansion is a text the model reads as a query (its query keywords), with the
+                # query's instruction only when the combination says so (instruct_expansion)
+                return model.encode_records(texts, [None] * len(texts), langs, "query", ids=ids, instruction=query_prompt)
+
+            return dense_query_vectors(encode, [t or "" for t in texts], expansions, combine, prompt, normalize=bool(spec.settings.normalize))
         emb = model.encode_records(texts, images, langs, "query", ids=ids, instruction=prompt)
         if emb.shape[0] != len(ids):
             raise DataError(f"task {task.name}: encoder returned {emb.shape[0]} vectors for {len(ids)} queries")

@@ -110,6 +110,9 @@ class ContractResult:
     licences: Mapping[str, int] = field(default_factory=dict)
     near_duplicates: tuple[NearDuplicate, ...] = ()
     failed_tasks: tuple[str, ...] = ()
+    # queries whose id is also a document's id, those judged relevant, and whether scoring drops such
+    # a retrieved document (:func:`medbench_core.taskdata.task.identical_id_pairs`)
+    identical_ids: Mapping[str, Any] = field(default_factory=dict)
     results_path: Path | None = None
     contract_path: Path | None = None
     data_docs_path: Path | None = None
@@ -146,6 +149,7 @@ class ContractResult:
             "message": self.message,
             "outcomes": [o.__dict__ | {"rows": list(o.rows), "values": list(o.values)} for o in self.outcomes],
             "near_duplicates": [n.__dict__ for n in self.near_duplicates],
+            "identical_ids": dict(self.identical_ids),
             "results_path": str(self.results_path) if self.results_path else None,
             "contract_path": str(self.contract_path) if self.contract_path else None,
             "data_docs_path": str(self.data_docs_path) if self.data_docs_path else None,

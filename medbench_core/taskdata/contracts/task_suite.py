@@ -192,6 +192,17 @@ def validate_task(
         extra.append(
             "research-only task: " + (f"admits licence(s) {', '.join(f'{x} ({licences[x]} records)' for x in admitted)} outside the allowlist" if admitted else "every licence is also in the allowlist")
         )
+    from medbench_core.taskdata.task import identical_id_pairs
+
+    try:
+        identical = {**identical_id_pairs(task), "ignored": task.meta.ignore_identical_ids}
+    except (pl.exceptions.PolarsError, KeyError):
+        identical = {}  # a missing column: the outcomes say which
+    if identical.get("queries"):
+        extra.append(
+            f"{identical['queries']} query id(s) are also document ids ({identical['judged_relevant']} such pair(s) judged relevant); "
+            + ("scoring drops such a document when it is retrieved (ignore_identical_ids)" if identical["ignored"] else "scoring keeps them (ignore_identical_ids: false)")
+        )
     passed, message = summarise(f"task {task.name}", outcomes, extra)
     try:
         digest = task.content_hash()
@@ -205,6 +216,7 @@ def validate_task(
         research_only=research_only,
         content_hash=digest,
         licences=dict(sorted(licences.items())),
+        identical_ids=identical,
         results_path=results_path,
         data_docs_path=docs_path,
         holes=holes,

@@ -41,6 +41,9 @@ class ReaderOptions:
     research_only: bool = False
     source: str = ""
     description: str = ""
+    # drop a retrieved document whose id is the query's id before scoring (BEIR's evaluator does);
+    # None: the reader's own default (Reader.ignore_identical_ids)
+    ignore_identical_ids: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,10 @@ class Reader:
     name: str
     options: type[ReaderOptions]
     read: Callable[..., Any]
+    #: what the evaluator of the data's own benchmark does with a retrieved document whose id is
+    #: the query's id: True drops it before scoring (BEIR's EvaluateRetrieval.evaluate, R2MED's dense
+    #: evaluation), False keeps it (pytrec_eval / trec_eval, mteb 2.x)
+    ignore_identical_ids: bool = False
 
     @property
     def option_names(self) -> tuple[str, ...]:

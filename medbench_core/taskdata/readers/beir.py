@@ -113,4 +113,4 @@ def read_beir(folder: str | Path, options: BeirOptions, context: ReadContext | N
     return task
 
 
-READER = Reader("beir", BeirOptions, read_beir)
+READER = Reader("beir", BeirOptions, read_beir, ignore_identical_ids=True)  # BEIR's EvaluateRetrieval.evaluate drops them by default

@@ -66,4 +66,4 @@ def read_r2med_repo(folder: str | Path, options: R2medRepoOptions, context: Read
     )
 
 
-READER = Reader("r2med_repo", R2medRepoOptions, read_r2med_repo)
+READER = Reader("r2med_repo", R2medRepoOptions, read_r2med_repo, ignore_identical_ids=True)  # R2MED's dense evaluation (eval_retrieval.py line 110, BEIR)

@@ -1,0 +1,110 @@
+"""Kind ``lucene-bm25``: R2MED's BM25, formula for formula (:mod:`medbench_core.retrieval.lucene_bm25`).
+
+pyserini's Lucene English analysis (ported: :mod:`medbench_core.retrieval.lucene_analysis`) and
+gensim's ``LuceneBM25Model`` weights on the documents and on the query's bag of words, scored by
+their dot product, as R2MED's ``eval_BM25.py`` (lines 58-85 at 62b7074). Settings: ``k1`` (0.9)
+and ``b`` (0.4), R2MED's. Its "embedding" is the weighted sparse index of the corpus; it needs
+no FAISS index. Ties are ordered by doc id as trec_eval orders them.
+
+An expansion meets it as R2MED's ``load_retrieval_data`` (eval_BM25.py lines 124-133) builds the
+query **string**: ``replace`` is the expansion alone; ``concat`` with ``repeat_query: r`` is
+``query * r + " " + expansion`` (the copies of the query are joined with no space, as Python's
+``text * 2`` joins them: the last word of one copy and the first of the next become one token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from medbench_core.errors import DataError
+from medbench_core.retrieval.kinds.base import RetrieverKind, StoredCorpus
+from medbench_core.retrieval.kinds.settings import KindSettings
+from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.taskdata.task import Task
+
+
+@dataclass(frozen=True)
+class LuceneBM25Settings(KindSettings):
+    """``k1`` and ``b`` of gensim's LuceneBM25Model (R2MED's 0.9 and 0.4)."""
+
+    k1: float = 0.9
+    b: float = 0.4
+
+    HINTS = {
+        "max_length": "BM25 indexes every token of a document",
+        "long_text": "BM25 indexes every token of a document",
+        "stopwords": "the analyser is Lucene's English one (33 stopwords), as R2MED's",
+        "stemmer": "the analyser is Lucene's English one (Porter), as R2MED's",
+    }
+
+    def check(self, where: str) -> None:
+        if self.k1 < 0 or not 0.0 <= self.b <= 1.0:
+            raise DataError(f"{where}: BM25 needs k1 >= 0 and 0 <= b <= 1, not k1={self.k1}, b={self.b}")
+
+
+def expanded_query_texts(queries: list[str], expansions: list[str], combine: Any) -> list[str]:
+    """R2MED's BM25 query string of each expanded query (eval_BM25.py lines 128-133)."""
+    if combine.mode == "replace":
+        return list(expansions)
+    if combine.mode != "concat":
+        raise DataError(f"BM25 cannot combine by {combine.mode!r}")
+    return [q * combine.repeat_query + " " + e for q, e in zip(queries, expansions)]
+
+
+class LuceneBM25Kind(RetrieverKind):
+    name = "lucene-bm25"
+    Settings = LuceneBM25Settings
+    version = "1"
+    takes_path = False
+    no_path_reason = "BM25 has no weights"
+    expansion_family = "lexical"
+
+    def revision(self, spec: ModelSpec) -> str:
+        return spec.revision or "lucene-bm25"
+
+    def index_identity(self, spec: ModelSpec) -> Any:
+        return "lucene-bm25"
+
+    def long_text_params(self, spec: ModelSpec, model: Any = None) -> dict[str, Any]:
+        return {"long_text": "whole"}  # BM25 indexes every token of a document
+
+    def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
+        return {**super().mteb_meta(spec, registry), "model_type": ["sparse"], "n_parameters": 0, "open_weights": True}
+
+    def embed_corpus(self, spec: ModelSpec, task: Task, out: Path, *, model: Any, progress: bool, available: Any) -> dict[str, Any]:
+        from medbench_core.retrieval import lucene_bm25
+
+        s = spec.settings
+        index = lucene_bm25.fit(task.doc_text(), k1=s.k1, b=s.b, progress=progress, n_docs=task.corpus.height)
+        files = lucene_bm25.save(index, out)
+        return {
+            "representation": "lucene-bm25-sparse", "n_docs": index.n_docs, "n_terms": len(index.vocab), "avgdl": index.avgdl,
+            "settings": {"k1": s.k1, "b": s.b, "analyzer": "lucene-english-porter"}, **self.long_text_params(spec), "files": files,
+        }  # fmt: skip
+
+    def build_index(self, spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None, progress: bool | None, available: Any) -> dict[str, Any]:
+        return {"type": "lucene-bm25-sparse", "built_on": "cpu", "files": []}
+
+    def represent_queries(self, spec: ModelSpec, task: Task, model: Any, *, prompt: tuple[str, str] | None, expansion: Any = None) -> list[list[str]]:
+        """The analysed terms of each query: its own text, or R2MED's string of query and expansion (module docstring)."""
+        from medbench_core.retrieval.lucene_analysis import EnglishAnalyzer
+
+        texts = task.queries["text"].fill_null("").to_list()
+        if expansion is not None:
+            expansions, combine = expansion
+            texts = expanded_query_texts(texts, expansions, combine)
+        analyzer = EnglishAnalyzer()
+        return [analyzer.analyze(t) for t in texts]
+
+    def search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, queries: Any, k: int, *, pools: Any, progress: bool) -> pl.DataFrame:
+        from medbench_core.retrieval import lucene_bm25
+
+        index = lucene_bm25.load(corpus.embeddings)
+        return lucene_bm25.search_terms(index, task.queries["query_id"].to_list(), queries, task.corpus["doc_id"].to_list(), k, candidates=pools, progress=progress)
+
+
+KIND = LuceneBM25Kind()
