@@ -15,6 +15,9 @@ can reach through the browser. Two checks, as ASGI middleware around each server
   API clients keep working. MLflow's own middleware refuses foreign origins on its /api/ paths only and
   admits every localhost port, so its app gets this check too.
 
+MLflow's app also gets :class:`ClassicViewFirst` (issue 29.7): a browser that never chose opens
+medbench's experiments as runs with their metrics as columns, not as an empty GenAI overview.
+
     python -m medbench_cli.webserver dev --allowed-hosts 127.0.0.1:3000,localhost:3000 [dagster dev options]
     python -m medbench_cli.webserver serve --allowed-hosts HOSTS [dagster-webserver options]
     python -m medbench_cli.webserver mlflow --allowed-hosts 127.0.0.1:5000,localhost:5000 [mlflow ui options]
@@ -26,7 +29,7 @@ wrapped; its origins are those of MLflow's own allowed hosts). Each replaces one
 package's module looks up when it runs (``dagster._cli.dev.open_ipc_subprocess``,
 ``dagster_webserver.cli.create_app_from_workspace_process_context``, as in dagster 1.13;
 ``mlflow.server._build_uvicorn_command``, as in mlflow 3.17); tests/orchestration/test_servers.py
-and test_csrf.py fail if an upgrade moves them.
+fails if an upgrade moves them (and test_ui_mlflow.py if MLflow's UI keeps its state elsewhere).
 """
 
 from __future__ import annotations

@@ -59,8 +59,8 @@ class MLflowResource(dg.ConfigurableResource):
     def verify(self) -> None:
         """Raise :class:`runtime.store_integrity.CorruptStore` (naming the file) when SQLite finds the local store damaged.
 
-        Checked once per process and store, before the first write (a full check reads every page:
-        ~0.1 s per 10 MB); a store this process has found sound stays so for it.
+        Checked once per process and store, before the first write (the check reads every page: tens of
+        ms for 10 MB, BENCHMARKS.md); a store this process has found sound stays so for it.
         """
         if self.tracking_uri not in _VERIFIED:
             verify_store(self.tracking_uri)

@@ -47,7 +47,7 @@ def store_problem(db: Path) -> str:
         return f"SQLite cannot open it: {exc}"
     try:
         rows = con.execute("PRAGMA quick_check(1)").fetchall()
-        said = "; ".join(str(r[0]) for r in rows)
+        said = " ".join(" ".join(str(r[0]) for r in rows).split())  # its report spans lines: one line here
         if said != "ok":
             return f"SQLite's quick_check: {said[:300]}"
         if not con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'experiments'").fetchone():
