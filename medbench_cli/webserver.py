@@ -19,8 +19,8 @@ MLflow's app also gets :class:`ClassicViewFirst` (issue 29.7): a browser that ne
 medbench's experiments as runs with their metrics as columns, not as an empty GenAI overview.
 
     python -m medbench_cli.webserver dev --allowed-hosts 127.0.0.1:3000,localhost:3000 [dagster dev options]
-    python -m medbench_cli.webserver serve --allowed-hosts HOSTS [dagster-webserver options]
-    python -m medbench_cli.webserver mlflow --allowed-hosts 127.0.0.1:5000,localhost:5000 [mlflow ui options]
+    python -m medbench_cli.webserver serve --allowed-hosts HOSTS [--allowed-origins ORIGINS] [dagster-webserver options]
+    python -m medbench_cli.webserver mlflow --allowed-hosts 127.0.0.1:5000,localhost:5000 [mlflow ui/server options]
 
 ``dev`` is ``dagster dev`` (the webserver, the daemon and their shared code server) with its
 webserver started as ``serve``; ``serve`` is dagster-webserver's own command line with its app
@@ -148,41 +148,50 @@ async def _refuse(scope, send, status: int, reason: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def origins(hosts: list[str]) -> list[str]:
-    """The origins of pages served at ``hosts`` (``host:port``): plain http, as both servers serve."""
-    return [f"http://{h.strip()}" for h in hosts if h.strip() and "*" not in h]
+def origins(hosts: list[str], extra: list[str] = ()) -> list[str]:
+    """The origins of pages served at ``hosts`` (``host:port``: plain http, as both servers serve), and the
+    ``extra`` origins given as they are (``https://dagster.example.org`` behind a TLS proxy); no wildcard."""
+    return [f"http://{h.strip()}" for h in hosts if h.strip() and "*" not in h] + [o.strip() for o in extra if o.strip() and "*" not in o]
 
 
-def guarded(app, hosts: list[str]):
+def guarded(app, hosts: list[str], extra_origins: list[str] = ()):
     """``app`` answering only ``hosts`` and only its own pages' writes (Dagster's webserver)."""
-    return HostCheck(CrossSiteCheck(app, origins(hosts)), hosts)
+    return HostCheck(CrossSiteCheck(app, origins(hosts, extra_origins)), hosts)
+
+
+def _option(argv: list[str], name: str) -> tuple[str, list[str]]:
+    """The value of option ``name`` (``--name V`` or ``--name=V``) and the other arguments."""
+    rest, value = [], ""
+    it = iter(argv)
+    for a in it:
+        if a == name:
+            value = next(it, "")
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+    return value, rest
 
 
 def _split(argv: list[str]) -> tuple[str, list[str]]:
-    """The value of ``--allowed-hosts`` and the other arguments."""
-    rest, hosts = [], ""
-    it = iter(argv)
-    for a in it:
-        if a == "--allowed-hosts":
-            hosts = next(it, "")
-        elif a.startswith("--allowed-hosts="):
-            hosts = a.split("=", 1)[1]
-        else:
-            rest.append(a)
+    """The value of ``--allowed-hosts`` (required) and the other arguments."""
+    hosts, rest = _option(argv, "--allowed-hosts")
     if not hosts:
         sys.exit("medbench_cli.webserver: --allowed-hosts HOST:PORT[,HOST:PORT...] is required")
     return hosts, rest
 
 
 def serve(argv: list[str]) -> None:
-    """dagster-webserver's command line, its app wrapped in :class:`HostCheck` and :class:`CrossSiteCheck`."""
+    """dagster-webserver's command line, its app wrapped in :class:`HostCheck` and :class:`CrossSiteCheck`
+    (``--allowed-origins O[,O...]``: origins beside those of the allowed hosts, e.g. a TLS proxy's)."""
     import dagster_webserver.cli as web
 
     hosts, rest = _split(argv)
+    extra, rest = _option(rest, "--allowed-origins")
     create = web.create_app_from_workspace_process_context
 
     def create_checked(*args, **kwargs):
-        return guarded(create(*args, **kwargs), hosts.split(","))
+        return guarded(create(*args, **kwargs), hosts.split(","), extra.split(","))
 
     web.create_app_from_workspace_process_context = create_checked
     sys.argv = ["dagster-webserver", *rest]
@@ -190,18 +199,20 @@ def serve(argv: list[str]) -> None:
 
 
 def dev(argv: list[str]) -> None:
-    """``dagster dev``, its webserver started by :func:`serve` with the same allowed hosts."""
+    """``dagster dev``, its webserver started by :func:`serve` with the same allowed hosts (and origins)."""
     # Private: `dagster dev` has no public hook for how it starts its webserver (dagster 1.13), and its
     # command line is dagster._cli's; the servers test fails if these names move.
     import dagster._cli.dev as dagster_dev
     from dagster._cli import main as dagster_main
 
     hosts, rest = _split(argv)
+    extra, rest = _option(rest, "--allowed-origins")
     spawn = dagster_dev.open_ipc_subprocess
 
     def spawn_checked(parts, **kwargs):
         if list(parts[1:3]) == ["-m", "dagster_webserver"]:
-            parts = [parts[0], "-m", "medbench_cli.webserver", "serve", "--allowed-hosts", hosts, *parts[3:]]
+            more = ["--allowed-origins", extra] if extra else []
+            parts = [parts[0], "-m", "medbench_cli.webserver", "serve", "--allowed-hosts", hosts, *more, *parts[3:]]
         return spawn(parts, **kwargs)
 
     dagster_dev.open_ipc_subprocess = spawn_checked
@@ -316,9 +327,11 @@ def __getattr__(name: str):
     # which `mlflow ui --allowed-hosts` puts in the workers' environment.
     if name == "mlflow_app":
         from mlflow.server.fastapi_app import app
-        from mlflow.server.security_utils import get_allowed_hosts_from_env
+        from mlflow.server.security_utils import get_allowed_hosts_from_env, get_allowed_origins_from_env
 
-        globals()["mlflow_app"] = checked = CrossSiteCheck(ClassicViewFirst(app), origins(get_allowed_hosts_from_env() or []))
+        # Beside its allowed hosts' own origins, those given to MLflow's --cors-allowed-origins (a proxy's, say).
+        allowed = origins(get_allowed_hosts_from_env() or [], get_allowed_origins_from_env() or [])
+        globals()["mlflow_app"] = checked = CrossSiteCheck(ClassicViewFirst(app), allowed)
         return checked
     raise AttributeError(name)
 

@@ -31,7 +31,7 @@ import urllib.request
 import pytest
 
 from medbench_cli.ui import commands
-from medbench_cli.webserver import CrossSiteCheck, HostCheck
+from medbench_cli.webserver import CrossSiteCheck, HostCheck, origins
 from tests.orchestration.operating_env import ROOT, free_port, listening_addresses, server
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -345,6 +345,9 @@ def test_the_cross_site_check_decides_on_method_origin_and_graphql_operation():
     assert status(kind="websocket", sec_fetch_site="cross-site") == 1008
     assert status(kind="websocket", origin="http://localhost:3000") == "served"
     assert status(kind="lifespan") == "served"
+    # The origins: those of the allowed hosts (plain http), and any given as they are (a TLS proxy's); no wildcard.
+    assert origins(["127.0.0.1:3000", "localhost:3000", "*.example.org"], ["https://dagster.example.org", "*"]) == [
+        "http://127.0.0.1:3000", "http://localhost:3000", "https://dagster.example.org"]  # fmt: skip
 
 
 def test_the_other_address_reaches_a_server_listening_on_every_interface():
