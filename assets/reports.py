@@ -10,12 +10,12 @@ It never shows a number it cannot stand behind. A cell whose inputs changed sinc
 and that was not recomputed, keeps its value marked stale with the reason: a task whose source files
 or tasks.yaml entry changed since it was curated (and curating it again failed or was not run), or
 a model with no result at its current keys (changed entry, weights or upstreams) whose cell on the
-previous leaderboard still verifies; a new model shows '-'. A cell whose model x task partition Dagster shows as failed (its last
-evaluation failed after its metrics were written, e.g. logging them to MLflow on a full disk) or
-still unfinished is marked the same way, with that run and its error (issue 29.5). A cell of the
-saved leaderboard whose metrics artifact now fails its manifest (edited, truncated) is not dropped
-quietly: the asset fails, naming the artifact and the partition to rematerialise, and the saved
-reports stay as they were.
+previous leaderboard still verifies; a new model shows '-'. A cell whose model x task partition
+Dagster shows as failed (its last evaluation failed after its metrics were written, e.g. logging
+them to MLflow on a full disk) or unfinished is marked the same way, with that run and its error
+(issue 29.5). A cell of the saved leaderboard whose metrics artifact now fails its manifest (edited,
+truncated) is not dropped quietly: the asset fails, naming the artifact and the partition to
+rematerialise, and the saved reports stay as they were.
 """
 
 import dataclasses

@@ -228,15 +228,14 @@ def leaderboard_markdown(
         cells.append(format_cell(row["average"]) + (" (stale)" if row["average"] is not None and any(m == row["model"] for m, _ in stale_cells) else ""))
         lines.append("| " + " | ".join(cells) + " |")
     notes = [""]
-    if stale_cells and any(UNCONFIRMED in why for why in stale_cells.values()):
-        notes.append(
-            "(stale): not a current value: its inputs changed since it was computed and it could not be recomputed (the value from before), "
-            "or the last evaluation of its partition failed or has not finished (the value its stored metrics hold, not confirmed):"
-        )
-        notes += [f"- {m} x {t}: {why}" for (m, t), why in sorted(stale_cells.items())]
-        notes.append("")
-    elif stale_cells:
-        notes.append("(stale): the inputs of this value changed since it was computed, and it could not be recomputed; it is the value from before:")
+    if stale_cells:
+        if any(UNCONFIRMED in why for why in stale_cells.values()):  # a partition that failed (assets/reports.py)
+            notes.append(
+                "(stale): not a current value: its inputs changed since it was computed and it could not be recomputed (the value from before), "
+                "or the last evaluation of its partition failed or has not finished (the value its stored metrics hold, not confirmed):"
+            )
+        else:
+            notes.append("(stale): the inputs of this value changed since it was computed, and it could not be recomputed; it is the value from before:")
         notes += [f"- {m} x {t}: {why}" for (m, t), why in sorted(stale_cells.items())]
         notes.append("")
     if st:
