@@ -31,6 +31,7 @@ def finish(run: StageRun) -> dict:
         params |= derived_params(p.spec, p.upstream_run_keys(), json.loads((run.dir("run") / "info.json").read_text()))
     # Runs left RUNNING by killed attempts (of any partition) are marked KILLED, not left hanging.
     mlflow.reconcile_stale_runs(benchmark, is_alive=dagster_run_alive(run.context.instance))
+    main = p.task.meta.main_metric
     run_id, reused = mlflow.log_run(
         benchmark,
         p.keys["metrics"],
@@ -40,12 +41,18 @@ def finish(run: StageRun) -> dict:
         evaluation_tags(p.model, p.task, benchmark, run.context.run_id),
         [run.dir("run") / "run.trec", run.dir("metrics") / "per_query.parquet", run.dir("metrics") / "metrics.json"],
         replace=run.config.force,
+        columns=view_columns(main, result),
     )
-    main = p.task.meta.main_metric
     shown = {k: dg.MetadataValue.float(v) for k, v in result["mean"].items()}
     if main in result.get("ci", {}):
         shown[f"{main}_ci95"] = "[{:.4f}, {:.4f}]".format(*result["ci"][main])
     return {"mlflow_run_id": run_id, "mlflow_run_reused": reused, **shown}
+
+
+def view_columns(main: str, result: dict) -> list[str]:
+    """The metrics the MLflow runs view shows for a partition's run: the task's main metric and its CI, then the other means."""
+    ci = [f"ci_low.{main}", f"ci_high.{main}"] if main in result.get("ci", {}) else []
+    return [main, *ci, *(m for m in result["mean"] if m != main)] if main in result["mean"] else list(result["mean"])
 
 
 STAGE = Stage(

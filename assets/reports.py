@@ -10,9 +10,12 @@ It never shows a number it cannot stand behind. A cell whose inputs changed sinc
 and that was not recomputed, keeps its value marked stale with the reason: a task whose source files
 or tasks.yaml entry changed since it was curated (and curating it again failed or was not run), or
 a model with no result at its current keys (changed entry, weights or upstreams) whose cell on the
-previous leaderboard still verifies; a new model shows '-'. A cell of the saved leaderboard whose
-metrics artifact now fails its manifest (edited, truncated) is not dropped quietly: the asset fails,
-naming the artifact and the partition to rematerialise, and the saved reports stay as they were.
+previous leaderboard still verifies; a new model shows '-'. A cell whose model x task partition
+Dagster shows as failed (its last evaluation failed after its metrics were written, e.g. logging
+them to MLflow on a full disk) or unfinished is marked the same way, with that run and its error
+(issue 29.5). A cell of the saved leaderboard whose metrics artifact now fails its manifest (edited,
+truncated) is not dropped quietly: the asset fails, naming the artifact and the partition to
+rematerialise, and the saved reports stay as they were.
 """
 
 import dataclasses
@@ -33,7 +36,7 @@ from medbench_core.provenance import artifact_key, stage_version
 from medbench_core.evaluation.exports import mteb_models, mteb_task_names
 from medbench_core.evaluation.published import load_sources
 from medbench_core.evaluation.multilingual import multilingual_mlflow_metrics, query_groups
-from medbench_core.evaluation.reports import STALE_KEY, Cell, Significance, load_cell, write_leaderboard
+from medbench_core.evaluation.reports import STALE_KEY, UNCONFIRMED, Cell, Significance, load_cell, write_leaderboard
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
 from medbench_core.evaluation.judging.layers import attach_filled
@@ -42,6 +45,7 @@ from medbench_core.evaluation.trust import JUDGED_THRESHOLD, TrustSettings
 from medbench_core.taskdata.contracts import read_gate
 from medbench_core.storage import is_complete, read_manifest, verify_manifest
 from medbench_core.taskdata.catalog import changed_inputs
+from runtime.partitions import Partitions, partition_key
 from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryResource
 
 CODE_VERSION = stage_version("reports")
@@ -198,6 +202,45 @@ def lost_to_corrupt_artifacts(store: ArtifactStoreResource, previous: dict, cell
     return lost
 
 
+def unconfirmed_cells(instance: dg.DagsterInstance, tasks: list[str], cells: list[Cell]) -> dict[tuple[str, str], str]:
+    """(model, task) -> why, for each cell with a value whose task_metrics partition Dagster shows as FAILED or
+    IN_PROGRESS (its status in the UI: the last run that planned it failed, or has not ended, after its
+    last materialisation): that value is not a result the pipeline stood behind, whatever its artifact holds."""
+    filled = {str(partition_key(c.model, c.task)): (c.model, c.task) for c in cells if c.value() is not None}
+    if not filled:
+        return {}
+    asset = dg.AssetKey(ASSET_OF_STAGE["metrics"])
+    status = instance.get_status_by_partition(asset, list(filled), Partitions(tasks).model_task) or {}
+    out = {}
+    for key, (model, task) in filled.items():
+        if status.get(key) not in (dg.AssetPartitionStatus.FAILED, dg.AssetPartitionStatus.IN_PROGRESS):
+            continue
+        planned = instance.get_latest_planned_materialization_info(asset, key)
+        run = instance.get_run_by_id(planned.run_id) if planned else None
+        what = f"Dagster run {run.run_id[:8]}" if run else "its Dagster run"
+        if status[key] == dg.AssetPartitionStatus.FAILED:
+            error = run_error(instance, run.run_id) if run else ""
+            said = f"failed ({what}{': ' + error if error else ''})"
+        else:
+            said = f"has not finished ({what}, {run.status.value.lower() if run else 'unknown'}: still running, or its process died)"
+        out[(model, task)] = f"{UNCONFIRMED} {model} x {task} {said}: the value its stored metrics hold is not confirmed (`medbench run --models {model} --tasks {task}`)"
+    return out
+
+
+def run_error(instance: dg.DagsterInstance, run_id: str) -> str:
+    """The first line of the error that failed ``run_id``'s first failed step, as ``step: Error: message`` ("" when none)."""
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
+        data = entry.dagster_event.step_failure_data if entry.dagster_event else None
+        err = data.error if data else None
+        # Dagster's wrappers (step execution, retries): the cause is what failed.
+        while err is not None and err.cause is not None and ((err.cls_name or "").startswith("Dagster") or err.cls_name == "RetryRequestedFromPolicy"):
+            err = err.cause
+        if err is not None:
+            text = (err.message or "").strip().splitlines()
+            return f"{entry.step_key}: {text[0][:300]}" if text else str(entry.step_key)
+    return ""
+
+
 @dg.asset(
     deps=[ASSET_OF_STAGE["metrics"], "relevance_judgements"],
     code_version=CODE_VERSION,
@@ -242,6 +285,10 @@ def leaderboard(
     # Each task's qrels holes as its contract counted them (GATE.json), refused or marked: shown under the table.
     data_holes = {t.name: (read_gate(store.layout.gate_file(t.name)) or {}).get("holes") for t in catalog.tasks}
     data_holes = {t: h for t, h in data_holes.items() if h}
+    unconfirmed = unconfirmed_cells(context.instance, catalog.names, cells)
+    if unconfirmed:
+        context.log.warning("cells whose partition failed or has not finished, marked: " + "; ".join(f"{m}/{t}" for m, t in sorted(unconfirmed)))
+    cells = [dataclasses.replace(c, stale="; ".join(w for w in (c.stale, unconfirmed.get((c.model, c.task), "")) if w)) for c in cells]
     lost = lost_to_corrupt_artifacts(store, previous, cells)
     if lost:
         raise DataError(

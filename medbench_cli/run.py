@@ -224,6 +224,20 @@ def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: floa
     return given, True
 
 
+def refuse_a_corrupt_store() -> None:
+    """Refuse to run against a local MLflow store that SQLite finds damaged (issue 29.4): nothing is run or
+    written into it; the last line names the file and what SQLite said (:mod:`runtime.store_integrity`)."""
+    from runtime.store_integrity import CorruptStore, verify_store
+
+    try:
+        verify_store(settings.default_tracking_uri())
+    except CorruptStore as exc:
+        raise failures.Refusal(
+            str(exc), kept="nothing was run or written (data/, the saved leaderboard and the store as they were)",
+            todo=f"restore {exc.path} from a backup, or move it aside and rerun (a new store is created and every partition logged into it)",
+        ) from exc  # fmt: skip
+
+
 def record_complete_run(defs, board_result, given, models: list[str], tasks: list[str], experiment: str) -> None:
     """Write the ledger of this run (:mod:`runtime.ledger`) when it was complete (``given``: its inputs).
 
@@ -401,6 +415,8 @@ def main(args: argparse.Namespace) -> int:
     # Decided once: bars in an interactive terminal, none in CI or when stderr goes to a log.
     progress = want_progress(sys.stderr.isatty(), os.environ)
     models, tasks, specs, catalog = _plan(args)
+    if not args.prepare_only:
+        refuse_a_corrupt_store()  # before the warm path answers from it, and before --force writes into it
     given, done = (None, False) if args.prepare_only else answered(specs, catalog, models, tasks, t0, args.force or args.recheck, args.published)
     if done:
         return 0

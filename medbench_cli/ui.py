@@ -1,8 +1,9 @@
 """``medbench ui``: the Dagster UI (with its daemon: schedules, the registry sensor) and the MLflow UI, on 127.0.0.1.
 
-Neither server has authentication, so both listen on loopback only (RELIABILITY.md) and answer
+Neither server has authentication, so both listen on loopback only (RELIABILITY.md), answer
 only the Host headers of that address (127.0.0.1 or localhost, and the port), against DNS
-rebinding (medbench_cli/webserver.py for Dagster's). Ctrl-C (or SIGTERM) stops both; when one of them exits, the other is stopped too. With a remote MLflow
+rebinding, and act only on their own pages' writes, against cross-site request forgery
+(medbench_cli/webserver.py). Ctrl-C (or SIGTERM) stops both; when one of them exits, the other is stopped too. With a remote MLflow
 tracking server (MLFLOW_TRACKING_URI=http...), its URL is printed and no MLflow UI is started.
 """
 
@@ -34,12 +35,12 @@ def allowed_hosts(port: int) -> str:
 
 
 def commands(port: int, mlflow_port: int, tracking_uri: str) -> dict[str, list[str]]:
-    """The server commands, by name: ``dagster dev`` (webserver and daemon; medbench_cli.webserver checks the
-    webserver's Host headers) and, for a local store, ``mlflow ui``; each answers only :func:`allowed_hosts`."""
+    """The server commands, by name: ``dagster dev`` (webserver and daemon) and, for a local store, ``mlflow ui``,
+    both through medbench_cli.webserver; each answers only :func:`allowed_hosts` and their pages' writes."""
     dagster = [sys.executable, "-m", "medbench_cli.webserver", "dev", "--allowed-hosts", allowed_hosts(port)]
     cmds = {"dagster": [*dagster, "-h", HOST, "-p", str(port), "-m", "orchestration.definitions"]}
     if not tracking_uri.startswith(("http://", "https://")):
-        cmds["mlflow"] = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri, "--host", HOST, "--port", str(mlflow_port),
+        cmds["mlflow"] = [sys.executable, "-m", "medbench_cli.webserver", "mlflow", "--backend-store-uri", tracking_uri, "--host", HOST, "--port", str(mlflow_port),
                           "--allowed-hosts", allowed_hosts(mlflow_port)]  # fmt: skip
     return cmds
 

@@ -15,7 +15,9 @@ when all of the following hold:
   that run wrote;
 - MLflow (its public client) holds a FINISHED run for every partition's metrics key and the
   leaderboard's run; or the store is the very file in which the run's end found them so (its
-  fingerprint, :func:`runtime.ledger.store_fingerprint`), and MLflow is not imported at all.
+  fingerprint, :func:`runtime.ledger.store_fingerprint`), and MLflow is not imported at all. Before
+  any of this, ``medbench run`` has had SQLite check the store (:mod:`runtime.store_integrity`): a
+  damaged store is refused, naming it, rather than answered from (issue 29.4).
 
 Anything else (a tracking server, MEDBENCH_ONLINE, ``--force``, a hub dataset) is not decided
 here: the full run decides, as before.

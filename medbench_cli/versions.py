@@ -109,6 +109,9 @@ def _release(args: argparse.Namespace, root: Path) -> int:
             if Path(value).resolve() != own:
                 raise VersioningError(f"{var} points at {value}, but a version holds {own} (its commit pins it); unset {var} and rerun the main job")
     benchmark = load_catalog(root / "tasks.yaml").benchmark
+    from runtime.store_integrity import verify_store
+
+    verify_store(_tracking_uri(args))  # a release tags every MLflow run: never into a damaged store (issue 29.4)
     pruned = settings.STATE / "pruned" / dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") if args.prune else None
     release(
         root, args.tag, tracking_uri=_tracking_uri(args), benchmark=benchmark, remote=_remote_url(args), allow_dirty=args.allow_dirty,

@@ -3,7 +3,10 @@
 A new local SQLite store starts as a copy of an empty schema built once per MLflow version
 (:func:`mlflow_schema`), is created once before any parallel work (:meth:`MLflowResource.ensure_store`)
 and is written under per-run-key file locks; runs left RUNNING by killed processes are marked
-KILLED (RELIABILITY.md tests 11-13).
+KILLED (RELIABILITY.md tests 11-13). Nothing is written into a store that SQLite finds damaged
+(:mod:`runtime.store_integrity`, issue 29.4). Experiments are created as MLflow 3's classic
+machine-learning experiments, with a saved view of their runs whose columns are the metrics
+(:mod:`runtime.mlflow_ui`, issue 29.7).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import shutil
 import time
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +24,9 @@ import dagster as dg
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG, RUN_KEY_TAG
 from medbench_core.storage import atomic_path, write_text_atomic
 from runtime import settings
+from runtime.mlflow_ui import CLASSIC_ML, EXPERIMENT_KIND_TAG, VIEW_TAG, runs_view
+from runtime.store_integrity import sqlite_path, verify_store
+
 
 
 class MLflowResource(dg.ConfigurableResource):
@@ -47,7 +54,17 @@ class MLflowResource(dg.ConfigurableResource):
         return _CLIENTS[self.tracking_uri]
 
     def _sqlite_path(self) -> Path | None:
-        return Path(self.tracking_uri[len("sqlite:///") :]) if self.tracking_uri.startswith("sqlite:///") else None
+        return sqlite_path(self.tracking_uri)
+
+    def verify(self) -> None:
+        """Raise :class:`runtime.store_integrity.CorruptStore` (naming the file) when SQLite finds the local store damaged.
+
+        Checked once per process and store, before the first write (the check reads every page: tens of
+        ms for 10 MB, BENCHMARKS.md); a store this process has found sound stays so for it.
+        """
+        if self.tracking_uri not in _VERIFIED:
+            verify_store(self.tracking_uri)
+            _VERIFIED.add(self.tracking_uri)
 
     @contextmanager
     def _store_lock(self, run_key: str | None = None):
@@ -74,8 +91,13 @@ class MLflowResource(dg.ConfigurableResource):
         schema version and adds its default experiment, as for a store it created itself.
         """
         db = self._sqlite_path()
-        if db is None or _migrated(db):
+        if db is None:
             return
+        if _migrated(db):
+            self.verify()
+            return
+        if db.exists():  # a store left half-created by a killed creation: completed below, unless it is damaged
+            self.verify()
         with self._store_lock():
             if _migrated(db):
                 return
@@ -85,17 +107,30 @@ class MLflowResource(dg.ConfigurableResource):
             self.client().search_experiments(max_results=1)
             write_text_atomic(_ready_marker(db), _mlflow_version() + "\n")
 
-    def experiment_id(self, name: str) -> str:
+    def experiment_id(self, name: str, columns: Sequence[str] = ()) -> str:
+        """The id of experiment ``name``, created if need be as a classic machine-learning experiment
+        (:mod:`runtime.mlflow_ui`), with ``columns`` (metric keys, the main one first) as the columns
+        of its saved runs view; an experiment missing either tag (or with other columns) gets it."""
         client = self.client()
         exp = client.get_experiment_by_name(name)
+        wanted = {EXPERIMENT_KIND_TAG: CLASSIC_ML}
         if exp is not None:
+            if columns:
+                wanted[VIEW_TAG] = runs_view(columns, exp.tags.get(VIEW_TAG))
+            for key, value in wanted.items():
+                if exp.tags.get(key) != value:
+                    self.verify()
+                    client.set_experiment_tag(exp.experiment_id, key, value)
             return exp.experiment_id
-        kwargs: dict[str, Any] = {}
+        if columns:
+            wanted[VIEW_TAG] = runs_view(columns)
+        kwargs: dict[str, Any] = {"tags": wanted}
         # A tracking server keeps artifacts where it was told to; a local folder of this machine
         # would be wrong for every other client.
         if self.artifact_root and not self.tracking_uri.startswith(("http://", "https://")):
             Path(self.artifact_root).mkdir(parents=True, exist_ok=True)
             kwargs["artifact_location"] = Path(self.artifact_root, name).resolve().as_uri()
+        self.verify()
         try:
             return client.create_experiment(name, **kwargs)
         except Exception:  # created by a concurrent writer in the meantime
@@ -124,21 +159,30 @@ class MLflowResource(dg.ConfigurableResource):
         tags: dict[str, str],
         artifacts: list[Path],
         replace: bool = False,
+        columns: Sequence[str] = (),
     ) -> tuple[str, bool]:
-        """Log one result; returns ``(run_id, reused)``. See the class docstring for the policy."""
+        """Log one result; returns ``(run_id, reused)``. See the class docstring for the policy.
+
+        ``replace``: a FINISHED run with the same key is deleted once the new one has FINISHED, not
+        before: a new run that fails leaves the old one as it was. ``columns``: the experiment's
+        saved view shows these metrics (:meth:`experiment_id`).
+        """
         from mlflow.entities import Metric, Param, RunTag
 
         client = self.client()
+        self.verify()
         with self._store_lock(run_key):
             existing = self.find_runs(experiment, run_key)
             for r in existing:
                 if r.info.status == "FINISHED" and not replace:
                     return r.info.run_id, True
             for r in existing:
+                if r.info.status == "FINISHED":
+                    continue  # replaced below, once the new run has finished
                 if r.info.status == "RUNNING":  # a killed attempt's: ended first, so no deleted run stays RUNNING either
                     client.set_terminated(r.info.run_id, status="KILLED")
                 client.delete_run(r.info.run_id)
-            run = client.create_run(self.experiment_id(experiment), run_name=run_name, tags={**tags, RUN_KEY_TAG: run_key})
+            run = client.create_run(self.experiment_id(experiment, columns), run_name=run_name, tags={**tags, RUN_KEY_TAG: run_key})
             run_id = run.info.run_id
             try:
                 now = int(time.time() * 1000)
@@ -154,6 +198,9 @@ class MLflowResource(dg.ConfigurableResource):
                 client.set_terminated(run_id, status="FAILED")
                 raise
             client.set_terminated(run_id, status="FINISHED")
+            for r in existing:
+                if r.info.status == "FINISHED":  # replace: the old result goes once the new one is there
+                    client.delete_run(r.info.run_id)
             # Without a lock (tracking server) a concurrent attempt may have finished too: the
             # earliest finisher wins, and later ones delete themselves and reuse it.
             finished = [r for r in self.find_runs(experiment, run_key) if r.info.status == "FINISHED"]
@@ -174,6 +221,7 @@ class MLflowResource(dg.ConfigurableResource):
         new_metrics = {k: v for k, v in metrics.items() if run.data.metrics.get(k) != v}
         new_tags = {k: v for k, v in tags.items() if run.data.tags.get(k) != v}
         if new_metrics or new_tags:
+            self.verify()
             now = int(time.time() * 1000)
             self.client().log_batch(
                 run.info.run_id,
@@ -201,6 +249,7 @@ class MLflowResource(dg.ConfigurableResource):
         exp = client.get_experiment_by_name(experiment)
         if exp is None:
             return []
+        self.verify()
         now_ms = time.time() * 1000
         stale = []
         for r in client.search_runs([exp.experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000):
@@ -213,6 +262,8 @@ class MLflowResource(dg.ConfigurableResource):
 
 
 _CLIENTS: dict[str, Any] = {}
+_VERIFIED: set[str] = set()  # tracking URIs this process found sound (MLflowResource.verify)
+
 
 
 def _ready_marker(db: Path) -> Path:

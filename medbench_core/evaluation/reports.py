@@ -31,6 +31,8 @@ LANGUAGE_SCRIPTS = {
     "el": "ell-Grek", "vi": "vie-Latn", "uk": "ukr-Cyrl",
 }
 STALE_KEY = "stale"  # leaderboard.json: {"model/task": why its value is not current}
+# How the reason of a value whose partition's last evaluation failed (or has not ended) begins.
+UNCONFIRMED = "the last evaluation of"
 
 
 @dataclass(frozen=True)
@@ -238,7 +240,13 @@ def leaderboard_markdown(
         lines.append("| " + " | ".join(cells) + " |")
     notes = [""]
     if stale_cells:
-        notes.append("(stale): the inputs of this value changed since it was computed, and it could not be recomputed; it is the value from before:")
+        if any(UNCONFIRMED in why for why in stale_cells.values()):  # a partition that failed (assets/reports.py)
+            notes.append(
+                "(stale): not a current value: its inputs changed since it was computed and it could not be recomputed (the value from before), "
+                "or the last evaluation of its partition failed or has not finished (the value its stored metrics hold, not confirmed):"
+            )
+        else:
+            notes.append("(stale): the inputs of this value changed since it was computed, and it could not be recomputed; it is the value from before:")
         notes += [f"- {m} x {t}: {why}" for (m, t), why in sorted(stale_cells.items())]
         notes.append("")
     if st:
