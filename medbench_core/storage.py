@@ -250,3 +250,11 @@ def _fsync_tree(folder: Path) -> None:
             with open(p, "rb") as f:
                 os.fsync(f.fileno())
     _fsync_dir(folder)
+
+
+def exchange_paths(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Swap two paths (files or folders) in one atomic step, Linux ``renameat2(RENAME_EXCHANGE)``.
+
+    Returns False where the OS or filesystem cannot; the caller then swaps another way.
+    """
+    return _exchange(Path(a), Path(b))

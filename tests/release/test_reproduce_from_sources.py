@@ -149,11 +149,14 @@ def test_one_changed_model_setting_makes_that_models_artifacts_differ_and_nothin
     registry = json.loads(models.read_text())
     next(m for m in registry["models"] if m["name"] == "bm25-k12")["settings"]["k1"] = 1.3
     models.write_text(json.dumps(registry, indent=1))
+    ok(world.medbench(clone, "data", "pull"))  # a workspace holding the version: a rebuild must leave it as it is
+    before = {str(p.relative_to(clone / "data")): p.read_bytes() for p in sorted((clone / "data").rglob("*")) if p.is_file()}
     remote = world.base / "no-such-remote"
 
     proc = world.medbench(clone, "reproduce", "v1", "--code", "current", remote=remote)
 
     assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert {str(p.relative_to(clone / "data")): p.read_bytes() for p in sorted((clone / "data").rglob("*")) if p.is_file()} == before
     assert "with this checkout's code, models.yaml and tasks.yaml (--code current)" in proc.stdout
     report = _report(proc)
     differing = {label for label, v in _verdicts(report).items() if v != "identical"}
