@@ -152,7 +152,8 @@ def _rebuilt(res) -> int:
     counts = res.report["counts"]
     n = len(res.rows)
     if res.reproduced:
-        tol = f", {counts['within_tolerance']} within tolerance" if counts["within_tolerance"] else ""
+        largest = ", ".join(f"{k} {v:.2g}" for k, v in res.report.get("largest_within_tolerance", {}).items() if v is not None)
+        tol = f", {counts['within_tolerance']} within tolerance" + (f" (largest differences: {largest})" if largest else "") if counts["within_tolerance"] else ""
         print(f"version {res.tag} (data {res.data_version}) reproduced from sources: {n} partitions, {counts['identical']} artifacts identical{tol}")
         print(f"report: {res.report_path}")
         return 0
