@@ -58,7 +58,8 @@ class PullResult:
 
     def summary(self) -> str:
         if not self.changed:
-            return f"data/ already holds data {self.version} ({self.files} files, each re-hashed); nothing changed"
+            out = f"data/ already holds data {self.version} ({self.files} files, each re-hashed); nothing changed"
+            return out + (f"; {len(self.repaired)} object(s) missing from the cache put back from data/" if self.repaired else "")
         out = f"data/ now holds data {self.version}: {self.files} files ({self.from_data} kept from data/, {self.from_cache} from the DVC cache), swapped in at once"
         if self.kept_files:
             out += f"; {len(self.kept_files)} file(s) of the old data/ that no version in the cache holds moved to {self.kept} (e.g. {self.kept_files[0]})"
@@ -257,8 +258,6 @@ def pull_data(root: Path, *, log: Log = print) -> PullResult:
                 kept=_as_it_was(real),
             )
         here = tree_md5(real)
-        if here == listing:
-            return PullResult(version, len(listing), from_data=len(listing), changed=False)
         by_md5: dict[str, str] = {}
         for rel, md5 in here.items():
             by_md5.setdefault(md5, rel)
@@ -267,6 +266,9 @@ def pull_data(root: Path, *, log: Log = print) -> PullResult:
             if not cache_object(cache, md5).is_file():  # the cache lost it: data/ holds the one copy left
                 _store_in_cache(cache, md5, real / by_md5[md5])
                 result.repaired.append(md5)
+        if here == listing:
+            result.from_data, result.changed = len(listing), False
+            return result
 
         token = _stamp()
         stage = area / f"stage-{token}"
