@@ -208,6 +208,7 @@ def compare_version(
     """Judge every artifact of ``record`` against the rebuild, in the version file's (stage) order."""
     models, catalogue = registry_entries(rebuilt.models_text), catalogue_entries(rebuilt.tasks_text)
     metrics_of = {(r["model"], r["task"], r["keys"]["metrics"]): r["metrics"] for r in record["runs"]}
+    kinds = {(r["model"], r["task"]): r.get("model_kind") for r in record["runs"]}
     located: dict[tuple[str | None, str, str], tuple[Path | None, list[str]]] = {}
     for a in record["artifacts"]:
         located[(a["model"], a["task"], a["stage"])] = _rebuilt_folder(rebuilt.data_dir, a)
@@ -253,7 +254,7 @@ def compare_version(
             if rule in ("array", "faiss") and res.files[name]["verdict"] == "within_tolerance":
                 part.vectors_moved = True
         if a["stage"] == "run":
-            _judge_run(res, a, folder, part, located, results_by, published_file, tolerance)
+            _judge_run(res, a, folder, part, located, results_by, published_file, tolerance, kinds.get((a["model"], a["task"])))
         elif a["stage"] == "metrics":
             _judge_metrics(res, a, folder, part, metrics_of.get((a["model"], a["task"], a["key"])), rebuilt.data_dir, published_file)
         for f in res.files.values():
@@ -307,7 +308,16 @@ def _trec_tag(path: Path) -> str:
     return first[5] if len(first) >= 6 else ""
 
 
-def _judge_run(res: ArtifactResult, a: dict, folder: Path, part: _Partition, located: dict, results_by: dict, published_file, eps: float) -> None:
+def _loads_weights(kind: str | None) -> bool:
+    from medbench_core.retrieval.kinds import get_kind
+
+    try:
+        return bool(kind) and get_kind(kind).loads_weights
+    except KeyError:
+        return False
+
+
+def _judge_run(res: ArtifactResult, a: dict, folder: Path, part: _Partition, located: dict, results_by: dict, published_file, eps: float, kind: str | None = None) -> None:
     """run.parquet (and run.trec, its TREC rendering) by the run rule of :mod:`medbench_release.tolerance`."""
     import polars as pl
 
@@ -333,7 +343,14 @@ def _judge_run(res: ArtifactResult, a: dict, folder: Path, part: _Partition, loc
         part.run_state, part.run_pending = "by_metrics", True
     else:
         queries, docs = _partition_vectors(located, a["model"], a["task"], folder)
+        for u in info.get("upstream") or {}:  # a run searching another model's corpus (an expanded retriever)
+            if not docs and located.get((u, a["task"], "embeddings"), (None,))[0] is not None:
+                _, docs = _partition_vectors(located, u, a["task"], folder)
+                part.vectors_moved |= any(results_by.get((u, a["task"], s), res).verdict == "within_tolerance" for s in ("embeddings", "index"))
         tol = score_tolerance(queries, docs, eps if part.vectors_moved else 0.0)
+        if tol is None and _loads_weights(kind):
+            # Scores a model computes directly (a cross-encoder): float outputs of a model, accepted as its vectors are, within eps each.
+            tol = ScoreTolerance(2 * eps, eps, 1, (0.0, 0.0), (0.0, 0.0))
         if tol is None:
             pq.update(verdict="differs", detail=f"exact work (no vectors behind this run, its inputs identical): sha256 differs from the version's {a['files']['run.parquet']['sha256'][:12]}")
             pq["rule"] = "run: exact (no vectors behind it)"

@@ -20,6 +20,8 @@ judged by what ``ε`` allows, and by nothing looser:
   scorer (:func:`metric_bounds`): a bound stated with the verdict.
 - **Exact work stays exact**: a run with no vectors behind it (BM25, whose float sums run in one
   fixed order) must be identical when its inputs are; so must curated tasks, qrels and document ids.
+  A run whose scores a model computes directly (a cross-encoder) is a model's float output like an
+  embedding: each score within ``ε``, so ``τ = 2ε``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class ScoreTolerance:
     l2: tuple[float, float]
 
     def describe(self) -> str:
+        if self.l1 == (0.0, 0.0):  # no vectors: a model's own float outputs
+            return f"τ {self.tau:.2g} (scores a model computes directly, each within {self.eps:g})"
         src = f"vectors within {self.eps:g}" if self.eps else "identical vectors"
         return f"τ {self.tau:.2g} ({src}, dim {self.dim}, float32 sums)"
 
