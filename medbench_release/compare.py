@@ -461,10 +461,11 @@ def _settle_run(run_res: ArtifactResult, metrics_res: ArtifactResult) -> None:
 def _deciding_rule(files: dict[str, dict[str, Any]]) -> str:
     """The rule of the file that decided the artifact's verdict (the worst one), else of the first file."""
     for verdict in ("differs", "within_tolerance", "identical"):
-        for f in files.values():
-            if f["verdict"] == verdict and f.get("rule"):
-                rule = f["rule"]
-                return rule if ":" in rule else f"{rule}: {RULES.get(rule, '')}"
+        found = [f for f in files.values() if f["verdict"] == verdict and f.get("rule")]
+        found.sort(key=lambda f: f["rule"].startswith("json"))  # an artifact's own content before its info.json
+        if found:
+            rule = found[0]["rule"]
+            return rule if ":" in rule else f"{rule}: {RULES.get(rule, '')}"
     return ""
 
 
