@@ -261,9 +261,11 @@ def compare_version(
             if f["verdict"] == "pending":  # a file of a stage that no judge above covers
                 f.update(verdict="differs", detail="other bytes, and no rule to judge them by here")
         verdicts = {f["verdict"] for f in res.files.values()}
-        diffs = [f.get("max_abs_diff") for f in res.files.values() if f.get("max_abs_diff") is not None]
+        # What the artifact's own rule measures: a run's score differences, a metrics artifact's metric differences, else values.
+        own = [n for n in res.files if effective_rule(n, "") in {"run": ("run",), "metrics": ("metrics", "per_query")}.get(a["stage"], ())]
+        diffs = [f.get("max_abs_diff") for n, f in res.files.items() if f.get("max_abs_diff") is not None and (not own or n in own)]
         res.max_abs_diff = max(diffs) if diffs else None
-        res.rule = _deciding_rule(res.files)
+        res.rule = _deciding_rule(res.files, a["stage"])
         if res.rebuilt_key != a["key"]:
             same = verdicts <= set(OK)
             res.verdict = "differs"
@@ -458,11 +460,13 @@ def _settle_run(run_res: ArtifactResult, metrics_res: ArtifactResult) -> None:
             f.update(verdict="differs", detail=f"{f.get('detail', '')}; its metrics differ ({metrics_res.path})")
 
 
-def _deciding_rule(files: dict[str, dict[str, Any]]) -> str:
+def _deciding_rule(files: dict[str, dict[str, Any]], stage: str = "") -> str:
     """The rule of the file that decided the artifact's verdict (the worst one), else of the first file."""
+    own = {"run": "run", "metrics": "metrics"}.get(stage, "")
     for verdict in ("differs", "within_tolerance", "identical"):
         found = [f for f in files.values() if f["verdict"] == verdict and f.get("rule")]
-        found.sort(key=lambda f: f["rule"].startswith("json"))  # an artifact's own content before its info.json
+        # A run's (a metrics artifact's) own rule first, then the artifact's content, its info.json last.
+        found.sort(key=lambda f: (not (own and f["rule"].startswith(own)), f["rule"].startswith("json")))
         if found:
             rule = found[0]["rule"]
             return rule if ":" in rule else f"{rule}: {RULES.get(rule, '')}"
