@@ -27,14 +27,9 @@ from pathlib import Path
 import pytest
 
 from medbench_release.gc import rehash_objects
-from tests.release.version_world import VersionWorld, build_world, ok
+from tests.release.version_world import VersionWorld, ok
 
 pytestmark = [pytest.mark.dvc, pytest.mark.slow, pytest.mark.timeout(900)]
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> VersionWorld:
-    return build_world(tmp_path_factory.mktemp("pull_world"))
 
 
 def _tree(folder: Path) -> dict[str, str]:

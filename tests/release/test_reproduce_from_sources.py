@@ -19,16 +19,11 @@ from pathlib import Path
 import pytest
 
 from medbench_release.record import check_version, dvc_md5
-from tests.release.version_world import PROJECT, TASKS, VersionWorld, build_world, git, ok
+from tests.release.version_world import PROJECT, TASKS, VersionWorld, git, ok
 
 pytestmark = [pytest.mark.dvc, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 BUNDLED = "bundled-v1"  # the README's version; its file is checked when committed, else the world's v1 is
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> VersionWorld:
-    return build_world(tmp_path_factory.mktemp("version_world"))
 
 
 def _report(proc) -> dict:

@@ -29,17 +29,12 @@ import pytest
 from medbench_core.storage import read_manifest, write_manifest
 from medbench_release.compare import Rebuilt, compare_version, first_difference, partitions
 from medbench_release.record import ARRAY_TOLERANCE
-from tests.release.version_world import TASKS, VersionWorld, build_world, git, ok
+from tests.release.version_world import TASKS, VersionWorld, git, ok
 
 pytestmark = [pytest.mark.dvc, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 CLIP = "tiny-clip-random"
 THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> VersionWorld:
-    return build_world(tmp_path_factory.mktemp("tolerance_world"))
 
 
 @pytest.fixture(scope="module")
