@@ -370,3 +370,10 @@ def _remove_unless_held(path: Path) -> bool:
         return not os.path.lexists(path)
     finally:
         os.close(fd)
+
+def exchange_paths(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Swap two paths (files or folders) in one atomic step, Linux ``renameat2(RENAME_EXCHANGE)``.
+
+    Returns False where the OS or filesystem cannot; the caller then swaps another way.
+    """
+    return _exchange(Path(a), Path(b))

@@ -37,10 +37,14 @@ class VersioningError(MedbenchError):
 
 
 class PullError(VersioningError):
-    """``dvc pull`` failed: nothing was checked out from the objects at fault, nothing was scored."""
+    """A version's data could not be fetched whole: data/ was left as it was, nothing was scored.
 
-    def __init__(self, message: str):
+    ``kept`` says what was kept (e.g. "data/ as it was (89 files, none changed)"); the command's last line repeats it.
+    """
+
+    def __init__(self, message: str, kept: str | None = None):
         super().__init__(message, exit_code=3)
+        self.kept = kept
 
 
 # --- subprocesses -------------------------------------------------------------------------

@@ -253,7 +253,8 @@ def test_an_object_corrupted_on_the_remote_fails_the_pull_and_nothing_is_scored(
     proc = bench.medbench(clone, "reproduce", "v1", remote=remote)
 
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "`dvc pull -r medbench data.dvc` failed" in proc.stderr and "Nothing was scored" in proc.stderr
+    assert f"data/{rel} (object {_dir_listing(remote, bench.version)[rel]})" in proc.stderr and "Nothing was scored" in proc.stderr
+    assert "data/ absent as before; nothing was scored" in proc.stderr.strip().splitlines()[-1]
     assert "metrics identical" not in proc.stdout and "x liveqa_medquad" not in proc.stdout
     assert not (clone / "data" / rel).exists()
     n, problems = rehash_objects(clone / ".dvc" / "cache")
