@@ -11,6 +11,8 @@ Definitions, for a query with judged relevance ``rel(d)`` and ranking ``d_1, d_2
 - ``recall_at_k`` = |relevant in top k| / |relevant|, relevant meaning rel >= 1.
 - ``mrr_at_k``   = 1 / rank of the first relevant document within the top k, else 0.
 - ``map_at_k``   = (sum over relevant d_i with i <= k of precision@i) / |relevant|.
+- ``hit_rate_at_k`` = 1 when a relevant document is in the top k, else 0 (trec_eval ``success``;
+  UniIR's and CLIP's "Recall@k").
 
 Queries that are judged but absent from the run score 0 (trec_eval ``-c``); the mean is over
 every judged query.
@@ -41,6 +43,7 @@ METRICS: dict[str, str] = {
     "recall": "kernels:recall",
     "mrr": "kernels:mrr",
     "map": "kernels:average_precision",
+    "hit_rate": "kernels:hit_rate",
 }
 
 
