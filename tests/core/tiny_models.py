@@ -69,8 +69,8 @@ class TinyEmbedder(PreTrainedModel):
         out = []
         for rec in inputs:
             vec = torch.zeros(self.config.dim)
-            if rec.get("txt"):
-                text = f"Instruct: {instruction}\\nQuery: {rec['txt']}" if is_query and instruction else rec["txt"]
+            if rec.get("txt") or is_query and instruction:  # MM-Embed prompts every query with its instruction, image-only ones too
+                text = f"Instruct: {instruction}\\nQuery: {rec.get('txt') or ''}" if is_query and instruction else rec["txt"]
                 vec = vec + self._text([text], max_length)[0]
             if rec.get("img") is not None:
                 vec = vec + 2.0 * self._image([rec["img"]])[0]

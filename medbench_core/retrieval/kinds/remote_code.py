@@ -12,7 +12,9 @@ nothing).
 
 Per-task query instructions (``instructions``, keyed like the text encoders': task name, task type,
 ``default``) go to the model as a keyword when the call names one (``instruction: instruction`` for
-MM-Embed, GME, NV-Embed), else into the query text through ``query_template``. Passages never get one.
+MM-Embed, GME, NV-Embed), else into the query text through ``query_template``; an image-only query
+gets it too (the keyword, else as the text of an ``image_text`` call with an empty query, when the
+entry has one). Passages never get one.
 """
 
 from __future__ import annotations
@@ -218,10 +220,10 @@ class RemoteCodeEncoder:
             return self._call("text", texts, None, role, instruction) + self._call("image", None, images, role, instruction)
         extra = dict(call.kwargs)
         extra.update(call.query_kwargs if role == "query" else call.passage_kwargs)
-        if instruction is not None and role == "query" and texts is not None:
-            if call.instruction:
+        if instruction is not None and role == "query":
+            if call.instruction:  # image-only queries too: MM-Embed's script passes instruction= with every query
                 extra[call.instruction] = instruction[1]
-            else:
+            elif texts is not None:
                 texts = [instruction[0].replace("{instruction}", instruction[1]).replace("{query}", t) for t in texts]
         what = f"model {self.spec.name}: {call.method}"
         method = getattr(self.model, call.method, None)
@@ -279,9 +281,17 @@ class RemoteCodeEncoder:
         has_t = [isinstance(t, str) and bool(t.strip()) for t in texts]
         has_i = [im is not None and str(im) != "" for im in images]
         groups: dict[str, list[int]] = {"text": [], "image": [], "image_text": []}
+        # An image-only query whose image call takes no instruction keyword gets its instruction as text,
+        # through the image_text call (the template with an empty query), as UniIR gives it its prompt.
+        promote = role == "query" and instruction is not None and "image_text" in self.calls and not ("image" in self.calls and self.calls["image"].instruction)
+        texts = list(texts)
         for i in range(n):
             if not has_t[i] and not has_i[i]:
                 raise DataError(f"model {self.spec.name}: {role} record {names[i]} has neither text nor image")
+            if promote and has_i[i] and not has_t[i]:
+                texts[i] = ""
+                groups["image_text"].append(i)
+                continue
             groups[record_type(has_t[i], has_i[i], self.calls)].append(i)
         vectors: np.ndarray | None = None
         for kind, rows in groups.items():
@@ -347,7 +357,8 @@ def load_remote_code_encoder(spec: ModelSpec, device: str = "cpu", progress: boo
 class RemoteCodeKind(EncoderKind):
     name = "remote-code-embedder"
     Settings = RemoteCodeSettings
-    version = "1"
+    # 2: image-only queries get the instruction (the call's keyword, else as text through image_text)
+    version = "2"
     needs_path = True
     reads = frozenset({"text", "image"})
 
