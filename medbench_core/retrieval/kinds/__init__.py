@@ -27,6 +27,9 @@ KINDS: dict[str, str] = {
     "expanded": "expanded:KIND",
     "uniir-clip-sf": "uniir_clip_sf:KIND",
     "remote-code-embedder": "remote_code:KIND",
+    "colbert": "colbert:KIND",
+    "code-folder": "code_folder:KIND",
+    "code-folder-late": "code_folder:LATE",
 }
 
 
