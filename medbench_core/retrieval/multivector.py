@@ -257,7 +257,7 @@ def build_plaid(emb_dir: Path, out: Path, settings: dict[str, Any], block_rows: 
                       ("ivf.npy", ivf), ("ivf_offsets.npy", ivf_offsets), (OFFSETS, offsets)):  # fmt: skip
         np.save(out / name, arr, allow_pickle=False)
     return {
-        "index_type": "plaid", "n_docs": int(n_docs), "n_tokens": int(n_tok), "dim": int(dim), "n_centroids": int(k),
+        "type": "plaid", "n_docs": int(n_docs), "n_tokens": int(n_tok), "dim": int(dim), "n_centroids": int(k),
         "n_sampled_docs": int(n_sample), **{key: settings[key] for key in PLAID_DEFAULTS}, "files": list(PLAID_FILES),
     }  # fmt: skip
 

@@ -31,7 +31,10 @@ TOY_QUERIES = [
 
 def m3r_cardiology_texts() -> dict[str, list[tuple[str, str]]]:
     """The M3Retrieve Cardiology fixture's texts as a text retriever reads them: captions, and title + text joined."""
-    from reader_fixtures import DISCIPLINES
+    try:
+        from tests.core.reader_fixtures import DISCIPLINES
+    except ImportError:  # run from bench/record_pylate_reference.py with tests/core on sys.path
+        from reader_fixtures import DISCIPLINES
 
     d = DISCIPLINES["Cardiology"]
     return {"queries": [(q, c) for q, c, _ in d["queries"]], "docs": [(i, f"{t} {x}" if t else x) for i, t, x in d["corpus"]]}

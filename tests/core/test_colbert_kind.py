@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from late_fixtures import TOY_DOCS, TOY_QUERIES, reference_sets
+from tests.core.late_fixtures import TOY_DOCS, TOY_QUERIES, reference_sets
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval import multivector as mv
@@ -191,7 +191,7 @@ def test_plaid_through_the_stages_and_index_settings_key_the_index_only(colbert_
     shorter = partition_keys(spec_of(colbert_dir, settings={"query_length": 16}), task)
     assert shorter["embeddings"] == k_exact["embeddings"] and shorter["run"] != k_exact["run"]
     run, d = run_stages(plaid, task, tmp_path)
-    assert json.loads((d["idx"] / "info.json").read_text())["index_type"] == "plaid"
+    assert json.loads((d["idx"] / "info.json").read_text())["type"] == "plaid"
     want = top10(pylate_reference("toy")["scores"], task.corpus["doc_id"].to_list())
     for qid, ranked in zip(task.queries["query_id"].to_list(), want):
         got = run.filter(pl.col("query_id") == qid).sort("rank")

@@ -88,7 +88,7 @@ class LateInteractionKind(RetrieverKind):
 
         settings = index_settings(spec)
         if settings["type"] == "flat":
-            return {"index_type": "flat", "search": "exact MaxSim", "built_on": "cpu", "files": []}
+            return {"type": "flat", "search": "exact MaxSim", "built_on": "cpu", "files": []}
         n_tokens, dim = npy_shape(Path(emb_dir) / "tokens.npy")
         check_disk(Path(emb_dir).parents[1].name, out, plaid_bytes(n_tokens, dim, settings["nbits"], 0))
         return {**build_plaid(Path(emb_dir), out, settings), "built_on": "cpu"}

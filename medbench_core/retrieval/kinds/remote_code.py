@@ -228,6 +228,8 @@ def _token_sets(result: Any, call: Call, n: int, what: str) -> list[np.ndarray]:
         raise DataError(f"{what} returned {len(sets)} token sets of shapes {[v.shape for v in sets[:3]]} for {n} records; expected (tokens, dim) each")
     if call.mask:
         mask = np.asarray(_field(result, call.mask, what, "mask")).astype(bool)
+        if mask.ndim == 3 and mask.shape[2] == 1:  # FLMR's context_mask is (records, tokens, 1)
+            mask = mask[:, :, 0]
         if mask.shape[0] != n or mask.ndim != 2 or mask.shape[1] != sets[0].shape[0]:
             raise DataError(f"{what}: mask {call.mask!r} of shape {mask.shape} does not fit {n} records of {sets[0].shape[0]} tokens")
         sets = [v[m] for v, m in zip(sets, mask)]
