@@ -132,11 +132,12 @@ def maxsim(queries: np.ndarray, tokens: np.ndarray, offsets: np.ndarray, docs: n
         return out
     budget = max(1, SCORE_BLOCK_BYTES // (4 * max(1, nq * tq)))  # document tokens per block
     contiguous = len(docs) == len(offsets) - 1 or bool((np.diff(docs) == 1).all())
+    ends = np.cumsum(offsets[docs + 1] - offsets[docs])  # tokens up to and including each document
     start = 0
     while start < len(docs):
         # as many whole documents as fit the budget (at least one)
-        lengths = offsets[docs[start:] + 1] - offsets[docs[start:]]
-        take = max(1, int(np.searchsorted(np.cumsum(lengths), budget, side="right")))
+        done = int(ends[start - 1]) if start else 0
+        take = max(1, int(np.searchsorted(ends, done + budget, side="right")) - start)
         block = docs[start : start + take]
         if contiguous:
             rows = np.asarray(tokens[offsets[block[0]] : offsets[block[-1] + 1]], dtype=np.float32)

@@ -173,7 +173,7 @@ def tiny_transformers_clip(folder: Path, seed: int = 0) -> Path:
 COLBERT_SKIPLIST = list("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")  # pylate's default: string.punctuation
 
 
-def tiny_colbert(folder: Path, dim: int = 32, seed: int = 0, minilm: str | Path | None = None) -> Path:
+def tiny_colbert(folder: Path, dim: int = 32, seed: int = 0, minilm: str | Path | None = None, document_length: int = 180) -> Path:
     """A ColBERT in pylate's saved layout, built offline from the bundled MiniLM (no pylate needed):
 
     the MiniLM transformer with pylate's prefix tokens ``"[Q] "`` and ``"[D] "`` added to its
@@ -204,7 +204,10 @@ def tiny_colbert(folder: Path, dim: int = 32, seed: int = 0, minilm: str | Path 
     config = json.loads((src / "config.json").read_text())
     config["vocab_size"] = len(tokenizer)
     (folder / "config.json").write_text(json.dumps(config, indent=2))
-    shutil.copy(src / "sentence_bert_config.json", folder / "sentence_bert_config.json")
+    if (src / "sentence_bert_config.json").is_file():
+        shutil.copy(src / "sentence_bert_config.json", folder / "sentence_bert_config.json")
+    else:  # a bare transformers folder (bench/late_interaction.py builds one from tiny_bert)
+        (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": document_length, "do_lower_case": False}))
     dense = folder / "1_Dense"
     dense.mkdir(exist_ok=True)
     (dense / "config.json").write_text(json.dumps({"in_features": words.shape[1], "out_features": dim, "bias": False,
@@ -216,7 +219,7 @@ def tiny_colbert(folder: Path, dim: int = 32, seed: int = 0, minilm: str | Path 
     ], indent=2))  # fmt: skip
     (folder / "config_sentence_transformers.json").write_text(json.dumps({
         "prompts": {"query": "", "document": ""}, "default_prompt_name": None, "similarity_fn_name": "MaxSim",
-        "query_prefix": "[Q] ", "document_prefix": "[D] ", "query_length": 32, "document_length": 180,
+        "query_prefix": "[Q] ", "document_prefix": "[D] ", "query_length": 32, "document_length": document_length,
         "attend_to_expansion_tokens": False, "skiplist_words": COLBERT_SKIPLIST, "do_query_expansion": True,
     }, indent=2))  # fmt: skip
     return folder
