@@ -193,9 +193,16 @@ def _kmeans(sample: np.ndarray, k: int, niter: int, max_points: int, seed: int) 
     return cents / np.maximum(norms, 1e-12)
 
 
+CODE_BLOCK_BYTES = 64 << 20  # the (vectors x centroids) scores held at once while coding
+
+
 def _codes(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-    """Nearest centroid by inner product (fast-plaid ``compress_into_codes``: argmax of scores)."""
-    return np.argmax(vectors @ centroids.T, axis=1).astype(np.int32)
+    """Nearest centroid by inner product (fast-plaid ``compress_into_codes``: argmax of scores, in chunks of vectors)."""
+    step = max(1, CODE_BLOCK_BYTES // (4 * len(centroids)))
+    out = np.empty(len(vectors), dtype=np.int32)
+    for start in range(0, len(vectors), step):
+        out[start : start + step] = np.argmax(vectors[start : start + step] @ centroids.T, axis=1)
+    return out
 
 
 def _pack(buckets: np.ndarray, nbits: int) -> np.ndarray:
