@@ -151,11 +151,16 @@ def step(out: Path, which: str, nbits: int) -> dict:
     return result
 
 
-def compare(out: Path, repeats: int, nbits: int) -> None:
-    """Builds then searches, medbench and pylate interleaved ``repeats`` times, each in a fresh process."""
-    rows = []
+def compare(out: Path, repeats: int, nbits: int, build_repeats: int | None = None, earlier: Path | None = None) -> None:
+    """Builds then searches, medbench and pylate interleaved (``build_repeats`` builds, ``repeats`` searches), each in
+    a fresh process; ``earlier``: a log of rows already measured (JSON lines) to count with these."""
+    rows = [json.loads(line) for line in earlier.read_text().splitlines() if line.startswith('{"step"')] if earlier else []
+    for row in rows:
+        print(json.dumps(row), flush=True)
     for phase in ("build", "search"):
-        for r in range(repeats):
+        wanted = (build_repeats if build_repeats is not None else repeats) if phase == "build" else repeats
+        have = len([x for x in rows if x["step"].endswith(phase)]) // 2
+        for r in range(have, wanted):
             for lib in (("medbench", "pylate") if r % 2 == 0 else ("pylate", "medbench")):
                 cmd = [sys.executable, __file__, "step", "--out", str(out), "--which", f"{lib}-{phase}", "--nbits", str(nbits)]
                 done = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -184,13 +189,15 @@ def main() -> int:
     parser.add_argument("--which", default="")
     parser.add_argument("--nbits", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--build-repeats", type=int, default=None, help="builds per library (default --repeats)")
+    parser.add_argument("--earlier", type=Path, default=None, help="a compare log whose rows count (resume)")
     args = parser.parse_args()
     if args.action == "prepare":
         prepare(args.out, args.docs, args.queries)
     elif args.action == "step":
         print(json.dumps(step(args.out, args.which, args.nbits)))
     else:
-        compare(args.out, args.repeats, args.nbits)
+        compare(args.out, args.repeats, args.nbits, args.build_repeats, args.earlier)
     return 0
 
 
