@@ -11,6 +11,8 @@ Definitions, for a query with judged relevance ``rel(d)`` and ranking ``d_1, d_2
 - ``recall_at_k`` = |relevant in top k| / |relevant|, relevant meaning rel >= 1.
 - ``mrr_at_k``   = 1 / rank of the first relevant document within the top k, else 0.
 - ``map_at_k``   = (sum over relevant d_i with i <= k of precision@i) / |relevant|.
+- ``hit_rate_at_k`` = 1 when a relevant document is in the top k, else 0 (trec_eval ``success``;
+  UniIR's and CLIP's "Recall@k").
 
 Hole-aware measures (what a cell rests on when ranked documents are unjudged; definitions in
 :mod:`medbench_core.evaluation.holes`): ``judged_at_k`` (ir_measures ``Judged@k``), ``holes_at_k``,
@@ -58,6 +60,8 @@ METRICS: dict[str, str] = {
     "ndcg_condensed": "holes:ndcg_condensed",
     "ndcg_lower": "holes:ndcg_lower",
     "ndcg_upper": "holes:ndcg_upper",
+
+    "hit_rate": "kernels:hit_rate",
 }
 
 

