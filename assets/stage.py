@@ -31,6 +31,7 @@ from medbench_core.retrieval.derived import (
 from medbench_core.retrieval.kinds.base import Input
 from medbench_core.errors import DataError, IntegrityError, MedbenchError
 from medbench_core.layout import ENCODING_STAGES, STAGES
+from medbench_core.memory import give_back_free_memory
 from medbench_core.taskdata.task import Task
 from medbench_core.retrieval.model_registry import ModelSpec, upstream_order
 from medbench_core.retrieval.stages import DEFAULT_K, stage_code_versions
@@ -214,6 +215,7 @@ class Partition:
             files = build(tmp)
             write_manifest(tmp, files, {"provenance": provenance_metadata(self, stage) | {"path": None}})
 
+        give_back_free_memory()  # what earlier steps of this process freed: not the base of this build's peak
         replace_dir_atomic(self.dir(stage), write)
         verified.remember(self.dir(stage))
         return False

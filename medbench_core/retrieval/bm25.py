@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.memory import give_back_free_memory
 from medbench_core.progress import bar
 from medbench_core.progress import resolve as resolve_progress
 from medbench_core.retrieval.ranking import rank_scores
@@ -80,6 +81,7 @@ def fit(corpus_texts: Iterable[str], settings: dict[str, Any] | None = None, pro
     retriever = bm25s.BM25(k1=float(s["k1"]), b=float(s["b"]), method=s["method"])
     retriever.index((ids, dict(vocab)), show_progress=resolve_progress(progress))  # a copy: bm25s adds its empty token to the dict
     del ids  # the token lists: from here only the index holds the corpus
+    give_back_free_memory()  # their pages, before the renumbered columns are written beside the index
     _number_vocabulary_sorted(retriever, vocab)
     return retriever
 

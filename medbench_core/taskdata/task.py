@@ -192,9 +192,8 @@ class DocTexts(Sequence[str]):
         return joined.to_list()
 
     def empty(self) -> pl.Series:
-        """Per document: its joined text is empty (title and text both blank in Python's sense), without making the strings."""
-        title, text = (self._corpus[c].cast(pl.Utf8).fill_null("").str.strip_chars(PY_WHITESPACE) for c in ("title", "text"))
-        return (title == "") & (text == "")
+        """Per document: its joined text is empty (title and text both blank in Python's sense), without making any string."""
+        return ~(has_text(self._corpus["title"]) | has_text(self._corpus["text"]))
 
     def __iter__(self) -> Iterator[str]:
         for start in range(0, len(self), DOC_TEXT_ROWS):
@@ -216,6 +215,15 @@ class DocTexts(Sequence[str]):
 
     def __repr__(self) -> str:
         return f"DocTexts({len(self)} documents)"
+
+
+# One character that Python's str.strip() keeps: a value holding one is not blank.
+_NOT_WHITESPACE = "[^" + "".join(f"\\x{{{ord(c):x}}}" for c in PY_WHITESPACE) + "]"
+
+
+def has_text(values: pl.Series) -> pl.Series:
+    """Per value: ``bool((value or "").strip())`` for a string column, by a regular expression (no stripped copy)."""
+    return values.cast(pl.Utf8).str.contains(_NOT_WHITESPACE).fill_null(False)
 
 
 def resolve_inside(root: Path, ref: str, what: str = "") -> Path:
