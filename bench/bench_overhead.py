@@ -19,7 +19,10 @@ included). The figures are the per-round ratios medbench / bare, median and rang
   more from a new process (imports included).
 
 After the rounds: the warm run, in the last cold run's process (all cache hits) and from a new
-process. With --main-job it also times `medbench run` (every model x every task) cold, with fresh
+process. With ``--floor``: what the libraries medbench is built on cost before any work, each in a
+fresh process in interleaved rounds against ``python -c pass`` (importing Dagster and building the
+definitions; importing Great Expectations and validating a one-row frame with data docs; importing
+MLflow's client and creating a store; importing matplotlib's pyplot). With --main-job it also times `medbench run` (every model x every task) cold, with fresh
 data and state, and warm. That takes several minutes (MiniLM on SciFact).
 """
 
@@ -161,10 +164,40 @@ def main_job(base: Path) -> dict:
     return out
 
 
+FLOOR = {
+    "python": "pass",
+    "dagster + definitions": "from orchestration.definitions import build_definitions; build_definitions()",
+    "great expectations: import, one suite, data docs": (
+        "import tempfile, polars as pl; from pathlib import Path; "
+        "from medbench_core.taskdata.contracts.gx import Spec, Table, run_tables; "
+        "run_tables('t', [Table('t', 't.parquet', pl.DataFrame({'record_id': ['a']}), [Spec('ExpectColumnToExist', {'column': 'record_id'}, 'schema', 'x')])], Path(tempfile.mkdtemp()))"
+    ),
+    "mlflow: client, new store": (
+        "import tempfile; from runtime.mlflow_store import MLflowResource; d = tempfile.mkdtemp(); "
+        "MLflowResource(tracking_uri=f'sqlite:///{d}/m.db', artifact_root=d).ensure_store()"
+    ),
+    "matplotlib.pyplot": "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot",
+}
+
+
+def floor(pairs: int) -> None:
+    """CPU and wall of each library's fixed cost (FLOOR), less a bare interpreter's, medians over interleaved rounds."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    sides = {name: (lambda code=code: paired.child([sys.executable, "-c", code], env=env, cwd=ROOT)) for name, code in FLOOR.items()}
+    m = paired.measure(sides, pairs)
+    base_cpu, base_wall = m.seconds("python", "cpu")[0], m.seconds("python", "wall")[0]
+    print(f"\nthe libraries' floor, each in a fresh process, less `python -c pass` ({base_cpu:.2f} CPU s), medians of {pairs} interleaved rounds ({m.load()}):")
+    print("| what | CPU s | wall s |\n|---|---:|---:|")
+    for name in FLOOR:
+        if name != "python":
+            print(f"| {name} | {m.seconds(name, 'cpu')[0] - base_cpu:.2f} | {m.seconds(name, 'wall')[0] - base_wall:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     paired.add_arguments(parser)
     parser.add_argument("--main-job", action="store_true", help="also time the whole main job cold and warm (several minutes)")
+    parser.add_argument("--floor", action="store_true", help="only measure the libraries' fixed costs (FLOOR)")
     parser.add_argument("--_bare", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--_medbench", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--_runs", type=int, default=2, help=argparse.SUPPRESS)
@@ -179,6 +212,10 @@ def main() -> None:
         print(json.dumps(medbench(args._medbench, args._runs), default=str))
         return
 
+    if args.floor:
+        print(paired.header("the libraries' fixed costs"), flush=True)
+        floor(args.pairs)
+        return
     print(paired.header("overhead of one partition: all-MiniLM-L6-v2 x LiveQA-MedQuAD, medbench run vs bare libraries"), flush=True)
     base = Path(tempfile.mkdtemp(prefix="medbench-bench-"))
     try:

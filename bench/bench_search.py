@@ -20,7 +20,8 @@ included) belongs to that side alone, one size at a time, the two sides in inter
   recall@10 against the exact top 10.
 
 Figures are per-round ratios, median and range: medbench / bare of each child's build + search
-(wall and CPU of the child: ``os.wait4``) and peak RSS; and, inside each medbench child,
+(wall and CPU timed inside the child: the build and the median search) and peak RSS (``os.wait4``);
+and, inside each medbench child,
 ``--pairs`` interleaved rounds of its search against FAISS alone on the same loaded index (wall
 and CPU), which isolates the search layer's cost (ties by doc id, the run frame) from the
 machine's mood. IVF figures are medians of ``--pairs`` searches in one child. Prints the tables;
@@ -87,16 +88,12 @@ def child(mode: str, folder: Path, k: int, ivf: dict, repeats: int, sweep: list[
     n, dim = np.load(folder / "corpus.npy", mmap_mode="r").shape
     out: dict = {"mode": mode, "n": n}
     if mode == "bare":
-        t0 = time.perf_counter()
         index = faiss.IndexFlatIP(dim)
-        index.add(np.load(folder / "corpus.npy"))
-        out["build_s"] = time.perf_counter() - t0
-        searches = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            _, ids = index.search(queries, k)
-            searches.append(time.perf_counter() - t0)
-        out["search_s"] = statistics.median(searches)
+        built = paired.call(lambda: index.add(np.load(folder / "corpus.npy")))
+        out["build_s"], out["build_cpu"] = built.wall, built.cpu
+        searches = [paired.call(lambda: index.search(queries, k)) for _ in range(repeats)]
+        ids = searches[-1].value[1]
+        out["search_s"], out["search_cpu"] = statistics.median(x.wall for x in searches), statistics.median(x.cpu for x in searches)
         np.save(folder / "exact_top10.npy", ids[:, :10])
         out["peak_rss_gb"] = _rss_gb()
         return out
@@ -105,9 +102,9 @@ def child(mode: str, folder: Path, k: int, ivf: dict, repeats: int, sweep: list[
     from medbench_core.retrieval.vectors import iter_blocks, load_vectors
 
     spec = {"type": "flat"} if mode == "medbench" else ivf
-    t0 = time.perf_counter()
-    index, _ = build_index(load_vectors(folder / "corpus.npy"), spec, use_gpu=False, add_blocks=lambda: (b for _, b in iter_blocks(folder / "corpus.npy")))
-    out["build_s"] = time.perf_counter() - t0
+    built = paired.call(lambda: build_index(load_vectors(folder / "corpus.npy"), spec, use_gpu=False, add_blocks=lambda: (b for _, b in iter_blocks(folder / "corpus.npy"))))
+    index, _ = built.value
+    out["build_s"], out["build_cpu"] = built.wall, built.cpu
     t0 = time.perf_counter()
     save_index(index, folder / f"{mode}.faiss")
     del index
@@ -119,6 +116,7 @@ def child(mode: str, folder: Path, k: int, ivf: dict, repeats: int, sweep: list[
     m = paired.measure({"medbench": lambda: paired.call(lambda: search(index, queries, query_ids, doc_ids, k)), "faiss": lambda: paired.call(lambda: index.search(queries, k))}, repeats)
     run = m.samples["medbench"][-1].value
     out["search_s"], out["faiss_alone_search_s"] = m.seconds("medbench", "wall")[0], m.seconds("faiss", "wall")[0]
+    out["search_cpu"] = m.seconds("medbench", "cpu")[0]
     out["search_ratio"] = {what: list(m.ratio("medbench", "faiss", what).values) for what in ("wall", "cpu")}
     # The search layer alone (ties, run frame), timed on FAISS's answers replayed: steady under load.
     replay = _Replay(index, queries, min(n, k + 32))
@@ -221,8 +219,9 @@ def main() -> None:
                     out = json.loads([x for x in log.read_text().splitlines() if x.startswith("{")][-1])
                 finally:
                     log.unlink(missing_ok=True)
-                print(json.dumps(out), f"wall {sample.wall:.1f} s, CPU {sample.cpu:.1f} s, load average {os.getloadavg()[0]:.1f}", flush=True)
-                return paired.Sample(sample.wall, sample.cpu, sample.peak_rss, out)
+                print(json.dumps(out), f"child wall {sample.wall:.1f} s, CPU {sample.cpu:.1f} s, load average {os.getloadavg()[0]:.1f}", flush=True)
+                # The same work on both sides: the build and one search (the median of the child's), timed inside it.
+                return paired.Sample(out["build_s"] + out["search_s"], out["build_cpu"] + out["search_cpu"], sample.peak_rss, out)
 
             return go
 
@@ -231,7 +230,7 @@ def main() -> None:
         pairs_of[n] = m
         rows += [s.value for s in m.samples["bare"][-1:] + m.samples["medbench"][-1:]]
         rows.append(side("ivf")().value)
-        print(f"\n{n:,} x {args.dim}: each side's child process (build + {args.pairs} searches), medbench / bare\n" + m.table([("medbench / bare", "medbench", "bare")], memory=True), flush=True)
+        print(f"\n{n:,} x {args.dim}: build + one search (the median of {args.pairs}), each side in its own process; peak RSS of the process\n" + m.table([("medbench / bare", "medbench", "bare")], memory=True), flush=True)
         r = {w: [v for s in m.samples["medbench"] for v in s.value["search_ratio"][w]] for w in ("wall", "cpu")}
         for w in ("wall", "cpu"):
             v = r[w]
