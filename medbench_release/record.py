@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from medbench_core.storage import read_manifest, sha256_file
+from medbench_core.storage import read_manifest, sha256_noting
 
 FORMAT = 2
 # The artifacts of a version, upstream first: a difference in one explains those after it.
@@ -192,7 +192,7 @@ def source_digest(shared_data: Path, entry: dict[str, Any]) -> str:
     h = hashlib.sha256()
     for p in files:
         h.update(str(p.relative_to(src)).encode() if p != src else p.name.encode())
-        h.update(sha256_file(p).encode())
+        h.update(sha256_noting(p).encode())  # not read again while its stat is unchanged (storage.sha256_noting)
     return h.hexdigest()
 
 

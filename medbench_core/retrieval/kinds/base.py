@@ -217,7 +217,7 @@ class Kind:
         if "image" in self.reads:
             return None
         q_missing = task.queries.filter(pl.col("text").fill_null("").str.strip_chars() == "")["query_id"].to_list()
-        d_missing = [d for d, t in zip(task.corpus["doc_id"].to_list(), task.doc_text()) if not t.strip()]
+        d_missing = task.corpus["doc_id"].filter(task.doc_text().empty()).to_list()  # no doc_text(): the corpus's strings are not made
         if q_missing or d_missing:
             parts = []
             if q_missing:
