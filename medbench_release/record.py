@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from medbench_core.storage import read_manifest, sha256_noting
+from medbench_core.yaml_file import load_yaml
 
 FORMAT = 2
 # The artifacts of a version, upstream first: a difference in one explains those after it.
@@ -203,7 +203,7 @@ def entry_digest(entry: dict[str, Any] | None) -> str:
 
 def registry_entries(models_text: str) -> dict[str, dict[str, Any]]:
     """name -> entry of a models.yaml text."""
-    doc = yaml.safe_load(models_text) or {}
+    doc = load_yaml(models_text, "models.yaml") or {}
     return {str(m["name"]): m for m in doc.get("models") or [] if isinstance(m, dict) and "name" in m}
 
 
@@ -211,7 +211,7 @@ def catalogue_entries(tasks_text: str) -> dict[str, dict[str, Any]]:
     """task name -> entry (subsets expanded) of a tasks.yaml text."""
     from medbench_core.taskdata.catalog import expand_subsets
 
-    doc = yaml.safe_load(tasks_text) or {}
+    doc = load_yaml(tasks_text, "tasks.yaml") or {}
     out = {}
     for raw in doc.get("tasks") or []:
         if isinstance(raw, dict) and "name" in raw:
@@ -285,7 +285,7 @@ def dumps_version(record: dict[str, Any]) -> str:
 
 def dvc_md5(data_dvc_text: str) -> str | None:
     """The md5 of the output ``data`` in a data.dvc text."""
-    doc = yaml.safe_load(data_dvc_text) or {}
+    doc = load_yaml(data_dvc_text, "data.dvc") or {}
     for out in doc.get("outs", []) or []:
         if out.get("path") == "data":
             return str(out.get("md5") or "") or None
