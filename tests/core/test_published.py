@@ -128,7 +128,8 @@ def test_the_leaderboard_shows_the_published_value_the_difference_and_whether_it
     assert (got["published.r2med_biology"], got["published_in_ci.r2med_biology"]) == (0.19188, False)
     assert got["published_diff.r2med_biology"] == pytest.approx(0.30812, abs=1e-12) and got["published.r2med_bioinformatics"] is None
     st = pl.read_csv(tmp_path / "reports" / "stats.csv")
-    assert st.columns[-4:] == ["published", "published_diff", "published_in_ci", "published_status"]
+    at = st.columns.index("published")  # after the significance and rank columns; the trust columns (issue 33) follow
+    assert st.columns[at : at + 4] == ["published", "published_diff", "published_in_ci", "published_status"]
     doc = json.loads((tmp_path / "reports" / "leaderboard.json").read_text())
     assert doc["published"]["summary"] == line and len(doc["published"]["cells"]) == 5
 
