@@ -71,7 +71,7 @@ def test_every_retriever_kind_satisfies_the_retriever_protocol_and_every_derived
 def test_every_kind_has_its_line_in_the_kinds_table_of_the_docs(name):
     module = KINDS[name].split(":")[0]
     table = (ROOT / "docs" / "models_and_kinds.md").read_text()
-    assert re.search(rf"^\| `{re.escape(name)}` \| `{module}\.py` \| [^|]+ \| .+ \|$", table, flags=re.M), (
+    assert re.search(rf"^\| `{re.escape(name)}` \| `{module}\.py` \| [^|]+ \| .+ \|$", table, flags=re.MULTILINE), (
         f"docs/models_and_kinds.md: no row '| `{name}` | `{module}.py` | <what it reads> | <its settings> |' in the kinds table"
     )
 
