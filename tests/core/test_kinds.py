@@ -89,7 +89,7 @@ def test_the_base_claims_nothing_dense_and_the_encoder_base_holds_the_dense_defa
     kind = _Plain()
     assert kind.index_identity(spec) == "plain"  # no FAISS index: the index stage is keyed by a constant
     assert kind.long_text_params(spec) == {} and kind.mteb_meta(spec, {})["model_type"] == []
-    assert kind.build_index(spec, Path("unused"), Path("unused"), use_gpu=None, progress=None, available=None) == {"type": "none", "files": []}
+    assert kind.build_index(spec, Path("unused"), Path("unused"), use_gpu=None, progress=None, available=None) == {"type": "none", "built_on": "cpu", "files": []}
     assert not isinstance(kind, Retriever)  # the three compute methods are the subclass's own
     encoder = EncoderKind()
     assert encoder.index_identity(spec) == {"type": "flat"}

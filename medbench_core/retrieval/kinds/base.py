@@ -441,9 +441,10 @@ class RetrieverKind(Kind):
 
     # --- compute: a subclass implements Retriever's three methods; these hooks have defaults
     def build_index(self, spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None, progress: bool | None, available: MemoryBudget) -> Info:
-        """Write a search index over the stored corpus into ``out``; return info (``files``: what it wrote).
+        """Write a search index over the stored corpus into ``out``; return what its info.json records:
+        ``type`` and ``built_on`` (``cpu`` or ``gpu``; the index asset shows both), ``files`` (what it wrote).
         Default: none (``search`` reads the corpus as ``embed_corpus`` stored it)."""
-        return {"type": "none", "files": []}
+        return {"type": "none", "built_on": "cpu", "files": []}
 
     def query_files(self, queries: object, out: Path) -> list[str]:
         """Write what a re-scoring needs of the represented queries into ``out``; their file names."""
