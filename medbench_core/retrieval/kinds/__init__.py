@@ -28,6 +28,7 @@ KINDS: dict[str, str] = {
     "uniir-clip-sf": "uniir_clip_sf:KIND",
     "remote-code-embedder": "remote_code:KIND",
     "lucene-bm25": "lucene_bm25:KIND",
+    "tfidf": "tfidf:KIND",
 }
 
 
