@@ -10,7 +10,7 @@ from medbench_core.storage import read_manifest
 def build(run: StageRun, tmp: Path) -> list[str]:
     p, compute = run.partition, run.resources.compute
     encoder = compute.encoder(p.spec, run.config.progress)
-    info = embed_corpus(p.spec, p.task, tmp, device=compute.torch_device(), progress=run.config.progress, encoder=encoder, online=compute.online)
+    info = embed_corpus(p.spec, p.task, tmp, device=compute.device_for(p.spec), progress=run.config.progress, encoder=encoder, online=compute.online)
     return [*info["files"], "info.json"]
 
 

@@ -282,8 +282,10 @@ def leaderboard(
         cells += got
         copies |= leaks
     cells, judged = filled_layers(store, registry, catalog, cells, specs, expansions)
-    # Each task's qrels holes as its contract counted them (GATE.json), refused or marked: shown under the table.
-    data_holes = {t.name: (read_gate(store.layout.gate_file(t.name)) or {}).get("holes") for t in catalog.tasks}
+    # Each task's qrels holes as its contract counted them (GATE.json), marked or none: shown under the table, for the
+    # tasks with a figure (one refused by its gate or the overlap gate has none: the run that refused it says why).
+    scored = {c.task for c in cells if c.metrics is not None}
+    data_holes = {t.name: (read_gate(store.layout.gate_file(t.name)) or {}).get("holes") for t in catalog.tasks if t.name in scored}
     data_holes = {t: h for t, h in data_holes.items() if h}
     unconfirmed = unconfirmed_cells(context.instance, catalog.names, cells)
     if unconfirmed:

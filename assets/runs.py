@@ -29,7 +29,7 @@ def build(run: StageRun, tmp: Path) -> list[str]:
     encoder = compute.encoder(p.spec, config.progress)
     _, info = retrieve(
         p.spec, p.task, run.dir("embeddings"), run.dir("index"), tmp,
-        k=config.k, device=compute.torch_device(), progress=config.progress, encoder=encoder, online=compute.online,
+        k=config.k, device=compute.device_for(p.spec), progress=config.progress, encoder=encoder, online=compute.online,
     )  # fmt: skip
     return [*info["files"], "info.json"]
 

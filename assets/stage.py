@@ -31,11 +31,13 @@ from medbench_core.retrieval.derived import (
 from medbench_core.retrieval.kinds.base import Input
 from medbench_core.errors import DataError, IntegrityError, MedbenchError
 from medbench_core.layout import ENCODING_STAGES, STAGES
+from medbench_core.memory import give_back_free_memory
 from medbench_core.taskdata.task import Task
 from medbench_core.retrieval.model_registry import ModelSpec, upstream_order
 from medbench_core.retrieval.stages import DEFAULT_K, stage_code_versions
 from medbench_core.provenance import artifact_key, source_digest, stage_version
 from medbench_core.storage import MANIFEST, is_complete, replace_dir_atomic, verify_manifest, write_manifest
+from runtime import verified
 from runtime.partitions import Partitions, model_of_partition, split_key, task_of_partition
 from runtime.resources import ArtifactStoreResource, RegistryResource
 
@@ -117,7 +119,10 @@ class Partition:
         return self.store.artifact_dir(model, self.task_name, stage, self.upstream_keys[model][stage])
 
     def cached(self, stage: str, force: bool = False) -> bool:
-        return not force and is_complete(self.dir(stage))
+        if force or not is_complete(self.dir(stage)):
+            return False
+        verified.remember(self.dir(stage))  # the warm path of the next `medbench run` need not read it again
+        return True
 
     def data_key(self, stage: str) -> str:
         """The key in ``stage``'s data version: its own, or (a stage without one) the run's."""
@@ -210,7 +215,9 @@ class Partition:
             files = build(tmp)
             write_manifest(tmp, files, {"provenance": provenance_metadata(self, stage) | {"path": None}})
 
+        give_back_free_memory()  # what earlier steps of this process freed: not the base of this build's peak
         replace_dir_atomic(self.dir(stage), write)
+        verified.remember(self.dir(stage))
         return False
 
 

@@ -6,6 +6,7 @@ from medbench_core.taskdata.catalog import build_task, curation_inputs
 from medbench_core.provenance import stage_version
 from medbench_core.taskdata.task import save_task
 from medbench_core.storage import is_complete, read_manifest, replace_dir_atomic, update_manifest, write_manifest
+from runtime import verified
 from runtime.partitions import Partitions
 from runtime.resources import ArtifactStoreResource, RegistryResource
 
@@ -42,6 +43,7 @@ def curate(context: dg.AssetExecutionContext, store: ArtifactStoreResource, regi
         replace_dir_atomic(folder, build)
     elif read_manifest(folder).get("inputs") != inputs:  # same content from changed inputs: current again
         update_manifest(folder, inputs=inputs)
+    verified.remember(folder)  # hashed as written or verified: the warm path need not read it again
     licences = sorted(set(task.queries["licence"].to_list()) | set(task.corpus["licence"].to_list()))
     return dg.MaterializeResult(
         metadata={

@@ -1,6 +1,6 @@
 """The expansion stage's overhead on a warm run: a retriever's partition against the same retriever on expanded queries.
 
-    python bench/bench_expansion_stage.py --task scifact --retriever bm25 --repeats 7
+    python bench/bench_expansion_stage.py --task scifact --retriever bm25 --pairs 7
 
 Writes a published expansion for every query of the task (plain ``{id, expansion}`` JSONL: the
 query followed by 40 words of a document picked with a fixed seed) and a copy of models.yaml
@@ -8,9 +8,10 @@ with one more model, ``<retriever>+bench-q2d`` (kind expanded, query2doc, R2MED'
 into a temporary folder, and points MEDBENCH_MODELS at it. Then, on this checkout's instance and
 data (the task must be curated: ``medbench run --tasks <task> --models <retriever>`` first), it
 runs ``evaluate_partition`` once per partition to warm it (the expanded partition builds its
-expansion, contract verdict, run and MLflow runs), then ``--repeats`` warm runs of each,
-alternating, and reports the medians of each job's wall time and of every step's duration (from
-Dagster's event log). On a warm run every step is a cache hit; what the expanded partition adds
+expansion, contract verdict, run and MLflow runs), then ``--pairs`` rounds of warm runs of both
+in alternating order (bench/paired.py: A B, B A, ...), and reports the per-round ratio expanded /
+retriever of the job's wall and CPU time (this process, every thread), median and range, and the
+medians of every step's duration (from Dagster's event log). On a warm run every step is a cache hit; what the expanded partition adds
 is the ``query_expansion`` step (keys, manifest check) and its ``expansion_contract`` check
 (recorded verdict reused, MLflow run reused).
 """
@@ -24,10 +25,11 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import paired  # noqa: E402
 
 
 def write_fixture(folder: Path, task_dir: Path, retriever: str, models_file: Path) -> str:
@@ -69,7 +71,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--task", default="scifact")
     ap.add_argument("--retriever", default="bm25")
-    ap.add_argument("--repeats", type=int, default=7)
+    paired.add_arguments(ap, default=7)
     args = ap.parse_args()
 
     from runtime import settings
@@ -96,30 +98,29 @@ def main() -> int:
     sync_model_partitions(instance, defs.resources["registry"])
     job = defs.resolve_job_def("evaluate_partition")
 
-    def run(model: str):
-        t = time.perf_counter()
-        res = job.execute_in_process(instance=instance, partition_key=partition_key(model, args.task), run_config=quiet_run_config(), raise_on_error=True)
-        return time.perf_counter() - t, step_seconds(instance, res.run_id)
+    def run(model: str) -> paired.Sample:
+        sample = paired.call(lambda: job.execute_in_process(instance=instance, partition_key=partition_key(model, args.task), run_config=quiet_run_config(), raise_on_error=True))
+        return paired.Sample(sample.wall, sample.cpu, sample.peak_rss, step_seconds(instance, sample.value.run_id))
 
     models = [args.retriever, expanded]
-    cold = {m: run(m)[0] for m in models}
-    walls: dict[str, list[float]] = {m: [] for m in models}
+    cold = {m: run(m).wall for m in models}
+    m_ = paired.measure({m: (lambda m=m: run(m)) for m in models}, args.pairs)
     steps: dict[str, dict[str, list[float]]] = {m: {} for m in models}
-    for i in range(args.repeats):
-        for m in models if i % 2 == 0 else models[::-1]:
-            wall, per_step = run(m)
-            walls[m].append(wall)
-            for k, v in per_step.items():
+    for m in models:
+        for sample in m_.samples[m]:
+            for k, v in sample.value.items():
                 steps[m].setdefault(k, []).append(v)
-    print(f"task {args.task}, {args.repeats} warm runs each (first runs: {', '.join(f'{m} {cold[m]:.2f}s' for m in models)})")
-    print("| step | " + " | ".join(models) + " |")
+    print(f"task {args.task}, {args.pairs} warm runs each (first runs: {', '.join(f'{m} {cold[m]:.2f}s' for m in models)})")
+    print(m_.table([(f"{expanded} / {args.retriever}, warm partition", expanded, args.retriever)]))
+    print()
+    print("| step (median) | " + " | ".join(models) + " |")
     print("|---|" + "---:|" * len(models))
     order = ("corpus_embeddings", "corpus_index", "query_expansion", "retrieval_run", "task_metrics")
     names = sorted({k for m in models for k in steps[m]}, key=lambda k: (next((i for i, a in enumerate(order) if k.startswith(a)), len(order)), len(k)))
     for k in names:
         cells = [f"{statistics.median(steps[m][k]) * 1000:.0f} ms" if k in steps[m] else "-" for m in models]
         print(f"| {k} | " + " | ".join(cells) + " |")
-    print("| whole job (wall) | " + " | ".join(f"{statistics.median(walls[m]):.2f} s" for m in models) + " |")
+    print("| whole job (wall) | " + " | ".join(f"{m_.seconds(m, 'wall')[0]:.2f} s" for m in models) + " |")
     return 0
 
 

@@ -1,12 +1,13 @@
 """medbench's run fusion (medbench_core.retrieval.fuse_rerank.fuse) against ranx's fuse on the same runs.
 
-    python bench/bench_fusion.py [--run NAME=RUN_FOLDER ...] [--task scifact] [--repeats 7]
+    python bench/bench_fusion.py [--run NAME=RUN_FOLDER ...] [--task scifact] [--pairs 7]
 
 Without --run it builds SciFact train from ../shared/data and retrieves the top 100 with medbench's
 BM25 twice (bm25s Lucene k1=1.5 b=0.75, and R2MED's k1=0.9 b=0.4), about ten seconds. With --run it
 reads each folder's run.parquet (e.g. the retrieval_run artifacts of bm25 and all-MiniLM-L6-v2).
 
-Timed, each the median of --repeats calls on the same in-memory runs:
+Timed in interleaved rounds (bench/paired.py: forward, then reversed; wall and CPU of each call),
+on the same in-memory runs; figures are the per-round ratios to ranx, median and range:
 - medbench: ``fuse(runs)`` from the polars run frames to a top-100 run frame (ranks, ties by doc id);
 - ranx: ``ranx.fuse`` on prebuilt ``ranx.Run`` objects (its own data structure, numba-compiled;
   the first call, which compiles, is reported apart), and the same plus building the Runs from
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -31,6 +31,8 @@ import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+import paired  # noqa: E402
 SHARED = Path(os.environ.get("MEDBENCH_SHARED") or ROOT.parent / "shared")
 
 from medbench_core.retrieval import bm25
@@ -40,21 +42,13 @@ from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dic
 from medbench_core.evaluation.stats import compare, format_cell
 
 
-def median_time(fn, repeats: int) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", action="append", default=[], help="NAME=FOLDER holding run.parquet (give two)")
     ap.add_argument("--task", default="scifact")
-    ap.add_argument("--repeats", type=int, default=7)
+    paired.add_arguments(ap, default=7)
     args = ap.parse_args()
+    print(paired.header("fusion: medbench vs ranx"), flush=True)
 
     from ranx import Run
     from ranx import fuse as ranx_fuse
@@ -89,9 +83,17 @@ def main() -> None:
         t0 = time.perf_counter()
         ranx_fuse(ranx_runs, **ranx_args)
         first = time.perf_counter() - t0
-        t_ours, ours = median_time(ours_fn, args.repeats)
-        t_ranx, theirs = median_time(lambda a=ranx_args: ranx_fuse(ranx_runs, **a), args.repeats)
-        t_ranx_build, _ = median_time(lambda a=ranx_args: ranx_fuse([Run(dicts[n]) for n in names], **a), args.repeats)
+        m = paired.measure(
+            {
+                "medbench": lambda f=ours_fn: paired.call(f),
+                "ranx": lambda a=ranx_args: paired.call(lambda: ranx_fuse(ranx_runs, **a)),
+                "ranx_with_build": lambda a=ranx_args: paired.call(lambda: ranx_fuse([Run(dicts[n]) for n in names], **a)),
+            },
+            args.pairs,
+        )
+        ours, theirs = m.samples["medbench"][-1].value, m.samples["ranx"][-1].value
+        t_ours, t_ranx, t_ranx_build = (m.seconds(x, "wall")[0] for x in ("medbench", "ranx", "ranx_with_build"))
+        print(f"\n{label}:\n" + m.table([("medbench / ranx (prebuilt Runs)", "medbench", "ranx"), ("medbench / ranx (Runs built from the dicts)", "medbench", "ranx_with_build")]))
         # Agreement: RRF given medbench's rankings (ranx orders tied scores arbitrarily), wsum on the raw scores.
         ref = ranx_fuse(ranx_rank_runs, **ranx_args) if ranx_args["method"] == "rrf" else theirs
         mine = run_to_dict(ours)
@@ -103,12 +105,11 @@ def main() -> None:
         nd_ranx_raw = evaluate(qrels, {q: dict(v) for q, v in theirs.run.items()}, ["ndcg_at_10"]).mean["ndcg_at_10"]
         results[label] = {
             "medbench_s": round(t_ours, 4), "ranx_s": round(t_ranx, 4), "ranx_with_run_build_s": round(t_ranx_build, 4),
-            "ranx_first_call_s": round(first, 2), "ratio_medbench_over_ranx": round(t_ours / t_ranx, 2),
-            "ratio_medbench_over_ranx_with_build": round(t_ours / t_ranx_build, 2), "max_abs_score_diff": worst,
+            "ranx_first_call_s": round(first, 2), "ratio_medbench_over_ranx_cpu": round(m.ratio("medbench", "ranx").median, 3),
+            "ratio_medbench_over_ranx_with_build_cpu": round(m.ratio("medbench", "ranx_with_build").median, 3), "max_abs_score_diff": worst,
             "ndcg_at_10": nd_ours, "ndcg_at_10_ranx_raw_scores": nd_ranx_raw,
         }
-        print(f"\n{label}: medbench {t_ours * 1000:.0f} ms, ranx {t_ranx * 1000:.0f} ms (with Run building {t_ranx_build * 1000:.0f} ms; "
-              f"first call {first:.1f} s) -> medbench / ranx = {t_ours / t_ranx:.2f}x ({t_ours / t_ranx_build:.2f}x with building)")
+        print(f"  medians: medbench {t_ours * 1000:.0f} ms, ranx {t_ranx * 1000:.0f} ms (with Run building {t_ranx_build * 1000:.0f} ms; first call {first:.1f} s)")
         print(f"  fused scores vs ranx: max |diff| {worst:.2e}; nDCG@10 medbench {nd_ours:.4f}, ranx on raw scores {nd_ranx_raw:.4f}")
 
         per_query = {n: evaluate(qrels, dicts[n], ["ndcg_at_10"]).per_query_frame() for n in names}

@@ -9,6 +9,9 @@ upstream runs with their trec_eval ranks made explicit (score = 1000 - rank), as
 tests/core/test_fusion.py does, and its fused run is scored by pytrec_eval-terrier. The paired
 tests are ``medbench_core.evaluation.stats.compare`` with each input as the baseline in turn (10,000
 sign flips and bootstrap resamples, seed 0).
+
+It compares values, not times: nothing here is timed, so there is no ratio to pair (the fusion's
+speed against ranx is bench/bench_fusion.py's, in paired rounds).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Generation tokens/s through medbench's expansion stage vs the same model's ``generate`` called directly.
 
-    python bench/bench_generate.py [--queries 32] [--new-tokens 64] [--batch-size 8] [--repeats 3] [--threads 1]
+    python bench/bench_generate.py [--queries 32] [--new-tokens 64] [--batch-size 8] [--pairs 5] [--threads 1]
 
 A random-weight Llama (hidden 256, 4 layers, all-MiniLM-L6-v2's BERT tokenizer and a chat
 template; no pretrained causal LM is reachable here) is saved as a local folder and loaded once.
@@ -12,14 +12,15 @@ Prompts: the first judged SciFact train claims inside ``prompts/hyde.txt``.
   ``tokenizer(...)`` + ``model.generate`` + ``batch_decode``.
 
 Both sides must produce the very same texts (checked), so the ratio measures medbench's overhead
-only. Sides alternate; the best of ``--repeats`` is kept for each. Also timed: a warm run of the
-stage (the key of a stored expansion computed, its manifest verified and the frame read back).
+only. The sides run in interleaved rounds (bench/paired.py: A B, B A, ...); the figures are the
+per-round ratios medbench / direct of wall and CPU time (this process, every thread), median and
+range. Also timed: a warm run of the stage (the key of a stored expansion computed, its manifest
+verified and the frame read back).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "core"))
+sys.path.insert(0, str(ROOT / "bench"))
+import paired  # noqa: E402
 
 
 def main() -> None:
@@ -35,7 +38,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--repeats", type=int, default=3)
+    paired.add_arguments(ap)
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both sides (the machine is shared)")
     args = ap.parse_args()
 
@@ -67,8 +70,7 @@ def main() -> None:
         decoding = spec.resolved_decoding()
         kw = gen.generate_kwargs(decoding)
 
-        def direct() -> tuple[float, float, int, list[str]]:
-            t0, c0 = time.perf_counter(), time.process_time()
+        def direct() -> tuple[int, list[str]]:
             texts: list[str] = [""] * len(prompts)
             n_new = 0
             with torch.inference_mode():
@@ -81,28 +83,21 @@ def main() -> None:
                         n = gen.generated_length(out[row].tolist())
                         n_new += n
                         texts[i] = tok.decode(out[row][:n], skip_special_tokens=True)
-            return time.perf_counter() - t0, time.process_time() - c0, n_new, texts
+            return n_new, texts
 
-        def medbench() -> tuple[float, float, int, list[str]]:
-            t0, c0 = time.perf_counter(), time.process_time()
+        def medbench() -> tuple[int, list[str]]:
             frame, _, info = generate_expansions(spec, task, template, generator=gen, revision="bench")
-            return time.perf_counter() - t0, time.process_time() - c0, info["generated_tokens"], frame["raw"].to_list()
+            return info["generated_tokens"], frame["raw"].to_list()
 
         direct()  # warm-up: first calls allocate
-        rows = []
-        for r in range(args.repeats):
-            sides = (("direct", direct), ("medbench", medbench))
-            for name, fn in sides if r % 2 == 0 else sides[::-1]:  # alternate which goes first
-                sec, cpu, n, texts = fn()
-                rows.append((name, r + 1, sec, n, n / sec, n / cpu, texts))
-                print(f"{name:9s} run {r + 1}: {n} tokens in {sec:.2f} s wall ({cpu:.2f} s CPU) = {n / sec:.1f} tokens/s ({n / cpu:.1f} per CPU s)", flush=True)
-        ref = rows[0][-1]
-        assert all(x[-1] == ref for x in rows), "medbench and direct generate produced different texts"
-        best = {name: max(x[4] for x in rows if x[0] == name) for name in ("direct", "medbench")}
-        best_cpu = {name: max(x[5] for x in rows if x[0] == name) for name in ("direct", "medbench")}
-        by_run = {(x[0], x[1]): x for x in rows}
-        pairs = [by_run[("medbench", r)][4] / by_run[("direct", r)][4] for r in range(1, args.repeats + 1)]
-        cpu_pairs = [by_run[("medbench", r)][5] / by_run[("direct", r)][5] for r in range(1, args.repeats + 1)]
+
+        def say(r: int, side: str, x: paired.Sample) -> None:
+            n = x.value[0]
+            print(f"{side:9s} round {r + 1}: {n} tokens in {x.wall:.2f} s wall ({x.cpu:.2f} s CPU) = {n / x.wall:.1f} tokens/s ({n / x.cpu:.1f} per CPU s)", flush=True)
+
+        m = paired.measure({"direct": lambda: paired.call(direct), "medbench": lambda: paired.call(medbench)}, args.pairs, report=say)
+        ref = m.samples["direct"][0].value
+        assert all(x.value == ref for side in m.samples.values() for x in side), "medbench and direct generate produced different texts"
 
         # Warm run of the stage: the stored artifact's key, manifest and frame.
         frame, _, info = generate_expansions(spec, task, template, generator=gen)
@@ -115,10 +110,7 @@ def main() -> None:
 
     print()
     print(f"queries {task.queries.height}, batch {args.batch_size}, {args.new_tokens} new tokens each, torch threads {args.threads}")
-    print(f"best tokens/s: direct {best['direct']:.1f}, medbench {best['medbench']:.1f}")
-    print(f"ratio medbench / direct, wall (best of {args.repeats}): {best['medbench'] / best['direct']:.3f}x   per pair: {', '.join(f'{p:.3f}x' for p in pairs)}")
-    print(f"ratio medbench / direct, tokens per CPU second (best of {args.repeats}): {best_cpu['medbench'] / best_cpu['direct']:.3f}x   "
-          f"median of pairs {statistics.median(cpu_pairs):.3f}x   per pair: {', '.join(f'{p:.3f}x' for p in cpu_pairs)}")
+    print(m.table([("medbench / direct generate", "medbench", "direct")]))
     print(f"warm stage (key: generator folder hash + prompt; manifest verified; frame read): {warm * 1000:.0f} ms")
 
 

@@ -1,8 +1,11 @@
-"""medbench's overhead over the bare libraries, for one partition: all-MiniLM-L6-v2 x LiveQA-MedQuAD.
+"""medbench's overhead over the bare libraries, for one partition: all-MiniLM-L6-v2 x LiveQA-MedQuAD, paired.
 
-    python bench/bench_overhead.py [--repeats N] [--main-job]
+    HF_HUB_OFFLINE=1 python bench/bench_overhead.py [--pairs N] [--main-job]
 
-Measured in one run, each side in a fresh Python process, wall time from process launch to result:
+Each side runs in a fresh Python process, in interleaved rounds (bench/paired.py: bare then
+medbench, medbench then bare, ...); wall time from process launch to exit, CPU time and peak
+memory from ``os.wait4`` (the process and the children it waited for: medbench's preparing child
+included). The figures are the per-round ratios medbench / bare, median and range:
 
 - bare: read the BEIR files (LiveQA-MedQuAD as tasks.yaml curates it: duplicate judgments keep the
   higher grade, questions without a relevant answer dropped), sentence-transformers encodes the
@@ -15,8 +18,12 @@ Measured in one run, each side in a fresh Python process, wall time from process
 - medbench warm: the main job again right after, in the same process (all cache hits), and once
   more from a new process (imports included).
 
-With --main-job it also times `medbench run` (every model x every task) cold, with
-fresh data and state, and warm. That takes several minutes (MiniLM on SciFact).
+After the rounds: the warm run, in the last cold run's process (all cache hits) and from a new
+process. With ``--floor``: what the libraries medbench is built on cost before any work, each in a
+fresh process in interleaved rounds against ``python -c pass`` (importing Dagster and building the
+definitions; importing Great Expectations and validating a one-row frame with data docs; importing
+MLflow's client and creating a store; importing matplotlib's pyplot). With --main-job it also times `medbench run` (every model x every task) cold, with fresh
+data and state, and warm. That takes several minutes (MiniLM on SciFact).
 """
 
 from __future__ import annotations
@@ -26,7 +33,6 @@ import json
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +40,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import paired  # noqa: E402
+
 SHARED = Path(os.environ.get("MEDBENCH_SHARED") or ROOT.parent / "shared")
 LIVEQA = SHARED / "data" / "liveqa_medquad"
 MODEL = "all-MiniLM-L6-v2"
@@ -111,17 +120,20 @@ def medbench(launched: float, runs: int) -> dict:
 # --- the driver ----------------------------------------------------------------------------------
 
 
-def child(mode: str, state: Path | None = None, extra: list[str] | None = None) -> dict:
-    """Run this script in a fresh process in ``mode``; returns its JSON result."""
+def child(mode: str, state: Path | None = None, extra: list[str] | None = None) -> paired.Sample:
+    """Run this script in a fresh process in ``mode``: wall from launch to exit, CPU and peak of its tree (``os.wait4``); its JSON result as the value."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     if state is not None:
         env.update(MEDBENCH_DATA=str(state / "data"), MEDBENCH_STATE=str(state / "state"), DAGSTER_HOME=str(state / "dagster_home"))
         env.pop("MLFLOW_TRACKING_URI", None)
     launched = time.time()
-    out = subprocess.run([sys.executable, __file__, f"--_{mode}", str(launched), *(extra or [])], env=env, cwd=ROOT, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"{mode} failed:\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    log = Path(tempfile.mkstemp(prefix=f"medbench-overhead-{mode}-", suffix=".log")[1])
+    try:
+        sample = paired.child([sys.executable, __file__, f"--_{mode}", str(launched), *(extra or [])], env=env, cwd=ROOT, log=log)
+        out = json.loads([line for line in log.read_text().splitlines() if line.startswith("{")][-1])
+    finally:
+        log.unlink(missing_ok=True)
+    return paired.Sample(sample.wall, sample.cpu, sample.peak_rss, out)
 
 
 def cpu_seconds() -> float:
@@ -152,10 +164,40 @@ def main_job(base: Path) -> dict:
     return out
 
 
+FLOOR = {
+    "python": "pass",
+    "dagster + definitions": "from orchestration.definitions import build_definitions; build_definitions()",
+    "great expectations: import, one suite, data docs": (
+        "import tempfile, polars as pl; from pathlib import Path; "
+        "from medbench_core.taskdata.contracts.gx import Spec, Table, run_tables; "
+        "run_tables('t', [Table('t', 't.parquet', pl.DataFrame({'record_id': ['a']}), [Spec('ExpectColumnToExist', {'column': 'record_id'}, 'schema', 'x')])], Path(tempfile.mkdtemp()))"
+    ),
+    "mlflow: client, new store": (
+        "import tempfile; from runtime.mlflow_store import MLflowResource; d = tempfile.mkdtemp(); "
+        "MLflowResource(tracking_uri=f'sqlite:///{d}/m.db', artifact_root=d).ensure_store()"
+    ),
+    "matplotlib.pyplot": "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot",
+}
+
+
+def floor(pairs: int) -> None:
+    """CPU and wall of each library's fixed cost (FLOOR), less a bare interpreter's, medians over interleaved rounds."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    sides = {name: (lambda code=code: paired.child([sys.executable, "-c", code], env=env, cwd=ROOT)) for name, code in FLOOR.items()}
+    m = paired.measure(sides, pairs)
+    base_cpu, base_wall = m.seconds("python", "cpu")[0], m.seconds("python", "wall")[0]
+    print(f"\nthe libraries' floor, each in a fresh process, less `python -c pass` ({base_cpu:.2f} CPU s), medians of {pairs} interleaved rounds ({m.load()}):")
+    print("| what | CPU s | wall s |\n|---|---:|---:|")
+    for name in FLOOR:
+        if name != "python":
+            print(f"| {name} | {m.seconds(name, 'cpu')[0] - base_cpu:.2f} | {m.seconds(name, 'wall')[0] - base_wall:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=2, help="alternate bare and medbench cold runs this many times (median reported)")
+    paired.add_arguments(parser)
     parser.add_argument("--main-job", action="store_true", help="also time the whole main job cold and warm (several minutes)")
+    parser.add_argument("--floor", action="store_true", help="only measure the libraries' fixed costs (FLOOR)")
     parser.add_argument("--_bare", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--_medbench", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--_runs", type=int, default=2, help=argparse.SUPPRESS)
@@ -170,34 +212,37 @@ def main() -> None:
         print(json.dumps(medbench(args._medbench, args._runs), default=str))
         return
 
+    if args.floor:
+        print(paired.header("the libraries' fixed costs"), flush=True)
+        floor(args.pairs)
+        return
+    print(paired.header("overhead of one partition: all-MiniLM-L6-v2 x LiveQA-MedQuAD, medbench run vs bare libraries"), flush=True)
     base = Path(tempfile.mkdtemp(prefix="medbench-bench-"))
     try:
-        bares, cold_runs = [], []
-        for i in range(args.repeats):
-            bares.append(child("bare"))
-            state = fresh_state(base, f"run{i}")
-            cold_runs.append(child("medbench", state))
-        warm_new = child("medbench", state, ["--_runs", "1"])
-        print(f"all-MiniLM-L6-v2 x LiveQA-MedQuAD ({bares[0]['docs']} documents, {bares[0]['queries']} queries), CPU, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}")
-        print(f"  {'run':<10} {'wall s':>8} {'CPU s':>8} {'encoding s':>11} {'rest s':>8}  nDCG@10")
-        for i, (b_run, c_run) in enumerate(zip(bares, cold_runs), start=1):
-            for name, r in (("bare", b_run), ("medbench", c_run)):
-                print(f"  {name + ' ' + str(i):<10} {r['wall']:8.1f} {r['cpu']:8.1f} {r['encode_s']:11.1f} {r['wall'] - r['encode_s']:8.1f}  {r['ndcg_at_10']:.4f}")
-        # Other processes share this machine: the fastest run of each side is the least disturbed.
-        b, c = min(r["wall"] for r in bares), min(r["wall"] for r in cold_runs)
-        rest = statistics.median(c_run["wall"] - c_run["encode_s"] - (b_run["wall"] - b_run["encode_s"]) for b_run, c_run in zip(bares, cold_runs))
-        b_cpu, c_cpu = statistics.median(r["cpu"] for r in bares), statistics.median(r["cpu"] for r in cold_runs)
-        last = min(cold_runs, key=lambda r: r["wall"])
-        w = min(r["warm"][0] for r in cold_runs)
-        print(f"  bare sentence-transformers + faiss + pytrec_eval : {b:7.1f} s (fastest run)")
-        print(f"  medbench cold (main job, fresh state)            : {c:7.1f} s (fastest run)")
-        print(f"  overhead ratio, fastest runs                     : {c / b:7.3f}x  (target <= 1.10x)")
-        print(f"  medbench's extra time outside encoding (median)  : {rest:7.1f} s -> {(b + rest) / b:.3f}x of the fastest bare run")
-        print(f"  overhead ratio, median CPU time                  : {c_cpu / b_cpu:7.3f}x")
-        print(f"  medbench warm, same process (main job again)     : {w:7.2f} s = {100 * w / c:.1f}% of cold (target <= 3%)")
-        print(f"  medbench warm, new process (imports included)    : {warm_new['wall']:7.2f} s = {100 * warm_new['wall'] / c:.1f}% of cold")
-        print("  medbench cold, the main job's own log (fastest run):")
-        for line in last["log"][0]:
+        states: list[Path] = []
+
+        def cold() -> paired.Sample:
+            states.append(fresh_state(base, f"run{len(states)}"))
+            return child("medbench", states[-1], ["--_runs", "1"])
+
+        def say(r: int, side: str, s: paired.Sample) -> None:
+            v = s.value
+            print(f"  round {r + 1} {side:<8} wall {s.wall:7.1f} s  CPU {s.cpu:7.1f} s  peak {s.peak_rss / 2**30:.2f} GB  encoding {v['encode_s']:6.1f} s  nDCG@10 {v['ndcg_at_10']:.4f}  load {os.getloadavg()[0]:.1f}", flush=True)
+
+        m = paired.measure({"bare": lambda: child("bare"), "medbench": cold}, args.pairs, report=say)
+        bares, colds = m.samples["bare"], m.samples["medbench"]
+        warm = child("medbench", states[-1], ["--_runs", "2"])  # from a new process, then again in that process
+        first = bares[0].value
+        print(f"\nall-MiniLM-L6-v2 x LiveQA-MedQuAD ({first['docs']} documents, {first['queries']} queries), CPU, {os.cpu_count()} cores")
+        print(m.table([("medbench cold / bare", "medbench", "bare")], memory=True))
+        rest = [(c.wall - c.value["encode_s"]) - (b.wall - b.value["encode_s"]) for b, c in zip(bares, colds)]
+        print(f"\nmedbench's extra wall time outside the corpus encoding, per round: {', '.join(f'{x:.1f}' for x in rest)} s")
+        assert len({round(s.value["ndcg_at_10"], 10) for s in bares + colds}) == 1, "the sides disagree on nDCG@10"
+        c = m.seconds("medbench", "wall")[0]
+        print(f"medbench warm, new process (imports included): {warm.value['wall']:7.2f} s = {100 * warm.value['wall'] / c:.1f}% of the median cold run")
+        print(f"medbench warm, same process (main job again) : {warm.value['warm'][0]:7.2f} s = {100 * warm.value['warm'][0] / c:.1f}% of the median cold run")
+        print("medbench cold, the main job's own log (last round):")
+        for line in colds[-1].value["log"][0]:
             print(f"    {line}")
         if args.main_job:
             mj = main_job(base)

@@ -1,6 +1,6 @@
 """Reader throughput on the largest local dataset, SciFact train (5,183 abstracts, 809 claims, 919 judgments).
 
-    python bench/bench_readers.py [--repeats N]
+    python bench/bench_readers.py [--pairs N]
 
 In one run, on the same content:
 
@@ -13,8 +13,10 @@ In one run, on the same content:
 - ``r2med_repo``: the same files in R2MED's repository layout through ``read_r2med_repo``.
 
 Records/s counts every record read: documents + queries in the files + judgments. Each reader
-builds the whole task (polars frames, referential checks); the best of N repeats is reported, with
-the ratio to ``beir``. The MTEB readers also hash the files they read (the task's dataset revision).
+builds the whole task (polars frames, referential checks). The readers run in interleaved rounds
+(bench/paired.py: forward, then reversed), each timed for wall and CPU; the figures are each
+reader's time against ``beir``'s in the same round, median and range over the rounds. The MTEB
+readers also hash the files they read (the task's dataset revision).
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+import paired  # noqa: E402
 SHARED = Path(os.environ.get("MEDBENCH_SHARED") or ROOT.parent / "shared")
 SCIFACT = SHARED / "data" / "scifact"
 
@@ -78,13 +81,14 @@ def write_copies(tmp: Path) -> dict[str, Path]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    paired.add_arguments(parser, default=7)
     args = parser.parse_args()
 
     from medbench_core.taskdata.readers.beir import BeirOptions, read_beir
     from medbench_core.taskdata.readers.mteb import MtebOptions, read_mteb
     from medbench_core.taskdata.readers.r2med import R2medRepoOptions, read_r2med_repo
 
+    print(paired.header("readers on SciFact train"), flush=True)
     docs, queries, qrels = load_rows()
     n_records = len(docs) + len(queries) + len(qrels)
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,20 +99,15 @@ def main() -> None:
             "mteb (jsonl + card)": lambda: read_mteb(copies["mteb (jsonl + card)"], MtebOptions(name="scifact", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")),
             "r2med_repo": lambda: read_r2med_repo(copies["r2med_repo"], R2medRepoOptions(name="scifact", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")),
         }
-        best: dict[str, float] = {}
-        shapes: dict[str, tuple[int, int, int]] = {}
-        for _ in range(args.repeats):
-            for name, read in readers.items():  # interleaved, so load changes hit every reader alike
-                t0 = time.perf_counter()
-                task = read()
-                dt = time.perf_counter() - t0
-                best[name] = min(best.get(name, dt), dt)
-                shapes[name] = (task.queries.height, task.corpus.height, task.qrels.height)
-    print(f"SciFact train: {len(docs)} documents + {len(queries)} queries + {len(qrels)} judgments = {n_records} records; best of {args.repeats}")
-    print(f"{'reader':<22}{'seconds':>9}{'records/s':>12}{'vs beir':>9}  task (queries, docs, qrels)")
-    for name, dt in best.items():
-        print(f"{name:<22}{dt:>9.3f}{n_records / dt:>12,.0f}{best['beir'] / dt:>8.2f}x  {shapes[name]}")
-    if len(set(shapes.values())) != 1:
+        m = paired.measure({name: (lambda read=read: paired.call(read)) for name, read in readers.items()}, args.pairs, warmup=1)
+    shapes = {name: {(t.value.queries.height, t.value.corpus.height, t.value.qrels.height) for t in runs} for name, runs in m.samples.items()}
+    print(f"SciFact train: {len(docs)} documents + {len(queries)} queries + {len(qrels)} judgments = {n_records} records")
+    print(f"\n| reader | records/s (median wall) | task (queries, docs, qrels) |\n|---|---:|---|")
+    for name in readers:
+        print(f"| {name} | {n_records / m.seconds(name, 'wall')[0]:,.0f} | {sorted(shapes[name])} |")
+    print()
+    print(m.table([(f"{name} / beir", name, "beir") for name in readers if name != "beir"]))
+    if len(set().union(*shapes.values())) != 1:
         raise SystemExit(f"readers disagree on the task's shape: {shapes}")
 
 

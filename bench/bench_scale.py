@@ -1,12 +1,13 @@
-"""The whole pipeline at scale: `medbench run --serial` against the bare libraries, stage by stage.
+"""The whole pipeline at scale: `medbench run --serial` against the bare libraries, paired, stage by stage.
 
-    python bench/bench_scale.py pipeline --docs 100000,400000 --queries 16000     # then 1200000
-    python bench/bench_scale.py report                                          # table + log-log plot
+    python bench/bench_scale.py pipeline --docs 200000 --queries 20000 --pairs 5     # then 1200000
+    python bench/bench_scale.py report                                             # tables + log-log plot
 
 For each size a seeded synthetic BEIR task (bench/scale_corpus.py: shuffled SciFact abstracts,
 12-word queries, one judgment each) is generated once under ``--work`` (default
-/tmp/medbench-scale), then two processes run one after the other, each watched by a sampler
-(bench/scale_probe.py: per-process peak RSS from VmHWM, reset every 0.1 s, summed over the tree):
+/tmp/medbench-scale). Then the two sides run in interleaved rounds (bench/paired.py: bare then
+medbench, medbench then bare, ...), each in its own process, watched by a sampler
+(bench/scale_probe.py: per-process peak RSS from VmHWM, reset every 0.1 s):
 
 - **bare**: ``python bench/bench_scale.py bare``: polars reads the BEIR files and writes them as
   Parquet; bm25s (``BM25(method="lucene", k1=1.5, b=0.75)``, ``tokenize(stopwords="en",
@@ -20,8 +21,11 @@ For each size a seeded synthetic BEIR task (bench/scale_corpus.py: shuffled SciF
   curation with its GX contract, the overlap gate, the partition's five steps, the leaderboard.
   Its stage windows are the step start/end events of Dagster's event log.
 
-Each stage's time and peak memory, the totals and the ratios are printed and saved as
-``<work>/results/pipeline-<docs>x<queries>.json`` (``report`` reads them). Runs above 400K
+Each side's CPU time is its process tree's (``os.wait4``'s rusage: the process and the children it
+waited for); its peak memory, the largest single process's VmHWM. The figures are the per-round
+ratios medbench / bare (CPU, wall, peak memory), median and range, with each stage's median CPU
+seconds and share of the total; every round is saved in
+``<work>/results/pipeline-<docs>x<queries><tag>.json`` (``report`` reads them). Runs above 400K
 documents check that 14 GB are available first (the machine is shared).
 """
 
@@ -40,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import paired  # noqa: E402
 from scale_probe import Marks, Sampler, gb, read_marks  # noqa: E402
 
 WORK = Path(os.environ.get("MEDBENCH_SCALE_WORK") or "/tmp/medbench-scale")
@@ -212,20 +217,20 @@ def run_medbench(work: Path, data: Path, label: str, code: Path = ROOT) -> dict:
 
 
 def _watch(cmd: list[str], env: dict, folder: Path, phases, cwd: Path | None = None) -> dict:
-    """Run ``cmd`` under the sampler; its output to ``folder/output.log``; phases from ``phases()`` afterwards."""
-    import resource
+    """Run ``cmd`` under the sampler; its output to ``folder/output.log``; phases from ``phases()`` afterwards.
 
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU seconds and the largest process's peak come from ``os.wait4`` (the process and the children
+    it waited for); the sampler gives each phase's CPU and peaks, and the tree's summed peak."""
     log = open(folder / "output.log", "w")
     t0 = time.time()
     proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
     sampler = Sampler(proc.pid).start()
-    code = proc.wait()
+    _, status, usage = os.wait4(proc.pid, 0)
+    code = proc.returncode = os.waitstatus_to_exitcode(status)
     t1 = time.time()
     sampler.stop()
     log.close()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = usage.ru_utime + usage.ru_stime
     if code != 0:
         raise SystemExit(f"{' '.join(cmd)} exited {code}; see {folder / 'output.log'}:\n" + (folder / "output.log").read_text()[-3000:])
     rows = []
@@ -234,8 +239,8 @@ def _watch(cmd: list[str], env: dict, folder: Path, phases, cwd: Path | None = N
         rows.append({**p, "seconds": round(p["end"] - p["start"], 3), "cpu_s": round(sampler.cpu(p["start"], p["end"]), 2), "peak_tree_gb": gb(tree_peak), "peak_proc_gb": gb(proc_peak)})
     tree_peak, proc_peak = sampler.peak()
     return {
-        "wall_s": round(t1 - t0, 2), "cpu_s": round(cpu, 2), "start": t0, "end": t1,
-        "peak_tree_gb": gb(tree_peak), "peak_proc_gb": gb(proc_peak), "phases": rows,
+        "wall_s": round(t1 - t0, 2), "cpu_s": round(cpu, 2), "start": t0, "end": t1, "maxrss_gb": gb(usage.ru_maxrss * 1024),
+        "peak_tree_gb": gb(tree_peak), "peak_proc_gb": gb(max(proc_peak, usage.ru_maxrss * 1024)), "phases": rows,
         "timeline": [(round(t - t0, 2), gb(s), gb(m), round(c, 2)) for t, s, m, _, c in sampler.samples],
     }  # fmt: skip
 
@@ -284,97 +289,142 @@ def stage_table(side: dict, mapping: dict, fallback: str) -> dict[str, dict]:
     return out
 
 
-def print_pipeline(res: dict) -> None:
-    mb, bare_ = stage_table(res["medbench"], STAGE_OF_STEP, "other steps"), stage_table(res["bare"], BARE_STAGE, "other")
-    print(f"\n{res['docs']:,} documents x {res['queries']:,} queries ({res['when']})")
-    print(f"{'stage':<16}{'medbench s':>12}{'bare s':>10}{'medbench CPU s':>16}{'bare CPU s':>12}{'medbench GB':>13}{'bare GB':>10}")
-    for st in ORDER:
-        a, b = mb.get(st), bare_.get(st)
-        if not a and not b:
-            continue
-        fmt = lambda r, k, w: f"{r[k]:>{w}.2f}" if r else f"{'-':>{w}}"  # noqa: E731
-        print(f"{st:<16}{fmt(a, 'seconds', 12)}{fmt(b, 'seconds', 10)}{fmt(a, 'cpu_s', 16)}{fmt(b, 'cpu_s', 12)}{fmt(a, 'peak_tree_gb', 13)}{fmt(b, 'peak_tree_gb', 10)}")
-    m, b = res["medbench"], res["bare"]
-    print(f"{'total':<16}{m['wall_s']:>12.2f}{b['wall_s']:>10.2f}{m['cpu_s']:>16.2f}{b['cpu_s']:>12.2f}{m['peak_tree_gb']:>13.2f}{b['peak_tree_gb']:>10.2f}")
-    print(f"time medbench / bare {m['wall_s'] / b['wall_s']:.2f}x (CPU {m['cpu_s'] / b['cpu_s']:.2f}x); peak memory {m['peak_tree_gb'] / b['peak_tree_gb']:.2f}x; "
-          f"nDCG@10 medbench {m.get('ndcg_at_10')} bare {b.get('ndcg_at_10')}")  # fmt: skip
-
-
 def pipeline(args: argparse.Namespace) -> None:
     import datetime as dt
 
     (args.work / "results").mkdir(parents=True, exist_ok=True)
+    print(paired.header("pipeline: medbench run --serial vs bare polars + bm25s + pytrec_eval + scipy"), flush=True)
     for docs in [int(x) for x in args.docs.split(",")]:
         check_memory(docs, args.force_memory)
         data = data_dir(args.work, docs, args.queries)
         label = f"{size_name(docs)}x{size_name(args.queries)}"
-        res = {"docs": docs, "queries": args.queries, "code": str(args.code), "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "load_before": os.getloadavg()}
-        sides = args.sides.split(",")
-        for side in sides:
-            check_memory(docs, args.force_memory)
-            res[side] = run_bare(args.work, data, label) if side == "bare" else run_medbench(args.work, data, label, args.code)
-            if side == "bare":
-                ev = [p for p in res["bare"]["phases"] if p["phase"] == "evaluate"]
-                res["bare"]["ndcg_at_10"] = ev[0].get("ndcg_at_10") if ev else None
-            print(f"[{label}] {side}: {res[side]['wall_s']} s, peak {res[side]['peak_tree_gb']} GB", flush=True)
-        res["load_after"] = os.getloadavg()
+        res = {"docs": docs, "queries": args.queries, "code": str(args.code), "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "load_before": os.getloadavg(), "rounds": []}
         path = args.work / "results" / f"pipeline-{label}{args.tag}.json"
+
+        def side(name: str):
+            def run() -> paired.Sample:
+                check_memory(docs, args.force_memory)
+                out = run_bare(args.work, data, label) if name == "bare" else run_medbench(args.work, data, label, args.code)
+                if name == "bare":
+                    ev = [p for p in out["phases"] if p["phase"] == "evaluate"]
+                    out["ndcg_at_10"] = ev[0].get("ndcg_at_10") if ev else None
+                out["load"] = os.getloadavg()
+                return paired.Sample(out["wall_s"], out["cpu_s"], int(out["peak_proc_gb"] * 2**30), out)
+
+            return run
+
+        def keep(r: int, name: str, sample: paired.Sample) -> None:
+            out = sample.value
+            print(f"[{label}] round {r + 1} {name}: wall {out['wall_s']} s, CPU {out['cpu_s']} s, peak {out['peak_proc_gb']} GB (tree {out['peak_tree_gb']}), load {out['load'][0]:.1f}", flush=True)
+            if len(res["rounds"]) <= r:
+                res["rounds"].append({})
+            res["rounds"][r][name] = {k: v for k, v in out.items() if k != "timeline"} | {"timeline": out["timeline"][::10]}
+            path.write_text(json.dumps(res, indent=1))  # after every run: a long measurement interrupted keeps what it has
+            if not args.keep:
+                shutil.rmtree(args.work / f"{name}-{label}", ignore_errors=True)
+
+        sides = args.sides.split(",")
+        m = paired.measure({name: side(name) for name in sides}, args.pairs, report=keep)
+        res["load_after"] = os.getloadavg()
+        res["figures"] = {what: list(m.ratio("medbench", "bare", what).values) for what in ("cpu", "wall", "peak_rss")} if {"bare", "medbench"} <= set(sides) else {}
         path.write_text(json.dumps(res, indent=1))
-        if {"bare", "medbench"} <= set(res):
-            print_pipeline(res)
+        if {"bare", "medbench"} <= set(sides):
+            print(f"\n{docs:,} documents x {args.queries:,} queries\n" + m.table([("medbench / bare", "medbench", "bare")], memory=True))
+            print_stages(res)
         print(f"saved {path}")
-        if not args.keep:
-            for side in sides:
-                shutil.rmtree(args.work / f"{side}-{label}", ignore_errors=True)
+
+
+def stage_medians(res: dict, side: str) -> dict[str, dict[str, float]]:
+    """Each stage's median (over the rounds) CPU s, wall s and peak GB of ``side``."""
+    import statistics
+
+    mapping, fallback = (STAGE_OF_STEP, "other steps") if side != "bare" else (BARE_STAGE, "other")
+    tables = [stage_table(r[side], mapping, fallback) for r in res["rounds"] if side in r]
+    out = {}
+    for st in ORDER:
+        rows = [t[st] for t in tables if st in t]
+        if rows:
+            out[st] = {k: statistics.median(x[k] for x in rows) for k in ("cpu_s", "seconds", "peak_proc_gb")}
+    return out
+
+
+def print_stages(res: dict) -> None:
+    """Each stage's median CPU s, its share of the side's total, and the bare stage beside it."""
+    import statistics
+
+    mb, bare_ = stage_medians(res, "medbench"), stage_medians(res, "bare")
+    total_m = statistics.median(r["medbench"]["cpu_s"] for r in res["rounds"] if "medbench" in r)
+    total_b = statistics.median(r["bare"]["cpu_s"] for r in res["rounds"] if "bare" in r)
+    print("\n| stage | medbench CPU s (median) | share | bare CPU s (median) | share | medbench peak GB | bare peak GB |\n|---|---:|---:|---:|---:|---:|---:|")
+    for st in ORDER:
+        a, b = mb.get(st), bare_.get(st)
+        if not a and not b:
+            continue
+        fa = f"{a['cpu_s']:.1f} | {100 * a['cpu_s'] / total_m:.1f} %" if a else "- | -"
+        fb = f"{b['cpu_s']:.1f} | {100 * b['cpu_s'] / total_b:.1f} %" if b else "- | -"
+        print(f"| {st} | {fa} | {fb} | {a['peak_proc_gb'] if a else '-'} | {b['peak_proc_gb'] if b else '-'} |")
+    print(f"| total | {total_m:.1f} | 100 % | {total_b:.1f} | 100 % | | |")
+    nd = {s: {r[s].get("ndcg_at_10") for r in res["rounds"] if s in r} for s in ("medbench", "bare")}
+    print(f"nDCG@10: medbench {sorted(nd['medbench'], key=str)}, bare {sorted(nd['bare'], key=str)}")
+
+
+def _rounds(res: dict) -> dict:
+    """Results of any version of this script as paired rounds (one unpaired run per side before 2026-11-27)."""
+    if "rounds" not in res:
+        res["rounds"] = [{s: res[s] for s in ("medbench", "bare") if res.get(s)}]
+        res["unpaired"] = True
+    return res
 
 
 def report(args: argparse.Namespace) -> None:
-    """Markdown tables of the saved results (per run and per stage), the log-log slopes, and the plot."""
+    """Markdown tables of the saved results (the paired figures and the stages), the log-log slopes, and the plot."""
     import math
+    import statistics
 
     files = sorted((args.work / "results").glob("pipeline-*.json"))
-    res = [json.loads(f.read_text()) | {"file": f.stem} for f in files if not any(x in f.stem for x in args.exclude.split(",") if x)]
-    res = [r for r in res if {"medbench"} <= set(r)]
+    res = [_rounds(json.loads(f.read_text())) | {"file": f.stem} for f in files if not any(x in f.stem for x in args.exclude.split(",") if x)]
+    res = [r for r in res if any("medbench" in x for x in r["rounds"])]
     res.sort(key=lambda r: (r["file"].endswith("-before") is False, r["docs"]))
-    print("| run | documents x queries | medbench wall s (CPU s) | bare wall s (CPU s) | time ratio wall (CPU) | medbench peak GB (one process) | bare peak GB | memory ratio |")
+    print("| run | documents x queries | n | CPU medbench / bare, median (range) | wall, median (range) | peak memory (largest process), median (range) | medbench CPU s | bare CPU s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in res:
-        m, b = r["medbench"], r.get("bare")
-        tr = f"{m['wall_s'] / b['wall_s']:.2f}x ({m['cpu_s'] / b['cpu_s']:.2f}x)" if b else "-"
-        mr = f"{m['peak_tree_gb'] / b['peak_tree_gb']:.2f}x" if b else "-"
-        bw = f"{b['wall_s']:.0f} ({b['cpu_s']:.0f})" if b else "-"
-        bp = f"{b['peak_tree_gb']:.2f}" if b else "-"
-        print(f"| {r['file'].removeprefix('pipeline-')} | {r['docs']:,} x {r['queries']:,} | {m['wall_s']:.0f} ({m['cpu_s']:.0f}) | {bw} | {tr} | {m['peak_tree_gb']:.2f} ({m['peak_proc_gb']:.2f}) | {bp} | {mr} |")
+        pairs = [x for x in r["rounds"] if {"medbench", "bare"} <= set(x)]
+
+        def ratio(key: str) -> str:
+            v = [x["medbench"][key] / x["bare"][key] for x in pairs]
+            return f"{statistics.median(v):.3f}x ({min(v):.3f}-{max(v):.3f})" if v else "-"
+
+        cpu_m = statistics.median(x["medbench"]["cpu_s"] for x in r["rounds"] if "medbench" in x)
+        cpu_b = f"{statistics.median(x['bare']['cpu_s'] for x in pairs):.0f}" if pairs else "-"
+        note = " (one run per side, not paired)" if r.get("unpaired") else ""
+        print(f"| {r['file'].removeprefix('pipeline-')}{note} | {r['docs']:,} x {r['queries']:,} | {len(pairs)} | {ratio('cpu_s')} | {ratio('wall_s')} | {ratio('peak_proc_gb')} | {cpu_m:.0f} | {cpu_b} |")
     for r in res:
-        mb = stage_table(r["medbench"], STAGE_OF_STEP, "other steps")
-        bare_ = stage_table(r["bare"], BARE_STAGE, "other") if r.get("bare") else {}
-        print(f"\n{r['file'].removeprefix('pipeline-')}: stage | medbench s (CPU s) | peak GB | bare s (CPU s) | peak GB")
-        print("|---|---:|---:|---:|---:|")
-        for st in ORDER:
-            a, b = mb.get(st), bare_.get(st)
-            if a or b:
-                fa = f"{a['seconds']:.1f} ({a['cpu_s']:.1f}) | {a['peak_tree_gb']:.2f}" if a else "- | -"
-                fb = f"{b['seconds']:.1f} ({b['cpu_s']:.1f}) | {b['peak_tree_gb']:.2f}" if b else "- | -"
-                print(f"| {st} | {fa} | {fb} |")
+        print(f"\n{r['file'].removeprefix('pipeline-')}:")
+        print_stages(r)
     after = {r["docs"]: r for r in res if r["file"].endswith(args.slope_tag)}
     if len(after) >= 2:
         lo, hi = min(after), max(after)
-        a, b = stage_table(after[lo]["medbench"], STAGE_OF_STEP, "other steps"), stage_table(after[hi]["medbench"], STAGE_OF_STEP, "other steps")
+        a, b = stage_medians(after[lo], "medbench"), stage_medians(after[hi], "medbench")
         print(f"\nlog-log slopes of medbench's stages from {lo:,} to {hi:,} documents (CPU seconds; peak GB):")
         for st in ORDER:
             if st in a and st in b and a[st]["cpu_s"] > 0 and b[st]["cpu_s"] > 0:
                 ts = math.log(b[st]["cpu_s"] / a[st]["cpu_s"]) / math.log(hi / lo)
-                ms = math.log(max(b[st]["peak_tree_gb"], 1e-3) / max(a[st]["peak_tree_gb"], 1e-3)) / math.log(hi / lo)
+                ms = math.log(max(b[st]["peak_proc_gb"], 1e-3) / max(a[st]["peak_proc_gb"], 1e-3)) / math.log(hi / lo)
                 print(f"  {st:<14} time {ts:5.2f}  memory {ms:5.2f}")
     if args.plot:
         _plot(res, args.plot)
 
 
 def _plot(res: list[dict], path: Path) -> None:
+    import statistics
+
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
+
+    def med(r: dict, side: str, key: str) -> float:
+        return statistics.median(x[side][key] for x in r["rounds"] if side in x)
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for tag, style in (("-before", "--"), ("-after", "-")):
@@ -382,17 +432,17 @@ def _plot(res: list[dict], path: Path) -> None:
         if not rows:
             continue
         x = [r["docs"] for r in rows]
-        ax1.plot(x, [r["medbench"]["cpu_s"] for r in rows], style, marker="o", color="tab:blue", label=f"medbench {tag[1:]}")
-        ax2.plot(x, [r["medbench"]["peak_tree_gb"] for r in rows], style, marker="o", color="tab:blue", label=f"medbench {tag[1:]}")
-        with_bare = [r for r in rows if r.get("bare")]
+        ax1.plot(x, [med(r, "medbench", "cpu_s") for r in rows], style, marker="o", color="tab:blue", label=f"medbench {tag[1:]}")
+        ax2.plot(x, [med(r, "medbench", "peak_proc_gb") for r in rows], style, marker="o", color="tab:blue", label=f"medbench {tag[1:]}")
+        with_bare = [r for r in rows if any("bare" in x for x in r["rounds"])]
         if with_bare:
             xb = [r["docs"] for r in with_bare]
-            ax1.plot(xb, [r["bare"]["cpu_s"] for r in with_bare], style, marker="s", color="tab:orange", label=f"bare {tag[1:]}")
-            ax2.plot(xb, [r["bare"]["peak_tree_gb"] for r in with_bare], style, marker="s", color="tab:orange", label=f"bare {tag[1:]}")
-    for ax, label in ((ax1, "CPU seconds, whole run"), (ax2, "peak RSS of the process tree, GB")):
+            ax1.plot(xb, [med(r, "bare", "cpu_s") for r in with_bare], style, marker="s", color="tab:orange", label=f"bare {tag[1:]}")
+            ax2.plot(xb, [med(r, "bare", "peak_proc_gb") for r in with_bare], style, marker="s", color="tab:orange", label=f"bare {tag[1:]}")
+    for ax, label in ((ax1, "CPU seconds, whole run (median of rounds)"), (ax2, "peak RSS of the largest process, GB")):
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("documents (16,000 queries)")
+        ax.set_xlabel("documents")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
@@ -406,8 +456,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("pipeline", help="medbench run --serial vs the bare libraries, per size")
-    p.add_argument("--docs", default="100000,400000")
-    p.add_argument("--queries", type=int, default=16_000)
+    p.add_argument("--docs", default="200000")
+    p.add_argument("--queries", type=int, default=20_000)
+    paired.add_arguments(p)
     p.add_argument("--sides", default="bare,medbench")
     p.add_argument("--work", type=Path, default=WORK)
     p.add_argument("--tag", default="", help="suffix of the result file (e.g. -before)")

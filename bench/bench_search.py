@@ -1,6 +1,6 @@
-"""Exact search through medbench vs bare FAISS, an IVF index, and how time and memory grow with the corpus.
+"""Exact search through medbench vs bare FAISS, an IVF index, and how time and memory grow with the corpus, paired.
 
-    nice -n 5 python bench/bench_search.py [--sizes 100000,400000,1200000] [--queries 1000] [--k 100]
+    nice -n 5 python bench/bench_search.py [--sizes 100000,400000,1200000] [--queries 1000] [--k 100] [--pairs 5]
 
 Synthetic, seeded corpora of float32 unit vectors (384 dims by default): a mixture of 4,096
 Gaussian clusters (each vector is its centre plus as much noise again, so clusters overlap and
@@ -8,7 +8,8 @@ nearest neighbours are not a cluster's members alone); queries are corpus vector
 noise (relative to a unit vector). Each corpus is written once into a work folder (``--work``, default
 ``/tmp/medbench-bench-search``) through medbench's block writer. Then, per size, one child
 process per side so that each peak RSS (``ru_maxrss``: resident pages, file-backed ones
-included) belongs to that side alone, one size at a time:
+included) belongs to that side alone, one size at a time, the two sides in interleaved rounds
+(bench/paired.py: bare then medbench, medbench then bare, ...):
 
 - **bare**: ``np.load`` of the corpus, ``faiss.IndexFlatIP`` ``add``, ``search(queries, k)``;
 - **medbench**: ``index.build_index`` over the memory-mapped file, filled block by block (what
@@ -18,9 +19,12 @@ included) belongs to that side alone, one size at a time:
   ``{"type": "ivf", "nlist": 1024, "nprobe": 32}``, the ``index:`` of a models.yaml entry);
   recall@10 against the exact top 10.
 
-Search times are the fastest of ``--repeats`` in the same process; the medbench child alternates
-its searches with FAISS alone on the same loaded index, which isolates the search layer's cost
-(ties by doc id, the run frame) from the machine's mood. Prints a table and the ratios;
+Figures are per-round ratios, median and range: medbench / bare of each child's build + search
+(wall and CPU timed inside the child: the build and the median search) and peak RSS (``os.wait4``);
+and, inside each medbench child,
+``--pairs`` interleaved rounds of its search against FAISS alone on the same loaded index (wall
+and CPU), which isolates the search layer's cost (ties by doc id, the run frame) from the
+machine's mood. IVF figures are medians of ``--pairs`` searches in one child. Prints the tables;
 writes a log-log plot of time and memory against corpus size (``--plot``, default
 bench/search_scale.png).
 """
@@ -31,14 +35,19 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import paired  # noqa: E402
+
 CENTRES = 4096
 NOISE = 1.0  # noise norm relative to the centre's: same-cluster cosine about 0.5
 
@@ -79,16 +88,12 @@ def child(mode: str, folder: Path, k: int, ivf: dict, repeats: int, sweep: list[
     n, dim = np.load(folder / "corpus.npy", mmap_mode="r").shape
     out: dict = {"mode": mode, "n": n}
     if mode == "bare":
-        t0 = time.perf_counter()
         index = faiss.IndexFlatIP(dim)
-        index.add(np.load(folder / "corpus.npy"))
-        out["build_s"] = time.perf_counter() - t0
-        searches = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            _, ids = index.search(queries, k)
-            searches.append(time.perf_counter() - t0)
-        out["search_s"] = min(searches)
+        built = paired.call(lambda: index.add(np.load(folder / "corpus.npy")))
+        out["build_s"], out["build_cpu"] = built.wall, built.cpu
+        searches = [paired.call(lambda: index.search(queries, k)) for _ in range(repeats)]
+        ids = searches[-1].value[1]
+        out["search_s"], out["search_cpu"] = statistics.median(x.wall for x in searches), statistics.median(x.cpu for x in searches)
         np.save(folder / "exact_top10.npy", ids[:, :10])
         out["peak_rss_gb"] = _rss_gb()
         return out
@@ -97,9 +102,9 @@ def child(mode: str, folder: Path, k: int, ivf: dict, repeats: int, sweep: list[
     from medbench_core.retrieval.vectors import iter_blocks, load_vectors
 
     spec = {"type": "flat"} if mode == "medbench" else ivf
-    t0 = time.perf_counter()
-    index, _ = build_index(load_vectors(folder / "corpus.npy"), spec, use_gpu=False, add_blocks=lambda: (b for _, b in iter_blocks(folder / "corpus.npy")))
-    out["build_s"] = time.perf_counter() - t0
+    built = paired.call(lambda: build_index(load_vectors(folder / "corpus.npy"), spec, use_gpu=False, add_blocks=lambda: (b for _, b in iter_blocks(folder / "corpus.npy"))))
+    index, _ = built.value
+    out["build_s"], out["build_cpu"] = built.wall, built.cpu
     t0 = time.perf_counter()
     save_index(index, folder / f"{mode}.faiss")
     del index
@@ -107,15 +112,12 @@ def child(mode: str, folder: Path, k: int, ivf: dict, repeats: int, sweep: list[
     out["save_load_s"] = time.perf_counter() - t0
     doc_ids = [f"d{i}" for i in range(n)]
     query_ids = [f"q{i}" for i in range(len(queries))]
-    ours, raw = [], []
-    for _ in range(repeats):  # alternating with FAISS alone on the same index: the search layer's own cost
-        t0 = time.perf_counter()
-        run = search(index, queries, query_ids, doc_ids, k)
-        ours.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        index.search(queries, k)
-        raw.append(time.perf_counter() - t0)
-    out["search_s"], out["faiss_alone_search_s"] = min(ours), min(raw)
+    # Interleaved with FAISS alone on the same index: the search layer's own cost, paired.
+    m = paired.measure({"medbench": lambda: paired.call(lambda: search(index, queries, query_ids, doc_ids, k)), "faiss": lambda: paired.call(lambda: index.search(queries, k))}, repeats)
+    run = m.samples["medbench"][-1].value
+    out["search_s"], out["faiss_alone_search_s"] = m.seconds("medbench", "wall")[0], m.seconds("faiss", "wall")[0]
+    out["search_cpu"] = m.seconds("medbench", "cpu")[0]
+    out["search_ratio"] = {what: list(m.ratio("medbench", "faiss", what).values) for what in ("wall", "cpu")}
     # The search layer alone (ties, run frame), timed on FAISS's answers replayed: steady under load.
     replay = _Replay(index, queries, min(n, k + 32))
     layer = []
@@ -123,7 +125,7 @@ def child(mode: str, folder: Path, k: int, ivf: dict, repeats: int, sweep: list[
         t0 = time.perf_counter()
         search(replay, queries, query_ids, doc_ids, k)
         layer.append(time.perf_counter() - t0)
-    out["layer_s"] = min(layer)
+    out["layer_s"] = statistics.median(layer)
     top10 = run.filter(run["rank"] <= 10)["doc_id"].str.slice(1).cast(int).to_numpy().reshape(len(queries), 10)
     exact = np.load(folder / "exact_top10.npy")
     recall = lambda found: float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found, exact)]))  # noqa: E731
@@ -138,7 +140,7 @@ def child(mode: str, folder: Path, k: int, ivf: dict, repeats: int, sweep: list[
                 run = search(index, queries, query_ids, doc_ids, k)
                 times.append(time.perf_counter() - t0)
             found = run.filter(run["rank"] <= 10)["doc_id"].str.slice(1).cast(int).to_numpy().reshape(len(queries), 10)
-            out["sweep"].append({"nprobe": nprobe, "search_s": min(times), "recall_at_10": recall(found)})
+            out["sweep"].append({"nprobe": nprobe, "search_s": statistics.median(times), "recall_at_10": recall(found)})
     else:
         out["same_top10_as_bare"] = bool(np.array_equal(top10, exact))
     os.remove(folder / f"{mode}.faiss")
@@ -186,7 +188,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=5)
+    paired.add_arguments(ap)
     ap.add_argument("--nprobe-sweep", default="4,8,16,32,64")
     ap.add_argument("--ivf", default='{"type": "ivf", "nlist": 1024, "nprobe": 32}')
     ap.add_argument("--work", default="/tmp/medbench-bench-search")
@@ -195,10 +197,12 @@ def main() -> None:
     args = ap.parse_args()
     ivf = json.loads(args.ivf)
     if args.child:
-        print(json.dumps(child(args.child[0], Path(args.child[1]), args.k, ivf, args.repeats, [int(x) for x in args.nprobe_sweep.split(",") if x])))
+        print(json.dumps(child(args.child[0], Path(args.child[1]), args.k, ivf, args.pairs, [int(x) for x in args.nprobe_sweep.split(",") if x])))
         return
 
+    print(paired.header("exact search: medbench vs bare FAISS"), flush=True)
     rows = []
+    pairs_of: dict[int, paired.Measurement] = {}
     for n in (int(s) for s in args.sizes.split(",")):
         folder = Path(args.work) / f"{n}x{args.dim}-q{args.queries}-s{args.seed}"
         if not (folder / "corpus.npy").exists():
@@ -206,11 +210,31 @@ def main() -> None:
             subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.bench_search import make_corpus; from pathlib import Path; "
                             f"make_corpus(Path({str(folder)!r}), {n}, {args.dim}, {args.queries}, {args.seed})"], check=True)  # fmt: skip
             print(f"{n:,} x {args.dim}: corpus written in {time.perf_counter() - t0:.0f} s", flush=True)
-        for mode in ("bare", "medbench", "ivf"):
-            cmd = [sys.executable, __file__, "--k", str(args.k), "--ivf", args.ivf, "--repeats", str(args.repeats), "--nprobe-sweep", args.nprobe_sweep, "--child", mode, str(folder)]
-            res = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-            rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
-            print(json.dumps(rows[-1]), f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        def side(mode: str):
+            def go() -> paired.Sample:
+                cmd = [sys.executable, __file__, "--k", str(args.k), "--ivf", args.ivf, "--pairs", str(args.pairs), "--nprobe-sweep", args.nprobe_sweep, "--child", mode, str(folder)]
+                log = Path(tempfile.mkstemp(suffix=".log")[1])
+                try:
+                    sample = paired.child(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, log=log)
+                    out = json.loads([x for x in log.read_text().splitlines() if x.startswith("{")][-1])
+                finally:
+                    log.unlink(missing_ok=True)
+                print(json.dumps(out), f"child wall {sample.wall:.1f} s, CPU {sample.cpu:.1f} s, load average {os.getloadavg()[0]:.1f}", flush=True)
+                # The same work on both sides: the build and one search (the median of the child's), timed inside it.
+                return paired.Sample(out["build_s"] + out["search_s"], out["build_cpu"] + out["search_cpu"], sample.peak_rss, out)
+
+            return go
+
+        side("bare")()  # the exact top 10 the medbench children compare with
+        m = paired.measure({"bare": side("bare"), "medbench": side("medbench")}, args.pairs)
+        pairs_of[n] = m
+        rows += [s.value for s in m.samples["bare"][-1:] + m.samples["medbench"][-1:]]
+        rows.append(side("ivf")().value)
+        print(f"\n{n:,} x {args.dim}: build + one search (the median of {args.pairs}), each side in its own process; peak RSS of the process\n" + m.table([("medbench / bare", "medbench", "bare")], memory=True), flush=True)
+        r = {w: [v for s in m.samples["medbench"] for v in s.value["search_ratio"][w]] for w in ("wall", "cpu")}
+        for w in ("wall", "cpu"):
+            v = r[w]
+            print(f"medbench search / FAISS alone, same index, {w}: median {statistics.median(v):.3f}x ({min(v):.3f}-{max(v):.3f}, n={len(v)} rounds in {len(m.samples['medbench'])} processes)")
 
     by = {(r["mode"], r["n"]): r for r in rows}
     print(f"\nexact (flat) through medbench vs bare FAISS IndexFlatIP; IVF {ivf}; {args.queries:,} queries, k = {args.k}\n")

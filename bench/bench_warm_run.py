@@ -1,26 +1,34 @@
-"""A warm ``medbench run`` from a new process: the recorded-state answer vs every step re-checked.
+"""A warm ``medbench run`` from a new process: the recorded-state answer vs every step re-checked, paired.
 
-    python bench/bench_warm_run.py [--repeats N]
+    python bench/bench_warm_run.py [--pairs N] [--world DIR] [--no-recheck]
 
-Needs a project state where the main job already ran (``scripts/demo``). Alternates, each in a
-fresh process, ``medbench run`` (answered from the artifact manifests and Dagster's and MLflow's
-recorded state, medbench_cli/uptodate.py) and ``medbench run --recheck`` (every curation, gate
-and partition run through Dagster, all cache hits, the leaderboard rebuilt), checks that both
-print the same leaderboard, and prints the medians, their ratio, and where the answered run's
-time goes (interpreter start, reading the registry and catalogue, the inputs' hashes, the checks).
+Needs a project state where the main job already ran (``scripts/demo``; or ``--world``, a folder
+``bench/bench_scale.py pipeline --keep`` left: its data, state, models.yaml and tasks.yaml).
+Runs, each in a fresh process and in interleaved rounds (bench/paired.py: A B, B A, ...),
+``medbench run`` (answered from the recorded state: medbench_cli/uptodate.py, which reads no
+artifact whose files' stat is unchanged since they were hashed, runtime/verified.py) and
+``medbench run --recheck`` (every curation, gate and partition through Dagster, every artifact
+read and hashed again, all cache hits, the leaderboard rebuilt); checks that both print the same
+leaderboard; prints each side's wall and CPU (the process and its children), the per-round ratio
+recheck / answered, and where the answered run's time goes (interpreter start, reading the
+registry and catalogue, the inputs' hashes, the checks). With ``--no-recheck`` (a large world,
+where a recheck takes many minutes) only the answered run is timed, n times.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
-import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import paired  # noqa: E402
 
 PHASES = """
 import time
@@ -42,13 +50,22 @@ print(f"{t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f} {t4 - t3:.3f}")
 """
 
 
-def timed(argv: list[str]) -> tuple[float, str]:
-    t = time.perf_counter()
-    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=os.environ.copy(), timeout=1800, check=False)
-    wall = time.perf_counter() - t
-    if out.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
-    return wall, out.stdout
+def world_env(world: Path | None) -> dict[str, str]:
+    """This checkout's environment, or that of a world bench_scale.py kept (``--world``)."""
+    env = os.environ.copy()
+    if world is not None:
+        home = world / "state" / "dagster_home"
+        env.update(
+            MEDBENCH_SHARED=str(world / "shared"), MEDBENCH_DATA=str(world / "data"), MEDBENCH_STATE=str(world / "state"),
+            MEDBENCH_MODELS=str(world / "models.yaml"), MEDBENCH_TASKS=str(world / "tasks.yaml"), DAGSTER_HOME=str(home),
+        )  # fmt: skip
+        env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+def run(argv: list[str], env: dict[str, str], log: Path) -> paired.Sample:
+    sample = paired.child(argv, env=env, cwd=ROOT, log=log, timeout=7200)
+    return dataclasses.replace(sample, value=log.read_text())
 
 
 def board(stdout: str) -> str:
@@ -57,30 +74,40 @@ def board(stdout: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=3)
+    paired.add_arguments(ap)
+    ap.add_argument("--world", type=Path, help="a world folder bench_scale.py pipeline --keep left (default: this checkout's state)")
+    ap.add_argument("--no-recheck", action="store_true", help="time the answered run alone")
     args = ap.parse_args()
+    env = world_env(args.world)
+    print(paired.header(f"warm medbench run{f' in {args.world}' if args.world else ''}"), flush=True)
     medbench = [sys.executable, "-m", "medbench_cli", "run"]
-    _, first = timed(medbench + ["--recheck"])  # records the inputs if an earlier run could not
-    answered, rechecked, boards = [], [], {board(first)}
-    for _ in range(args.repeats):
-        wall, out = timed(medbench)
-        assert out.startswith("[up to date]"), out[:500]
-        answered.append(wall)
-        boards.add(board(out))
-        wall, out = timed(medbench + ["--recheck"])
-        assert "[up to date]" not in out
-        rechecked.append(wall)
-        boards.add(board(out))
+    tmp = Path(tempfile.mkdtemp(prefix="medbench-warm-"))
+    first = run(medbench, env, tmp / "first.log")  # reads (and notes) what the last full run left unnoted, if anything
+    boards = {board(first.value)}
+    print(f"  first run (untimed round): {'answered' if first.value.startswith('[up to date]') else 'full run'}, wall {first.wall:.2f} s, CPU {first.cpu:.2f} s", flush=True)
+    sides = {"answered": lambda: run(medbench, env, tmp / "answered.log")}
+    if not args.no_recheck:
+        sides["recheck"] = lambda: run(medbench + ["--recheck"], env, tmp / "recheck.log")
+
+    def check(r: int, side: str, s: paired.Sample) -> None:
+        assert s.value.startswith("[up to date]") == (side == "answered"), s.value[:500]
+        boards.add(board(s.value))
+        print(f"  round {r + 1} {side:<9} wall {s.wall:8.2f} s  CPU {s.cpu:8.2f} s  peak {s.peak_rss / 2**30:.2f} GB  load {os.getloadavg()[0]:.1f}", flush=True)
+
+    m = paired.measure(sides, args.pairs, report=check)
     assert len(boards) == 1, "the answered run printed another leaderboard than the full one"
-    a, r = statistics.median(answered), statistics.median(rechecked)
-    print(f"medbench run, answered from the recorded state: median {a:.2f} s  {[round(x, 2) for x in answered]}")
-    print(f"medbench run --recheck (every step, all cache hits): median {r:.2f} s  {[round(x, 2) for x in rechecked]}")
-    print(f"ratio recheck / answered: {r / a:.1f}x")
+    for side in sides:
+        w, c = m.seconds(side, "wall"), m.seconds(side, "cpu")
+        print(f"medbench run{' --recheck' if side == 'recheck' else ''}: wall median {w[0]:.2f} s ({w[1]:.2f}-{w[2]:.2f}), CPU median {c[0]:.2f} s ({c[1]:.2f}-{c[2]:.2f}), n={len(m.samples[side])}")
+    if "recheck" in sides:
+        print(m.table([("recheck / answered", "recheck", "answered")]))
+    else:
+        print(m.load())
     t = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     start = time.perf_counter() - t
-    phases = subprocess.run([sys.executable, "-c", PHASES], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    names = ("imports (medbench_cli, runtime.settings)", "registry + catalogue", "inputs: code, lock, sources, weights hashed", "checks: Dagster, manifests, MLflow")
+    phases = subprocess.run([sys.executable, "-c", PHASES], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout.split()
+    names = ("imports (medbench_cli, runtime.settings)", "registry + catalogue", "inputs: code, lock, sources, weights (stat or hash)", "checks: Dagster, manifests (stat or hash), MLflow")
     print(f"  python start-up: {start:.3f} s")
     for name, value in zip(names, phases, strict=True):
         print(f"  {name}: {float(value):.3f} s")

@@ -1,6 +1,6 @@
 """The GPU path against the CPU one: MiniLM in fp16 through medbench and bare sentence-transformers, FAISS flat and IVF on the GPU.
 
-    source scripts/setup.sh --gpu && python bench/gpu_check.py [--docs 0] [--queries 0] [--nprobe 32]
+    source scripts/setup.sh --gpu && python bench/gpu_check.py [--docs 0] [--nprobe 32] [--pairs 5]
 
 On a machine without a CUDA device (or without a GPU build of FAISS) it prints one line saying
 what is missing and exits 0. With one:
@@ -9,7 +9,9 @@ what is missing and exits 0. With one:
    809 train claims with all-MiniLM-L6-v2 (the package's weights) in fp16 on the GPU, through
    medbench (``stages.embed_corpus`` and ``records.encode_side`` with a ``dtype: fp16`` model
    entry, ``device="cuda"``) and through bare sentence-transformers (``model.half()``, batch 64,
-   max length 256, normalised), timing each; the vectors must agree to 1e-2 per value (fp16);
+   max length 256, normalised), in interleaved rounds (bench/paired.py: A B, B A, ...; the device
+   synchronised around each call), the figure being the per-round ratio medbench / bare, median
+   and range; the vectors must agree to 1e-2 per value (fp16);
 2. the same corpus in fp32 on the CPU through medbench, the reference index's input;
 3. FAISS flat (exact) and IVF (nlist 64, nprobe ``--nprobe``) over the fp16 vectors, built on
    the GPU through ``index.build_index(use_gpu=True)`` and on the CPU (``use_gpu=False``), then
@@ -33,6 +35,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+import paired  # noqa: E402
 
 
 def cuda_missing() -> str | None:
@@ -67,6 +71,7 @@ def main() -> int:
     ap.add_argument("--docs", type=int, default=0, help="first N abstracts only (0: all)")
     ap.add_argument("--nprobe", type=int, default=32)
     ap.add_argument("--nlist", type=int, default=64)
+    paired.add_arguments(ap)
     args = ap.parse_args()
     missing = cuda_missing()
     if missing:
@@ -78,7 +83,7 @@ def main() -> int:
     from sentence_transformers import SentenceTransformer
 
     from medbench_core.evaluation.metrics import evaluate_frame
-    from medbench_core.retrieval.encoders import resolve_model_path
+    from medbench_core.retrieval.weights import resolve_model_path
     from medbench_core.retrieval.index import build_index, search
     from medbench_core.retrieval.model_registry import load_registry
     from medbench_core.retrieval.records import encode_side, load_encoder
@@ -90,7 +95,7 @@ def main() -> int:
     if args.docs:
         task = dataclasses.replace(task, corpus=task.corpus.head(args.docs), _hash=None)
     spec32 = {m.name: m for m in load_registry(ROOT / "models.yaml")}["all-MiniLM-L6-v2"]
-    spec16 = dataclasses.replace(spec32, settings={**spec32.settings, "dtype": "fp16"})
+    spec16 = dataclasses.replace(spec32, settings=dataclasses.replace(spec32.settings, dtype="fp16"))
     print(f"[gpu_check] {torch.cuda.get_device_name(0)}; faiss {faiss.__version__}; {task.corpus.height} documents, {task.queries.height} queries")
     failures: list[str] = []
 
@@ -98,15 +103,32 @@ def main() -> int:
     work = Path(tempfile.mkdtemp())
     enc16 = load_encoder(spec16, device="cuda")
     (work / "e16").mkdir()
-    _, t_mb = timed(embed_corpus, spec16, task, work / "e16", device="cuda", encoder=enc16)
+    bare = SentenceTransformer(resolve_model_path(spec32.path), device="cuda").half()
+    bare.max_seq_length = int(spec32.settings.max_length or 256)
+    texts = list(task.doc_text())
+
+    def synced(fn):
+        def run() -> paired.Sample:
+            torch.cuda.synchronize()
+            return paired.call(lambda: (fn(), torch.cuda.synchronize())[0])
+
+        return run
+
+    m = paired.measure(
+        {
+            "medbench": synced(lambda: embed_corpus(spec16, task, work / "e16", device="cuda", encoder=enc16)),
+            "bare": synced(lambda: bare.encode(texts, batch_size=spec32.batch_size, normalize_embeddings=True, convert_to_numpy=True)),
+        },
+        args.pairs,
+        warmup=1,
+    )
     emb16 = np.load(work / "e16" / "corpus.npy")
     q16 = encode_side(enc16, task, "query")
-    bare = SentenceTransformer(resolve_model_path(spec32.path), device="cuda").half()
-    bare.max_seq_length = int(spec32.settings.get("max_length", 256))
-    texts = list(task.doc_text())
-    bare_emb, t_bare = timed(bare.encode, texts, batch_size=spec32.batch_size, normalize_embeddings=True, convert_to_numpy=True)
+    bare_emb = m.samples["bare"][-1].value
+    t_mb, t_bare = m.seconds("medbench", "wall")[0], m.seconds("bare", "wall")[0]
+    print(m.table([("encode fp16 on the GPU: medbench / bare sentence-transformers", "medbench", "bare")]))
     gap = float(np.abs(emb16 - bare_emb.astype(np.float32)).max())
-    print(f"encode fp16 on the GPU: medbench {t_mb:.2f} s, bare sentence-transformers {t_bare:.2f} s, ratio {t_mb / t_bare:.3f}x; largest difference {gap:.2e}")
+    print(f"encode fp16 on the GPU, medians: medbench {t_mb:.2f} s, bare sentence-transformers {t_bare:.2f} s; largest difference {gap:.2e}")
     if gap > 1e-2:
         failures.append(f"fp16 vectors differ from bare sentence-transformers by {gap:.2e}")
 

@@ -85,10 +85,11 @@ def main() -> None:
     from medbench_core.retrieval.model_registry import ModelSpec
     from medbench_core.retrieval.ranking import write_trec
     from medbench_core.retrieval.stages import applicability, score
-    from medbench_core.taskdata.readers.beir import read_beir
+    from medbench_core.taskdata.readers.beir import BeirOptions, read_beir
     from medbench_core.taskdata.task import load_task, save_task
 
-    task = ph("read_beir (reader, frames)", read_beir, args.data, name="scale", split="test", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0", discipline="biomedicine")
+    options = BeirOptions(name="scale", split="test", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0", discipline="biomedicine")
+    task = ph("read_beir (reader, frames)", read_beir, args.data, options)
     digest = ph("content_hash", task.content_hash)
     ph("save_task (Parquet)", save_task, task, args.out / "task")
     del task

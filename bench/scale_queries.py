@@ -1,14 +1,16 @@
 """The stages that grow with the queries, at M3Retrieve's 164K: medbench's functions against the bare libraries.
 
-    python bench/scale_queries.py --queries 164000 [--json FILE] [--skip scipy-perm]
+    python bench/scale_queries.py --queries 164000 [--pairs 5] [--json FILE] [--skip scipy-perm]
 
 Two seeded synthetic top-100 runs ("bm25" and "other", 16.4M rows each) over a task whose queries
 have one relevant document each (as bench/scale_corpus.py's): the relevant document is retrieved
 by "bm25" for 80% of the queries at a geometric rank (p = 0.35), "other" moves it by up to 3
 ranks, misses 5% more and finds 5% that "bm25" missed; scores are rounded to 4 decimals, so
 ties are common; the documents come from 1.2M ids, distinct within a query, 80 of them shared by the
-two runs. Phases, each timed with its peak memory (VmHWM reset per phase, as in
-bench/scale_profile.py), medbench first, then the bare libraries doing the same work:
+two runs. Each phase runs medbench's functions and the bare libraries doing the same work in
+interleaved rounds (bench/paired.py: medbench then bare, bare then medbench, ...), each call timed
+for wall and CPU (this process, every thread) with its peak memory (VmHWM reset per call); the
+figures are the per-round ratios medbench / bare, median and range:
 
 - run files: ``run.parquet`` and ``run.trec`` (``ranking.write_trec_file``, what ``retrieve`` writes);
   bare: polars' Parquet;
@@ -44,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from scale_profile import Phases  # noqa: E402
+import paired  # noqa: E402
 
 K = 100
 METRICS = {"ndcg_cut_10": "ndcg_at_10", "recall_10": "recall_at_10", "recall_100": "recall_at_100", "map_cut_100": "map_at_100"}
@@ -83,69 +85,82 @@ def synthetic(n: int, seed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame, dict[s
     return queries, qrels, runs
 
 
+class Phases:
+    """Each phase's medbench and bare sides in interleaved rounds; rows of figures for the report."""
+
+    def __init__(self, pairs: int) -> None:
+        self.pairs, self.rows, self.values = pairs, [], {}
+
+    def __call__(self, phase: str, medbench, bare=None):
+        sides = {"medbench": lambda: paired.call(medbench)}
+        if bare is not None:
+            sides["bare"] = lambda: paired.call(bare)
+        m = paired.measure(sides, self.pairs if bare is not None else 1)
+        row = {"phase": phase, **{f"{side}_{what}": m.seconds(side, what)[0] for side in sides for what in ("wall", "cpu")}}
+        row["medbench_peak_gb"] = round(max(x.peak_rss or 0 for x in m.samples["medbench"]) / 2**30, 2)
+        if bare is not None:
+            row.update({f"ratio_{what}": list(m.ratio("medbench", "bare", what).values) for what in ("cpu", "wall", "peak_rss")})
+            row["bare_peak_gb"] = round(max(x.peak_rss or 0 for x in m.samples["bare"]) / 2**30, 2)
+        self.rows.append(row)
+        c = m.ratio("medbench", "bare", "cpu") if bare is not None else None
+        print(f"{phase:<44} medbench CPU {row['medbench_cpu']:8.2f} s" + (f"  bare {row['bare_cpu']:8.2f} s  CPU ratio {c}" if c else "") + f"  ({m.load()})", flush=True)
+        self.values[phase] = {side: m.samples[side][-1].value for side in sides}
+        return self.values[phase]
+
+    def table(self) -> str:
+        out = ["| phase | n | medbench CPU s | bare CPU s | CPU medbench / bare, median (range) | wall, median (range) | peak GB medbench / bare |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in self.rows:
+            if "ratio_cpu" not in r:
+                out.append(f"| {r['phase']} | 1 | {r['medbench_cpu']:.2f} | - | - | - | {r['medbench_peak_gb']} / - |")
+                continue
+            c, w = paired.Ratio("cpu", tuple(r["ratio_cpu"])), paired.Ratio("wall", tuple(r["ratio_wall"]))
+            out.append(f"| {r['phase']} | {c.n} | {r['medbench_cpu']:.2f} | {r['bare_cpu']:.2f} | {c.median:.3f}x ({c.low:.3f}-{c.high:.3f}) | {w.median:.3f}x ({w.low:.3f}-{w.high:.3f}) | {r['medbench_peak_gb']} / {r['bare_peak_gb']} |")
+        return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--queries", type=int, default=164_000)
     ap.add_argument("--out", type=Path, default=Path("/tmp/medbench-scale/queries"))
     ap.add_argument("--json", type=Path)
+    paired.add_arguments(ap)
     ap.add_argument("--skip", default="", help="comma-separated: bare, scipy-perm, mlflow, plots, fusion; only-fusion runs the fusion phases alone")
     args = ap.parse_args()
     skip = set(args.skip.split(","))
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
-    ph = Phases()
+    print(paired.header(f"stages that grow with the queries ({args.queries:,})"), flush=True)
+    ph = Phases(args.pairs)
 
     from medbench_core.evaluation.stats import compare
     from medbench_core.retrieval.ranking import write_trec_file
     from medbench_core.retrieval.stages import flat_metrics, score
     from medbench_core.taskdata.task import TaskMeta, make_task
 
-    queries, qrels, runs = ph("synthetic task and two runs", synthetic, args.queries)
+    queries, qrels, runs = synthetic(args.queries)
     if "only-fusion" in skip:
         fusion(runs, ph)
         _save(args, ph)
         return
     task = make_task(TaskMeta(name="scale", source="synthetic"), queries.with_columns(pl.lit("biomedicine").alias("discipline")), pl.DataFrame(schema={"doc_id": pl.Utf8}), qrels)
-    for name, run in runs.items():
+    for name in runs:
         (args.out / name).mkdir()
-    # --- medbench -------------------------------------------------------------------------------
-    for name, run in runs.items():
-        ph(f"medbench: {name} run.parquet", run.write_parquet, args.out / name / "run.parquet", statistics=False)
-        ph(f"medbench: {name} run.trec", write_trec_file, run, args.out / name / "run.trec", f"medbench-{name}")
-    results = {}
-    for name, run in runs.items():
-        results[name] = ph(f"medbench: score {name} (metrics, CIs, breakdowns)", score, task, run, args.out / name)
-    pq = {name: pl.read_parquet(args.out / name / "per_query.parquet") for name in runs}
-    stats = ph("medbench: compare (CIs, paired t, randomisation)", compare, pq, "bm25", task="scale")
-    print(stats.select("model", "mean", "ci_low", "ci_high", "p_ttest", "p_perm"))
-    if "mlflow" not in skip:
-        from runtime.mlflow_store import MLflowResource
-
-        store = MLflowResource(tracking_uri=f"sqlite:///{args.out / 'mlflow.db'}", artifact_root=str(args.out / "mlartifacts"))
-        ph("medbench: MLflow store", store.ensure_store)
-        files = [args.out / "bm25" / f for f in ("run.trec", "per_query.parquet", "metrics.json")]
-        ph(
-            "medbench: MLflow log_run (per-query files)",
-            store.log_run, "medbench-scale", "key-bm25", "bm25/scale", {"model": "bm25"}, flat_metrics(results["bm25"]), {"medbench.kind": "partition"}, files,
-        )  # fmt: skip
-    if "plots" not in skip:
-        from medbench_core.evaluation.reports import Cell, Significance, write_leaderboard
-
-        cells = [Cell(m, "scale", metrics=results[m], per_query=pq[m]) for m in runs]
-        ph("medbench: write_leaderboard (tables, stats, plots)", write_leaderboard, cells, list(runs), ["scale"], Significance("bm25"), args.out / "reports")
-    if "bare" in skip:
-        if "fusion" not in skip:
-            fusion(runs, ph)
-        _save(args, ph)
-        return
-    # --- bare -------------------------------------------------------------------------------------
+    with_bare = "bare" not in skip
     import pytrec_eval
     from scipy.stats import bootstrap, permutation_test, ttest_rel
 
-    for name, run in runs.items():
-        ph(f"bare: {name} run.parquet (polars)", run.write_parquet, args.out / name / "bare_run.parquet")
+    def run_files():
+        for name, run in runs.items():
+            run.write_parquet(args.out / name / "run.parquet", statistics=False)
+            write_trec_file(run, args.out / name / "run.trec", f"medbench-{name}")
 
-    def bare_eval(run: pl.DataFrame) -> pl.DataFrame:
+    def bare_run_files():
+        for name, run in runs.items():
+            run.write_parquet(args.out / name / "bare_run.parquet")
+
+    ph("run files: run.parquet + run.trec / polars Parquet, 2 runs", run_files, bare_run_files if with_bare else None)
+
+    def bare_eval(run: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
         judged: dict[str, dict[str, int]] = {}
         for q, d, s in qrels.iter_rows():
             judged.setdefault(q, {})[d] = int(s)
@@ -166,14 +181,20 @@ def main() -> None:
             ci[col] = (float(b.confidence_interval.low), float(b.confidence_interval.high))
         return frame, ci
 
-    bare = {}
-    for name, run in runs.items():
-        bare[name] = ph(f"bare: pytrec_eval + scipy CIs {name}", bare_eval, run)
-        frame, ci = bare[name]
-        mine = pq[name].sort("query_id")
-        for m in METRICS.values():
-            assert np.allclose(frame.sort("query_id")[m].to_numpy(), mine[m].to_numpy(), atol=1e-9), (name, m)
-            assert tuple(results[name]["ci"][m]) == ci[m], (name, m, results[name]["ci"][m], ci[m])
+    got = ph(
+        "metrics: score (5 metrics, CIs, breakdowns) / pytrec_eval + scipy CIs, 2 runs",
+        lambda: {name: score(task, run, args.out / name) for name, run in runs.items()},
+        (lambda: {name: bare_eval(run) for name, run in runs.items()}) if with_bare else None,
+    )
+    results = got["medbench"]
+    pq = {name: pl.read_parquet(args.out / name / "per_query.parquet") for name in runs}
+    if with_bare:
+        for name in runs:
+            frame, ci = got["bare"][name]
+            mine = pq[name].sort("query_id")
+            for m in METRICS.values():
+                assert np.allclose(frame.sort("query_id")[m].to_numpy(), mine[m].to_numpy(), atol=1e-9), (name, m)
+                assert tuple(results[name]["ci"][m]) == ci[m], (name, m, results[name]["ci"][m], ci[m])
     x = pq["other"].sort("query_id")["ndcg_at_10"].to_numpy()
     y = pq["bm25"].sort("query_id")["ndcg_at_10"].to_numpy()
 
@@ -190,14 +211,23 @@ def main() -> None:
             )
         return out
 
-    got = ph("bare: scipy CIs, ttest_rel, permutation_test", bare_tests)
-    row = stats.filter(pl.col("model") == "other").row(0, named=True)
-    assert got["ci_other"] == (row["ci_low"], row["ci_high"]) and abs(got["p_ttest"] - row["p_ttest"]) < 1e-12
-    if "p_perm" in got:
-        assert got["p_perm"] == row["p_perm"], (got["p_perm"], row["p_perm"])
+    got = ph("paired tests: compare / scipy bootstrap, ttest_rel, permutation_test", lambda: compare(pq, "bm25", task="scale"), bare_tests if with_bare else None)
+    stats = got["medbench"]
+    print(stats.select("model", "mean", "ci_low", "ci_high", "p_ttest", "p_perm"))
+    if with_bare:
+        row = stats.filter(pl.col("model") == "other").row(0, named=True)
+        assert got["bare"]["ci_other"] == (row["ci_low"], row["ci_high"]) and abs(got["bare"]["p_ttest"] - row["p_ttest"]) < 1e-12
+        if "p_perm" in got["bare"]:
+            assert got["bare"]["p_perm"] == row["p_perm"], (got["bare"]["p_perm"], row["p_perm"])
     if "mlflow" not in skip:
         from mlflow.entities import Metric, Param
         from mlflow.tracking import MlflowClient
+
+        from runtime.mlflow_store import MLflowResource
+
+        store = MLflowResource(tracking_uri=f"sqlite:///{args.out / 'mlflow.db'}", artifact_root=str(args.out / "mlartifacts"))
+        store.ensure_store()
+        files = [args.out / "bm25" / f for f in ("run.trec", "per_query.parquet", "metrics.json")]
 
         def bare_log():
             client = MlflowClient(tracking_uri=f"sqlite:///{args.out / 'mlflow.db'}")
@@ -209,8 +239,15 @@ def main() -> None:
                 client.log_artifact(run.info.run_id, str(f))
             client.set_terminated(run.info.run_id)
 
-        ph("bare: MlflowClient (same files)", bare_log)
+        ph(
+            "MLflow: log_run (per-query files) / MlflowClient calls",
+            lambda: store.log_run("medbench-scale", "key-bm25", "bm25/scale", {"model": "bm25"}, flat_metrics(results["bm25"]), {"medbench.kind": "partition"}, files),
+            bare_log if with_bare else None,
+        )
     if "plots" not in skip:
+        from medbench_core.evaluation.reports import Cell, Significance, write_leaderboard
+
+        cells = [Cell(m, "scale", metrics=results[m], per_query=pq[m]) for m in runs]
 
         def bare_plot():
             import matplotlib
@@ -223,13 +260,19 @@ def main() -> None:
             fig.savefig(args.out / "bare_diff.png", dpi=100)
             plt.close(fig)
 
-        ph("bare: matplotlib histogram of the differences", bare_plot)
+        ph(
+            "reports: write_leaderboard (tables, stats, plots) / a matplotlib histogram (less work)",
+            lambda: write_leaderboard(cells, list(runs), ["scale"], Significance("bm25"), args.out / "reports"),
+            bare_plot if with_bare else None,
+        )
     if "fusion" not in skip:
         fusion(runs, ph)
     _save(args, ph)
+    print()
+    print(ph.table())
 
 
-def fusion(runs: dict[str, pl.DataFrame], ph) -> None:
+def fusion(runs: dict[str, pl.DataFrame], ph: Phases) -> None:
     """medbench's fuse against ranx's on the same two runs (module docstring)."""
     from ranx import Run
     from ranx import fuse as ranx_fuse
@@ -245,24 +288,21 @@ def fusion(runs: dict[str, pl.DataFrame], ph) -> None:
     small = {n: as_run(r.head(2000)) for n, r in runs.items()}
     ranx_fuse(list(small.values()), method="rrf", params={"k": 60})
     ranx_fuse(list(small.values()), method="wsum", norm="min-max", params={"weights": [0.5, 0.5]})
-
-    def build():
-        return [as_run(runs[n]) for n in names]
-
-    built = ph("ranx: Run.from_df of both runs", build)
+    built = [as_run(runs[n]) for n in names]
     for label, ours, theirs in (
         ("rrf k=60", lambda: fuse(runs, "rrf", k=60, top_k=K), {"method": "rrf", "params": {"k": 60}}),
         ("wsum min-max", lambda: fuse(runs, "wsum", weights=[0.5, 0.5], norm="min-max", top_k=K), {"method": "wsum", "norm": "min-max", "params": {"weights": [0.5, 0.5]}}),
     ):
-        mine = ph(f"medbench: fuse {label}", ours)
-        ref = ph(f"ranx: fuse {label} (prebuilt Runs)", lambda a=theirs: ranx_fuse(built, **a))
+        got = ph(f"fusion {label}: fuse / ranx.fuse on prebuilt Runs", ours, lambda a=theirs: ranx_fuse(built, **a))
+        ph(f"fusion {label}: fuse / ranx.fuse with Run.from_df of both runs", ours, lambda a=theirs: ranx_fuse([as_run(runs[n]) for n in names], **a))
+        mine, ref = got["medbench"], got["bare"]
         # Same fused score for every (query, document) both kept in their top 100.
-        got = mine.select("query_id", "doc_id", "score")
+        mine = mine.select("query_id", "doc_id", "score")
         want = pl.DataFrame(
             [(q, d, s) for q, docs in ref.run.items() for d, s in docs.items()], schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64}, orient="row"
         )
-        joined = got.join(want, on=["query_id", "doc_id"], suffix="_ranx")
-        print(f"{label}: {joined.height} of {got.height} fused rows also in ranx's top 100; largest score difference {float((joined['score'] - joined['score_ranx']).abs().max()):.2e}")
+        joined = mine.join(want, on=["query_id", "doc_id"], suffix="_ranx")
+        print(f"{label}: {joined.height} of {mine.height} fused rows also in ranx's top 100; largest score difference {float((joined['score'] - joined['score_ranx']).abs().max()):.2e}")
 
 
 def _save(args, ph) -> None:

@@ -362,6 +362,7 @@ def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool, p
     ``progress``: bars on stderr for encoding, index building and search (see :func:`main`).
     ``reasons`` receives each failed partition's error (``model|task`` -> text).
     """
+    from medbench_core.memory import give_back_free_memory
     from orchestration.jobs import EVALUATE_JOB
     from runtime.partitions import partition_key
 
@@ -372,6 +373,7 @@ def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool, p
     for model in models:
         for task in tasks:
             t = time.perf_counter()
+            give_back_free_memory()  # what curation, the gates or the last partition freed: not the base of this one's peak
             res = inprocess.execute(
                 job, instance, what=f"evaluate {model} x {task}", partition_key=partition_key(model, task), run_config=run_config, raise_on_error=False
             )

@@ -62,7 +62,19 @@ def source_digest(entry: Any, data_root: Path) -> str:
         raise Undecided(f"task {entry.name} reads a hub dataset")
     if not (Path(data_root) / entry.path).exists():
         raise Undecided(f"task {entry.name}: source {Path(data_root) / entry.path} not found")
-    return record_source_digest(Path(data_root), {"path": entry.path})
+    return noted_source_digest(Path(data_root) / entry.path, lambda: record_source_digest(Path(data_root), {"path": entry.path}))
+
+
+def noted_source_digest(source: Path, digest: Any) -> str:
+    """``digest()`` of the task's source files, reading only those whose stat changed since they were
+    last hashed (the notes kept with the state, runtime/verified.py); the notes of what it read are kept."""
+    from runtime import verified
+
+    folder, names = (source, [str(p.relative_to(source)) for p in _files(source)]) if source.is_dir() else (source.parent, [source.name])
+    verified.recall(folder)
+    out = digest()
+    verified.remember(folder, names)
+    return out
 
 
 def code_digest(root: Path) -> str:
@@ -174,7 +186,8 @@ def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given
     from medbench_core.errors import MedbenchError
     from medbench_core.layout import Layout
     from medbench_core.status import stage_folders
-    from medbench_core.storage import is_complete, read_manifest
+    from medbench_core.storage import read_manifest
+    from runtime import verified
     from runtime.ledger import last_complete_run, store_fingerprint
 
     if settings.ONLINE:
@@ -205,14 +218,14 @@ def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given
             content = read_manifest(folder).get("content_hash", "")
         except MedbenchError as exc:
             raise Undecided(f"task {task}: {exc}") from exc
-        if not is_complete(folder) or layout.gate_refusal(task, content) or done.curated.get(task) != content:
+        if not verified.complete(folder) or layout.gate_refusal(task, content) or done.curated.get(task) != content:
             raise Undecided(f"task {task} is not curated and gated as recorded")
     by_name = {s.name: s for s in specs}
     requested = requested_cells(cells, models, tasks)
     for model, task, cell in requested:
         keys = {s: cell.get(f"{s}_key", "-") for s in ("embeddings", "index", "run", "metrics", "expansion")}
         for stage, folder in stage_folders(layout, by_name[model], task, keys).items():
-            if not is_complete(folder):
+            if not verified.complete(folder):  # the files' stat unchanged since hashed, or their bytes
                 raise Undecided(f"{model} x {task}: its {stage} artifact is missing or fails its manifest")
     # Unless not one write reached MLflow's store since the run's end found every one of these runs FINISHED in it:
     if not (done.mlflow_store and done.mlflow_store == store_fingerprint(settings.default_tracking_uri())):

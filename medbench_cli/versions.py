@@ -78,7 +78,9 @@ def _guarded(handler):
         except MedbenchError as exc:
             log().exception(exc)
             code = exc.exit_code if isinstance(exc, VersioningError) else 1
-            kept = "nothing was pulled or scored" if code == 3 else "data/, the DVC cache and remote, git and MLflow keep what they held (each step commits only when it succeeds)"
+            kept = "data/, the DVC cache and remote, git and MLflow keep what they held (each step commits only when it succeeds)"
+            if code == 3:
+                kept = f"{getattr(exc, 'kept', None) or 'data/ as it was'}; nothing was scored"
             detail = str(exc).strip().splitlines()[1:]  # e.g. dvc's own words naming the missing object: the last line says they are above
             if detail:
                 print("\n".join(detail), file=sys.stderr, flush=True)
@@ -153,7 +155,8 @@ def _rebuilt(res) -> int:
     counts = res.report["counts"]
     n = len(res.rows)
     if res.reproduced:
-        tol = f", {counts['within_tolerance']} within tolerance" if counts["within_tolerance"] else ""
+        largest = ", ".join(f"{k} {v:.2g}" for k, v in res.report.get("largest_within_tolerance", {}).items() if v is not None)
+        tol = f", {counts['within_tolerance']} within tolerance" + (f" (largest differences: {largest})" if largest else "") if counts["within_tolerance"] else ""
         print(f"version {res.tag} (data {res.data_version}) reproduced from sources: {n} partitions, {counts['identical']} artifacts identical{tol}")
         print(f"report: {res.report_path}")
         return 0
@@ -182,11 +185,12 @@ def _remote(args: argparse.Namespace, root: Path) -> int:
 
 
 def _pull(args: argparse.Namespace, root: Path) -> int:
+    """Fetch the data of data.dvc and swap it into data/ whole (nothing of data/ that cannot be restored is lost)."""
     from medbench_release.remote import configure_remote
-    from medbench_release.vcs import REMOTE, dvc
+    from medbench_release.workspace import pull_data
 
     configure_remote(root, _remote_url(args))
-    print(dvc(root, "pull", "-r", REMOTE, "data.dvc").stdout.strip())
+    print(pull_data(root).summary())
     return 0
 
 

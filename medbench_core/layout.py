@@ -13,12 +13,13 @@ versioning) and the Dagster resources agree on it:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from medbench_core.errors import ContractError, DataError
 from medbench_core.taskdata.task import Task, load_task
-from medbench_core.storage import MANIFEST, read_manifest, verify_manifest
+from medbench_core.storage import MANIFEST, file_stat, known_sha256, read_manifest, verify_manifest
 
 STAGES = ("embeddings", "index", "run", "metrics")
 ENCODING_STAGES = ("embeddings", "run")  # the stages that load a dense or CLIP model's encoder
@@ -114,5 +115,39 @@ class Layout:
         folder = self.task_dir(task)
         if not (folder / MANIFEST).exists():
             raise DataError(f"task {task}: no curated task at {folder}; materialise curated_task[{task}] first")
-        verify_manifest(folder)
-        return load_task(folder)
+        manifest = verify_manifest(folder)
+        return _load_verified_task(folder, manifest)
+
+
+# The curated task each folder held when this process last read it, under the stat of its manifest
+# and files: the steps of one process (medbench run --serial, a Dagster run in process) read the
+# Parquet once rather than once per step. Only files whose sha256 is noted as the manifest's at
+# that very stat count (medbench_core/storage.py): the copy returned shares the immutable frames.
+_LOADED: dict[Path, tuple[tuple, Task]] = {}
+
+
+def _verified_stats(folder: Path, manifest: dict) -> tuple | None:
+    """The stat of the manifest and of every file it lists, when each file's noted sha256 is the manifest's; else None."""
+    try:
+        stats = [file_stat(folder / MANIFEST)]
+        for name, entry in sorted(manifest.get("files", {}).items()):
+            st = file_stat(folder / name)
+            if known_sha256(folder / name, st) != entry.get("sha256"):
+                return None
+            stats.append(st)
+    except OSError:
+        return None
+    return tuple(stats)
+
+
+def _load_verified_task(folder: Path, manifest: dict) -> Task:
+    key = _verified_stats(folder, manifest)
+    hit = _LOADED.get(folder)
+    if key is not None and hit is not None and hit[0] == key:
+        return dataclasses.replace(hit[1])
+    task = load_task(folder)
+    if key is not None and _verified_stats(folder, manifest) == key:  # nothing changed while it was read
+        _LOADED[folder] = (key, task)
+    else:
+        _LOADED.pop(folder, None)
+    return dataclasses.replace(task)

@@ -25,7 +25,8 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,81 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+# --- files already hashed -----------------------------------------------------------------------
+# A file's bytes cannot change while its stat stays the same: every write sets its mtime and ctime
+# (ctime cannot be set back from user space), a replacement has another inode. So a file whose
+# (device, inode, size, mtime, ctime) equal those it had when its sha256 was computed is not read
+# again: the steps of one process verify what an earlier step wrote or verified, and the warm path
+# of ``medbench run`` verifies by the notes kept with its state (runtime/verified.py). Like git, files
+# that are "racily clean" are never noted: one whose mtime or ctime lies within the timestamps'
+# granularity of the moment its bytes were read could be written again in the same tick, stat
+# unchanged. Hashing ignores the notes (``sha256_file``); ``--recheck`` starts a new process.
+_RACY_NS = 50_000_000  # kernel file timestamps come from a coarse clock (1-10 ms ticks); well above it
+_RACY_COARSE_NS = 2_000_000_000  # whole-second timestamps (FAT, some network filesystems)
+_WAIT_FOR_BYTES = 16 << 20  # hashing 16 MB again costs about what waiting out the margin does
+_NOTED: dict[tuple[int, int], tuple[int, int, int, str]] = {}  # (dev, ino) -> (size, mtime_ns, ctime_ns, sha256)
+
+FileStat = tuple[int, int, int, int, int]
+
+
+def file_stat(path: str | os.PathLike[str]) -> FileStat:
+    """(device, inode, size, mtime_ns, ctime_ns) of ``path``: what changes whenever its bytes can have."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _racy_margin(st: FileStat) -> int:
+    return _RACY_COARSE_NS if st[3] % 1_000_000_000 == 0 and st[4] % 1_000_000_000 == 0 else _RACY_NS
+
+
+def known_sha256(path: str | os.PathLike[str], stat: FileStat | None = None) -> str | None:
+    """The sha256 noted for ``path`` when its stat is still the one it had when hashed; None otherwise."""
+    st = stat if stat is not None else file_stat(path)
+    noted = _NOTED.get(st[:2])
+    return noted[3] if noted is not None and noted[:3] == st[2:] else None
+
+
+def sha256_noting(path: str | os.PathLike[str]) -> str:
+    """sha256 of ``path``: the noted one while its stat is unchanged; otherwise read, and noted
+    unless the file changed while being read or is racily clean (a large file written in the last
+    few milliseconds is waited for first: reading it again later would cost more than the wait)."""
+    before = file_stat(path)
+    digest = known_sha256(path, before)
+    if digest is not None:
+        return digest
+    margin = _racy_margin(before)
+    wait = max(before[3], before[4]) + margin - time.time_ns()
+    if 0 < wait <= _RACY_NS and before[2] >= _WAIT_FOR_BYTES:
+        time.sleep(wait / 1e9)
+    read_at = time.time_ns()
+    digest = sha256_file(path)
+    after = file_stat(path)
+    if after == before and max(after[3], after[4]) + margin <= read_at:
+        _NOTED[after[:2]] = (*after[2:], digest)
+    return digest
+
+
+def noted(folder: str | os.PathLike[str], names: Iterable[str]) -> dict[str, list[Any]]:
+    """For each of ``names`` in ``folder`` whose sha256 is noted and whose stat is unchanged:
+    ``[device, inode, size, mtime_ns, ctime_ns, sha256]`` (what :func:`add_notes` takes back)."""
+    out: dict[str, list[Any]] = {}
+    for name in names:
+        try:
+            st = file_stat(Path(folder) / name)
+        except OSError:
+            continue
+        digest = known_sha256(Path(folder) / name, st)
+        if digest is not None:
+            out[name] = [*st, digest]
+    return out
+
+
+def add_notes(entries: Iterable[list[Any]]) -> None:
+    """Take back notes made by another process (:func:`noted`), e.g. kept with the project's state."""
+    for dev, ino, size, mtime, ctime, digest in entries:
+        _NOTED[(int(dev), int(ino))] = (int(size), int(mtime), int(ctime), str(digest))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -111,7 +187,7 @@ def write_manifest(folder: str | os.PathLike[str], files: list[str], extra: dict
     entries = {}
     for name in sorted(files):
         p = folder / name
-        entries[name] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+        entries[name] = {"sha256": sha256_noting(p), "size": p.stat().st_size}
     manifest = {"files": entries, **(extra or {})}
     write_json_atomic(folder / MANIFEST, manifest)
     return manifest
@@ -139,7 +215,8 @@ def read_manifest(folder: str | os.PathLike[str]) -> dict[str, Any]:
 def verify_manifest(folder: str | os.PathLike[str], names: list[str] | None = None) -> dict[str, Any]:
     """Check every file listed in the manifest (or only ``names``) against its sha256 and size.
 
-    Raises IntegrityError naming the first file that is missing, truncated or changed.
+    A file whose stat is unchanged since its bytes were hashed is not read again (see
+    :func:`sha256_noting`). Raises IntegrityError naming the first file that is missing, truncated or changed.
     """
     folder = Path(folder)
     manifest = read_manifest(folder)
@@ -154,7 +231,7 @@ def verify_manifest(folder: str | os.PathLike[str], names: list[str] | None = No
         size = p.stat().st_size
         if size != want["size"]:
             raise IntegrityError(f"{p}: size {size} bytes, manifest says {want['size']}: truncated or replaced")
-        digest = sha256_file(p)
+        digest = sha256_noting(p)
         if digest != want["sha256"]:
             raise IntegrityError(f"{p}: sha256 {digest[:12]} does not match manifest {want['sha256'][:12]}: corrupted")
     return manifest
@@ -370,3 +447,10 @@ def _remove_unless_held(path: Path) -> bool:
         return not os.path.lexists(path)
     finally:
         os.close(fd)
+
+def exchange_paths(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Swap two paths (files or folders) in one atomic step, Linux ``renameat2(RENAME_EXCHANGE)``.
+
+    Returns False where the OS or filesystem cannot; the caller then swaps another way.
+    """
+    return _exchange(Path(a), Path(b))

@@ -2,10 +2,12 @@
 
 Each artifact of the version (curated tasks, then embeddings, indices, runs, metrics of every
 model x task, in stage order) is looked for in the rebuild under its key, and its files are
-judged by the rule the version file gives them (:data:`medbench_release.record.RULES`). An
-artifact is ``identical``, ``within_tolerance`` (float vectors only: their largest absolute
-difference is reported), ``differs`` (other bytes, or rebuilt under another key: its inputs
-changed) or ``missing`` (not rebuilt). The first artifact that differs is named with its upstream
+judged by the rule the version file gives them (:data:`medbench_release.record.RULES`; runs and
+metrics by :mod:`medbench_release.tolerance`, with what the artifacts before them in the same
+partition allow: a run's tolerance follows from its vectors' verdicts, its metrics' bound from the
+run's). An artifact is ``identical``, ``within_tolerance`` (the rule it was judged by and its
+largest difference are reported), ``differs`` (beyond the rule, or rebuilt under another key: its
+inputs changed) or ``missing`` (not rebuilt). The first artifact that differs is named with its upstream
 provenance beside the version's, so that a reader sees whether the data, the model or the code
 moved (:func:`first_difference`).
 """
@@ -26,13 +28,26 @@ from medbench_core.storage import MANIFEST, verify_manifest
 from medbench_release.record import (
     ARRAY_TOLERANCE,
     METRIC_TOLERANCE,
+    RULES,
     catalogue_entries,
+    effective_rule,
     faiss_vectors,
     model_upstream,
     registry_entries,
     stable_json_sha256,
     task_upstream,
     unpack,
+)
+from medbench_release.tolerance import (
+    ScoreTolerance,
+    compare_rankings,
+    metric_bounds,
+    order_problem,
+    partition_vectors,
+    per_query_within,
+    probe_lists,
+    ranked_lists,
+    score_tolerance,
 )
 
 OK = ("identical", "within_tolerance")
@@ -71,7 +86,8 @@ class ArtifactResult:
     verdict: str
     notes: list[str] = field(default_factory=list)
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
-    max_abs_diff: float | None = None
+    max_abs_diff: float | None = None  # vectors: values; runs: scores; metrics: the largest metric difference
+    rule: str = ""  # the rule that decided the verdict, with its tolerance
     upstream: dict[str, Any] = field(default_factory=dict)  # the version's
     rebuilt_upstream: dict[str, Any] = field(default_factory=dict)
 
@@ -192,13 +208,17 @@ def compare_version(
     """Judge every artifact of ``record`` against the rebuild, in the version file's (stage) order."""
     models, catalogue = registry_entries(rebuilt.models_text), catalogue_entries(rebuilt.tasks_text)
     metrics_of = {(r["model"], r["task"], r["keys"]["metrics"]): r["metrics"] for r in record["runs"]}
+    kinds = {(r["model"], r["task"]): r.get("model_kind") for r in record["runs"]}
     located: dict[tuple[str | None, str, str], tuple[Path | None, list[str]]] = {}
     for a in record["artifacts"]:
         located[(a["model"], a["task"], a["stage"])] = _rebuilt_folder(rebuilt.data_dir, a)
-    results = []
+    results: list[ArtifactResult] = []
+    results_by: dict[tuple[str | None, str, str], ArtifactResult] = {}
+    parts: dict[tuple[str | None, str], _Partition] = {}
     for a in record["artifacts"]:
         folder, notes = located[(a["model"], a["task"], a["stage"])]
         res = ArtifactResult(a["stage"], a["model"], a["task"], a["path"], a["key"], None, "missing", list(notes), upstream=a["upstream"])
+        results_by[(a["model"], a["task"], a["stage"])] = res
         if folder is None:
             res.notes.append("not rebuilt (see the rebuild's log)")
             results.append(res)
@@ -218,18 +238,34 @@ def compare_version(
             keys = {s: (located[(a["model"], a["task"], s)][0].name if located.get((a["model"], a["task"], s), (None,))[0] else "") for s in ("embeddings", "index", "run", "metrics")}
             res.rebuilt_upstream = model_upstream(folder, a["stage"], keys, models.get(a["model"]))
         got_files = manifest.get("files", {})
+        part = parts.setdefault((a["model"], a["task"]), _Partition())
         for name in sorted(set(a["files"]) | set(got_files)):
             if name not in a["files"]:
-                res.files[name] = {"verdict": "differs", "detail": "not in the version"}
+                res.files[name] = {"verdict": "differs", "detail": "not in the version", "rule": "exact"}
                 continue
-            pub = published_file(f"{a['path']}/{name}") if published_file and a["files"][name]["rule"] in ("array", "faiss") else None
-            res.files[name] = compare_file(
-                name, a["files"][name], folder, got_files.get(name),
-                published=pub, metrics=metrics_of.get((a["model"], a["task"], a["key"])), tolerance=tolerance,
-            )
+            want, rule = a["files"][name], effective_rule(name, a["files"][name]["rule"])
+            if rule in ("run", "per_query", "metrics"):  # judged below, with what the partition's artifacts before them allow
+                same = got_files.get(name) is not None and got_files[name]["sha256"] == want["sha256"]
+                res.files[name] = {"verdict": "identical", "rule": rule} if same else {"verdict": "pending", "rule": rule}
+                continue
+            pub = published_file(f"{a['path']}/{name}") if published_file and rule in ("array", "faiss") else None
+            res.files[name] = compare_file(name, want, folder, got_files.get(name), published=pub, metrics=None, tolerance=tolerance)
+            res.files[name]["rule"] = rule
+            if rule in ("array", "faiss") and res.files[name]["verdict"] == "within_tolerance":
+                part.vectors_moved = True
+        if a["stage"] == "run":
+            _judge_run(res, a, folder, part, located, results_by, published_file, tolerance, kinds.get((a["model"], a["task"])))
+        elif a["stage"] == "metrics":
+            _judge_metrics(res, a, folder, part, metrics_of.get((a["model"], a["task"], a["key"])), rebuilt.data_dir, published_file)
+        for f in res.files.values():
+            if f["verdict"] == "pending":  # a file of a stage that no judge above covers
+                f.update(verdict="differs", detail="other bytes, and no rule to judge them by here")
         verdicts = {f["verdict"] for f in res.files.values()}
-        diffs = [f.get("max_abs_diff") for f in res.files.values() if f.get("max_abs_diff") is not None]
+        # What the artifact's own rule measures: a run's score differences, a metrics artifact's metric differences, else values.
+        own = [n for n in res.files if effective_rule(n, "") in {"run": ("run",), "metrics": ("metrics", "per_query")}.get(a["stage"], ())]
+        diffs = [f.get("max_abs_diff") for n, f in res.files.items() if f.get("max_abs_diff") is not None and (not own or n in own)]
         res.max_abs_diff = max(diffs) if diffs else None
+        res.rule = _deciding_rule(res.files, a["stage"])
         if res.rebuilt_key != a["key"]:
             same = verdicts <= set(OK)
             res.verdict = "differs"
@@ -241,7 +277,200 @@ def compare_version(
         else:
             res.verdict = "identical"
         results.append(res)
+        if a["stage"] == "metrics" and part.run_result is not None and part.run_pending:
+            _settle_run(part.run_result, res)
     return results
+
+
+# --- runs and metrics (medbench_release.tolerance) ---------------------------------------------
+
+
+@dataclass
+class _Partition:
+    """What the artifacts of one model x task tell those after them."""
+
+    vectors_moved: bool = False  # a float array or FAISS index was accepted within the tolerance (not identical)
+    run_state: str = "identical"  # identical | scores (ties within tolerance) | by_metrics (built from moved runs) | differs
+    tolerance: ScoreTolerance | None = None
+    run_result: ArtifactResult | None = None
+    run_pending: bool = False  # the run is judged by its metrics (no published run, probe or exact rule to hold it to)
+    run: Any = None  # the rebuilt run frame
+    k: int = 100
+
+
+def _partition_vectors(located: dict, model: str, task: str, run_folder: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    emb = located.get((model, task, "embeddings"), (None,))[0]
+    index = located.get((model, task, "index"), (None,))[0]
+    return partition_vectors(run_folder, emb, index)
+
+
+def _trec_tag(path: Path) -> str:
+    with open(path) as f:
+        first = f.readline().split()
+    return first[5] if len(first) >= 6 else ""
+
+
+def _loads_weights(kind: str | None) -> bool:
+    from medbench_core.retrieval.kinds import get_kind
+
+    try:
+        return bool(kind) and get_kind(kind).loads_weights
+    except KeyError:
+        return False
+
+
+def _judge_run(res: ArtifactResult, a: dict, folder: Path, part: _Partition, located: dict, results_by: dict, published_file, eps: float, kind: str | None = None) -> None:
+    """run.parquet (and run.trec, its TREC rendering) by the run rule of :mod:`medbench_release.tolerance`."""
+    import polars as pl
+
+    part.run_result = res
+    pq, trec = res.files.get("run.parquet"), res.files.get("run.trec")
+    if pq is None or pq["verdict"] != "pending":
+        part.run_state = "identical" if pq is not None and pq["verdict"] == "identical" else "differs"
+        if trec is not None and trec["verdict"] == "pending":
+            trec.update(verdict="differs", detail="other bytes while run.parquet is the version's: the TREC rendering changed")
+        return
+    run = pl.read_parquet(folder / "run.parquet")
+    info = json.loads((folder / "info.json").read_text()) if (folder / "info.json").exists() else {}
+    part.run, part.k = run, int(info.get("k") or 100)
+    upstream = [u for u in (info.get("upstream") or {}) if (u, a["task"], "run") in results_by]
+    moved = [u for u in upstream if results_by[(u, a["task"], "run")].verdict != "identical"]
+    problem = order_problem(run)
+    if problem:
+        pq.update(verdict="differs", detail=problem)
+        part.run_state = "differs"
+    elif moved:
+        pq.update(verdict="within_tolerance", detail=f"built from runs whose ties moved ({', '.join(moved)}): judged by its metrics, exactly")
+        pq["rule"] = "run: judged by its metrics (built from runs that moved within their tolerance)"
+        part.run_state, part.run_pending = "by_metrics", True
+    else:
+        queries, docs = _partition_vectors(located, a["model"], a["task"], folder)
+        for u in info.get("upstream") or {}:  # a run searching another model's corpus (an expanded retriever)
+            if not docs and located.get((u, a["task"], "embeddings"), (None,))[0] is not None:
+                _, docs = _partition_vectors(located, u, a["task"], folder)
+                part.vectors_moved |= any(results_by.get((u, a["task"], s), res).verdict == "within_tolerance" for s in ("embeddings", "index"))
+        tol = score_tolerance(queries, docs, eps if part.vectors_moved else 0.0)
+        if tol is None and _loads_weights(kind):
+            # Scores a model computes directly (a cross-encoder): float outputs of a model, accepted as its vectors are, within eps each.
+            tol = ScoreTolerance(2 * eps, eps, 1, (0.0, 0.0), (0.0, 0.0))
+        if tol is None:
+            pq.update(verdict="differs", detail=f"exact work (no vectors behind this run, its inputs identical): sha256 differs from the version's {a['files']['run.parquet']['sha256'][:12]}")
+            pq["rule"] = "run: exact (no vectors behind it)"
+            part.run_state = "differs"
+        else:
+            part.tolerance, part.run_state = tol, "scores"
+            pq["rule"] = f"run: scores within {tol.describe()}, rankings up to ties within τ"
+            pq["tolerance"] = tol.to_json()
+            published = published_file(f"{a['path']}/run.parquet") if published_file else None
+            probe = a["files"]["run.parquet"].get("probe")
+            if published is not None:
+                cmp = compare_rankings(ranked_lists(pl.read_parquet(published)), ranked_lists(run), tol.tau, k=part.k)
+                what = "against the published run"
+            elif probe:
+                cmp = compare_rankings(probe_lists(probe), ranked_lists(run), tol.tau, k=part.k, partial=True)
+                what = f"against the version file's probe (top {probe.get('ranks')} of {len(probe['queries'])} queries)"
+            else:
+                cmp = None
+            if cmp is None:
+                pq.update(verdict="within_tolerance", detail="the published run is not at hand (the version file keeps its sha256 only): judged by its metrics, within the bound of its ties")
+                part.run_pending = True
+            else:
+                pq.update(verdict="within_tolerance" if cmp.within else "differs", detail=cmp.detail(tol.tau, what), max_abs_diff=cmp.worst_score_diff)
+                if not cmp.within:
+                    part.run_state = "differs"
+    if trec is not None and trec["verdict"] == "pending":
+        _judge_trec(trec, folder, run, pq)
+
+
+def _judge_trec(trec: dict, folder: Path, run, pq: dict) -> None:
+    """run.trec is exact work over run.parquet: it must be the rendering of the rebuilt run, and then shares its verdict."""
+    import tempfile
+
+    from medbench_core.retrieval.ranking import write_trec_file
+    from medbench_core.storage import sha256_file
+
+    with tempfile.TemporaryDirectory(prefix="medbench-trec-") as tmp:
+        again = Path(tmp, "run.trec")
+        write_trec_file(run, again, _trec_tag(folder / "run.trec"))
+        same = sha256_file(again) == sha256_file(folder / "run.trec")
+    if same:
+        trec.update(verdict=pq["verdict"], detail="the TREC rendering of the rebuilt run.parquet (rendered again: same bytes); judged with it", rule=pq["rule"])
+    else:
+        trec.update(verdict="differs", detail="not the TREC rendering of the rebuilt run.parquet", rule="exact: the rendering of run.parquet")
+
+
+def _judge_metrics(res: ArtifactResult, a: dict, folder: Path, part: _Partition, recorded: dict | None, data_dir: Path, published_file) -> None:
+    """metrics.json and per_query.parquet: exact where the run is identical (or built from moved runs), within the tie bound where ties moved."""
+    import tempfile
+
+    import polars as pl
+
+    mj, pqf = res.files.get("metrics.json"), res.files.get("per_query.parquet")
+    pending = [f for f in (mj, pqf) if f is not None and f["verdict"] == "pending"]
+    if not pending:
+        return
+    if part.run_state != "scores" or part.tolerance is None or recorded is None:
+        if mj is not None and mj["verdict"] == "pending":
+            mj.update(compare_metrics(folder / "metrics.json", recorded))
+            mj["rule"] = "metrics: within 1e-09 (" + ("the run is identical" if part.run_state == "identical" else "no tie bound for this run") + ")"
+        if pqf is not None and pqf["verdict"] == "pending":
+            if part.run_state == "identical":
+                pqf.update(verdict="differs", detail="other bytes from an identical run", rule="per_query: exact (the run is identical)")
+            else:
+                settled = mj["verdict"] if mj is not None else "differs"
+                pqf.update(verdict=settled, detail="judged by metrics.json (exactly)", rule="per_query: judged by metrics.json")
+        return
+    from medbench_core.retrieval.stages import flat_metrics
+    from medbench_core.taskdata.task import load_task
+    from medbench_core.layout import Layout
+
+    tau = part.tolerance.tau
+    task = load_task(Layout(data_dir).task_dir(a["task"]))
+    with tempfile.TemporaryDirectory(prefix="medbench-bounds-") as tmp:
+        bounds = metric_bounds(task, part.run, tau, part.k, Path(tmp))
+    got = flat_metrics(json.loads((folder / "metrics.json").read_text()))
+    problems, outside, widest = bounds.check(recorded, METRIC_TOLERANCE)
+    worst = max((abs(float(got[m]) - float(v)) for m, v in recorded.items() if m in got and not (math.isnan(got[m]) and math.isnan(v))), default=0.0)
+    rule = f"metrics: within the bound of the run's ties within τ {tau:.2g} (each metric of the ties ordered worst and best first)"
+    detail = f"every metric in its bound (widest {widest:.3g}); largest difference from the rebuilt value {worst:.3g}"
+    if mj is not None and mj["verdict"] == "pending":
+        if problems:
+            mj.update(verdict="differs", detail=f"{len(problems)} metric(s) outside their tie bound: " + "; ".join(problems[:3]), max_abs_diff=worst, rule=rule)
+        else:
+            mj.update(verdict="within_tolerance", detail=detail, max_abs_diff=worst, rule=rule)
+    if pqf is not None and pqf["verdict"] == "pending":
+        published = published_file(f"{a['path']}/per_query.parquet") if published_file else None
+        if published is not None:
+            bad = per_query_within(pl.read_parquet(published), bounds, METRIC_TOLERANCE)
+            pqf.update(verdict="differs" if bad else "within_tolerance", rule="per_query: each query within its tie bound",
+                       detail=("; ".join(bad[:3]) if bad else "every query's values within their tie bounds (against the published file)"))
+        else:
+            pqf.update(verdict=mj["verdict"] if mj is not None else "differs", rule="per_query: judged by metrics.json",
+                       detail="the published file is not at hand (the version file keeps its sha256 only): judged by metrics.json's bound")
+
+
+def _settle_run(run_res: ArtifactResult, metrics_res: ArtifactResult) -> None:
+    """A run judged by its metrics takes their verdict."""
+    if metrics_res.verdict in OK or run_res.verdict not in OK:
+        return
+    run_res.verdict = "differs"
+    for name in ("run.parquet", "run.trec"):
+        f = run_res.files.get(name)
+        if f is not None and f["verdict"] in OK:
+            f.update(verdict="differs", detail=f"{f.get('detail', '')}; its metrics differ ({metrics_res.path})")
+
+
+def _deciding_rule(files: dict[str, dict[str, Any]], stage: str = "") -> str:
+    """The rule of the file that decided the artifact's verdict (the worst one), else of the first file."""
+    own = {"run": "run", "metrics": "metrics"}.get(stage, "")
+    for verdict in ("differs", "within_tolerance", "identical"):
+        found = [f for f in files.values() if f["verdict"] == verdict and f.get("rule")]
+        # A run's (a metrics artifact's) own rule first, then the artifact's content, its info.json last.
+        found.sort(key=lambda f: (not (own and f["rule"].startswith(own)), f["rule"].startswith("json")))
+        if found:
+            rule = found[0]["rule"]
+            return rule if ":" in rule else f"{rule}: {RULES.get(rule, '')}"
+    return ""
 
 
 # --- what moved --------------------------------------------------------------------------------
@@ -334,7 +563,7 @@ _CELL = {"identical": "same", "missing": "missing", "differs": "DIFFERS"}
 
 def _cell(r: ArtifactResult) -> str:
     if r.verdict == "within_tolerance":
-        return f"~{r.max_abs_diff:.1e}" if r.max_abs_diff is not None else "~1e-9"
+        return f"~{r.max_abs_diff:.1e}" if r.max_abs_diff is not None else "~ties"
     return _CELL[r.verdict]
 
 
@@ -360,4 +589,15 @@ def table(rows: list[dict[str, Any]], record: dict[str, Any], main_metric: str =
         m = metric.get(row["partition"])
         out.append(f"{row['partition']:<{width}}  {cells}  {f'{m:.4f}' if m is not None else '':<10}  {'reproduced' if row['reproduced'] else 'NOT reproduced'}")
     return "\n".join(out)
+
+
+def largest_differences(results: list[ArtifactResult]) -> dict[str, float | None]:
+    """The largest difference accepted within tolerance, by what it measures: vectors, scores (runs), metrics."""
+    kinds = {"embeddings": "vectors", "index": "vectors", "run": "scores", "metrics": "metrics"}
+    out: dict[str, float | None] = {"vectors": None, "scores": None, "metrics": None}
+    for r in results:
+        what = kinds.get(r.stage)
+        if what and r.verdict == "within_tolerance" and r.max_abs_diff is not None:
+            out[what] = max(out[what] or 0.0, r.max_abs_diff)
+    return out
 

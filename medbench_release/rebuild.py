@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medbench_release.compare import ArtifactResult, Rebuilt, compare_version, first_difference, partitions, table
+from medbench_release.compare import ArtifactResult, Rebuilt, compare_version, first_difference, largest_differences, partitions, table
 from medbench_release.record import ARRAY_TOLERANCE, METRIC_TOLERANCE, RULES, VOLATILE_JSON
 from medbench_release.vcs import DATA, Log, VersioningError, git
 
@@ -41,6 +41,7 @@ from medbench_release.vcs import DATA, Log, VersioningError, git
 _SCRUB = (
     "MEDBENCH_ROOT", "MEDBENCH_DATA", "MEDBENCH_STATE", "MEDBENCH_MODELS", "MEDBENCH_TASKS", "DAGSTER_HOME",
     "MLFLOW_TRACKING_URI", "PYTHONPATH", "MEDBENCH_DVC_REMOTE",
+    "MEDBENCH_VENV",  # a development venv used as is: the version's setup.sh must build the environment of its own lock
 )
 # Asked of the version's own code: declared stage versions (code_versions) or, in versions made before
 # they existed, hashes of each stage's sources (STAGE_MODULES).
@@ -233,7 +234,10 @@ def rebuild(
     report afterwards. The temporary worktree of the pinned code is removed at the end.
     """
     t0 = time.perf_counter()
-    for sub in (DATA, "state"):
+    work = Path(work).resolve()
+    if work == root.resolve() or work in (root / DATA).resolve().parents or (root / DATA).resolve() in (work / DATA, work):
+        raise VersioningError(f"the rebuild's work folder {work} holds this checkout's data/ ({root / DATA}); point the state folder elsewhere")
+    for sub in (DATA, "state"):  # the previous rebuild's output: rebuilt again below, nothing of the checkout's
         shutil.rmtree(work / sub, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="medbench-rebuild-"))
@@ -268,7 +272,7 @@ def rebuild(
         "sources": str(shared / "data"),
         "rules": RULES,
         "volatile_json_keys": list(VOLATILE_JSON),
-        "tolerance": {"vectors_abs": tolerance, "metrics_abs": METRIC_TOLERANCE},
+        "tolerance": {"vectors_abs": tolerance, "metrics_abs": METRIC_TOLERANCE, "scores": "τ of each run, derived from vectors_abs (its rule)"},
         "main_job_exit_code": exit_code,
         "log": str(log_path),
         "rebuilt_data": str(work / DATA),
@@ -277,6 +281,7 @@ def rebuild(
         "partitions": rows,
         "artifacts": [r.to_json() for r in results],
         "counts": {v: sum(r.verdict == v for r in results) for v in ("identical", "within_tolerance", "differs", "missing")},
+        "largest_within_tolerance": largest_differences(results),
     }
     report_path.parent.mkdir(parents=True, exist_ok=True)
     report_path.write_text(json.dumps(report, indent=2, default=str) + "\n")

@@ -12,7 +12,11 @@ registry and catalogue as they were, and, in stage order, every artifact of the 
 Each file carries the rule it is compared by when rebuilt (:data:`RULES`): most must be the same
 bytes; ``info.json`` files the same JSON apart from their timings; float arrays and FAISS indices
 the same bytes where they can, otherwise equal within a tolerance on a few sampled rows (stored
-in the file as ``probe``) and their sum; ``metrics.json`` the same metrics to 1e-9.
+in the file as ``probe``) and their sum; runs, and the metrics computed from them, by the rule of
+:mod:`medbench_release.tolerance` (scores within what the vectors' tolerance allows, rankings up to
+ties within it, metrics within the bound of those ties); a run keeps the top of a few queries
+(``probe``) to be compared with when the published file is not at hand. A version file written
+before a rule existed is read with today's rule for the file's name (:func:`effective_rule`).
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from medbench_core.storage import read_manifest, sha256_file
+from medbench_core.storage import read_manifest, sha256_noting
+from medbench_core.yaml_file import load_yaml
 
 FORMAT = 2
 # The artifacts of a version, upstream first: a difference in one explains those after it.
@@ -37,12 +41,21 @@ RULES = {
     "json": "same JSON apart from timings (the keys in VOLATILE_JSON)",
     "array": "same bytes, else same shape and dtype and every sampled value within the tolerance",
     "faiss": "same bytes, else same vectors (sampled rows) within the tolerance",
-    "metrics": "same bytes, else every metric within 1e-9 of the version's",
+    "run": (
+        "same bytes; else, where the run's vectors were accepted within the tolerance, scores within the τ that follows from it "
+        "and rankings up to ties within τ (against the published run when at hand, else its probe, else judged by its metrics); "
+        "exact where it has no vectors behind it (BM25) and its inputs are identical; a run built from runs whose ties moved is "
+        "judged by its metrics"
+    ),
+    "metrics": "same bytes, else every metric within 1e-9 of the version's where the run is identical, within the bound of the run's ties where they moved",
+    "per_query": "same bytes where the run is identical; where ties moved, each query's values within its tie bound (the published file at hand), else judged by metrics.json",
 }
 VOLATILE_JSON = ("seconds",)  # how long a stage took: never the same twice
 ARRAY_TOLERANCE = 1e-5  # largest absolute difference accepted in embeddings and index vectors
 METRIC_TOLERANCE = 1e-9
 PROBE_ROWS = 4  # rows of a 2-D array (elements of a 1-D one: PROBE_ROWS * 16) kept in the version file
+PROBE_QUERIES, PROBE_RANKS = 8, 20  # a run's probe: the top PROBE_RANKS documents and scores of PROBE_QUERIES queries
+RUN_FILES = ("run.parquet", "run.trec")
 
 _HEX = re.compile(r"^[0-9a-f]+\Z")
 
@@ -54,8 +67,8 @@ def file_rule(path: Path) -> str:
     """How a file of an artifact is compared when rebuilt (see :data:`RULES`)."""
     if path.name == "info.json":
         return "json"
-    if path.name == "metrics.json":
-        return "metrics"
+    if path.name in ("metrics.json", "per_query.parquet", *RUN_FILES):
+        return effective_rule(path.name, "exact")
     if path.suffix == ".faiss":
         return "faiss"
     if path.suffix == ".npy":
@@ -65,6 +78,37 @@ def file_rule(path: Path) -> str:
             return "exact"
         return "array" if kind == "f" else "exact"
     return "exact"
+
+
+def effective_rule(name: str, recorded: str) -> str:
+    """The rule a file is compared by today: runs and their metrics by :mod:`medbench_release.tolerance`, whatever an
+    older version file recorded for them (it recorded ``exact``); every other file by its recorded rule."""
+    if name in RUN_FILES:
+        return "run"
+    if name == "per_query.parquet":
+        return "per_query"
+    if name == "metrics.json":
+        return "metrics"
+    return recorded
+
+
+def run_probe(path: Path) -> dict[str, Any]:
+    """A run's fingerprint for the version file: the top :data:`PROBE_RANKS` documents and scores of :data:`PROBE_QUERIES`
+    evenly spaced queries (scores as float64, exact for float32 ones), so that a rebuild can be compared without the file."""
+    import polars as pl
+
+    run = pl.read_parquet(path)
+    queries = run.get_column("query_id").cast(pl.Utf8).unique(maintain_order=True).to_list()
+    picked = [queries[i] for i in _probe_rows(len(queries), PROBE_QUERIES)]
+    top = (
+        run.with_columns(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8))
+        .filter(pl.col("query_id").is_in(picked) & (pl.col("rank") <= PROBE_RANKS))
+        .sort(["query_id", "rank"])
+    )
+    rows: dict[str, list] = {q: [] for q in picked}
+    for q, d, sc in top.select("query_id", "doc_id", pl.col("score").cast(pl.Float64)).iter_rows():
+        rows[q].append([d, sc])
+    return {"ranks": PROBE_RANKS, "queries": rows}
 
 
 def stable_json_sha256(path: Path) -> str:
@@ -124,6 +168,8 @@ def describe_file(path: Path, sha256: str, size: int) -> dict[str, Any]:
         vectors = faiss_vectors(path)
         if vectors is not None:
             out["probe"] = array_probe(vectors)
+    elif rule == "run" and path.suffix == ".parquet":
+        out["probe"] = run_probe(path)
     return out
 
 
@@ -146,7 +192,7 @@ def source_digest(shared_data: Path, entry: dict[str, Any]) -> str:
     h = hashlib.sha256()
     for p in files:
         h.update(str(p.relative_to(src)).encode() if p != src else p.name.encode())
-        h.update(sha256_file(p).encode())
+        h.update(sha256_noting(p).encode())  # not read again while its stat is unchanged (storage.sha256_noting)
     return h.hexdigest()
 
 
@@ -157,7 +203,7 @@ def entry_digest(entry: dict[str, Any] | None) -> str:
 
 def registry_entries(models_text: str) -> dict[str, dict[str, Any]]:
     """name -> entry of a models.yaml text."""
-    doc = yaml.safe_load(models_text) or {}
+    doc = load_yaml(models_text, "models.yaml") or {}
     return {str(m["name"]): m for m in doc.get("models") or [] if isinstance(m, dict) and "name" in m}
 
 
@@ -165,7 +211,7 @@ def catalogue_entries(tasks_text: str) -> dict[str, dict[str, Any]]:
     """task name -> entry (subsets expanded) of a tasks.yaml text."""
     from medbench_core.taskdata.catalog import expand_subsets
 
-    doc = yaml.safe_load(tasks_text) or {}
+    doc = load_yaml(tasks_text, "tasks.yaml") or {}
     out = {}
     for raw in doc.get("tasks") or []:
         if isinstance(raw, dict) and "name" in raw:
@@ -239,7 +285,7 @@ def dumps_version(record: dict[str, Any]) -> str:
 
 def dvc_md5(data_dvc_text: str) -> str | None:
     """The md5 of the output ``data`` in a data.dvc text."""
-    doc = yaml.safe_load(data_dvc_text) or {}
+    doc = load_yaml(data_dvc_text, "data.dvc") or {}
     for out in doc.get("outs", []) or []:
         if out.get("path") == "data":
             return str(out.get("md5") or "") or None

@@ -1,8 +1,9 @@
 """Reproduce a benchmark version: pull it and re-score it, or rebuild it from the sources when the remote cannot give it.
 
 :func:`reproduce_version` decides. When the remote holds the version (its directory object), the
-data is pulled (the remote has ``verify = true``: a corrupted or missing object fails the pull
-and nothing is scored), each stored index is re-searched with the stored query vectors (nothing
+data is pulled into a staging folder and swapped into ``data/`` only when whole
+(:func:`medbench_release.workspace.pull_data`; the remote has ``verify = true``: a file intact
+nowhere fails the pull, ``data/`` is left as it was and nothing is scored), each stored index is re-searched with the stored query vectors (nothing
 is re-encoded), each stored run re-scored, and every metric compared with MLflow, the stored
 ``metrics.json`` and the version file, whose sha256 of every artifact file is checked too
 (:func:`reproduce`). When the remote is missing, unreachable or does not hold the version, one
@@ -25,6 +26,8 @@ from medbench_core.layout import Layout
 from medbench_core.storage import verify_manifest
 from medbench_release.release import artifact_dirs
 from medbench_release.remote import configure_remote, public_url, version_on_remote
+from medbench_release.tolerance import compare_rankings, partition_vectors, ranked_lists, score_tolerance
+from medbench_release.workspace import pull_data
 from medbench_release.vcs import (
     DATA,
     REMOTE,
@@ -156,7 +159,18 @@ def reproduce_entry(data_dir: Path, entry: dict[str, Any], tag: str, mlflow_metr
         except MedbenchError as exc:
             return f"{label}: failed", [f"{label}: {exc}"]
         if again is not None and not again.equals(stored_run):
-            diffs.append(f"{label}: re-searching the {how} gives another ranking: {_first_run_difference(stored_run, again)}")
+            # The same stored vectors, searched on other hardware or threads: float sums may differ in their last bits.
+            queries, docs = partition_vectors(dirs["run"], dirs.get("embeddings"), dirs.get("index"))
+            tol = score_tolerance(queries, docs, 0.0)
+            if tol is None:  # no vectors behind the run (BM25): exact work
+                diffs.append(f"{label}: re-searching the {how} gives another ranking: {_first_run_difference(stored_run, again)}")
+            else:
+                k = json.loads((dirs["run"] / "info.json").read_text()).get("k", 100)
+                cmp = compare_rankings(ranked_lists(stored_run), ranked_lists(again), tol.tau, k=k)
+                if cmp.within:
+                    how += f" (scores within {tol.describe()}: largest difference {cmp.worst_score_diff:.3g}, {cmp.swapped_pairs} tied pair(s) swapped)"
+                else:
+                    diffs.append(f"{label}: re-searching the {how} gives another ranking beyond the ties of {tol.describe()}: {cmp.problems[0]}")
         per_query = pl.read_parquet(score_dir / "per_query.parquet")
     got = flat_metrics(result)
     stored = json.loads((dirs["metrics"] / "metrics.json").read_text())
@@ -298,12 +312,13 @@ def reproduce(
         url = configure_remote(root, remote)
         log(f"[reproduce] {tag}: pulling data {version} from {public_url(url)}")
         try:
-            dvc(root, "pull", "-r", REMOTE, "data.dvc")
-        except VersioningError as exc:
-            raise PullError(f"{exc}\nNothing was scored. Fix the remote (re-push the version from a checkout that has it) and rerun.") from exc
+            pulled = pull_data(root, log=log)
+        except PullError as exc:
+            raise PullError(f"{exc}\nNothing was scored. Fix the remote (re-push the version from a checkout that has it) and rerun.", kept=exc.kept) from exc
+        log(f"[reproduce] {pulled.summary()}")
         status = dvc(root, "status", "--json", "data.dvc").stdout.strip()
-        if status not in ("", "{}"):
-            raise PullError(f"after `dvc pull`, data/ still differs from data.dvc: {status[:500]}; nothing was scored")
+        if status not in ("", "{}"):  # DVC must agree that data/ is the version
+            raise PullError(f"after the pull, DVC says data/ differs from data.dvc: {status[:500]}; nothing was scored", kept=f"data/ as pulled ({pulled.files} files)")
     out = Reproduction(tag, version)
     out.differences.extend(f"{tag}: {p}" for p in verify_against_record(root / DATA, record))
     metrics, problem = _mlflow_metrics(tracking_uri, [e["mlflow_run_id"] for e in record["runs"]])

@@ -15,9 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from medbench_core.errors import MedbenchError
+from medbench_core.yaml_file import load_yaml
 
 REMOTE = "medbench"
 DATA = "data"
@@ -37,10 +36,14 @@ class VersioningError(MedbenchError):
 
 
 class PullError(VersioningError):
-    """``dvc pull`` failed: nothing was checked out from the objects at fault, nothing was scored."""
+    """A version's data could not be fetched whole: data/ was left as it was, nothing was scored.
 
-    def __init__(self, message: str):
+    ``kept`` says what was kept (e.g. "data/ as it was (89 files, none changed)"); the command's last line repeats it.
+    """
+
+    def __init__(self, message: str, kept: str | None = None):
         super().__init__(message, exit_code=3)
+        self.kept = kept
 
 
 # --- subprocesses -------------------------------------------------------------------------
@@ -111,7 +114,7 @@ def data_version(root: Path, rev: str | None = None) -> str:
         if not (root / "data.dvc").exists():
             raise VersioningError(f"{where}: not found; run `medbench release TAG` first")
         text = (root / "data.dvc").read_text()
-    doc = yaml.safe_load(text) or {}
+    doc = load_yaml(text, where) or {}
     for out in doc.get("outs", []):
         if out.get("path") == DATA and out.get("md5"):
             return str(out["md5"])

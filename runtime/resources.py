@@ -165,6 +165,10 @@ class ComputeResource(dg.ConfigurableResource):
         except ImportError:
             return "cpu"
 
+    def device_for(self, spec: ModelSpec) -> str:
+        """:meth:`torch_device` for a kind that loads weights; "cpu" for one that does not (BM25): torch is not imported for it."""
+        return self.torch_device() if spec.plugin.loads_weights else "cpu"
+
     def use_gpu_for_faiss(self) -> bool | None:
         return {"auto": None, "never": False, "always": True}[self.faiss_gpu]
 

@@ -38,3 +38,14 @@ def average_precision(gains: np.ndarray, ideal: np.ndarray, n_rel: np.ndarray, d
     precision = np.cumsum(relevant, axis=1) / np.arange(1, gains.shape[1] + 1)
     total = np.cumsum(np.where(relevant, precision, 0.0), axis=1)[:, -1]
     return np.divide(total, n_rel, out=np.zeros(len(n_rel)), where=n_rel != 0)
+
+
+def hit_rate(gains: np.ndarray, ideal: np.ndarray, n_rel: np.ndarray, discount: np.ndarray) -> np.ndarray:
+    """1 when any relevant document is in the top k, else 0 (trec_eval ``success``; UniIR's "Recall@k").
+
+    UniIR's ``compute_recall_at_k`` (github.com/TIGER-AI-Lab/UniIR at 98dc570,
+    ``src/common/mbeir_retriever.py`` l.149-166): 0 without relevant documents, else 1 when the set
+    of the top k retrieved intersects the relevant set; relevant means a positive grade
+    (``load_qrel`` keeps ``relevance_score > 0``).
+    """
+    return (gains >= 1).any(axis=1).astype(np.float64)

@@ -11,6 +11,8 @@ Definitions, for a query with judged relevance ``rel(d)`` and ranking ``d_1, d_2
 - ``recall_at_k`` = |relevant in top k| / |relevant|, relevant meaning rel >= 1.
 - ``mrr_at_k``   = 1 / rank of the first relevant document within the top k, else 0.
 - ``map_at_k``   = (sum over relevant d_i with i <= k of precision@i) / |relevant|.
+- ``hit_rate_at_k`` = 1 when a relevant document is in the top k, else 0 (trec_eval ``success``;
+  UniIR's and CLIP's "Recall@k").
 
 Hole-aware measures (what a cell rests on when ranked documents are unjudged; definitions in
 :mod:`medbench_core.evaluation.holes`): ``judged_at_k`` (ir_measures ``Judged@k``), ``holes_at_k``,
@@ -58,6 +60,8 @@ METRICS: dict[str, str] = {
     "ndcg_condensed": "holes:ndcg_condensed",
     "ndcg_lower": "holes:ndcg_lower",
     "ndcg_upper": "holes:ndcg_upper",
+
+    "hit_rate": "kernels:hit_rate",
 }
 
 
@@ -194,7 +198,9 @@ def _id_runs(ids: pl.Series) -> tuple[pl.Series, np.ndarray]:
 
 def _index_rows(values: pl.Series, lengths: np.ndarray, query_ids: list[str]) -> np.ndarray:
     """Each row's position in ``query_ids`` (-1 when absent), from its run-length encoding."""
-    known = pl.DataFrame({"query_id": query_ids, "qi": np.arange(len(query_ids), dtype=np.int64)}, schema={"query_id": pl.Utf8, "qi": pl.Int64})
+    # 32-bit indices when they fit: half the memory to write (and fault in) for a run of 10M rows.
+    dtype, pl_dtype = (np.int32, pl.Int32) if len(query_ids) < 2**31 else (np.int64, pl.Int64)
+    known = pl.DataFrame({"query_id": query_ids, "qi": np.arange(len(query_ids), dtype=dtype)}, schema={"query_id": pl.Utf8, "qi": pl_dtype})
     per_run = pl.DataFrame({"query_id": values}).join(known, on="query_id", how="left", maintain_order="left").get_column("qi")
     return np.repeat(per_run.fill_null(-1).to_numpy(), lengths)
 
@@ -207,28 +213,72 @@ def _top_ranked(run: pl.DataFrame, run_q: np.ndarray, depth: int) -> pl.DataFram
     if rows is not None:
         score, run_q = score[rows], run_q[rows]
     # A score threshold per query (its depth-th best) first: only the rows at or above it,
-    # ties included, are sorted with the doc id tie-break.
+    # ties included, are ranked.
     keep = _at_or_above_depth(run_q, score, depth)
     docs = run.get_column("doc_id").cast(pl.Utf8).gather(keep if rows is None else rows[keep])
-    # "+ 0.0" turns -0.0 into 0.0: Python compares them equal, a sort might not.
-    cand = pl.DataFrame({"qi": run_q[keep], "score": score[keep] + 0.0, "doc_id": docs})
-    cand = cand.sort(["qi", "score", "doc_id"], descending=[False, True, True])
-    cand = cand.with_columns(rank=pl.int_range(pl.len(), dtype=pl.Int64).over("qi"))
-    return cand.filter(pl.col("rank") < depth).select("qi", "doc_id", "rank")
+    qi = run_q[keep].astype(np.int64, copy=False)
+    order = _trec_order(qi, score[keep], docs)
+    qi = qi[order]
+    # Rank within each query: position in the sorted rows minus the position of the query's first row.
+    first = np.flatnonzero(np.concatenate(([True], qi[1:] != qi[:-1]))) if len(qi) else np.zeros(0, dtype=np.int64)
+    rank = np.arange(len(qi), dtype=np.int64) - np.repeat(first, np.diff(np.append(first, len(qi))))
+    top = np.flatnonzero(rank < depth)
+    return pl.DataFrame({"qi": qi[top], "doc_id": docs.gather(order[top]), "rank": rank[top]}, schema={"qi": pl.Int64, "doc_id": pl.Utf8, "rank": pl.Int64})
+
+
+def _trec_order(qi: np.ndarray, score: np.ndarray, docs: pl.Series) -> np.ndarray:
+    """The permutation that sorts rows by query index, then score descending, then doc id descending (byte order).
+
+    One integer sort on (query, score rank) keys; only the rows whose key is shared (tied scores
+    within a query) are then sorted again by their doc ids.
+    """
+    if not len(qi):
+        return np.zeros(0, dtype=np.int64)
+    # Distinct scores ascending (-0.0 equals 0.0; NaN, if any, last), so n - 1 - inv ranks them descending.
+    distinct, inv = np.unique(score, return_inverse=True)
+    n = len(distinct)
+    if int(qi.max()) >= (2**62) // n:  # the key would overflow: sort the rows as they are
+        frame = pl.DataFrame({"qi": qi, "score": score + 0.0, "doc_id": docs})
+        return frame.with_row_index("i").sort(["qi", "score", "doc_id"], descending=[False, True, True]).get_column("i").to_numpy().astype(np.int64)
+    key = qi * n + (n - 1 - inv.astype(np.int64, copy=False))
+    order = np.argsort(key)
+    sorted_key = key[order]
+    same = sorted_key[1:] == sorted_key[:-1]
+    if same.any():
+        tied = np.zeros(len(key), dtype=bool)
+        tied[1:] |= same
+        tied[:-1] |= same
+        at = np.flatnonzero(tied)
+        # The tied rows keep their block (sorted by key); within a key, doc id descending.
+        sub = pl.DataFrame({"key": sorted_key[at], "doc_id": docs.gather(order[at])}).with_row_index("i")
+        perm = sub.sort(["key", "doc_id"], descending=[False, True]).get_column("i").to_numpy()
+        order[at] = order[at][perm]
+    return order
 
 
 def _at_or_above_depth(run_q: np.ndarray, score: np.ndarray, depth: int) -> np.ndarray:
     """Rows whose score is at least their query's ``depth``-th best score (every row of a shorter query)."""
-    sizes = np.bincount(run_q) if len(run_q) else np.zeros(0, dtype=np.int64)
-    if not len(sizes) or sizes.max() <= depth:
-        return np.arange(len(run_q))
-    starts = np.flatnonzero(np.diff(run_q, prepend=-1))
-    width = len(run_q) // len(starts)
-    if len(starts) == np.count_nonzero(sizes) and width * len(starts) == len(run_q) and (sizes[sizes > 0] == width).all():
-        # Rows grouped by query, as many per query (a run file cut at one depth): one partition per row.
-        rows = score.reshape(-1, width)
-        threshold = -np.partition(-rows, depth - 1, axis=1)[:, depth - 1]
-        return np.flatnonzero(rows >= threshold[:, None])
+    n = len(run_q)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(run_q[1:] != run_q[:-1]) + 1
+    groups = len(starts) + 1
+    width = n // groups
+    if width * groups == n and (starts == np.arange(1, groups) * width).all() and not np.isnan(score.min()):
+        # Rows grouped by query, as many per query (a run file cut at one depth)...
+        heads = run_q[::width]
+        if len(np.unique(heads)) == groups:  # ...each query in one group: one partition per row
+            if width <= depth:
+                return np.arange(n)
+            rows = score.reshape(-1, width)
+            threshold = np.empty(groups)
+            step = max(1, (1 << 18) // width)  # blocks of ~2 MB: partition copies its input
+            for b in range(0, groups, step):
+                threshold[b : b + step] = np.partition(rows[b : b + step], width - depth, axis=1)[:, width - depth]  # the depth-th largest
+            return np.flatnonzero(rows >= threshold[:, None])
+    sizes = np.bincount(run_q)
+    if sizes.max() <= depth:
+        return np.arange(n)
     cut = pl.DataFrame({"qi": run_q, "score": score}).group_by("qi").agg(pl.col("score").top_k(depth).min())
     threshold = np.full(len(sizes), np.inf)
     threshold[cut.get_column("qi").to_numpy()] = cut.get_column("score").to_numpy()
@@ -236,14 +286,69 @@ def _at_or_above_depth(run_q: np.ndarray, score: np.ndarray, depth: int) -> np.n
 
 
 def _pair_join(ranked: pl.DataFrame, positives: pl.DataFrame) -> pl.DataFrame:
-    """Inner join on (qi, doc_id) through a 64-bit key, then exact equality (a hash collision cannot add a row)."""
+    """Inner join on (qi, doc_id): (qi, doc_id, rank, rel) of every ranked row that a judgment names.
 
-    def keyed(df: pl.DataFrame) -> pl.DataFrame:
-        mixed = df.get_column("qi").to_numpy().astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-        return df.with_columns(key=df.get_column("doc_id").hash(seed=0) ^ pl.Series(mixed))
+    Matched through a 64-bit key of each row (its doc id's hash mixed with its query index), then
+    checked for exact equality (a hash collision cannot add a row); the strings are compared for
+    the matches alone.
+    """
+    golden = np.uint64(0x9E3779B97F4A7C15)
 
-    hits = keyed(ranked).join(keyed(positives), on="key", how="inner", suffix="_judged")
-    return hits.filter((pl.col("qi") == pl.col("qi_judged")) & (pl.col("doc_id") == pl.col("doc_id_judged")))
+    def key(df: pl.DataFrame) -> np.ndarray:
+        return df.get_column("doc_id").hash(seed=0).to_numpy() ^ (df.get_column("qi").to_numpy().astype(np.uint64) * golden)
+
+    i, j = _equal_keys(key(ranked), key(positives))
+    qi = ranked.get_column("qi").to_numpy()[i]
+    docs = ranked.get_column("doc_id").gather(i)
+    same = (qi == positives.get_column("qi").to_numpy()[j]) & (docs == positives.get_column("doc_id").gather(j)).to_numpy()
+    if not same.all():
+        i, j, qi, docs = i[same], j[same], qi[same], docs.filter(pl.Series(same))
+    return pl.DataFrame(
+        {"qi": qi, "doc_id": docs, "rank": ranked.get_column("rank").to_numpy()[i], "rel": positives.get_column("rel").to_numpy()[j]},
+        schema={"qi": pl.Int64, "doc_id": pl.Utf8, "rank": pl.Int64, "rel": pl.Int64},
+    )
+
+
+def _equal_keys(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair (i, j) with ``left[i]`` and ``right[j]`` equal in all but their lowest bits (candidates: callers check them).
+
+    A sort-merge on single integers: each row's number and side replace the low bits of its key,
+    both sides go into one array and one plain sort (no argsort) brings equal keys together.
+    """
+    if not len(left) or not len(right):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    bits = np.uint64(max(len(left), len(right)).bit_length() + 1)
+    low = (np.uint64(1) << bits) - np.uint64(1)
+    one = np.uint64(1)
+    packed = np.concatenate(
+        ((left & ~low) | (np.arange(len(left), dtype=np.uint64) << one), (right & ~low) | (np.arange(len(right), dtype=np.uint64) << one) | one)
+    )
+    packed.sort()
+    high = packed >> bits
+    same = high[1:] == high[:-1]
+    at = np.flatnonzero(same)
+    if not len(at):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if not (same[1:] & same[:-1]).any():  # every key at most once per side: matches are neighbours
+        a, b = packed[at], packed[at + 1]
+        cross = (a & one) != (b & one)
+        a, b = a[cross], b[cross]
+        a_left = (a & one) == 0
+        lo, hi = np.where(a_left, a, b), np.where(a_left, b, a)
+        return ((lo & low) >> one).astype(np.int64), ((hi & low) >> one).astype(np.int64)
+    # A key repeated (a pair judged twice, or a hash collision): every left x right pair of each run of equal keys.
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    ends = np.append(starts[1:], len(packed))
+    pairs_i: list[int] = []
+    pairs_j: list[int] = []
+    for s, e in zip(starts[ends - starts > 1].tolist(), ends[ends - starts > 1].tolist()):
+        run = packed[s:e]
+        rows, side = (run & low) >> one, run & one
+        for i in rows[side == 0].tolist():
+            for j in rows[side == 1].tolist():
+                pairs_i.append(i)
+                pairs_j.append(j)
+    return np.array(pairs_i, dtype=np.int64), np.array(pairs_j, dtype=np.int64)
 
 
 def _ideal_gains(pos_q: np.ndarray, pos_rel: np.ndarray, nq: int, depth: int) -> np.ndarray:
@@ -251,9 +356,17 @@ def _ideal_gains(pos_q: np.ndarray, pos_rel: np.ndarray, nq: int, depth: int) ->
     ideal = np.zeros((nq, depth), dtype=np.int64)
     if not len(pos_q):
         return ideal
-    grades = np.unique(pos_rel)[::-1]
+    top = int(pos_rel.max())
+    # The usual few small grades: counted with bincount (no sort); otherwise the distinct grades sorted.
+    grades = np.flatnonzero(np.bincount(pos_rel, minlength=top + 1))[::-1] if top < 1 << 16 else np.unique(pos_rel)[::-1]
     if len(grades) <= 16:  # the usual few grades: count them per query, lay them out best first
-        counts = np.bincount(pos_q * len(grades) + np.searchsorted(-grades, -pos_rel), minlength=nq * len(grades)).reshape(nq, len(grades))
+        if top < 1 << 16:
+            slot = np.zeros(top + 1, dtype=np.int64)
+            slot[grades] = np.arange(len(grades))
+            which = slot[pos_rel]
+        else:
+            which = np.searchsorted(-grades, -pos_rel)
+        counts = np.bincount(pos_q * len(grades) + which, minlength=nq * len(grades)).reshape(nq, len(grades))
         end = np.cumsum(counts, axis=1)
         position = np.arange(depth)
         for g in range(len(grades) - 1, -1, -1):

@@ -418,6 +418,8 @@ def rank_intervals(
         raise DataError(f"rank intervals need the same models on every task; got {[sorted(per_task[t]) for t in tasks]}")
     if not models:
         return {}
+    if len(models) == 1:  # one model ranks first in every resample: its interval is [1, 1] without drawing one
+        return {models[0]: (1, 1, 1)}
     rng = np.random.default_rng(seed)
     observed = np.zeros(len(models))
     boot = np.zeros((n_resamples, len(models)))

@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.memory import give_back_free_memory
 from medbench_core.progress import bar
 from medbench_core.progress import resolve as resolve_progress
 from medbench_core.retrieval.ranking import rank_scores
@@ -65,13 +66,15 @@ def fit(corpus_texts: Iterable[str], settings: dict[str, Any] | None = None, pro
     ``corpus_texts`` is read once, in order: a list, or a lazy sequence such as
     :meth:`Task.doc_text <medbench_core.taskdata.task.Task.doc_text>`, so that the corpus's text
     need not be in memory beside its tokens. The tokens are held as bm25s holds them (one list of
-    token ids per document), renumbered in place in sorted vocabulary order.
+    token ids per document); the index's vocabulary is then numbered in sorted order.
     """
     bm25s = _bm25s()
 
     s = bm25_settings(settings)
     tokenized = bm25s.tokenize(corpus_texts, stopwords=s["stopwords"], stemmer=_stemmer(s["stemmer"]), return_ids=True, show_progress=resolve_progress(progress))
-    return _index(tokenized.ids, tokenized.vocab, s, progress)
+    held = [tokenized.ids, tokenized.vocab]
+    del tokenized
+    return _index(held, s, progress)
 
 
 def fit_tokens(token_lists: Iterable[list[str]], settings: dict[str, Any] | None = None, progress: bool | None = False):
@@ -82,29 +85,69 @@ def fit_tokens(token_lists: Iterable[list[str]], settings: dict[str, Any] | None
     """
     vocab: dict[str, int] = {}
     ids = [[vocab.setdefault(t, len(vocab)) for t in tokens] for tokens in token_lists]
-    return _index(ids, vocab, bm25_settings(settings), progress)
+    held = [ids, vocab]
+    del ids
+    return _index(held, bm25_settings(settings), progress)
 
 
-def _index(ids: list[list[int]], vocab: dict[str, int], s: dict[str, Any], progress: bool | None):
-    """A ``bm25s.BM25`` over token ids and their vocabulary, renumbered in sorted vocabulary order."""
+def _index(held: list, s: dict[str, Any], progress: bool | None):
+    """A ``bm25s.BM25`` over ``held`` = [token id lists, vocabulary], its vocabulary numbered in sorted order.
+
+    ``held`` is emptied: once indexed, the token lists have no reference left and are freed.
+    """
     bm25s = _bm25s()
+    ids, vocab = held
+    held.clear()
     if not ids:
         raise DataError("BM25: the corpus is empty")
     if not vocab:
         raise DataError("BM25: no document has indexable text (an image-only corpus, or only stopwords); BM25 cannot rank it")
-    # bm25s numbers the vocabulary in the iteration order of a set of strings, which changes with
-    # each process's hash seed: the saved index would differ from one build to the next (same
-    # scores, other bytes). Numbering the sorted vocabulary ourselves makes it the same every time.
-    ordered = sorted(vocab)
-    renumber = [0] * len(ordered)
-    for new, token in enumerate(ordered):
-        renumber[vocab[token]] = new
-    for i, doc in enumerate(ids):  # in place: one document's list is the only copy made
-        ids[i] = [renumber[t] for t in doc]
-    del renumber
     retriever = bm25s.BM25(k1=float(s["k1"]), b=float(s["b"]), method=s["method"])
-    retriever.index((ids, {token: i for i, token in enumerate(ordered)}), show_progress=resolve_progress(progress))
+    retriever.index((ids, dict(vocab)), show_progress=resolve_progress(progress))  # a copy: bm25s adds its empty token to the dict
+    del ids  # the token lists: from here only the index holds the corpus
+    give_back_free_memory()  # their pages, before the renumbered columns are written beside the index
+    _number_vocabulary_sorted(retriever, vocab)
     return retriever
+
+
+_PERMUTE_BLOCK = 1 << 22  # index entries moved at a time: bounded extra memory beside the index
+
+
+def _number_vocabulary_sorted(retriever, vocab: dict[str, int]) -> None:
+    """Renumber the index's vocabulary in sorted token order.
+
+    bm25s numbers the vocabulary in the iteration order of a set of strings, which changes with
+    each process's hash seed: the saved index would differ from one build to the next (same
+    scores, other bytes). Its score matrix is CSC, one column per token with the documents in
+    ascending order, so numbering the tokens differently only permutes the columns: the arrays
+    below are those bm25s builds from token ids numbered in sorted order (tests/core/test_bm25.py),
+    without renumbering every token of every document first.
+    """
+    ordered = sorted(vocab)
+    old = np.fromiter((vocab[t] for t in ordered), dtype=np.int64, count=len(ordered))  # the column each new one was
+    scores = retriever.scores
+    indptr = np.asarray(scores["indptr"])
+    lengths = np.diff(indptr.astype(np.int64))[old]
+    new_indptr = np.zeros(len(old) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_indptr[1:])
+    data, indices = np.asarray(scores["data"]), np.asarray(scores["indices"])
+    new_data, new_indices = np.empty_like(data), np.empty_like(indices)
+    shift = indptr[old].astype(np.int64) - new_indptr[:-1]  # old position - new position, per column
+    col = 0
+    while col < len(old):  # blocks of whole columns, about _PERMUTE_BLOCK entries each
+        end = max(int(np.searchsorted(new_indptr, new_indptr[col] + _PERMUTE_BLOCK, side="right")) - 1, col + 1)
+        lo, hi = new_indptr[col], new_indptr[end]
+        take = np.repeat(shift[col:end], lengths[col:end]) + np.arange(lo, hi)
+        new_data[lo:hi], new_indices[lo:hi] = data[take], indices[take]
+        col = end
+    scores["data"], scores["indices"], scores["indptr"] = new_data, new_indices, new_indptr.astype(indptr.dtype)
+    if getattr(retriever, "nonoccurrence_array", None) is not None:
+        retriever.nonoccurrence_array = retriever.nonoccurrence_array[old]
+    numbering = {token: i for i, token in enumerate(ordered)}
+    if "" in retriever.vocab_dict and "" not in numbering:  # bm25s's empty token, after the last column
+        numbering[""] = len(ordered)
+    retriever.vocab_dict = numbering
+    retriever.unique_token_ids_set = set(numbering.values())
 
 
 def save(retriever, folder: Path) -> list[str]:

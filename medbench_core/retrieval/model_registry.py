@@ -103,8 +103,10 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
     unknown kind, field or setting is refused naming the file, the entry and the closest known key.
     A top-level ``trust_remote_code: [org/name, ...]`` lists the hub ids whose repository code
     may run: their specs get ``trust_remote_code``; an entry asking for it whose id is not on the
-    list is refused. Derived models must name registered upstream models without a cycle; a
-    ``baseline:`` given must be a registered model.
+    list is refused. A top-level ``trust_code: [{path, sha256}, ...]`` lists the code folders (or
+    ``pkg:<package>``) whose classes may run, by content hash: each kind checks its entries against
+    it (:meth:`~medbench_core.retrieval.kinds.base.Kind.grant_trust`). Derived models must name
+    registered upstream models without a cycle; a ``baseline:`` given must be a registered model.
     """
     path = Path(path)
     doc = read_yaml_mapping(path, "model registry")
@@ -114,6 +116,7 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
     specs: list[ModelSpec] = []
     seen: set[str] = set()
     allow = remote_code_allowlist(doc, path)
+    trusted_code = code_allowlist(doc, path)
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or "name" not in entry or "kind" not in entry:
             raise DataError(f"{path}: models[{i}] needs at least 'name' and 'kind'")
@@ -129,7 +132,7 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
             )
         if hub_id and hub_id in allow:
             spec = dataclasses.replace(spec, trust_remote_code=True)
-        specs.append(spec)
+        specs.append(spec.plugin.grant_trust(spec, trusted_code, str(path)))
     specs = _complete(specs, doc, path)
     check_upstreams(specs, where=str(path))
     base = doc.get("baseline")
@@ -144,6 +147,23 @@ def remote_code_allowlist(doc: dict[str, Any], path: Path) -> frozenset[str]:
     if not isinstance(raw, list) or not all(isinstance(x, str) and "/" in x for x in raw):
         raise DataError(f"{path}: trust_remote_code must be a list of hub ids (org/name)")
     return frozenset(raw)
+
+
+def code_allowlist(doc: dict[str, Any], path: Path) -> dict[str, str]:
+    """The ``trust_code`` list of a registry document: code folder (or ``pkg:<package>``) as written -> its sha256."""
+    import re
+
+    raw = doc.get("trust_code") or []
+    if not isinstance(raw, list):
+        raise DataError(f"{path}: trust_code must be a list of {{path: <code folder or pkg:name>, sha256: <64 hex>}}")
+    out: dict[str, str] = {}
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or set(item) != {"path", "sha256"} or not isinstance(item["path"], str) or not item["path"]:
+            raise DataError(f"{path}: trust_code[{i}] must be {{path: <code folder or pkg:name>, sha256: <64 hex>}}, not {item!r}")
+        if not isinstance(item["sha256"], str) or not re.fullmatch(r"[0-9a-fA-F]{64}", item["sha256"]):
+            raise DataError(f"{path}: trust_code[{i}] ({item['path']}): sha256 must be 64 hex digits (the refusal of an unlisted folder prints it)")
+        out[item["path"]] = item["sha256"].lower()
+    return out
 
 
 def pin_revision(spec: ModelSpec, *, online: bool = False, cache_dir: str | Path | None = None) -> ModelSpec:

@@ -62,6 +62,9 @@ CANDIDATES_SCHEMA: dict[str, pl.DataType] = {
 
 _KEYS = {"queries": "query_id", "corpus": "doc_id"}
 DOC_TEXT_ROWS = 20_000  # rows of a corpus joined into Python strings at a time by Task.doc_text
+# What Python's str.strip() removes (every code point whose str.isspace() is true): polars's own
+# strip_chars() keeps U+001C..U+001F, which Python strips (tests/core/test_task_scale.py checks the set).
+PY_WHITESPACE = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 
 
 # TaskMeta fields written only when set, so that the content hash (and every artifact key) of a
@@ -196,8 +199,15 @@ class DocTexts(Sequence[str]):
         return self._corpus.height
 
     def _rows(self, start: int, stop: int) -> list[str]:
+        # (f"{title} {text}" if title else text).strip(), Python's strip, joined by polars
         part = self._corpus.slice(start, stop - start)
-        return [(f"{t} {x}" if t else (x or "")).strip() for t, x in zip(part["title"].fill_null(""), part["text"].fill_null(""))]
+        title, text = (part[c].cast(pl.Utf8).fill_null("") for c in ("title", "text"))
+        joined = pl.select(pl.when(title != "").then(title + " " + text).otherwise(text).str.strip_chars(PY_WHITESPACE)).to_series()
+        return joined.to_list()
+
+    def empty(self) -> pl.Series:
+        """Per document: its joined text is empty (title and text both blank in Python's sense), without making any string."""
+        return ~(has_text(self._corpus["title"]) | has_text(self._corpus["text"]))
 
     def __iter__(self) -> Iterator[str]:
         for start in range(0, len(self), DOC_TEXT_ROWS):
@@ -219,6 +229,15 @@ class DocTexts(Sequence[str]):
 
     def __repr__(self) -> str:
         return f"DocTexts({len(self)} documents)"
+
+
+# One character that Python's str.strip() keeps: a value holding one is not blank.
+_NOT_WHITESPACE = "[^" + "".join(f"\\x{{{ord(c):x}}}" for c in PY_WHITESPACE) + "]"
+
+
+def has_text(values: pl.Series) -> pl.Series:
+    """Per value: ``bool((value or "").strip())`` for a string column, by a regular expression (no stripped copy)."""
+    return values.cast(pl.Utf8).str.contains(_NOT_WHITESPACE).fill_null(False)
 
 
 def resolve_inside(root: Path, ref: str, what: str = "") -> Path:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import sqlite3
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_bad_inputs import World as BaseWorld
-from tests.cli.test_bad_inputs import changed
+from tests.cli.test_bad_inputs import NOT_RECORDS, changed
 from tests.orchestration.operating_env import (
     BM25,
     LQ_DOCS,
@@ -69,7 +70,7 @@ class World(BaseWorld):
         return {
             str(p.relative_to(self.root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for top in (self.data, self.state) for p in sorted(top.rglob("*"))
-            if p.is_file() and not (top == self.state and p.relative_to(self.root).parts[1] in ("logs", "dagster_home"))
+            if p.is_file() and not (top == self.state and p.relative_to(self.root).parts[1] in NOT_RECORDS)
         }  # fmt: skip
 
     def readable(self) -> bool:
@@ -160,7 +161,10 @@ def marked_everywhere(w: World, out: str) -> None:
     at = next(i for i, line in enumerate(lines) if line.startswith("[evaluate] bm25") and "scifact" in line)
     assert "FAILED" in lines[at] and "Not a directory" in lines[at + 1], lines[at : at + 2]
     row = next(line for line in lines if line.startswith("| bm25 |"))
-    assert row.startswith("| bm25 | 1.0000 [1.00, 1.00] (stale) | 1.0000 [1.00, 1.00] | 1.0000 (stale) |"), row
+    # each cell as before, then what it rests on (issue 33): Judged@10 and the bounds, after the stale mark
+    bare = re.sub(r" · J@10 [0-9.]+, bounds \[[0-9.]+, [0-9.]+\]( †)?", "", row)
+    assert bare.startswith("| bm25 | 1.0000 [1.00, 1.00] (stale) | 1.0000 [1.00, 1.00] | 1.0000 (stale) |"), row
+    assert row.startswith("| bm25 | 1.0000 [1.00, 1.00] (stale) · J@10 "), row
     saved = json.loads((w.data / "reports" / "leaderboard.json").read_text())
     (why,) = saved["stale"].values()
     assert list(saved["stale"]) == ["bm25/scifact"] and why.startswith("the last evaluation of bm25 x scifact failed (Dagster run ")

@@ -127,6 +127,29 @@ LEADERBOARD_MODELS = ("bm25", "r2med-bm25", "bm25+hyde", "r2med-bm25+hyde")
 BASELINE = "bm25"
 REPORTS = ("leaderboard", "reports")  # --only names of the leaderboard's and the reports' entries
 
+GOLDEN_CODE = '''
+import hashlib
+
+import numpy as np
+
+
+class Hashed:
+    """Vectors from each word's sha256: one per text (their mean) or one per word, padded, with a mask."""
+
+    def _words(self, text):
+        return np.stack([np.frombuffer(hashlib.sha256(w.lower().encode()).digest()[:8], dtype=np.uint8) / 255.0 - 0.5 for w in text.split()])
+
+    def encode(self, texts):
+        return np.stack([self._words(t).mean(0) for t in texts])
+
+    def tokens(self, texts):
+        sets = [self._words(t) for t in texts]
+        width = max(len(x) for x in sets)
+        vectors, mask = np.zeros((len(sets), width, 8)), np.zeros((len(sets), width), dtype=bool)
+        for i, x in enumerate(sets):
+            vectors[i, : len(x)], mask[i, : len(x)] = x, True
+        return {"vectors": vectors, "mask": mask}
+'''
 REMOTE_ID = "medbench-test/tiny-embedder"
 HUB_CLIP_ID = "medbench-test/tiny-biomedclip"
 HUB_TEXT_ID = "medbench-test/tiny-pubmedbert"
@@ -139,7 +162,8 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 def models_yaml(root: Path) -> str:
     """The fixture's models.yaml: a model of each kind (paths under ``root``), then one model of every
     registered kind none of them is (:func:`derived_entries`)."""
-    ce, uniir = root / "tiny-ce", root / "uniir" / "clip_sf_large.pth"
+    ce, uniir, colbert = root / "tiny-ce", root / "uniir" / "clip_sf_large.pth", root / "src" / "colbert"
+    code, code_sha = _code_folder(root / "code")  # written here: trust_code holds its hash
     models = f"""
 models:
   - {{name: bm25, kind: bm25, settings: {{k1: 1.2, b: 0.75, language_analyzers: {{fr: {{stopwords: fr, stemmer: french}}}}}}}}
@@ -164,13 +188,32 @@ models:
       image_text: {{method: encode, records: {{arg: 0, text: txt, image: img}}, output: hidden_states, query_kwargs: {{is_query: true}}, instruction: instruction}}
       instructions: {{default: "Retrieve the image that answers the query."}}
   - {{name: biomedclip, kind: open_clip, revision: main, settings: {{checkpoint: "hf-hub:{HUB_CLIP_ID}"}}, batch_size: 4}}
+  - {{name: colbert, kind: colbert, path: {colbert}, batch_size: 4}}
+  - name: code-folder
+    kind: code-folder
+    path: {code}
+    settings: {{entry: "golden_code:Hashed", text: {{method: encode, texts: texts}}, instructions: {{default: "find"}}, query_template: "{{instruction}} {{query}}"}}
+  - name: code-late
+    kind: code-folder-late
+    path: {code}
+    settings: {{entry: "golden_code:Hashed", text: {{method: tokens, texts: texts, output: vectors, mask: mask}}}}
 """
     return f"""trust_remote_code: [{REMOTE_ID}]
+trust_code: [{{path: {code}, sha256: {code_sha}}}]
 baseline: {BASELINE}
 {models.strip()}
 {derived_entries(models)}expansions:
   - {{name: hyde-gpt4, method: hyde, source: file, generator: gpt4, path: {root / "published"}}}
 """
+
+
+def _code_folder(code: Path) -> tuple[Path, str]:
+    """The code folder of the code-folder kinds (:data:`GOLDEN_CODE`) and its hash, as models.yaml's trust_code lists it."""
+    from medbench_core.retrieval.kinds.code_folder import code_hash
+
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "golden_code.py").write_text(GOLDEN_CODE)
+    return code, code_hash(code)
 
 
 def derived_entries(models: str) -> str:
@@ -220,7 +263,7 @@ def fixture(root: Path, needed: set[str]) -> dict[str, Any]:
     pub.mkdir(parents=True)
     _write_jsonl(pub / "query_with_hydoc.jsonl", [{"id": q, "text": QUERIES[q], "hy_doc": e} for q, e in EXPANSIONS.items()])
     sys.path.insert(0, str(HERE))
-    from tiny_models import tiny_bert, tiny_biomedclip, tiny_remote_embedder
+    from tiny_models import tiny_bert, tiny_biomedclip, tiny_colbert, tiny_remote_embedder
 
     if "ce" in needed:
         tiny_bert(root / "tiny-ce", "cross-encoder")
@@ -234,6 +277,9 @@ def fixture(root: Path, needed: set[str]) -> dict[str, Any]:
         clip, text = tiny_biomedclip(root / "src" / "biomedclip", HUB_TEXT_ID)
         _hub_repo(root / "hub", HUB_CLIP_ID, clip)
         _hub_repo(root / "hub", HUB_TEXT_ID, text)
+    # The kinds of issue 32: a ColBERT in pylate's layout (the code folder of code-folder and code-late: models_yaml).
+    if "colbert" in needed:
+        tiny_colbert(root / "src" / "colbert")
     (root / "hub").mkdir(exist_ok=True)
     (root / "tasks.yaml").write_text(
         "benchmark: golden\nlicence_allowlist: [CC-BY-4.0, Apache-2.0]\ntasks:\n"
@@ -419,13 +465,15 @@ def _hub_cache(cache: Path, modules: Path):
     return patched()
 
 
-def home_task(spec: Any) -> str:
-    """The task whose entries are named ``<model>/<stage>``: images for a kind that reads images, text otherwise."""
-    return "images" if "image" in spec.plugin.reads and not spec.derived else "text"
+def home_task(spec: Any, images: Any) -> str:
+    """The task whose entries are named ``<model>/<stage>``: ``images`` for a kind that reads images (and whose
+    settings read this task's: a code folder that encodes only text does not), text otherwise."""
+    reads_images = "image" in spec.plugin.reads and not spec.derived and spec.plugin.own_applicability(spec, images) is None
+    return "images" if reads_images else "text"
 
 
-def _name(spec: Any, task: str, stage: str) -> str:
-    return f"{spec.name}/{stage}" if task == home_task(spec) else f"{spec.name}/{task}/{stage}"
+def _name(spec: Any, task: str, stage: str, images: Any) -> str:
+    return f"{spec.name}/{stage}" if task == home_task(spec, images) else f"{spec.name}/{task}/{stage}"
 
 
 def _tasks(root: Path, fx: dict[str, Any], contracts: bool = True) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -537,17 +585,23 @@ def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[
             emb_out: dict[str, Any] = {"info": _json(d["embeddings"] / "info.json"), "doc_ids": _sha(d["embeddings"] / "doc_ids.json")}
             if (d["embeddings"] / "corpus.npy").exists():
                 emb_out["corpus"] = _floats(np.load(d["embeddings"] / "corpus.npy"))
+            elif (d["embeddings"] / "tokens.npy").exists():  # late interaction: every document's first token and the offsets
+                offsets = np.load(d["embeddings"] / "doc_offsets.npy")
+                emb_out["tokens"] = _floats(np.load(d["embeddings"] / "tokens.npy")[offsets[:-1]])
+                emb_out["doc_offsets"] = offsets.tolist()
             else:  # an exact kind's files, byte for byte
                 emb_out["files"] = {f: _sha(d["embeddings"] / f) for f in emb["files"] if f != "doc_ids.json"}
-            out[_name(spec, task_name, "embeddings")] = {"versions": _versions(RETRIEVER[:2], (kind,), extra), "tolerance": tol, "output": emb_out}
+            out[_name(spec, task_name, "embeddings", tasks["images"])] = {"versions": _versions(RETRIEVER[:2], (kind,), extra), "tolerance": tol, "output": emb_out}
             index_info = _json(d["index"] / "info.json", drop=("seconds", "built_on"))
-            out[_name(spec, task_name, "index")] = {"versions": _versions(RETRIEVER[:3], (kind,), extra), "tolerance": tol, "output": index_info}
+            out[_name(spec, task_name, "index", tasks["images"])] = {"versions": _versions(RETRIEVER[:3], (kind,), extra), "tolerance": tol, "output": index_info}
             run_out: dict[str, Any] = {"rows": _run(d["run"]), "info": _json(d["run"] / "info.json")}
             if (d["run"] / "query_embeddings.npy").exists():
                 run_out["queries"] = _floats(np.load(d["run"] / "query_embeddings.npy"))
-            out[_name(spec, task_name, "run")] = {"versions": _versions(RETRIEVER, (kind,), extra), "tolerance": tol, "output": run_out}
+            if (d["run"] / "query_tokens.npy").exists():
+                run_out["queries"] = _floats(np.load(d["run"] / "query_tokens.npy")[:, 0])
+            out[_name(spec, task_name, "run", tasks["images"])] = {"versions": _versions(RETRIEVER, (kind,), extra), "tolerance": tol, "output": run_out}
             versions[(name, task_name)] = _versions((*RETRIEVER, "metrics"), (kind,), extra)
-            out[_name(spec, task_name, "metrics")] = {"versions": versions[(name, task_name)], "tolerance": tol, "output": _json(d["metrics"] / "metrics.json")}
+            out[_name(spec, task_name, "metrics", tasks["images"])] = {"versions": versions[(name, task_name)], "tolerance": tol, "output": _json(d["metrics"] / "metrics.json")}
 
     expansions = {e.name: e for e in load_expansions(root / "models.yaml")}
     stored: dict[str, Any] = {}  # expansion name -> its stored frame (the text task's: the published file holds its queries)
@@ -596,11 +650,11 @@ def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[
             chain = (*RETRIEVER, stage, *(("expansion",) if spec.plugin.expansion_name(spec) else ()))
             extra = _union(*(versions[(u, task_name)] for u in spec.upstream))
             extra = tuple(t for t in extra if t.startswith("analysis="))
-            out[_name(spec, task_name, stage)] = {
+            out[_name(spec, task_name, stage, tasks["images"])] = {
                 "versions": _versions(chain, (spec.plugin, *ups), extra), "tolerance": tol, "output": {"rows": _run(d["run"]), "info": _json(d["run"] / "info.json")},
             }  # fmt: skip
             versions[(name, task_name)] = _versions((*chain, "metrics"), (spec.plugin, *ups), extra)
-            out[_name(spec, task_name, "metrics")] = {"versions": versions[(name, task_name)], "tolerance": tol, "output": _json(d["metrics"] / "metrics.json")}
+            out[_name(spec, task_name, "metrics", tasks["images"])] = {"versions": versions[(name, task_name)], "tolerance": tol, "output": _json(d["metrics"] / "metrics.json")}
     if only is None or only & set(REPORTS):
         out |= _reports(root, specs, tasks, dirs, versions, copies)
     return out

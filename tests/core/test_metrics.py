@@ -14,7 +14,7 @@ import pytrec_eval
 
 from medbench_core.retrieval import bm25
 from medbench_core.taskdata.catalog import build_task, load_catalog
-from medbench_core.evaluation.metrics import TREC_METRICS, evaluate, parse_metric, qrels_to_dict, run_to_dict
+from medbench_core.evaluation.metrics import DEFAULT_METRICS, TREC_METRICS, evaluate, parse_metric, qrels_to_dict, run_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -140,7 +140,11 @@ def test_queries_missing_from_run_unjudged_only_and_no_relevant():
     run = {"hit": {"b": 2.0, "a": 1.0}, "none_relevant": {"n": 1.0}, "unjudged_only": {"u1": 3.0, "u2": 2.0}, "not_judged": {"z": 1.0}}
     ev = evaluate(qrels, run)
     assert set(ev.per_query) == set(qrels)  # the unjudged run query is ignored
-    assert ev.per_query["absent"] == {m: 0.0 for m in TREC_METRICS}
+    assert ev.per_query["absent"] == {m: 0.0 for m in DEFAULT_METRICS}  # nothing retrieved: nothing judged, no holes, bounds 0
+    # two unjudged documents retrieved: Judged@10 0, two holes, and nDCG@10 anywhere in [0, 1] once they are judged
+    assert {m: ev.per_query["unjudged_only"][m] for m in ("judged_at_10", "holes_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10")} == {
+        "judged_at_10": 0.0, "holes_at_10": 2.0, "ndcg_lower_at_10": 0.0, "ndcg_upper_at_10": 1.0
+    }
     assert ev.per_query["hit"]["mrr_at_10"] == 0.5
     # mean over the four judged queries: only "hit" scores
     assert ev.mean["recall_at_10"] == pytest.approx(1 / 4)
@@ -159,3 +163,61 @@ def test_a_run_for_another_task_is_refused():
 
     with pytest.raises(DataError, match="no run query id matches a judged query"):
         evaluate({"q1": {"d": 1}}, {"other": {"d": 1.0}})
+
+
+# --- hit_rate_at_k: UniIR's "Recall@k" ----------------------------------------------------------
+
+
+def uniir_compute_recall_at_k(relevant_docs, retrieved_indices, k):
+    """UniIR's function as published (github.com/TIGER-AI-Lab/UniIR at 98dc570, src/common/mbeir_retriever.py l.149-166)."""
+    if not relevant_docs:
+        return 0.0
+    top_k_retrieved_indices_set = set(retrieved_indices[:k])
+    relevant_docs_set = set(relevant_docs)
+    if relevant_docs_set.intersection(top_k_retrieved_indices_set):
+        return 1.0
+    else:
+        return 0.0
+
+
+def test_hit_rate_by_hand():
+    qrels = {"first": {"a": 1}, "fifth": {"e": 2, "z": 1}, "sixth": {"f": 1}, "graded_zero": {"a": 0}, "absent": {"a": 1}}
+    ranking = {d: 1.0 - i / 10 for i, d in enumerate("abcdef")}  # a b c d e f
+    run = {q: dict(ranking) for q in ("first", "fifth", "sixth", "graded_zero")}
+    ev = evaluate(qrels, run, ["hit_rate_at_1", "hit_rate_at_5", "recall_at_5"])
+    assert {q: v["hit_rate_at_5"] for q, v in ev.per_query.items()} == {"first": 1.0, "fifth": 1.0, "sixth": 0.0, "graded_zero": 0.0, "absent": 0.0}
+    assert ev.per_query["first"]["hit_rate_at_1"] == 1.0 and ev.per_query["fifth"]["hit_rate_at_1"] == 0.0
+    assert ev.per_query["fifth"]["recall_at_5"] == 0.5  # one of two relevant found: recall 0.5, hit rate 1
+    assert ev.mean["hit_rate_at_5"] == 2 / 5
+    assert parse_metric("hit_rate_at_10") == ("hit_rate", 10)
+
+
+def test_hit_rate_equals_uniir_and_trec_eval_success_on_random_runs():
+    import random
+
+    rng = random.Random(7)
+    docs = [f"d{i:03d}" for i in range(25)]
+    qrels, run = {}, {}
+    for q in range(200):
+        qid = f"q{q}"
+        qrels[qid] = {d: rng.choice([0, 1, 1, 2]) for d in rng.sample(docs, rng.randint(1, 4))}
+        scores = rng.sample(range(10_000), 20)  # distinct scores: one order, UniIR's FAISS order and trec_eval's agree
+        run[qid] = {d: s / 10_000 for d, s in zip(rng.sample(docs, 20), scores)}
+    ev = evaluate(qrels, run, ["hit_rate_at_1", "hit_rate_at_5", "hit_rate_at_10"])
+    trec = pytrec_eval.RelevanceEvaluator(qrels, {"success.1,5,10"}).evaluate(run)
+    for qid in qrels:
+        relevant = [d for d, g in qrels[qid].items() if g > 0]  # UniIR's load_qrel keeps relevance_score > 0
+        retrieved = sorted(run[qid], key=run[qid].get, reverse=True)
+        for k in (1, 5, 10):
+            assert ev.per_query[qid][f"hit_rate_at_{k}"] == uniir_compute_recall_at_k(relevant, retrieved, k) == trec[qid][f"success_{k}"]
+    assert 0 < ev.mean["hit_rate_at_1"] < ev.mean["hit_rate_at_10"] < 1  # both outcomes occur at every k
+
+
+@pytest.mark.slow
+def test_hit_rate_on_real_bm25_runs_matches_trec_eval_success(bm25_runs):
+    qrels, run = bm25_runs["liveqa_medquad"]
+    ev = evaluate(qrels, run, ["hit_rate_at_5", "hit_rate_at_10"])
+    trec = pytrec_eval.RelevanceEvaluator(qrels, {"success.5,10"}).evaluate(run)
+    for q in qrels:
+        for k in (5, 10):
+            assert ev.per_query[q][f"hit_rate_at_{k}"] == trec.get(q, {}).get(f"success_{k}", 0.0), (q, k)

@@ -127,10 +127,13 @@ def test_the_leaderboard_shows_rank_intervals_that_agree_with_the_direct_bootstr
     assert {m: (ranks[(AVERAGE, m)]["rank"], ranks[(AVERAGE, m)]["rank_low"], ranks[(AVERAGE, m)]["rank_high"]) for m in "ab"} == both
     # In every saved form; the existing columns and figures unchanged.
     csv = pl.read_csv(tmp_path / "leaderboard.csv")
-    assert csv.columns == ["model", "t1", "t2", "img", "average", "averaged_over", "rank", "rank_low", "rank_high", "group"]
+    assert [c for c in csv.columns if "." not in c] == ["model", "t1", "t2", "img", "average", "averaged_over", "rank", "rank_low", "rank_high", "group"]
+    # beside them, what each cell rests on (issue 33): Judged@10 and the nDCG@10 bounds per task
+    trust = ("judged_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10", "low_judged")
+    assert [c for c in csv.columns if "." in c] == [f"{m}.{t}" for t in ("t1", "t2", "img") for m in trust]
     assert csv.select("model", "t1", "t2", "img", "average", "averaged_over").equals(out["board"])
     stats = pl.read_csv(tmp_path / "stats.csv")
-    assert stats.columns[-4:] == ["rank", "rank_low", "rank_high", "group"]
+    assert stats.columns[13:17] == ["rank", "rank_low", "rank_high", "group"]  # after the significance columns, before the trust ones
     row = stats.filter((pl.col("task") == "t1") & (pl.col("model") == "a")).row(0, named=True)
     assert (row["rank"], row["rank_low"], row["rank_high"]) == direct({"t1": t1})["a"]
     doc = json.loads((tmp_path / "leaderboard.json").read_text())

@@ -24,9 +24,9 @@ HUB_ID = "medbench-test/tiny-embedder"
 SHA = "e1" * 20
 INSTRUCTION = "Retrieve the relevant paragraph that provides an answer to the given medical query and image."
 MMEMBED_CALL = {"method": "encode", "records": {"arg": 0, "text": "txt", "image": "img"}, "output": "hidden_states", "instruction": "instruction"}
+MMEMBED_KW = {"query_kwargs": {"is_query": True, "max_length": 512}, "passage_kwargs": {"max_length": 4096}}  # M3Retrieve's mm_embed_new (1).py l.100-102
 MMEMBED = {
-    "text": MMEMBED_CALL, "image": MMEMBED_CALL,
-    "image_text": {**MMEMBED_CALL, "query_kwargs": {"is_query": True, "max_length": 512}, "passage_kwargs": {"max_length": 4096}},
+    "text": {**MMEMBED_CALL, **MMEMBED_KW}, "image": {**MMEMBED_CALL, **MMEMBED_KW}, "image_text": {**MMEMBED_CALL, **MMEMBED_KW},
     "instructions": {"default": INSTRUCTION},
 }  # fmt: skip
 JINA = {
@@ -139,9 +139,10 @@ def test_mm_embed_style_calls_equal_the_model_called_directly(hub, modules, task
     assert spec.trust_remote_code and spec.hub_id == HUB_ID
     run = run_stages(spec, task, tmp_path)
     model = direct_model(hub)
-    # MM-Embed's card: queries with is_query=True and the instruction, documents without; raw vectors under hidden_states.
-    q = [model.encode([r], is_query=True, instruction=INSTRUCTION, max_length=512)["hidden_states"][0] if "img" in r and "txt" in r
-         else model.encode([r], instruction=INSTRUCTION)["hidden_states"][0] for r in records(task, "query")]  # fmt: skip
+    # MM-Embed's card and M3Retrieve's script: every query with is_query=True and the instruction (q3 is image-only and
+    # gets it too), documents without; raw vectors under hidden_states.
+    q = [model.encode([r], is_query=True, instruction=INSTRUCTION, max_length=512)["hidden_states"][0] for r in records(task, "query")]
+    assert "txt" not in records(task, "query")[2]
     d = [model.encode([r], max_length=4096)["hidden_states"][0] for r in records(task, "passage")]
     import torch
 
@@ -157,8 +158,8 @@ def test_jina_style_calls_with_a_summed_pair_and_image_paths(hub, modules, task,
 
     def vec(text, image, query):
         v = np.zeros(16)
-        if text:
-            v = v + model.encode_text([prefix + text if query else text])[0]
+        if text or query:  # an image-only query gets the instruction as its text (query_template with an empty query)
+            v = v + model.encode_text([prefix + (text or "") if query else text])[0]
         if image:
             v = v + model.encode_image([str(task.resolve_image(image))])[0]  # a path, as image_input: path passes it
         return v

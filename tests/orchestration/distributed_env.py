@@ -150,7 +150,7 @@ def _install_mlflow_hold() -> None:
         return
     real_log_run = MLflowResource.log_run
 
-    def log_run(self, experiment, run_key, run_name, params, metrics, tags, artifacts, replace=False):
+    def log_run(self, experiment, run_key, run_name, params, metrics, tags, artifacts, replace=False, **kwargs):
         client = type(self.client())
         if not getattr(client, "_distributed_env_hooked", False):
             real_batch = client.log_batch
@@ -163,7 +163,7 @@ def _install_mlflow_hold() -> None:
                 return out
 
             client.log_batch, client._distributed_env_hooked = log_batch, True
-        return real_log_run(self, experiment, run_key, run_name, params, metrics, tags, artifacts, replace)
+        return real_log_run(self, experiment, run_key, run_name, params, metrics, tags, artifacts, replace, **kwargs)
 
     MLflowResource.log_run, MLflowResource._distributed_env_hooked = log_run, True
 

@@ -63,7 +63,7 @@ def test_the_mlflow_ui_shows_the_latest_leaderboards_heatmap(tmp_path_factory, t
             runs_page = fresh.new_page()
             runs_page.goto(f"{base}/#/experiments/{bench.experiment_id}")
             expect(runs_page.get_by_text("bm25-k12/liveqa_medquad", exact=True)).to_be_visible(timeout=90_000)  # a run of the table
-            for column in ("ndcg_at_10", "recall_at_100", "mrr_at_10", "map_at_100"):
+            for column in ("ndcg_at_10", "recall_at_100", "mrr_at_10", "map_at_100", "judged_at_10"):
                 expect(runs_page.get_by_text(column, exact=True).first).to_be_visible(timeout=30_000)
             expect(runs_page.get_by_text("Sort: ndcg_at_10")).to_be_visible()
             assert "/runs" in runs_page.url and "workflowType=machine_learning" in runs_page.url, runs_page.url

@@ -91,7 +91,7 @@ def test_info_json_is_compared_without_its_timings_other_json_byte_for_byte(tmp_
     (tmp_path / "again" / "info.json").write_text(json.dumps({**info, "k": 10}))
     assert stable_json_sha256(tmp_path / "again" / "info.json") != want["stable_sha256"]
     assert compare_file("info.json", want, tmp_path / "again", rebuilt, published=None, metrics=None, tolerance=1e-5)["verdict"] == "differs"
-    assert file_rule(tmp_path / "doc_ids.json") == "exact" and file_rule(tmp_path / "run.parquet") == "exact"
+    assert file_rule(tmp_path / "doc_ids.json") == "exact" and file_rule(tmp_path / "run.parquet") == "run"
     np.save(tmp_path / "chunk_doc.npy", np.arange(4), allow_pickle=False)
     assert file_rule(tmp_path / "chunk_doc.npy") == "exact"  # integers: no tolerance
 
@@ -148,3 +148,31 @@ def test_a_fusion_entry_of_a_version_is_re_scored_without_rebuilding_its_spec(tm
     entry = {"model": "bm25-minilm-rrf", "model_kind": "fusion", "model_id": "fusion", "model_settings": {}, "task": "scifact"}
     dirs = {"run": tmp_path / "run", "metrics": tmp_path / "metrics"}
     assert _research(entry, None, dirs, tmp_path) == (None, "run built from upstream runs (re-scored, not re-searched)")
+
+
+def test_a_run_keeps_the_top_of_a_few_queries_and_older_version_files_are_read_with_todays_rule(tmp_path):
+    import polars as pl
+
+    from medbench_release.record import effective_rule, run_probe
+
+    n_queries, depth = 30, 25
+    run = pl.DataFrame(
+        {
+            "query_id": [f"q{i:02d}" for i in range(n_queries) for _ in range(depth)],
+            "doc_id": [f"d{j}" for _ in range(n_queries) for j in range(depth)],
+            "score": [float(np.float32(1 - j / 100)) for _ in range(n_queries) for j in range(depth)],
+            "rank": [j + 1 for _ in range(n_queries) for j in range(depth)],
+        },
+        schema_overrides={"score": pl.Float32, "rank": pl.Int32},
+    )
+    run.write_parquet(tmp_path / "run.parquet")
+    want = _described(tmp_path / "run.parquet")
+    assert want["rule"] == "run"
+    probe = want["probe"]
+    # 8 evenly spaced of 30 queries (0, 4, 8, 12, 17, 21, 25, 29), each's top 20 with its float32 scores exactly.
+    assert list(probe["queries"]) == ["q00", "q04", "q08", "q12", "q17", "q21", "q25", "q29"] and probe["ranks"] == 20
+    assert probe["queries"]["q04"][:2] == [["d0", 1.0], ["d1", float(np.float32(0.99))]] and len(probe["queries"]["q29"]) == 20
+    assert run_probe(tmp_path / "run.parquet") == probe
+    # A format-2 file of before the rule recorded "exact" for runs and their per-query metrics.
+    assert [effective_rule(n, "exact") for n in ("run.parquet", "run.trec", "per_query.parquet", "doc_ids.json")] == ["run", "run", "per_query", "exact"]
+

@@ -19,16 +19,11 @@ from pathlib import Path
 import pytest
 
 from medbench_release.record import check_version, dvc_md5
-from tests.release.version_world import PROJECT, TASKS, VersionWorld, build_world, git, ok
+from tests.release.version_world import PROJECT, TASKS, VersionWorld, git, ok
 
 pytestmark = [pytest.mark.dvc, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 BUNDLED = "bundled-v1"  # the README's version; its file is checked when committed, else the world's v1 is
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> VersionWorld:
-    return build_world(tmp_path_factory.mktemp("version_world"))
 
 
 def _report(proc) -> dict:
@@ -149,11 +144,14 @@ def test_one_changed_model_setting_makes_that_models_artifacts_differ_and_nothin
     registry = json.loads(models.read_text())
     next(m for m in registry["models"] if m["name"] == "bm25-k12")["settings"]["k1"] = 1.3
     models.write_text(json.dumps(registry, indent=1))
+    ok(world.medbench(clone, "data", "pull"))  # a workspace holding the version: a rebuild must leave it as it is
+    before = {str(p.relative_to(clone / "data")): p.read_bytes() for p in sorted((clone / "data").rglob("*")) if p.is_file()}
     remote = world.base / "no-such-remote"
 
     proc = world.medbench(clone, "reproduce", "v1", "--code", "current", remote=remote)
 
     assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert {str(p.relative_to(clone / "data")): p.read_bytes() for p in sorted((clone / "data").rglob("*")) if p.is_file()} == before
     assert "with this checkout's code, models.yaml and tasks.yaml (--code current)" in proc.stdout
     report = _report(proc)
     differing = {label for label, v in _verdicts(report).items() if v != "identical"}

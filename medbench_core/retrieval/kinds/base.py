@@ -184,6 +184,11 @@ class Kind:
         """The kind's own fields as the entry writes them (they enter the identity)."""
         return {}
 
+    def grant_trust(self, spec: ModelSpec, trusted_code: Mapping[str, str], where: str) -> ModelSpec:
+        """``spec`` once the registry's ``trust_code`` allowlist (code folder or ``pkg:`` -> sha256) is known; a kind
+        that runs code from a folder refuses (DataError) code that is not listed with its current hash."""
+        return spec
+
     def complete(self, spec: ModelSpec, registry: Mapping[str, ModelSpec], expansions: Mapping[str, Any], where: str) -> ModelSpec:
         """``spec`` checked against the whole registry (upstream entries, expansions), with what it learns from them."""
         return spec
@@ -236,7 +241,7 @@ class Kind:
         if "image" in self.reads:
             return None
         q_missing = task.queries.filter(pl.col("text").fill_null("").str.strip_chars() == "")["query_id"].to_list()
-        d_missing = [d for d, t in zip(task.corpus["doc_id"].to_list(), task.doc_text()) if not t.strip()]
+        d_missing = task.corpus["doc_id"].filter(task.doc_text().empty()).to_list()  # no doc_text(): the corpus's strings are not made
         if q_missing or d_missing:
             parts = []
             if q_missing:

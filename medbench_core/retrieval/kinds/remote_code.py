@@ -12,7 +12,9 @@ nothing).
 
 Per-task query instructions (``instructions``, keyed like the text encoders': task name, task type,
 ``default``) go to the model as a keyword when the call names one (``instruction: instruction`` for
-MM-Embed, GME, NV-Embed), else into the query text through ``query_template``. Passages never get one.
+MM-Embed, GME, NV-Embed), else into the query text through ``query_template``; an image-only query
+gets it too (the keyword, else as the text of an ``image_text`` call with an empty query, when the
+entry has one). Passages never get one.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from medbench_core.retrieval.weights import DTYPES
 from medbench_core.taskdata.task import Task
 
 RECORD_TYPES = ("text", "image", "image_text")
-CALL_KEYS = ("method", "texts", "images", "records", "processor", "single", "kwargs", "query_kwargs", "passage_kwargs", "instruction", "output", "fuse")
+CALL_KEYS = ("method", "texts", "images", "records", "processor", "single", "kwargs", "query_kwargs", "passage_kwargs", "instruction", "output", "fuse", "mask")
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,11 @@ class Call:
     - ``kwargs`` (both roles), ``query_kwargs``, ``passage_kwargs``: constant keyword arguments
       (``is_query: true``, ``max_length: 512``);
     - ``instruction``: the keyword a query's instruction goes under (else it is put into the text);
-    - ``output``: the key or attribute of the returned value that holds the vectors (MM-Embed: ``hidden_states``);
-    - ``fuse: sum`` (``image_text`` only): no method; the raw text and image vectors are added (jina-clip in MTEB).
+    - ``output``: the key or attribute of the returned value that holds the vectors (MM-Embed: ``hidden_states``),
+      or a list of them, added (MedImageInsight: ``[text_embeddings, image_embeddings]``);
+    - ``fuse: sum`` (``image_text`` only): no method; the raw text and image vectors are added (jina-clip in MTEB);
+    - ``mask`` (token vectors only, :mod:`.code_folder`): the key or attribute of a ``(records, tokens)``
+      mask beside a padded ``output``; tokens where it is 0 are dropped.
     """
 
     method: str = ""
@@ -65,8 +70,9 @@ class Call:
     query_kwargs: dict = field(default_factory=dict)
     passage_kwargs: dict = field(default_factory=dict)
     instruction: str = ""
-    output: str = ""
+    output: str | list = ""
     fuse: str = ""
+    mask: str = ""
 
     @classmethod
     def parse(cls, raw: Any, record_type: str, where: str) -> Call:
@@ -76,10 +82,13 @@ class Call:
         for key in raw:
             if key not in CALL_KEYS:
                 raise DataError(f"{at}: unknown key {key!r}{closest(str(key), CALL_KEYS)}; known keys: {', '.join(CALL_KEYS)}")
-        types = {"method": str, "single": bool, "processor": bool, "instruction": str, "output": str, "fuse": str, "records": (dict, type(None))}
+        types = {"method": str, "single": bool, "processor": bool, "instruction": str, "output": (str, list), "fuse": str, "mask": str, "records": (dict, type(None))}
         for key, want in types.items():
             if key in raw and not isinstance(raw[key], want):
-                raise DataError(f"{at}: {key} must be {'a mapping' if key == 'records' else want.__name__}, not {raw[key]!r}")
+                named = {"records": "a mapping", "output": "a key or a list of keys"}.get(key) or want.__name__
+                raise DataError(f"{at}: {key} must be {named}, not {raw[key]!r}")
+        if isinstance(raw.get("output"), list) and not (raw["output"] and all(isinstance(o, str) and o for o in raw["output"])):
+            raise DataError(f"{at}: output as a list names the keys whose vectors are added, not {raw['output']!r}")
         call = cls(**{k: v for k, v in raw.items()})
         for name in ("texts", "images"):
             v = getattr(call, name)
@@ -167,15 +176,34 @@ def record_type(has_text: bool, has_image: bool, calls: Mapping[str, Call]) -> s
     return "text" if has_text else "image"
 
 
-def _vectors(result: Any, output: str, n: int, what: str) -> np.ndarray:
-    """The (n, dim) float32 array a call returned (under ``output`` when given)."""
+def _field(result: Any, name: str, what: str, setting: str = "output") -> Any:
+    """``result[name]``, else ``result.name``, with tensors as float32 numpy arrays."""
+    try:
+        value = result[name]
+    except (KeyError, TypeError, IndexError):
+        if not hasattr(result, name):
+            raise DataError(f"{what} returned {type(result).__name__} without {name!r} (settings {setting})") from None
+        value = getattr(result, name)
+    return _numpy(value)
+
+
+def _numpy(value: Any) -> Any:
+    if hasattr(value, "detach"):
+        return value.detach().float().cpu().numpy()
+    if isinstance(value, (list, tuple)):
+        return [_numpy(v) for v in value]
+    return value
+
+
+def _vectors(result: Any, output: str | list, n: int, what: str) -> np.ndarray:
+    """The (n, dim) float32 array a call returned (under ``output`` when given; a list of outputs: their sum)."""
+    if isinstance(output, list):
+        parts = [_vectors(result, o, n, what) for o in output]
+        if len({p.shape for p in parts}) != 1:
+            raise DataError(f"{what} returned outputs {output} of shapes {[p.shape for p in parts]}; they cannot be added")
+        return np.sum(parts, axis=0, dtype=np.float32)
     if output:
-        try:
-            result = result[output]
-        except (KeyError, TypeError, IndexError):
-            if not hasattr(result, output):
-                raise DataError(f"{what} returned {type(result).__name__} without {output!r} (settings output)") from None
-            result = getattr(result, output)
+        result = _field(result, output, what)
     if hasattr(result, "detach"):
         result = result.detach().float().cpu().numpy()
     try:
@@ -187,6 +215,25 @@ def _vectors(result: Any, output: str, n: int, what: str) -> np.ndarray:
     if arr.ndim != 2 or arr.shape[0] != n:
         raise DataError(f"{what} returned an array of shape {arr.shape} for {n} records; expected ({n}, dim) (set settings output?)")
     return arr
+
+
+def _token_sets(result: Any, call: Call, n: int, what: str) -> list[np.ndarray]:
+    """The ``n`` arrays of token vectors a call returned: a list of ``(tokens, dim)`` arrays, or a padded
+    ``(n, tokens, dim)`` array with the ``mask`` output saying which tokens are real."""
+    if isinstance(call.output, list):
+        raise DataError(f"{what}: token vectors come from one output, not a list {call.output}")
+    value = _field(result, call.output, what) if call.output else _numpy(result)
+    sets = [np.asarray(v, dtype=np.float32) for v in value] if isinstance(value, list) else list(np.asarray(value, dtype=np.float32))
+    if len(sets) != n or any(v.ndim != 2 for v in sets):
+        raise DataError(f"{what} returned {len(sets)} token sets of shapes {[v.shape for v in sets[:3]]} for {n} records; expected (tokens, dim) each")
+    if call.mask:
+        mask = np.asarray(_field(result, call.mask, what, "mask")).astype(bool)
+        if mask.ndim == 3 and mask.shape[2] == 1:  # FLMR's context_mask is (records, tokens, 1)
+            mask = mask[:, :, 0]
+        if mask.shape[0] != n or mask.ndim != 2 or mask.shape[1] != sets[0].shape[0]:
+            raise DataError(f"{what}: mask {call.mask!r} of shape {mask.shape} does not fit {n} records of {sets[0].shape[0]} tokens")
+        sets = [v[m] for v, m in zip(sets, mask)]
+    return sets
 
 
 class RemoteCodeEncoder:
@@ -209,19 +256,25 @@ class RemoteCodeEncoder:
         from medbench_core.taskdata.images import load_image
 
         loaded = [load_image(p, n) for p, n in zip(paths, names)]  # a bad file is named before the model sees it
-        return [str(p) for p in paths] if self.spec.settings.image_input == "path" else loaded
+        mode = self.spec.settings.image_input
+        if mode == "base64":  # the file's bytes, base64 (MedImageInsight's encode decodes them with base64.b64decode)
+            import base64
 
-    def _call(self, which: str, texts: list[str] | None, images: list[Any] | None, role: str, instruction: str | None) -> np.ndarray:
+            return [base64.b64encode(Path(p).read_bytes()).decode("ascii") for p in paths]
+        return [str(p) for p in paths] if mode == "path" else loaded
+
+    def _call(self, which: str, texts: list[str] | None, images: list[Any] | None, role: str, instruction: str | None, multi: bool = False) -> Any:
+        """The vectors of one group of records (``multi``: a list of token-vector arrays)."""
         call = self.calls[which]
         n = len(texts if texts is not None else images)
         if call.fuse == "sum":
             return self._call("text", texts, None, role, instruction) + self._call("image", None, images, role, instruction)
         extra = dict(call.kwargs)
         extra.update(call.query_kwargs if role == "query" else call.passage_kwargs)
-        if instruction is not None and role == "query" and texts is not None:
-            if call.instruction:
+        if instruction is not None and role == "query":
+            if call.instruction:  # image-only queries too: MM-Embed's script passes instruction= with every query
                 extra[call.instruction] = instruction[1]
-            else:
+            elif texts is not None:
                 texts = [instruction[0].replace("{instruction}", instruction[1]).replace("{query}", t) for t in texts]
         what = f"model {self.spec.name}: {call.method}"
         method = getattr(self.model, call.method, None)
@@ -266,8 +319,58 @@ class RemoteCodeEncoder:
         with self._torch.inference_mode():
             for start in range(0, n, step):
                 rows = slice(start, min(n, start + step))
-                out.append(_vectors(invoke(rows), call.output, rows.stop - rows.start, what))
+                got = invoke(rows)
+                out.append(_token_sets(got, call, rows.stop - rows.start, what) if multi else _vectors(got, call.output, rows.stop - rows.start, what))
+        if multi:
+            return [v for part in out for v in part]
         return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
+
+    def _groups(self, texts, images, role: str, ids, instruction) -> tuple[list[str], list[Any], dict[str, list[int]]]:
+        """The records' names, their texts (an image-only query promoted to image_text gets ``""``) and positions by call."""
+        n = len(texts)
+        names = [str(x) for x in ids] if ids is not None else [f"{role} record at position {i}" for i in range(n)]
+        has_t = [isinstance(t, str) and bool(t.strip()) for t in texts]
+        has_i = [im is not None and str(im) != "" for im in images]
+        groups: dict[str, list[int]] = {"text": [], "image": [], "image_text": []}
+        # An image-only query whose image call takes no instruction keyword gets its instruction as text,
+        # through the image_text call (the template with an empty query), as UniIR gives it its prompt.
+        promote = role == "query" and instruction is not None and "image_text" in self.calls and not ("image" in self.calls and self.calls["image"].instruction)
+        texts = list(texts)
+        for i in range(n):
+            if not has_t[i] and not has_i[i]:
+                raise DataError(f"model {self.spec.name}: {role} record {names[i]} has neither text nor image")
+            if promote and has_i[i] and not has_t[i]:
+                texts[i] = ""
+                groups["image_text"].append(i)
+                continue
+            groups[record_type(has_t[i], has_i[i], self.calls)].append(i)
+        for kind, rows in groups.items():
+            if rows and kind not in self.calls:
+                raise DataError(
+                    f"model {self.spec.name}: {len(rows)} {role} record(s) carry {kind.replace('_', ' and ')} (e.g. {names[rows[0]]}) "
+                    f"and the entry gives no settings.{kind}"
+                )
+        return names, texts, groups
+
+    def encode_multi(self, texts, images, languages, role, ids=None, instruction: tuple[str, str] | None = None) -> list[np.ndarray]:
+        """Token vectors per record (late interaction), by the call for its kind; each vector L2-normalised unless ``normalize: false``."""
+        names, texts, groups = self._groups(texts, images, role, ids, instruction)
+        out: list[np.ndarray | None] = [None] * len(texts)
+        for kind, rows in groups.items():
+            if not rows:
+                continue
+            t = [texts[i] for i in rows] if kind != "image" else None
+            im = self._images([Path(images[i]) for i in rows], [names[i] for i in rows]) if kind != "text" else None
+            for i, vecs in zip(rows, self._call(kind, t, im, role, instruction, multi=True)):
+                if len(vecs) == 0:
+                    raise DataError(f"model {self.spec.name}: settings.{kind} gave no token vectors for {role} record {names[i]}")
+                if self.spec.settings.normalize:
+                    vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+                out[i] = np.ascontiguousarray(vecs, dtype=np.float32)
+        dims = {v.shape[1] for v in out if v is not None}
+        if len(dims) > 1:
+            raise DataError(f"model {self.spec.name}: the calls give token vectors of {sorted(dims)} dims; one model gives one width")
+        return out  # type: ignore[return-value]
 
     def encode_records(self, texts, images, languages, role, ids=None, instruction: tuple[str, str] | None = None) -> np.ndarray:
         """One vector per record, by the call for its kind (text, image, or both); L2-normalised unless ``normalize: false``.
@@ -275,23 +378,11 @@ class RemoteCodeEncoder:
         ``instruction``: ``(template, instruction)`` for queries (a keyword of the call, or put into the text).
         """
         n = len(texts)
-        names = [str(x) for x in ids] if ids is not None else [f"{role} record at position {i}" for i in range(n)]
-        has_t = [isinstance(t, str) and bool(t.strip()) for t in texts]
-        has_i = [im is not None and str(im) != "" for im in images]
-        groups: dict[str, list[int]] = {"text": [], "image": [], "image_text": []}
-        for i in range(n):
-            if not has_t[i] and not has_i[i]:
-                raise DataError(f"model {self.spec.name}: {role} record {names[i]} has neither text nor image")
-            groups[record_type(has_t[i], has_i[i], self.calls)].append(i)
+        names, texts, groups = self._groups(texts, images, role, ids, instruction)
         vectors: np.ndarray | None = None
         for kind, rows in groups.items():
             if not rows:
                 continue
-            if kind not in self.calls:
-                raise DataError(
-                    f"model {self.spec.name}: {len(rows)} {role} record(s) carry {kind.replace('_', ' and ')} (e.g. {names[rows[0]]}) "
-                    f"and the entry gives no settings.{kind}"
-                )
             t = [texts[i] for i in rows] if kind != "image" else None
             im = self._images([Path(images[i]) for i in rows], [names[i] for i in rows]) if kind != "text" else None
             got = self._call(kind, t, im, role, instruction)
@@ -347,7 +438,8 @@ def load_remote_code_encoder(spec: ModelSpec, device: str = "cpu", progress: boo
 class RemoteCodeKind(EncoderKind):
     name = "remote-code-embedder"
     Settings = RemoteCodeSettings
-    version = "1"
+    # 2: image-only queries get the instruction (the call's keyword, else as text through image_text)
+    version = "2"
     needs_path = True
     reads = frozenset({"text", "image"})
     expansion_family = "dense"  # text expansions: R2MED's NV-Embed rows (settings.instruct_expansion of the expanded entry)

@@ -25,6 +25,7 @@ without running code.
 from __future__ import annotations
 
 import pickletools
+import random
 import re
 import zipfile
 from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
@@ -42,7 +43,8 @@ from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.weights import DTYPES
 from medbench_core.taskdata.task import Task
 
-UNIIR_TEMPLATE = "{instruction} {query}"  # mbeir_dataset.py l.220: f"{query_prompt} {query_txt}"
+UNIIR_TEMPLATE = "{instruction} {query}"  # mbeir_dataset.py l.220 and l.336: f"{query_prompt} {query_txt}"
+UNIIR_SEED = 2023  # UniIR's eval configs: ``seed: 2023``, set_seed(seed + rank) in mbeir_embedder.py l.465-467
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin")
 PREFIXES = ("module.", "clip_model.")  # DDP, then CLIPScoreFusion's one submodule
 OPENAI_EXTRA_KEYS = ("input_resolution", "context_length", "vocab_size")  # in OpenAI's JIT state dicts only
@@ -51,18 +53,20 @@ OPENAI_EXTRA_KEYS = ("input_resolution", "context_length", "vocab_size")  # in O
 @dataclass(frozen=True)
 class UniIRSettings(KindSettings):
     """``architecture`` (open_clip name or bundled config), ``file`` (the checkpoint inside a hub repository),
-    ``text_format`` (raw | uniir), ``instructions`` / ``query_template`` (queries only), ``max_aspect_ratio``, ``dtype``."""
+    ``text_format`` (raw | uniir), ``instructions`` / ``query_template`` / ``prompt_seed`` (queries only),
+    ``max_aspect_ratio``, ``dtype``. An instruction may be a list of prompts: each query draws one, as UniIR does."""
 
     architecture: str = "ViT-L-14-quickgelu"
     file: str = ""
     text_format: str = "raw"
     instructions: dict | None = None
     query_template: str | None = None
+    prompt_seed: int = UNIIR_SEED
     max_aspect_ratio: float = 50.0
     dtype: str | None = None
 
     CHOICES = {"text_format": ("raw", "uniir"), "dtype": (None, *DTYPES)}
-    QUERY_ONLY = ("instructions", "query_template")
+    QUERY_ONLY = ("instructions", "query_template", "prompt_seed")
     HINTS = {
         "fusion": "UniIR's score fusion is the raw sum, normalised; kind open_clip has fusion: score | embedding",
         "fusion_weight": "UniIR's score fusion weighs image and text embeddings as they are",
@@ -73,8 +77,10 @@ class UniIRSettings(KindSettings):
     def check(self, where: str) -> None:
         if self.max_aspect_ratio < 1:
             raise DataError(f"{where}: max_aspect_ratio must be at least 1, not {self.max_aspect_ratio}")
-        if self.instructions is not None and not all(isinstance(v, str) for v in self.instructions.values()):
-            raise DataError(f"{where}: instructions must map a task name, task type or 'default' to an instruction text")
+        if self.instructions is not None and not all(
+            isinstance(v, str) or isinstance(v, list) and v and all(isinstance(p, str) and p.strip() for p in v) for v in self.instructions.values()
+        ):
+            raise DataError(f"{where}: instructions must map a task name, task type or 'default' to an instruction text or a list of them (one drawn per query)")
         template = self.query_template or UNIIR_TEMPLATE
         if "{query}" not in template or "{instruction}" not in template:
             raise DataError(f"{where}: query_template {template!r} needs both {{instruction}} and {{query}}")
@@ -87,6 +93,39 @@ def format_string(s: str | None) -> str:
         s = s[0].upper() + s[1:]
         s = s + "." if s[-1] not in (".", "?", "!") else s
     return s
+
+
+def uniir_query_texts(texts: list[str | None], prompt: tuple[str, Any] | None, text_format: str, seed: int = UNIIR_SEED) -> list[str | None]:
+    """Query texts as UniIR builds them (github.com/TIGER-AI-Lab/UniIR at 98dc570, ``src/data/mbeir_dataset.py``).
+
+    ``prompt``: ``(template, instruction)``, the instruction a text or a list of prompts. With a
+    list, each query in order draws one with ``random.Random(seed).choice`` (l.102-106:
+    ``format_string(random.choice(prompts))``; UniIR seeds Python's ``random`` with ``seed + rank``,
+    so this is its draw in one process reading the queries in order, ``num_workers: 0``).
+
+    ``text_format: uniir``: the prompt is formatted first, then the joined text again (l.220 and
+    l.336: ``format_string(f"{query_prompt} {query_txt}")``, with ``query_txt = entry.get("query_txt")
+    or ""``), so an image-only query's text is the formatted prompt and its text embedding enters the
+    sum (the collator masks only ``None`` and ``""``, l.430-431). Without a prompt: ``format_string(query_txt)``.
+    ``raw`` (M3Retrieve's captions as they are): the template with the prompt, and an image-only
+    query's text is the prompt alone.
+    """
+    uniir = text_format == "uniir"
+    if prompt is None:
+        return [(format_string(t) or None) if uniir else t for t in texts]
+    template, instruction = prompt
+    rng = random.Random(seed)
+    choices = None if isinstance(instruction, str) else list(instruction)
+    out: list[str | None] = []
+    for text in texts:
+        chosen = instruction if choices is None else rng.choice(choices)
+        if uniir:
+            chosen = format_string(chosen)
+            joined = format_string(template.replace("{instruction}", chosen).replace("{query}", text or ""))  # str.replace: a query may hold braces
+        else:
+            joined = template.replace("{instruction}", chosen).replace("{query}", text) if (text or "").strip() else chosen
+        out.append(joined or None)
+    return out
 
 
 # --- reading a checkpoint without running its pickle ------------------------------------------
@@ -217,9 +256,13 @@ class UniIRClipEncoder(ClipEncoder):
     def dim(self) -> int:
         return self._embed_dim()
 
-    def encode_records(self, texts, images, languages, role, ids=None) -> np.ndarray:
+    def encode_records(self, texts, images, languages, role, ids=None, prompt: tuple[str, Any] | None = None) -> np.ndarray:
+        """normalise(raw image + raw text embedding) per record; queries are built as UniIR builds them (:func:`uniir_query_texts`, ``prompt``)."""
         n = len(texts)
-        if self.spec.settings.text_format == "uniir":
+        s = self.spec.settings
+        if role == "query":
+            texts = uniir_query_texts(list(texts), prompt, s.text_format, s.prompt_seed)
+        elif s.text_format == "uniir":
             texts = [format_string(t) if isinstance(t, str) else t for t in texts]
         names, t_idx, i_idx = self.split_records(texts, images, languages, role, ids)
         out = np.zeros((n, self._embed_dim()), dtype=np.float32)
@@ -284,7 +327,9 @@ def load_uniir_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | No
 class UniIRClipSFKind(EncoderKind):
     name = "uniir-clip-sf"
     Settings = UniIRSettings
-    version = "1"
+    # 2: queries as UniIR builds them: the prompt formatted before the join, an image-only query
+    #    given the prompt as its text, a list of prompts drawn per query
+    version = "2"
     needs_path = True
     reads = frozenset({"text", "image"})
 
@@ -315,18 +360,33 @@ class UniIRClipSFKind(EncoderKind):
                 return spec.revision
         return "sha256:" + sha256_file(checkpoint_file(spec))[:16]
 
-    def query_prompt(self, spec: ModelSpec, task: Task) -> tuple[str, str] | None:
+    def query_prompt(self, spec: ModelSpec, task: Task) -> tuple[str, Any] | None:
+        """``(template, instruction)`` on ``task``: the instruction a text, or a tuple of prompts to draw from per query."""
         table = spec.settings.instructions or {}
         for key in (task.name, task.meta.task_type, "default"):
             if key and key in table:
-                return spec.settings.query_template or UNIIR_TEMPLATE, str(table[key])
+                value = table[key]
+                return spec.settings.query_template or UNIIR_TEMPLATE, value if isinstance(value, str) else tuple(value)
         return None
 
     def prompt_key(self, spec: ModelSpec, task: Task) -> dict[str, Any] | None:
         if spec.settings.instructions is None and spec.settings.query_template is None:
             return None
         prompt = self.query_prompt(spec, task)
-        return {"query_prompt": list(prompt) if prompt else None}
+        key: dict[str, Any] = {"query_prompt": [prompt[0], prompt[1] if isinstance(prompt[1], str) else list(prompt[1])] if prompt else None}
+        if prompt and not isinstance(prompt[1], str):
+            key["prompt_seed"] = spec.settings.prompt_seed  # the draws depend on it
+        return key
+
+    def represent_queries(self, spec: ModelSpec, task: Task, model: Any, *, prompt: tuple[str, Any] | None, expansion: Any = None) -> np.ndarray:
+        """Query vectors, the texts built as UniIR builds them (the prompt on image-only queries too)."""
+        from medbench_core.retrieval.records import side_records
+
+        ids, texts, images, langs = side_records(task, "query")
+        emb = model.encode_records(texts, images, langs, "query", ids=ids, prompt=prompt)
+        if emb.shape[0] != len(ids):
+            raise DataError(f"task {task.name}: encoder returned {emb.shape[0]} vectors for {len(ids)} queries")
+        return np.ascontiguousarray(emb, dtype=np.float32)
 
     def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
         return {

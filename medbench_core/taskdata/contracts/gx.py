@@ -186,7 +186,9 @@ def judged_frame(table: Table) -> pl.DataFrame:
         if dtype == pl.Utf8:
             blank.append(pl.lit("", dtype=pl.Utf8).alias(name))
         elif dtype == pl.List(pl.Utf8):
-            blank.append(pl.lit([], dtype=pl.List(pl.Utf8)).alias(name))
+            # null rather than []: the same pandas type (object), but a column GX can fingerprint by
+            # hashing, instead of pickling the whole frame (lists are unhashable)
+            blank.append(pl.lit(None, dtype=pl.List(pl.Utf8)).alias(name))
     return table.frame.with_columns(blank) if blank else table.frame
 
 

@@ -17,7 +17,7 @@ from medbench_core.taskdata.contracts.results import (
 )
 from medbench_core.errors import DataError
 from medbench_core.taskdata.licences import DEFAULT_POLICY, LicencePolicy, normalise_licence
-from medbench_core.taskdata.task import MODALITIES, Task
+from medbench_core.taskdata.task import MODALITIES, Task, has_text
 
 
 def _image_checker(task: Task):
@@ -42,7 +42,15 @@ def _image_checker(task: Task):
 
 
 def _has_content(df: pl.DataFrame, table: str) -> pl.Series:
-    """Per row: non-empty text or title (after ``str.strip``) or an image; ``CHUNK_ROWS`` rows of Python strings at a time."""
+    """Per row: non-empty text or title (after ``str.strip``) or an image; ``CHUNK_ROWS`` rows of Python strings at a time.
+
+    Text columns of the declared type are judged by polars, stripped of Python's whitespace: the same verdicts."""
+    texts = [c for c in (("text", "title") if table == "corpus" else ("text",)) if c in df.columns]
+    if texts and all(df.schema[c] == pl.Utf8 for c in texts) and ("image" not in df.columns or df.schema["image"] in (pl.Utf8, pl.Null)):
+        present = [has_text(df[c]) for c in texts]
+        if "image" in df.columns:
+            present.append(df["image"].is_not_null())
+        return pl.DataFrame(present).select(pl.any_horizontal(pl.all()).alias("has_content")).to_series()
     out: list[bool] = []
     for start in range(0, df.height, CHUNK_ROWS):
         part = df.slice(start, CHUNK_ROWS)

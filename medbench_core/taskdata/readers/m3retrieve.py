@@ -11,7 +11,9 @@ docs/tasks_and_readers.md lists what was read where):
 - the images in ``images.zip`` ("sorted based on their medical disciplines", the card says);
 - the licence in the card's front matter at the repository root (``license: cc-by-sa-4.0``);
 - the case-study collection (``ArkaAcharya/M3Retrieve_CaseStudyRetrieval``) keeps its discipline
-  folders under ``Case_Study_Retrieval/``: set ``disciplines_folder: Case_Study_Retrieval``.
+  folders under ``Case_Study_Retrieval/``: set ``disciplines_folder: Case_Study_Retrieval``. Its
+  psychiatry folder is spelled two ways in the authors' scripts ("Psychiatry and Behavioral Health",
+  "... Behavioral Sciences"): either subset name finds either folder (:func:`discipline_folder`).
 
 A query's text is its ``caption`` (``text`` and ``txt`` are read too; two of them holding
 different texts are refused), its image its ``image_path``; a document's text is ``title`` and
@@ -57,6 +59,10 @@ LAYOUT = Layout(
     corpus=Side(text=("text", "txt"), title=("title",), image=IMAGE_FIELDS),
 )
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+# One case-study folder, two spellings in the authors' scripts (github.com/AkashGhosh/M3Retrieve at 94c83da):
+# "Psychiatry and Behavioral Health" in Code/e5_large.py l.124, Code/get_medImageInsight_results.py l.182,
+# Code/get_results_mteb_format_nvembed.py l.152; "Psychiatry and Behavioral Sciences" in Code/mm_embed_new (1).py l.132.
+SPELLINGS = (("Psychiatry and Behavioral Health", "Psychiatry and Behavioral Sciences"),)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,6 +173,22 @@ class ReleaseImages(ImageSource):
         return [self.archive] if self.archive is not None else []
 
 
+def discipline_folder(base: Path, subset: str, where: str) -> str:
+    """The folder of ``subset`` in ``base``: its own name, else its other spelling in the authors' scripts (:data:`SPELLINGS`).
+
+    Both spellings present is refused (two folders could hold different data); neither, refused naming what ``base`` holds.
+    """
+    names = next((pair for pair in SPELLINGS if subset in pair), (subset,))
+    found = [n for n in dict.fromkeys((subset, *names)) if (base / n).is_dir()]
+    if len(found) > 1:
+        raise DataError(f"{where}: {base} holds both {found[0]!r} and {found[1]!r}, the two spellings of one case-study folder in M3Retrieve's scripts; keep one")
+    if not found:
+        have = sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+        other = f" (or {', '.join(repr(n) for n in names if n != subset)})" if len(names) > 1 else ""
+        raise DataError(f"{where}: discipline folder {subset!r}{other} not found in {base}; it holds {have}")
+    return found[0]
+
+
 def read_m3retrieve(folder: str | Path | None, options: M3RetrieveOptions, context: ReadContext | None = None) -> Task:
     """Read one M3Retrieve discipline (``subset``) of the release in ``folder`` or the pinned hub dataset (module docstring)."""
     o = options
@@ -179,14 +201,12 @@ def read_m3retrieve(folder: str | Path | None, options: M3RetrieveOptions, conte
         raise DataError(f"{where}: disciplines_folder {base_rel!r} not found in {source.root}")
     if o.subset:
         relative_path(o.subset, f"{where}: subset")
-    discipline = base / o.subset if o.subset else base
-    if not discipline.is_dir():
-        have = sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
-        raise DataError(f"{where}: discipline folder {o.subset!r} not found in {base}; it holds {have}")
+    folder_name = discipline_folder(base, o.subset, where) if o.subset else ""
+    discipline = base / folder_name if folder_name else base
     source.check(discipline, where)
-    sub_rel = f"{base_rel}/{o.subset}".strip("/") if o.subset else base_rel
+    sub_rel = f"{base_rel}/{folder_name}".strip("/") if folder_name else base_rel
     scratch = context.need_scratch(where)
-    images: ImageSource = ReleaseImages(source, [sub_rel, base_rel, ""], o.subset, o.images, scratch, where)
+    images: ImageSource = ReleaseImages(source, [sub_rel, base_rel, ""], folder_name, o.images, scratch, where)
     opts = dataclasses.replace(o, discipline=o.discipline or o.subset or None)
     return read_parts(
         source,
