@@ -216,6 +216,7 @@ def multilingual_tables(
                 ranked.group_by("concept")
                 .agg(pl.col("rank").var(ddof=0).alias("var"), pl.len().alias("n"), pl.col("rank").mean().alias("mean"))
                 .filter(pl.col("n") >= 2)
+                .sort("concept")  # group_by's order varies; the means below would in their last bit
             )
             if spread.height:
                 rows["variance"].append({"model": c.model, "task": c.task, "n_concepts": spread.height, "n_languages": float(spread["n"].mean()),
@@ -249,7 +250,8 @@ def _aggregate(
     for task, by_model in groups.items():
         plain = {m: float(df[metric].mean()) for m, df in by_model.items()}
         balanced = {
-            m: float(df.group_by("language").agg(pl.col(metric).mean())[metric].mean()) for m, df in by_model.items()
+            # sorted: group_by's order varies between runs, and so would the last bit of the mean
+            m: float(df.group_by("language").agg(pl.col(metric).mean()).sort("language")[metric].mean()) for m, df in by_model.items()
         }
         rp, rb = _competition_ranks(plain), _competition_ranks(balanced)
         for m in [m for m in models if m in by_model]:

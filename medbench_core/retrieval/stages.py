@@ -20,7 +20,7 @@ import polars as pl
 from medbench_core.errors import DataError
 from medbench_core.evaluation.metrics import DEFAULT_METRICS, breakdown, cross_lingual_gap, evaluate_frame
 from medbench_core.layout import STAGES
-from medbench_core.retrieval.kinds.base import DEFAULT_K, KeyContext, StoredCorpus
+from medbench_core.retrieval.kinds.base import DEFAULT_K, KeyContext, MemoryBudget, StoredCorpus, retriever
 from medbench_core.retrieval.kinds.encoder import load_chunk_map, load_corpus_embeddings  # noqa: F401  (re-exported)
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.ranking import write_trec_file
@@ -28,7 +28,6 @@ from medbench_core.retrieval.records import candidate_pools
 from medbench_core.taskdata.task import Task
 
 BREAKDOWN_COLUMNS = ("language", "discipline", "tier")
-MemoryBudget = int | Callable[[], int] | None  # bytes available, or a function returning them; None: ask the OS
 
 
 @functools.cache
@@ -73,7 +72,7 @@ def embed_corpus(
     t0 = time.perf_counter()
     _write_json(out / "doc_ids.json", task.corpus["doc_id"].to_list())
     model = _model(spec, encoder, device=device, progress=progress, online=online)
-    info = spec.plugin.embed_corpus(spec, task, out, model=model, progress=progress, available=available)
+    info = retriever(spec).embed_corpus(spec, task, out, model=model, progress=progress, available=available)
     files = info.pop("files")
     info["seconds"] = round(time.perf_counter() - t0, 3)
     info["files"] = ["doc_ids.json", *files]
@@ -113,13 +112,14 @@ def rank(
     ``(texts, combine)`` of an expanded model) and the stored corpus searched, ties by doc id.
     """
     kind = spec.plugin
+    search = retriever(spec)
     doc_ids = _read_json(Path(corpus.embeddings) / "doc_ids.json")
     if doc_ids != task.corpus["doc_id"].to_list():
         raise DataError(f"{corpus.embeddings}: stored document ids do not match task {task.name}; rematerialise {spec.name}'s corpus_embeddings")
     pools = candidate_pools(task)
     kind.before_search(spec, task, corpus, available)
-    queries = kind.represent_queries(spec, task, load_model(), prompt=prompt, expansion=expansion)
-    return kind.search(spec, task, corpus, queries, k, pools=pools, progress=progress), queries
+    queries = search.represent_queries(spec, task, load_model(), prompt=prompt, expansion=expansion)
+    return search.search(spec, task, corpus, queries, k, pools=pools, progress=progress), queries
 
 
 def write_run(run: pl.DataFrame, out: Path, tag: str) -> list[str]:

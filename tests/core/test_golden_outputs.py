@@ -3,7 +3,9 @@
 Every stage's output for every kind equals the recorded one, or its version was bumped (and the
 outputs recorded again). Shown on temporary copies of the library: an output changed without a
 bump fails the check, a bump without recording fails it too, and moving a module to another
-subpackage changes no output and no artifact key of the bundled demo.
+subpackage changes no output and no artifact key of the bundled demo. Shown in this process, by
+changing what production calls: a leaderboard that averages over fewer tasks, and BM25 without its
+per-language stemmer, fail the check; ``--record --only`` merges and deletes nothing.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import golden_outputs
 import pytest
+from golden_outputs import GOLDEN, compare, compute, models_yaml, record
 
-from golden_outputs import GOLDEN, compare, compute
-
-pytestmark = [pytest.mark.slow, pytest.mark.model]
+from medbench_core.retrieval.kinds import KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("MEDBENCH_SHARED", ROOT.parent / "shared"))
@@ -39,9 +41,102 @@ print(json.dumps(keys, sort_keys=True))
 """
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_every_stage_output_is_the_recorded_one_or_its_version_was_bumped(tmp_path):
     problems = compare(json.loads(GOLDEN.read_text()), compute(tmp_path))
     assert problems == []
+
+
+def test_every_registered_kind_has_a_model_in_the_fixture(tmp_path):
+    """Derived from KINDS: a kind without a written entry gets ``{name: <kind>, kind: <kind>}``, so its outputs are made and checked."""
+    import yaml
+
+    models = yaml.safe_load(models_yaml(tmp_path))["models"]
+    assert {m["kind"] for m in models} == set(KINDS)
+    recorded = json.loads(GOLDEN.read_text())
+    for m in models:  # each model's run is recorded (on its home task: images for a kind that reads images, text otherwise)
+        assert any(name.startswith(f"{m['name']}/") and name.endswith(("/run", "/derived_run", "/expanded_run")) for name in recorded), m["name"]
+
+
+def _names(problems: list[str]) -> set[str]:
+    return {p.split(": ", 1)[0] for p in problems}
+
+
+def test_a_leaderboard_that_averages_over_fewer_tasks_fails_the_check(tmp_path, monkeypatch):
+    """The leaderboard users see is reports.leaderboard's (through write_leaderboard); dropping a task from its average is caught."""
+    import polars as pl
+
+    from medbench_core.evaluation import reports
+
+    production = reports.leaderboard
+
+    def fewer(cells, models, tasks, metric="ndcg_at_10"):
+        board = production(cells, models, tasks, metric)
+
+        def average(row):  # the mean over every task it can read but the last
+            over = row["averaged_over"].split(", ")[:-1]
+            values = [row[t] for t in over]
+            return round(sum(values) / len(values), 4) if values and None not in values else None
+
+        return board.with_columns(pl.Series("average", [average(r) for r in board.iter_rows(named=True)], dtype=pl.Float64))
+
+    monkeypatch.setattr(reports, "leaderboard", fewer)
+    problems = compare(json.loads(GOLDEN.read_text()), compute(tmp_path, {"leaderboard"}))
+    assert _names(problems) == {"leaderboard", "reports"}  # the cells themselves hold
+    assert all("output changed without a version bump" in p for p in problems)
+
+
+def _words_only(self, spec, task):
+    """Every record analysed by the model's own stopwords and stemmer: no analyser per language."""
+    from medbench_core.retrieval.analysis import words
+
+    langs = set(task.queries["language"].unique().to_list()) | set(task.corpus["language"].unique().to_list())
+    return {lang: words(spec.settings.stopwords, spec.settings.stemmer) for lang in langs}
+
+
+@pytest.mark.parametrize("where", ["bm25_settings", "analyzers"])
+def test_bm25_without_its_per_language_stemmer_fails_the_check(tmp_path, monkeypatch, where):
+    """``language_analyzers: {fr: {stopwords: fr, stemmer: french}}`` (the bundled bm25's) dropped from the
+    effective settings, or from the kind's per-language analysis: the French candidate-set task's BM25 outputs move."""
+    from dataclasses import asdict
+
+    from medbench_core.retrieval import bm25
+    from medbench_core.retrieval.kinds.bm25 import BM25Kind
+
+    assert compare(json.loads(GOLDEN.read_text()), compute(tmp_path / "before", {"bm25"})) == []  # as recorded before the change
+    if where == "bm25_settings":
+        production = bm25.bm25_settings
+        monkeypatch.setattr(bm25, "bm25_settings", lambda settings, language=None: production(settings, None))
+    else:
+        monkeypatch.setattr(BM25Kind, "analyzers", _words_only)
+        monkeypatch.setattr(BM25Kind, "analyzer", lambda self, spec, task: bm25.bm25_settings(asdict(spec.settings)))
+    problems = compare(json.loads(GOLDEN.read_text()), compute(tmp_path / "after", {"bm25"}))
+    assert "bm25/frenchmedmcqa/embeddings" in _names(problems)
+    assert all(name.startswith("bm25/") for name in _names(problems))  # the text task's bm25 is English: unchanged
+    if where == "analyzers":  # French documents stemmed as English: other scores
+        assert {"bm25/frenchmedmcqa/run", "bm25/frenchmedmcqa/metrics", "bm25/multi/run"} <= _names(problems)
+
+
+def test_record_only_merges_and_rewrites_only_what_differs(tmp_path, monkeypatch):
+    recorded = json.loads(GOLDEN.read_text())
+    damaged = {k: v for k, v in recorded.items() if k != "bm25/frenchmedmcqa/index"}  # one entry missing, one wrong
+    damaged["bm25/run"] = {**recorded["bm25/run"], "output": {"rows": [], "info": {}}}
+    path = tmp_path / "golden_outputs.json"
+    path.write_text(json.dumps(damaged, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    monkeypatch.setattr(golden_outputs, "GOLDEN", path)
+    assert golden_outputs.main(["--record", "--only", "bm25"]) == 0
+    assert json.loads(path.read_text()) == recorded  # the other models' entries all kept
+    assert path.read_text() == GOLDEN.read_text()  # byte for byte: entries that hold are written as recorded
+
+
+def test_record_without_only_removes_what_is_no_longer_made_and_keeps_what_holds():
+    entry = {"versions": "run=1", "tolerance": "neural", "output": [0.5]}
+    recorded = {"kept": entry, "moved": entry, "gone": entry}
+    now = {"kept": {**entry, "output": [0.5 + 1e-6]}, "moved": {**entry, "output": [0.7]}, "new": entry}
+    merged, written, removed = record(recorded, now, None)
+    assert merged == {"kept": entry, "moved": now["moved"], "new": entry} and written == ["moved", "new"] and removed == ["gone"]
+    assert record(recorded, now, {"x"})[0] == {**merged, "gone": entry}  # with --only nothing is removed
 
 
 def library_copy(tmp: Path) -> Path:
@@ -67,6 +162,8 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_an_output_change_without_a_version_bump_fails_and_a_bump_asks_for_recording(tmp_path):
     copy = library_copy(tmp_path)
     assert check(copy, "bm25").returncode == 0  # the copy as it is passes
@@ -97,6 +194,8 @@ def move_module(copy: Path, old: str, new: str) -> None:
             path.write_text(changed)
 
 
+@pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.skipif(not (SHARED / "data").is_dir(), reason="needs ../shared/data (the bundled tasks)")
 def test_moving_a_module_to_another_subpackage_changes_no_output_and_no_key_of_the_bundled_demo(tmp_path):
     copy = library_copy(tmp_path)

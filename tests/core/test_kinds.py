@@ -1,18 +1,25 @@
 """Model kinds as plugins (medbench_core/retrieval/kinds): one module per kind, registered by name; the
 rest of medbench asks a model's kind and never compares kind names; each kind owns a typed settings
-schema that refuses what it does not know, naming the file, the entry and the closest known key."""
+schema that refuses what it does not know, naming the file, the entry and the closest known key.
+
+Every check over the kinds derives its list from ``KINDS``: adding a kind (its module, one
+registration line, its test, one docs line: docs/contributing/adding_a_kind.md) edits nothing here.
+"""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
+import inspect
+import re
 from pathlib import Path
 
 import pytest
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.kinds import KINDS, get_kind, kind_names
-from medbench_core.retrieval.kinds.base import DerivedKind, Kind, RetrieverKind
+from medbench_core.retrieval.kinds.base import DerivedKind, Kind, Retriever, RetrieverKind
 from medbench_core.retrieval.model_registry import load_registry, model_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,10 +28,7 @@ KINDS_DIR = ROOT / "medbench_core" / "retrieval" / "kinds"
 
 
 def test_every_registered_kind_is_one_module_with_a_kind_of_that_name():
-    assert kind_names() == (
-        "bm25", "sentence-transformers", "transformers", "open_clip", "cross-encoder", "fusion", "expanded", "uniir-clip-sf", "remote-code-embedder", "lucene-bm25",
-        "colbert", "code-folder", "code-folder-late",
-    )
+    assert kind_names() == tuple(KINDS) and len(set(KINDS.values())) == len(KINDS)
     for name, target in KINDS.items():
         module, _ = target.split(":")
         assert (KINDS_DIR / f"{module}.py").is_file(), name
@@ -33,6 +37,64 @@ def test_every_registered_kind_is_one_module_with_a_kind_of_that_name():
         assert isinstance(kind, RetrieverKind) != isinstance(kind, DerivedKind)  # either searches the corpus or builds from upstreams
         assert dataclasses.is_dataclass(kind.Settings) and kind.Settings.__dataclass_params__.frozen
         assert kind.version
+
+
+def test_every_kind_module_in_the_package_is_registered():
+    """A module that defines a kind instance but has no registration line would never be used."""
+    registered = {tuple(t.split(":")) for t in KINDS.values()}
+    unregistered = []
+    for path in sorted(KINDS_DIR.glob("*.py")):
+        module = importlib.import_module(f"medbench_core.retrieval.kinds.{path.stem}")
+        for attribute, value in vars(module).items():
+            if isinstance(value, Kind) and getattr(value, "__module__", None) == module.__name__ and (path.stem, attribute) not in registered:
+                unregistered.append(f"{path.stem}:{attribute} ({value.name!r})")
+    assert unregistered == []
+
+
+def _parameters(function) -> list[tuple[str, inspect._ParameterKind]]:
+    return [(p.name, p.kind) for p in inspect.signature(function).parameters.values() if p.name != "self"]
+
+
+@pytest.mark.parametrize("name", kind_names())
+def test_every_retriever_kind_satisfies_the_retriever_protocol_and_every_derived_kind_computes(name):
+    kind = get_kind(name)
+    if kind.derived:
+        assert type(kind).compute is not DerivedKind.compute, f"derived kind {name} implements no compute()"
+        return
+    assert isinstance(kind, Retriever), f"kind {name} lacks one of Retriever's methods (embed_corpus, represent_queries, search)"
+    for method in ("embed_corpus", "represent_queries", "search"):
+        # the stages call them with these names, by keyword after the positional ones
+        assert _parameters(getattr(kind, method)) == _parameters(getattr(Retriever, method)), f"{name}.{method}"
+
+
+@pytest.mark.parametrize("name", kind_names())
+def test_every_kind_has_its_line_in_the_kinds_table_of_the_docs(name):
+    module = KINDS[name].split(":")[0]
+    table = (ROOT / "docs" / "models_and_kinds.md").read_text()
+    assert re.search(rf"^\| `{re.escape(name)}` \| `{module}\.py` \| [^|]+ \| .+ \|$", table, flags=re.MULTILINE), (
+        f"docs/models_and_kinds.md: no row '| `{name}` | `{module}.py` | <what it reads> | <its settings> |' in the kinds table"
+    )
+
+
+class _Plain(RetrieverKind):
+    """A retriever kind that says nothing beyond the base: what a new, non-dense kind inherits."""
+
+    name = "plain"
+
+
+def test_the_base_claims_nothing_dense_and_the_encoder_base_holds_the_dense_defaults():
+    from medbench_core.retrieval.kinds.encoder import EncoderKind
+
+    spec = model_spec(name="b", kind="bm25")
+    kind = _Plain()
+    assert kind.index_identity(spec) == "plain"  # no FAISS index: the index stage is keyed by a constant
+    assert kind.long_text_params(spec) == {} and kind.mteb_meta(spec, {})["model_type"] == []
+    assert kind.build_index(spec, Path("unused"), Path("unused"), use_gpu=None, progress=None, available=None) == {"type": "none", "built_on": "cpu", "files": []}
+    assert not isinstance(kind, Retriever)  # the three compute methods are the subclass's own
+    encoder = EncoderKind()
+    assert encoder.index_identity(spec) == {"type": "flat"}
+    assert encoder.long_text_params(spec) == {"long_text": "truncate", "max_length": None}
+    assert encoder.mteb_meta(spec, {})["model_type"] == ["dense"]
 
 
 def _kind_comparisons(path: Path) -> list[str]:
@@ -113,5 +175,5 @@ def test_settings_are_typed_and_identity_holds_what_differs_from_the_defaults():
 
 def test_the_project_registry_reads_with_every_setting_known():
     specs = load_registry(ROOT / "models.yaml")
-    assert [s.kind for s in specs] == ["bm25", "sentence-transformers", "open_clip", "fusion"]
-    assert [type(s.settings).__name__ for s in specs] == ["BM25Settings", "TextEncoderSettings", "ClipSettings", "NoSettings"]
+    assert specs and all(s.kind in KINDS for s in specs)
+    assert all(type(s.settings) is get_kind(s.kind).Settings for s in specs)

@@ -28,10 +28,10 @@ KINDS: dict[str, str] = {
     "uniir-clip-sf": "uniir_clip_sf:KIND",
     "remote-code-embedder": "remote_code:KIND",
     "lucene-bm25": "lucene_bm25:KIND",
-
     "colbert": "colbert:KIND",
     "code-folder": "code_folder:KIND",
     "code-folder-late": "code_folder:LATE",
+    "tfidf": "tfidf:KIND",
 }
 
 

@@ -1,11 +1,16 @@
 """What a model kind is: the protocol every kind module implements, and the parts kinds share.
 
 - :class:`Kind`: the entry (settings schema, own fields, identity), revision, which tasks it reads,
-  upstreams, provenance keys and MLflow params.
-- :class:`RetrieverKind`: a first-stage retriever. It represents the corpus (``embed_corpus``),
-  indexes it (``build_index``), represents queries (``represent_queries``: the task's own, or
-  expanded ones) and searches (``search``). :func:`medbench_core.retrieval.stages.retrieve` is the
-  one search path; an expanded model runs it with its retriever's kind.
+  upstreams, provenance keys and MLflow params. Its defaults claim nothing about a model (no
+  long-text policy, no mteb model type); the dense defaults live in
+  :class:`~medbench_core.retrieval.kinds.encoder.EncoderKind`.
+- :class:`Retriever`: the three methods the one search path needs of a first-stage retriever
+  (as mteb's ``SearchProtocol``): ``embed_corpus`` (represent the corpus), ``represent_queries``
+  (the task's own queries, or expanded ones) and ``search`` (top k per query in the run schema,
+  :data:`~medbench_core.retrieval.ranking.RUN_SCHEMA`, ties by the rule of
+  :mod:`medbench_core.retrieval.ranking`). :class:`RetrieverKind` is the base that gives a
+  retriever the rest (keys, a stage with no separate index, hooks). :func:`medbench_core.retrieval.stages.retrieve`
+  is the one search path; an expanded model runs it with its retriever's kind.
 - :class:`DerivedKind`: builds its run from its inputs (upstream runs, a retriever's stored corpus,
   an expansion) with ``compute``; it has no corpus embeddings or index of its own.
 
@@ -17,10 +22,10 @@ kind's version in the change that alters its output (tests/core/test_golden_outp
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import polars as pl
 
@@ -30,7 +35,26 @@ from medbench_core.retrieval.kinds.settings import KindSettings, NoSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.taskdata.task import Task
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from medbench_core.retrieval.expansion.rules import Combine
+
 DEFAULT_K = 100  # documents retrieved per query
+
+# --- the types a retriever's methods take and return --------------------------------------------
+
+#: bytes of memory a stage may use, a function returning them, or None (ask the OS)
+MemoryBudget = int | Callable[[], int] | None
+#: ``(template, instruction)`` a task's queries are formatted with (:mod:`medbench_core.retrieval.instructions`)
+QueryPrompt = tuple[str, str]
+#: ``(expansions, combine)``: each query's expansion text, in the task's query order, and how the kind combines it with the query
+QueryExpansion = tuple[Sequence[str], "Combine"]
+#: query id -> the corpus rows (positions in ``task.corpus``) of its candidate set; None: the whole corpus
+Pools = Mapping[str, "np.ndarray"]
+#: what a stage records in its info.json: JSON values only (no paths, times or other values that differ between two runs)
+Info = dict[str, object]
+Queries = TypeVar("Queries")
 
 
 # --- inputs of a derived model's run ---------------------------------------------------------
@@ -232,9 +256,12 @@ class Kind:
         """The provenance key of each stage this model has on ``task``."""
         raise NotImplementedError
 
-    def long_text_params(self, spec: ModelSpec, model: Any = None) -> dict[str, Any]:
-        """What the model does with text beyond its length limit (info.json and MLflow params)."""
-        return {"long_text": "truncate", "max_length": None}
+    def long_text_params(self, spec: ModelSpec, model: object = None) -> dict[str, Any]:
+        """What the model does with text beyond its length limit (info.json and MLflow params):
+        ``long_text`` (``truncate``, ``chunk``, ``whole``) and its settings; ``{}`` says nothing
+        (a kind that reads no text itself). Encoders truncate or chunk
+        (:class:`~medbench_core.retrieval.kinds.encoder.EncoderKind`)."""
+        return {}
 
     def query_prompt(self, spec: ModelSpec, task: Task) -> tuple[str, str] | None:
         """``(template, instruction)`` its queries are formatted with on ``task``, or None."""
@@ -261,9 +288,11 @@ class Kind:
     def mteb_meta(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> dict[str, Any]:
         """What mteb's ``ModelMeta`` says of this model (medbench_core/evaluation/exports.py writes it):
         ``framework`` and ``model_type`` (values from mteb's allowed lists), ``n_parameters``,
-        ``open_weights``, ``similarity_fn_name``, ``use_instructions``, ``modalities``, ``max_tokens``."""
+        ``open_weights``, ``similarity_fn_name``, ``use_instructions``, ``modalities``, ``max_tokens``.
+        The default claims nothing (no model type); encoders say ``dense``
+        (:class:`~medbench_core.retrieval.kinds.encoder.EncoderKind`), other kinds their own."""
         return {
-            "framework": [], "model_type": ["dense"], "n_parameters": None, "open_weights": None, "similarity_fn_name": None,
+            "framework": [], "model_type": [], "n_parameters": None, "open_weights": None, "similarity_fn_name": None,
             "use_instructions": False, "modalities": sorted(self.reads), "max_tokens": None,
         }  # fmt: skip
 
@@ -277,8 +306,68 @@ class Kind:
         return None
 
 
+@runtime_checkable
+class Retriever(Protocol[Queries]):
+    """What the one search path needs of a first-stage retriever kind: three methods, as mteb's
+    ``SearchProtocol`` (mteb/models/models_protocols.py) has ``index``, ``search`` and its meta.
+
+    :func:`medbench_core.retrieval.stages.embed_corpus` calls ``embed_corpus`` once per task and
+    :func:`medbench_core.retrieval.stages.rank` calls ``represent_queries`` then ``search`` (an
+    expanded model calls them with its retriever's kind). Every retriever kind in
+    :data:`~medbench_core.retrieval.kinds.KINDS` satisfies it (tests/core/test_kinds.py checks
+    the methods and their parameters); :class:`RetrieverKind` gives it everything else.
+    """
+
+    def embed_corpus(self, spec: ModelSpec, task: Task, out: Path, *, model: object, progress: bool, available: MemoryBudget) -> Info:
+        """Write the corpus representation into the empty folder ``out``, in ``task.corpus`` order (the caller
+        writes ``doc_ids.json`` beside it, then ``info.json``).
+
+        Returns what ``info.json`` records: ``files`` (required: the names of the files it wrote into
+        ``out``, besides doc_ids.json and info.json) and any JSON values describing the representation
+        (``representation``, ``n_docs``, settings, :meth:`Kind.long_text_params`). ``model`` is the
+        kind's :meth:`Kind.load` (None for a kind without weights); ``available``: refuse, before
+        the work, a corpus that would not fit in memory (:func:`medbench_core.retrieval.vectors.check_memory`).
+        An exact kind's files must be byte-identical on every run (tests/core/golden_outputs.py
+        digests them): no time stamps (``np.savez`` and ``scipy.sparse.save_npz`` write zip entries
+        stamped with the time: write ``.npy`` files with ``np.save``), no absolute paths, no
+        iteration order of a set.
+        """
+        ...
+
+    def represent_queries(self, spec: ModelSpec, task: Task, model: object, *, prompt: QueryPrompt | None, expansion: QueryExpansion | None = None) -> Queries:
+        """The task's queries as ``search`` takes them, in ``task.queries`` order: formatted with
+        ``prompt`` when given; with ``expansion``, each query combined with its expansion text
+        (an expanded model; only kinds with an :attr:`Kind.expansion_family` get one)."""
+        ...
+
+    def search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, queries: Queries, k: int, *, pools: Pools | None, progress: bool) -> pl.DataFrame:
+        """The top ``k`` documents of each query as a run: :data:`~medbench_core.retrieval.ranking.RUN_SCHEMA`
+        (``query_id``, ``doc_id``, ``score`` float64, ``rank`` int32 from 1), queries in task order,
+        ranks by descending score, equal scores by doc id in descending byte order (trec_eval's
+        order: :func:`medbench_core.retrieval.ranking.rank_scores` applies it). With ``pools``
+        each query ranks only its own candidate set. ``corpus`` names the stored folders
+        (``corpus.embeddings``: what ``embed_corpus`` wrote; ``corpus.index``: the index stage's)."""
+        ...
+
+
+def retriever(spec: ModelSpec) -> Retriever[Any]:
+    """``spec``'s kind as a :class:`Retriever` (TypeError naming what is missing for a kind that is not one)."""
+    kind = spec.plugin
+    if not isinstance(kind, Retriever):
+        missing = [m for m in ("embed_corpus", "represent_queries", "search") if not callable(getattr(kind, m, None))]
+        raise TypeError(f"model {spec.name}: kind {spec.kind} is not a retriever (it lacks {', '.join(missing)})")
+    return kind
+
+
 class RetrieverKind(Kind):
-    """A first-stage retriever: represents the corpus once, then ranks queries against it."""
+    """The base of a first-stage retriever: represents the corpus once, then ranks queries against it.
+
+    A subclass implements :class:`Retriever`'s three methods; this base gives it its stage keys
+    and hooks whose defaults suit a kind that searches its stored corpus as it is (BM25, TF-IDF):
+    no separate index (:meth:`build_index`, :meth:`index_identity`), nothing to check before a
+    search, no query files. :class:`~medbench_core.retrieval.kinds.encoder.EncoderKind` overrides
+    them for dense vectors in a FAISS index.
+    """
 
     def corpus_of(self, spec: ModelSpec) -> str | None:
         return spec.name
@@ -286,9 +375,10 @@ class RetrieverKind(Kind):
     def weights_revision(self, spec: ModelSpec) -> str:
         return cached_revision(spec)
 
-    def index_identity(self, spec: ModelSpec) -> Any:
-        """What keys the index stage: the FAISS index settings, or a constant for a kind that needs none."""
-        return spec.index
+    def index_identity(self, spec: ModelSpec) -> str | Mapping[str, Any]:
+        """What keys the index stage beside the embeddings key: a constant (the kind's name) for a kind
+        that builds no index; an encoder's FAISS index settings (the entry's ``index:``)."""
+        return self.name
 
     def query_settings(self, spec: ModelSpec) -> tuple[str, ...]:
         """Settings that change only the queries: out of the embeddings key, into the run key (as the resolved prompt)."""
@@ -354,33 +444,19 @@ class RetrieverKind(Kind):
             analysis=self.analysis_identity(spec, task),
         )
 
-    # --- compute (every retriever implements these four)
-    def embed_corpus(self, spec: ModelSpec, task: Task, out: Path, *, model: Any, progress: bool, available: Any) -> dict[str, Any]:
-        """Write the corpus representation into ``out``; return info (``files`` it wrote besides doc_ids.json and info.json)."""
-        raise NotImplementedError
+    # --- compute: a subclass implements Retriever's three methods; these hooks have defaults
+    def build_index(self, spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None, progress: bool | None, available: MemoryBudget) -> Info:
+        """Write a search index over the stored corpus into ``out``; return what its info.json records:
+        ``type`` and ``built_on`` (``cpu`` or ``gpu``; the index asset shows both), ``files`` (what it wrote).
+        Default: none (``search`` reads the corpus as ``embed_corpus`` stored it)."""
+        return {"type": "none", "built_on": "cpu", "files": []}
 
-    def build_index(self, spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None, progress: bool | None, available: Any) -> dict[str, Any]:
-        """Write the search index into ``out``; return info (``files``)."""
-        raise NotImplementedError
-
-    def represent_queries(self, spec: ModelSpec, task: Task, model: Any, *, prompt: tuple[str, str] | None, expansion: Any = None) -> Any:
-        """The queries as this kind searches with them, in the task's query order.
-
-        ``expansion``: ``(texts, combine)``, each query's expansion and the resolved
-        :class:`~medbench_core.retrieval.expansion.rules.Combine`, for an expanded model.
-        """
-        raise NotImplementedError
-
-    def query_files(self, queries: Any, out: Path) -> list[str]:
+    def query_files(self, queries: object, out: Path) -> list[str]:
         """Write what a re-scoring needs of the represented queries into ``out``; their file names."""
         return []
 
-    def before_search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, available: Any) -> None:
+    def before_search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, available: MemoryBudget) -> None:
         """Refuse a search that cannot fit, before the queries are represented."""
-
-    def search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, queries: Any, k: int, *, pools: Any, progress: bool) -> pl.DataFrame:
-        """Top ``k`` documents per query, ties by doc id (medbench's run schema)."""
-        raise NotImplementedError
 
 
 class DerivedKind(Kind):

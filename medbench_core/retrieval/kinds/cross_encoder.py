@@ -94,6 +94,9 @@ class CrossEncoderKind(DerivedKind):
     def weights_revision(self, spec: ModelSpec) -> str:
         return cached_revision(spec)
 
+    def long_text_params(self, spec: ModelSpec, model: Any = None) -> dict[str, Any]:
+        return {"long_text": "truncate", "max_length": None}  # a query-document pair beyond the model's length is cut
+
     def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
         return {**super().mteb_meta(spec, registry), "framework": ["Sentence Transformers", "PyTorch"], "model_type": ["cross-encoder"]}
 

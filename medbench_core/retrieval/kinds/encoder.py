@@ -48,9 +48,18 @@ def load_corpus_embeddings(folder: Path) -> tuple[list[str], np.ndarray]:
 
 
 class EncoderKind(RetrieverKind):
-    """A retriever whose model encodes records into unit vectors searched by inner product."""
+    """A retriever whose model encodes records into unit vectors searched by inner product.
+
+    The dense defaults live here, not in :class:`~medbench_core.retrieval.kinds.base.Kind`: the
+    index stage keyed by the entry's ``index:`` (a FAISS index, flat by default), text beyond the
+    model's length truncated (or chunked: :meth:`long_text`), and mteb's model type ``dense``.
+    """
 
     loads_weights = True
+
+    def index_identity(self, spec: ModelSpec) -> Any:
+        """The FAISS index settings (the entry's ``index:``, default ``{type: flat}``)."""
+        return spec.index
 
     def long_text(self, spec: ModelSpec) -> LongText:
         """What the model does with passages beyond its length limit (text encoders may chunk)."""
@@ -61,6 +70,9 @@ class EncoderKind(RetrieverKind):
         if info.get("max_length") is None and model is not None:
             info["max_length"] = getattr(model, "max_length", None)
         return info
+
+    def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
+        return {**super().mteb_meta(spec, registry), "model_type": ["dense"]}
 
     def embed_corpus(self, spec: ModelSpec, task: Task, out: Path, *, model: Any, progress: bool, available: Any) -> dict[str, Any]:
         """Dense vectors (``corpus.npy``), written batch by batch; with ``long_text: chunk`` one per chunk and ``chunk_doc.npy``."""

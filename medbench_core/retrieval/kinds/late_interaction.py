@@ -54,6 +54,11 @@ class LateInteractionKind(RetrieverKind):
     def index_identity(self, spec: ModelSpec) -> Any:
         return index_settings(spec)
 
+    def long_text_params(self, spec: ModelSpec, model: object = None) -> dict[str, Any]:
+        # an encoder of token vectors: text beyond its length is truncated, as EncoderKind says of one-vector
+        # encoders (the base Kind claims nothing); a kind that knows its length says it (colbert)
+        return {"long_text": "truncate", "max_length": None}
+
     def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
         return {**super().mteb_meta(spec, registry), "framework": ["PyTorch"], "model_type": ["late-interaction"], "similarity_fn_name": "MaxSim"}
 
