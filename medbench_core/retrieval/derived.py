@@ -27,12 +27,6 @@ from medbench_core.retrieval.ranking import write_trec_file
 from medbench_core.taskdata.task import Task
 
 
-def expansion_input(expansion: str) -> str:
-    """The name under which an expanded model's expansion is passed to :func:`build_derived_run`
-    (``:`` cannot appear in a model name, so it never collides with one)."""
-    return f"expansion:{expansion}"
-
-
 def inputs(spec: ModelSpec) -> tuple[str, ...]:
     """The names :func:`build_derived_run` needs in its ``upstream`` mapping for ``spec`` (its kind's inputs)."""
     return tuple(ref.label for ref in spec.plugin.inputs(spec))

@@ -166,11 +166,6 @@ def is_restricted(licence: object) -> bool:
     return normalise_licence(licence) in RESTRICTED
 
 
-def is_unknown(licence: object) -> bool:
-    """True when the source states no licence."""
-    return normalise_licence(licence) == UNKNOWN
-
-
 @dataclass(frozen=True)
 class LicencePolicy:
     """The licence allowlist held in configuration.

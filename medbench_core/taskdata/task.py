@@ -262,10 +262,6 @@ def resolve_inside(root: Path, ref: str, what: str = "") -> Path:
     return full
 
 
-def empty_frame(schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    return pl.DataFrame(schema=schema)
-
-
 def conform(df: pl.DataFrame, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:
     """Give ``df`` exactly ``schema``'s columns in order, adding missing optional ones as nulls.
 
