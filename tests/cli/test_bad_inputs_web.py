@@ -171,7 +171,8 @@ def marked_everywhere(w: World, out: str) -> None:
     assert f"task_metrics: NotADirectoryError: [Errno 20] Not a directory: '{w.state}/mlartifacts/medbench-test/" in why and f"- bm25 x scifact: {why}" in out
     runs = w.mlflow_runs()
     tags = [dict(r[-1]) for r in runs]
-    board = [(r, t) for r, t in zip(runs, tags, strict=True) if t.get("medbench.kind") == "leaderboard" and r[3] == "active"]
+    # rows come in run-id order (random): the latest leaderboard run is the one that ended last
+    board = sorted(((r, t) for r, t in zip(runs, tags, strict=True) if t.get("medbench.kind") == "leaderboard" and r[3] == "active"), key=lambda rt: rt[0][2] or 0)
     assert board[-1][1]["medbench.stale"] == f"bm25/scifact: {why}"
     # The partition's FINISHED run from before is still there and active; the last failed attempt's run is FAILED.
     partition = [r[1] for r, t in zip(runs, tags, strict=True) if t.get("medbench.model") == "bm25" and t.get("medbench.task") == "scifact" and r[3] == "active"]
