@@ -133,7 +133,7 @@ def reproduce_entry(data_dir: Path, entry: dict[str, Any], tag: str, mlflow_metr
     import polars as pl
 
     from medbench_core.taskdata.task import load_task
-    from medbench_core.retrieval.stages import flat_metrics, score
+    from medbench_core.evaluation.scoring import flat_metrics, score
 
     label = f"{entry['model']} x {entry['task']}"
     task_dir = Layout(data_dir).task_dir(entry["task"])

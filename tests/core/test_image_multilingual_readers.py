@@ -16,7 +16,7 @@ from PIL import Image
 from medbench_core.taskdata.catalog import build_task, load_catalog
 from medbench_core.taskdata.contracts import validate_task
 from medbench_core.errors import DataError
-from medbench_core.retrieval.stages import score
+from medbench_core.evaluation.scoring import score
 from medbench_core.taskdata.readers import ReadContext
 from medbench_core.taskdata.readers.m3retrieve import M3RetrieveOptions, read_m3retrieve
 from medbench_core.taskdata.readers.multilingual import MultilingualOptions, read_multilingual

@@ -21,7 +21,7 @@ import pytest
 from PIL import Image
 
 from medbench_core.taskdata.task import TaskMeta, make_task
-from medbench_core.retrieval.stages import score
+from medbench_core.evaluation.scoring import score
 from medbench_core.retrieval.ranking import write_trec
 from medbench_core.evaluation.exports import export, mteb_result
 from medbench_core.evaluation.plots import diff_plot_png, diff_plot_size, heatmap_png, heatmap_size
