@@ -28,6 +28,7 @@ from medbench_core.retrieval.ranking import write_trec_file
 from medbench_core.retrieval.records import candidate_pools
 from medbench_core.taskdata.task import Task
 
+
 @functools.cache
 def stage_code_versions() -> dict[str, str]:
     """The declared output version of each of the four stages (provenance.STAGE_VERSIONS)."""
