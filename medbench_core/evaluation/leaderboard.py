@@ -35,8 +35,6 @@ def to_markdown(df: pl.DataFrame, research_only: set[str], metric: str = "nDCG@1
     head = ["model"] + [f"{t} (research-only)" if t in research_only else t for t in tasks]
     lines = [f"{metric} by model and task", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in df.iter_rows(named=True):
-        cells = [row["model"]] + [
-            "n/a" if (row["model"], t) in not_applicable else "-" if row[t] is None else f"{row[t]:.4f}" for t in tasks
-        ]
+        cells = [row["model"]] + ["n/a" if (row["model"], t) in not_applicable else "-" if row[t] is None else f"{row[t]:.4f}" for t in tasks]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

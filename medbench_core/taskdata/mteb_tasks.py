@@ -19,9 +19,21 @@ from medbench_core.errors import DataError
 
 # ISO 639-1 (medbench's language field) -> ISO 639-3 + script, as MTEB writes languages.
 LANGUAGE_SCRIPTS = {
-    "en": "eng-Latn", "fr": "fra-Latn", "de": "deu-Latn", "es": "spa-Latn", "it": "ita-Latn", "pt": "por-Latn",
-    "nl": "nld-Latn", "ja": "jpn-Jpan", "zh": "zho-Hans", "ko": "kor-Hang", "ru": "rus-Cyrl", "ar": "ara-Arab",
-    "el": "ell-Grek", "vi": "vie-Latn", "uk": "ukr-Cyrl",
+    "en": "eng-Latn",
+    "fr": "fra-Latn",
+    "de": "deu-Latn",
+    "es": "spa-Latn",
+    "it": "ita-Latn",
+    "pt": "por-Latn",
+    "nl": "nld-Latn",
+    "ja": "jpn-Jpan",
+    "zh": "zho-Hans",
+    "ko": "kor-Hang",
+    "ru": "rus-Cyrl",
+    "ar": "ara-Arab",
+    "el": "ell-Grek",
+    "vi": "vie-Latn",
+    "uk": "ukr-Cyrl",
 }
 
 
@@ -185,7 +197,9 @@ def expand_entries(entries: list, where: object) -> list:
         if "task" in raw and "benchmark" in raw:
             raise DataError(f"{at}: give 'task' or 'benchmark', not both")
         if {"path", "dataset", "revision"} & set(raw):
-            raise DataError(f"{at}: an MTEB task brings its own dataset and revision (mteb's metadata); drop {sorted({'path', 'dataset', 'revision'} & set(raw))}")
+            raise DataError(
+                f"{at}: an MTEB task brings its own dataset and revision (mteb's metadata); drop {sorted({'path', 'dataset', 'revision'} & set(raw))}"
+            )
         if "task" in raw:
             names = raw["task"] if isinstance(raw["task"], list) else [raw["task"]]
             if len(names) > 1 and "name" in raw:

@@ -80,7 +80,9 @@ class UniIRSettings(KindSettings):
         if self.instructions is not None and not all(
             isinstance(v, str) or isinstance(v, list) and v and all(isinstance(p, str) and p.strip() for p in v) for v in self.instructions.values()
         ):
-            raise DataError(f"{where}: instructions must map a task name, task type or 'default' to an instruction text or a list of them (one drawn per query)")
+            raise DataError(
+                f"{where}: instructions must map a task name, task type or 'default' to an instruction text or a list of them (one drawn per query)"
+            )
         template = self.query_template or UNIIR_TEMPLATE
         if "{query}" not in template or "{instruction}" not in template:
             raise DataError(f"{where}: query_template {template!r} needs both {{instruction}} and {{query}}")
@@ -226,7 +228,13 @@ def load_checkpoint_state(path: str | Path, model_name: str) -> dict[str, Any]:
         except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, TypeError, ValueError) as exc:
             text = str(exc)
             named = re.search(r"GLOBAL ([\w.]+)", text)
-            why = f"its pickle names {named.group(1)}, which is neither a tensor nor a UniIR config class" if named else text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+            why = (
+                f"its pickle names {named.group(1)}, which is neither a tensor nor a UniIR config class"
+                if named
+                else text.strip().splitlines()[0]
+                if text.strip()
+                else type(exc).__name__
+            )
             raise DataError(
                 f"model {model_name}: refused {path}: it does not load with torch.load(weights_only=True) ({why}). "
                 "It may hold code; convert trusted weights to .safetensors (docs/models_and_kinds.md, uniir-clip-sf)"
@@ -298,7 +306,9 @@ def checkpoint_file(spec: ModelSpec, *, online: bool = False, cache_dir: str | P
     return path
 
 
-def load_uniir_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None) -> Any:
+def load_uniir_encoder(
+    spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None
+) -> Any:
     """The CLIP-SF encoder of ``spec``: the architecture built by open_clip, the checkpoint loaded strictly, in eval mode on ``device``."""
     import open_clip
 

@@ -397,7 +397,9 @@ def read_retrieval_files(
             pair = (qid, did)
             if pair in grades:
                 if o.duplicate_judgments == "error":
-                    raise DataError(f"{where}: judgment for ({qid}, {did}) appears again (first at {first_at[pair]}); set duplicate_judgments: max to keep the higher grade")
+                    raise DataError(
+                        f"{where}: judgment for ({qid}, {did}) appears again (first at {first_at[pair]}); set duplicate_judgments: max to keep the higher grade"
+                    )
                 grades[pair] = max(grades[pair], grade)
             else:
                 grades[pair] = grade
