@@ -22,9 +22,10 @@ import dagster as dg
 
 from assets.stage import CODE_VERSION
 from medbench_core.evaluation.run_record import canary_params, canary_tags, flat_fingerprint
+from medbench_core.evaluation.scoring import flat_metrics, score
 from medbench_core.layout import STAGES
 from medbench_core.provenance import environment_fingerprint
-from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, flat_metrics, retrieve, score
+from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 from medbench_core.storage import write_json_atomic
 from runtime.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource
 

@@ -8,7 +8,7 @@ import polars as pl
 
 from assets.stage import CODE_VERSION, CODE_VERSIONS, Stage, StageRun
 from medbench_core.evaluation.run_record import derived_params, evaluation_params, evaluation_tags
-from medbench_core.retrieval.stages import flat_metrics, score
+from medbench_core.evaluation.scoring import flat_metrics, score
 from medbench_core.storage import verify_manifest
 from runtime.resources import dagster_run_alive
 

@@ -7,7 +7,7 @@ retrieved documents, half of them judged; scores are rounded to 3 decimals so th
 everywhere (their order, doc id descending, decides ranks). Every evaluator gets the input in its
 own native form, built before the clock starts; the five metrics are the same, cut-offs included:
 
-- **medbench**: ``evaluate_frame`` on polars frames (what ``stages.score`` calls on a task's qrels
+- **medbench**: ``evaluate_frame`` on polars frames (what ``scoring.score`` calls on a task's qrels
   and a run.parquet): ndcg@10, recall@10, recall@100, mrr@10, map@100;
 - **pytrec_eval**: ``RelevanceEvaluator(qrels, {ndcg_cut_10, recall_10, recall_100, map_cut_100})``
   and ``evaluate(run)`` (its constructor parses the qrels: counted), plus mrr@10, which trec_eval

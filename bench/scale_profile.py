@@ -89,13 +89,15 @@ def main() -> None:
         import polars  # noqa: F401
         import scipy.stats  # noqa: F401
 
+        from medbench_core.evaluation import scoring  # noqa: F401
         from medbench_core.retrieval import stages  # noqa: F401
 
     ph("imports (polars, bm25s, GX, scipy)", imports)
+    from medbench_core.evaluation.scoring import score
     from medbench_core.retrieval import bm25
     from medbench_core.retrieval.model_registry import ModelSpec
     from medbench_core.retrieval.ranking import write_trec
-    from medbench_core.retrieval.stages import applicability, score
+    from medbench_core.retrieval.stages import applicability
     from medbench_core.taskdata.readers.beir import BeirOptions, read_beir
     from medbench_core.taskdata.task import load_task, save_task
 

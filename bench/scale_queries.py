@@ -14,7 +14,7 @@ figures are the per-round ratios medbench / bare, median and range:
 
 - run files: ``run.parquet`` and ``run.trec`` (``ranking.write_trec_file``, what ``retrieve`` writes);
   bare: polars' Parquet;
-- metrics: ``stages.score`` (five metrics, their 95% bootstrap CIs, breakdowns, per_query.parquet)
+- metrics: ``scoring.score`` (five metrics, their 95% bootstrap CIs, breakdowns, per_query.parquet)
   for each run; bare: pytrec_eval-terrier (dicts from the frames; MRR@10 from a second evaluator
   on the run cut at 10) and scipy's bootstrap (10,000 resamples, seed 0, batches of 100: scipy's
   default, all at once, needs 26 GB at this size);
@@ -140,9 +140,9 @@ def main() -> None:
     print(paired.header(f"stages that grow with the queries ({args.queries:,})"), flush=True)
     ph = Phases(args.pairs)
 
+    from medbench_core.evaluation.scoring import flat_metrics, score
     from medbench_core.evaluation.stats import compare
     from medbench_core.retrieval.ranking import write_trec_file
-    from medbench_core.retrieval.stages import flat_metrics, score
     from medbench_core.taskdata.task import TaskMeta, make_task
 
     queries, qrels, runs = synthetic(args.queries)

@@ -33,8 +33,9 @@ def main() -> None:
     from medbench_core.evaluation.judging.layers import score_filled
     from medbench_core.evaluation.judging.spec import JudgementSpec
     from medbench_core.evaluation.judging.stage import build_judgements, load_judge
+    from medbench_core.evaluation.scoring import score
     from medbench_core.retrieval.model_registry import load_registry
-    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve, score
+    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
     from medbench_core.taskdata.catalog import build_task, load_catalog
     from medbench_core.taskdata.task import make_task
 

@@ -150,7 +150,7 @@ def compare_vectors(want: dict[str, Any], path: Path, rule: str, published: Path
 
 
 def compare_metrics(path: Path, want_metrics: dict[str, float] | None) -> dict[str, Any]:
-    from medbench_core.retrieval.stages import flat_metrics
+    from medbench_core.evaluation.scoring import flat_metrics
 
     if want_metrics is None:
         return {"verdict": "differs", "detail": "other bytes, and the version records no metrics for this key"}
@@ -431,8 +431,8 @@ def _judge_metrics(res: ArtifactResult, a: dict, folder: Path, part: _Partition,
                 settled = mj["verdict"] if mj is not None else "differs"
                 pqf.update(verdict=settled, detail="judged by metrics.json (exactly)", rule="per_query: judged by metrics.json")
         return
+    from medbench_core.evaluation.scoring import flat_metrics
     from medbench_core.layout import Layout
-    from medbench_core.retrieval.stages import flat_metrics
     from medbench_core.taskdata.task import load_task
 
     tau = part.tolerance.tau

@@ -131,7 +131,7 @@ def reproduce_entry(data_dir: Path, entry: dict[str, Any], tag: str, mlflow_metr
     """Re-search and re-score one model x task of a version; returns (summary line, differences)."""
     import polars as pl
 
-    from medbench_core.retrieval.stages import flat_metrics, score
+    from medbench_core.evaluation.scoring import flat_metrics, score
     from medbench_core.taskdata.task import load_task
 
     label = f"{entry['model']} x {entry['task']}"

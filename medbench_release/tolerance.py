@@ -374,7 +374,7 @@ def metric_bounds(task: Any, run: pl.DataFrame, tau: float, k: int, work: Path) 
     the bootstrap draws the same resamples for both (seed 0), so every mean, CI bound and breakdown
     of any allowed reordering lies between the two.
     """
-    from medbench_core.retrieval.stages import flat_metrics, score
+    from medbench_core.evaluation.scoring import flat_metrics, score
 
     best, worst = tie_orderings(run, task.qrels, task.corpus.get_column("doc_id").cast(pl.Utf8).to_list(), tau, k)
     flat, per_query = {}, {}

@@ -11,7 +11,8 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.evaluation.plots import file_name
-from medbench_core.evaluation.reports import LANGUAGE_SCRIPTS, Cell
+from medbench_core.evaluation.reports import Cell
+from medbench_core.taskdata.mteb_tasks import LANGUAGE_SCRIPTS
 
 NO_REVISION = "no_revision_available"  # mteb's folder for a model without a revision (ResultCache)
 

@@ -34,16 +34,10 @@ import numpy as np
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.metric_names import DEFAULT_METRICS, HOLE_METRICS, TREC_METRICS  # noqa: F401  (re-exported; the names sit below taskdata)
 
 Run = Mapping[str, Mapping[str, float]]
 Qrels = Mapping[str, Mapping[str, int]]
-
-# trec_eval's measures (checked against pytrec_eval-terrier) and what a cell rests on when ranked
-# documents are unjudged (issue 33; checked against ir_measures): judged share and holes of the top 10,
-# bpref, the condensed list and the bounds on nDCG@10 over every completion of the judgments.
-TREC_METRICS = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_100")
-HOLE_METRICS = ("judged_at_10", "holes_at_10", "bpref_at_100", "ndcg_condensed_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10")
-DEFAULT_METRICS = (*TREC_METRICS, *HOLE_METRICS)
 
 
 # metric family -> "module:function" under medbench_core.evaluation computing it per query (see

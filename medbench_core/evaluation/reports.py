@@ -24,24 +24,6 @@ from medbench_core.evaluation.multilingual import multilingual_json
 from medbench_core.evaluation.plots import METRIC_LABELS, diff_plot_png, file_name, heatmap_png
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, compare, format_cell
 
-# ISO 639-1 (medbench's language field) -> ISO 639-3 + script, as MTEB writes languages.
-LANGUAGE_SCRIPTS = {
-    "en": "eng-Latn",
-    "fr": "fra-Latn",
-    "de": "deu-Latn",
-    "es": "spa-Latn",
-    "it": "ita-Latn",
-    "pt": "por-Latn",
-    "nl": "nld-Latn",
-    "ja": "jpn-Jpan",
-    "zh": "zho-Hans",
-    "ko": "kor-Hang",
-    "ru": "rus-Cyrl",
-    "ar": "ara-Arab",
-    "el": "ell-Grek",
-    "vi": "vie-Latn",
-    "uk": "ukr-Cyrl",
-}
 STALE_KEY = "stale"  # leaderboard.json: {"model/task": why its value is not current}
 # How the reason of a value whose partition's last evaluation failed (or has not ended) begins.
 UNCONFIRMED = "the last evaluation of"

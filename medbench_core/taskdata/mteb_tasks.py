@@ -17,6 +17,25 @@ from dataclasses import dataclass
 
 from medbench_core.errors import DataError
 
+# ISO 639-1 (medbench's language field) -> ISO 639-3 + script, as MTEB writes languages.
+LANGUAGE_SCRIPTS = {
+    "en": "eng-Latn",
+    "fr": "fra-Latn",
+    "de": "deu-Latn",
+    "es": "spa-Latn",
+    "it": "ita-Latn",
+    "pt": "por-Latn",
+    "nl": "nld-Latn",
+    "ja": "jpn-Jpan",
+    "zh": "zho-Hans",
+    "ko": "kor-Hang",
+    "ru": "rus-Cyrl",
+    "ar": "ara-Arab",
+    "el": "ell-Grek",
+    "vi": "vie-Latn",
+    "uk": "ukr-Cyrl",
+}
+
 
 @dataclass(frozen=True)
 class MtebMatch:
@@ -107,15 +126,13 @@ def default_name(md) -> str:
 
 def _language(langscript: str) -> str:
     """``eng-Latn`` -> ``en`` (medbench's ISO 639-1 codes, as the exports map them back); else the ISO 639-3 code."""
-    from medbench_core.evaluation.reports import LANGUAGE_SCRIPTS
-
     back = {v: k for k, v in LANGUAGE_SCRIPTS.items()}
     return back.get(langscript, langscript.split("-")[0])
 
 
 def entries_for_task(name: str, raw: dict, where: str, prefix: str | None = None) -> list[dict]:
     """The catalogue entries of one MTEB task: one per hf_subset it evaluates (or per ``subsets`` given)."""
-    from medbench_core.evaluation.metrics import DEFAULT_METRICS
+    from medbench_core.metric_names import DEFAULT_METRICS
     from medbench_core.taskdata.licences import UNKNOWN, normalise_licence
 
     md = task_metadata(name)

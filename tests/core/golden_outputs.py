@@ -558,6 +558,7 @@ def _analysis(spec: Any) -> dict[str, Any]:
 def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[str], only: set[str] | None) -> dict[str, dict[str, Any]]:
     import polars as pl
 
+    from medbench_core.evaluation.scoring import score
     from medbench_core.layout import STAGES
     from medbench_core.retrieval.derived import (
         applicability,
@@ -570,7 +571,7 @@ def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[
     from medbench_core.retrieval.expansion.contract import GATE_FILE, record_expansion_gate, validate_expansion
     from medbench_core.retrieval.expansion.frame import store_expansion
     from medbench_core.retrieval.expansion.stage import build_expansion
-    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve, score
+    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
     from medbench_core.storage import write_manifest
 
     tasks, out = _tasks(root, fx, contracts=only is None or "contracts" in only)

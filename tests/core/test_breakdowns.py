@@ -106,7 +106,7 @@ def test_inverted_ranking_per_tier_by_hand(inverted_mcqa_eval):
 
 
 def test_pipeline_score_logs_tier_breakdowns_as_separate_metrics(inverted_mcqa_eval, tmp_path):
-    from medbench_core.retrieval.stages import flat_metrics, score
+    from medbench_core.evaluation.scoring import flat_metrics, score
 
     task, ev = inverted_mcqa_eval
     run = pl.DataFrame(

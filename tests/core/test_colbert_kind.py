@@ -69,7 +69,8 @@ def spec_of(folder: Path, **extra):
 
 
 def run_stages(spec, task, tmp: Path) -> tuple[pl.DataFrame, dict[str, Path]]:
-    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve, score
+    from medbench_core.evaluation.scoring import score
+    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 
     d = {s: tmp / s for s in ("emb", "idx", "run", "met")}
     for folder in d.values():

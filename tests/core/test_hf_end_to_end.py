@@ -8,8 +8,9 @@ import pytrec_eval
 from hf_layouts import DOCS, QRELS, QUERIES, write_mteb_parquet, write_r2med_repo
 
 from medbench_core.evaluation.metrics import run_to_dict
+from medbench_core.evaluation.scoring import score
 from medbench_core.retrieval.model_registry import model_spec
-from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve, score
+from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 from medbench_core.taskdata.catalog import build_task, load_catalog
 
 BM25 = model_spec(

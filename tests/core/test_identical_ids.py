@@ -43,7 +43,7 @@ def test_defaults_per_reader_are_the_seed_evaluators():
 
 
 def test_the_option_the_contract_count_and_the_scores(tmp_path):
-    from medbench_core.retrieval.stages import score
+    from medbench_core.evaluation.scoring import score
 
     beir_folder(tmp_path / "src")
     dropping = build_task(catalog(tmp_path), tmp_path, tmp_path / "w1")

@@ -14,7 +14,7 @@ from hf_layouts import write_jsonl
 from PIL import Image
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.stages import score
+from medbench_core.evaluation.scoring import score
 from medbench_core.taskdata.catalog import build_task, load_catalog
 from medbench_core.taskdata.contracts import validate_task
 from medbench_core.taskdata.readers import ReadContext

@@ -11,6 +11,10 @@ function):
     orchestration      medbench_core, runtime, assets
     medbench_release   medbench_core (no Dagster)
     medbench_cli       any of the above
+
+and inside medbench_core one direction, floor by floor (``CORE_FLOORS``, lowest first): a module
+imports its own sub-package or top-level module and those of lower floors, never one of its own
+floor or a higher one (taskdata <- retrieval <- evaluation; docs/architecture.md, "Inside medbench_core").
 """
 
 import ast
@@ -82,16 +86,22 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def imports(path: Path, known: dict[str, Path]) -> set[str]:
-    """Every module ``path`` imports: ours resolved to the module (``from pkg import mod`` -> ``pkg.mod``), others by name."""
-    found = set()
+def located_imports(path: Path, known: dict[str, Path]) -> list[tuple[int, str]]:
+    """(line, module) of every import in ``path``, at module level or inside a function: ours resolved
+    to the module (``from pkg import mod`` -> ``pkg.mod``), others by name."""
+    found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found.extend((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             subs = [f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in known]
-            found.update(subs or [node.module])
+            found.extend((node.lineno, name) for name in subs or [node.module])
     return found
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """Every module ``path`` imports (:func:`located_imports` without the lines)."""
+    return {name for _, name in located_imports(path, known)}
 
 
 def graph() -> dict[str, set[str]]:
@@ -196,3 +206,98 @@ def test_test_file_names_are_unique_across_folders():
     """The test folders are not packages: two test files with one basename stop the whole collection."""
     names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+# --- inside medbench_core -----------------------------------------------------------------
+# One direction inside the library (docs/architecture.md, "Inside medbench_core"), lowest floor
+# first. A unit is a sub-package of medbench_core or a module at its top level ("__init__" is the
+# package's face, run before any of its modules). A module may import its own unit and the units
+# of lower floors; never a unit of its own floor or of a higher one. A new top-level module or
+# sub-package needs a place here (test_every_unit_of_the_core_has_a_floor).
+CORE_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("errors", "memory", "metric_names", "progress", "provenance"),  # import none of ours
+    ("__init__", "storage", "yaml_file"),  # the errors
+    ("hub",),  # hub snapshots, written through storage
+    ("taskdata",),  # the task model, readers, catalogue, contracts, licences, MTEB's metadata
+    ("layout",),  # the folder layout, STAGES and the gate rule (over taskdata's contracts)
+    ("retrieval",),  # models and kinds, indices, expansions: the stages up to the run
+    ("evaluation", "status"),  # scoring, reports, exports, judging, run records; "is it done?"
+)
+
+
+def core_unit(module: str) -> str:
+    """``medbench_core.retrieval.kinds.base`` -> ``retrieval``; ``medbench_core.storage`` -> ``storage``; the package -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def core_floors() -> dict[str, int]:
+    return {unit: floor for floor, units in enumerate(CORE_FLOORS) for unit in units}
+
+
+def shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def core_violations(files: dict[str, Path], known: dict[str, Path]) -> list[str]:
+    """``file:line: module (unit, floor) imports dep (unit, floor)`` for every import of ``files``
+    (dotted name -> file of medbench_core) that goes sideways or up the floors."""
+    floor, bad = core_floors(), []
+    for module, path in files.items():
+        here = core_unit(module)
+        for line, dep in sorted(located_imports(path, known)):
+            there = core_unit(dep)
+            if package(dep) == "medbench_core" and there != here and floor[there] >= floor[here]:
+                bad.append(f"{shown(path)}:{line}: {module} ({here}, floor {floor[here]}) imports {dep} ({there}, floor {floor[there]})")
+    return bad
+
+
+def core_modules() -> dict[str, Path]:
+    return {name: path for name, path in modules().items() if package(name) == "medbench_core"}
+
+
+def test_every_unit_of_the_core_has_a_floor():
+    units = {core_unit(name) for name in core_modules()}
+    assert sorted(units - set(core_floors())) == []  # a new module or sub-package: give it its floor in CORE_FLOORS
+    assert sorted(set(core_floors()) - units) == []  # a unit that is gone: take it out
+    assert sum(len(units) for units in CORE_FLOORS) == len(core_floors())  # each on one floor
+
+
+def test_inside_medbench_core_imports_point_one_way():
+    assert core_violations(core_modules(), modules()) == []
+
+
+def test_medbench_core_imports_absolutely():
+    """The floors are read from absolute import paths; a relative import would slip past them."""
+    relative = [
+        f"{shown(path)}:{node.lineno}"
+        for path in core_modules().values()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level
+    ]
+    assert relative == []
+
+
+def test_the_core_check_would_notice_an_import_going_back_up(tmp_path):
+    # retrieval's stages importing evaluation (at module level, and inside a function), taskdata importing
+    # retrieval, and a top-level module of the lowest floor importing one beside it: each named with its line.
+    (tmp_path / "stages.py").write_text(
+        "from medbench_core.errors import DataError\n"
+        "from medbench_core.evaluation.metrics import evaluate_frame\n"
+        "from medbench_core.retrieval.ranking import write_trec_file\n"
+        "def f():\n"
+        "    from medbench_core.evaluation import scoring\n"
+    )
+    (tmp_path / "mteb_tasks.py").write_text("import medbench_core.retrieval.stages\nfrom medbench_core.metric_names import DEFAULT_METRICS\n")
+    (tmp_path / "provenance.py").write_text("from medbench_core import errors\n")
+    files = {
+        "medbench_core.retrieval.stages": tmp_path / "stages.py",
+        "medbench_core.taskdata.mteb_tasks": tmp_path / "mteb_tasks.py",
+        "medbench_core.provenance": tmp_path / "provenance.py",
+    }
+    assert core_violations(files, modules()) == [
+        f"{tmp_path}/stages.py:2: medbench_core.retrieval.stages (retrieval, floor 5) imports medbench_core.evaluation.metrics (evaluation, floor 6)",
+        f"{tmp_path}/stages.py:5: medbench_core.retrieval.stages (retrieval, floor 5) imports medbench_core.evaluation.scoring (evaluation, floor 6)",
+        f"{tmp_path}/mteb_tasks.py:1: medbench_core.taskdata.mteb_tasks (taskdata, floor 3) imports medbench_core.retrieval.stages (retrieval, floor 5)",
+        f"{tmp_path}/provenance.py:1: medbench_core.provenance (provenance, floor 0) imports medbench_core.errors (errors, floor 0)",
+    ]

@@ -117,8 +117,9 @@ def test_a_snapshot_link_leading_outside_its_blobs_is_refused(local, tmp_path):
 
 
 def test_bm25_on_the_captions_equals_bm25s_and_pytrec_eval(local, tmp_path):
+    from medbench_core.evaluation.scoring import score
     from medbench_core.retrieval.model_registry import load_registry
-    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve, score
+    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 
     data, catalog = local
     task = build_task(catalog.task("m3r_cardiology"), data, tmp_path / "work")

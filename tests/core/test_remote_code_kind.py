@@ -100,7 +100,8 @@ def unit(a) -> np.ndarray:
 
 
 def run_stages(spec, task, tmp: Path) -> pl.DataFrame:
-    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve, score
+    from medbench_core.evaluation.scoring import score
+    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 
     d = {s: tmp / s for s in ("emb", "idx", "run", "met")}
     for folder in d.values():

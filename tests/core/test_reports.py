@@ -32,9 +32,9 @@ from medbench_core.evaluation.reports import (
     significance,
     wide,
 )
+from medbench_core.evaluation.scoring import score
 from medbench_core.evaluation.stats import compare, format_cell
 from medbench_core.retrieval.ranking import write_trec
-from medbench_core.retrieval.stages import score
 from medbench_core.taskdata.task import TaskMeta, make_task
 
 R2 = 1 / math.log2(3)

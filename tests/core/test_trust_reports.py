@@ -13,8 +13,8 @@ import polars as pl
 from PIL import Image
 
 from medbench_core.evaluation.reports import Significance, load_cell, write_leaderboard
+from medbench_core.evaluation.scoring import score
 from medbench_core.evaluation.trust import MARK, TrustSettings, cell_suffix, trust_table
-from medbench_core.retrieval.stages import score
 from medbench_core.taskdata.task import TaskMeta, make_task
 
 QS = ["a", "b", "c", "d"]

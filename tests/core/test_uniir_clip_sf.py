@@ -128,7 +128,8 @@ def direct_vectors(source, task, side: str, formatter=lambda t: t) -> np.ndarray
 
 
 def run_stages(spec, task, tmp: Path) -> pl.DataFrame:
-    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve, score
+    from medbench_core.evaluation.scoring import score
+    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 
     d = {s: tmp / s for s in ("emb", "idx", "run", "met")}
     for folder in d.values():

@@ -358,7 +358,8 @@ def mlflow_runs(world: World) -> dict[tuple[str, str], list]:
 
 def reference_result(world: World, model: str, task: str, out: Path) -> tuple[str, dict]:
     """run.trec and mean metrics of model x task computed straight through medbench_core, never interrupted."""
-    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve, score
+    from medbench_core.evaluation.scoring import score
+    from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 
     res = world.resources()
     spec, t = res["registry"].model(model), res["store"].load_task(task)

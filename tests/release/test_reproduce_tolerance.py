@@ -75,7 +75,7 @@ def _entry(world: VersionWorld, model: str, task: str) -> dict:
 
 def _search_and_score_again(world: VersionWorld, data: Path, task: str) -> None:
     """tiny-clip-random x task searched with its stored (moved) query vectors and scored, as the main job's run and metrics steps would."""
-    from medbench_core.retrieval.stages import score
+    from medbench_core.evaluation.scoring import score
     from medbench_core.taskdata.task import load_task
     from medbench_release.reproduce import _research
 
@@ -187,8 +187,8 @@ def test_one_flipped_ranking_beyond_the_score_tolerance_differs_and_is_named(wor
     swap = {a["doc_id"]: b["doc_id"], b["doc_id"]: a["doc_id"]}
     flipped = run.with_columns(pl.when(pl.col("query_id") == q).then(pl.col("doc_id").replace(swap)).otherwise(pl.col("doc_id")).alias("doc_id"))
     flipped.write_parquet(run_dir / "run.parquet", statistics=False)
+    from medbench_core.evaluation.scoring import score
     from medbench_core.retrieval.ranking import write_trec_file
-    from medbench_core.retrieval.stages import score
     from medbench_core.taskdata.task import load_task
 
     write_trec_file(flipped, run_dir / "run.trec", f"medbench-{CLIP}")

@@ -406,7 +406,7 @@ class RetrieverKind(Kind):
         k and the query prompt the task resolves to (``query_prompt``; all query-only settings
         when not given); metrics: the metric list.
         """
-        from medbench_core.evaluation.metrics import DEFAULT_METRICS
+        from medbench_core.metric_names import DEFAULT_METRICS
         from medbench_core.provenance import artifact_key, stage_version
 
         model = {key: v for key, v in spec.identity().items() if key != "index"}
@@ -500,7 +500,7 @@ def derived_stage_keys(
     upstream run key (by name), k, the derived run's declared version and the kind's version; the
     metrics key adds the metric list.
     """
-    from medbench_core.evaluation.metrics import DEFAULT_METRICS
+    from medbench_core.metric_names import DEFAULT_METRICS
     from medbench_core.provenance import artifact_key, stage_version
 
     missing = [u for u in spec.upstream if u not in upstream_run_keys]

@@ -144,7 +144,7 @@ class ExpandedKind(DerivedKind):
         """``expansion`` (the expansion's key, with a LameR upstream's run key), the retriever's
         ``embeddings`` and ``index`` keys (its stored corpus is reused), and its own ``run`` (over
         the index key, the expansion key, the resolved combination, k, the versions) and ``metrics``."""
-        from medbench_core.evaluation.metrics import DEFAULT_METRICS
+        from medbench_core.metric_names import DEFAULT_METRICS
         from medbench_core.provenance import artifact_key, stage_version
         from medbench_core.retrieval.expansion.stage import expansion_stage_key
 

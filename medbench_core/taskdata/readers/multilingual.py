@@ -4,7 +4,7 @@ An MTEB-format folder whose query records carry ``language`` (or ``lang``), e.g.
 documents carry theirs or take ``language`` (default ``en``: English evidence, as in
 MMed-Bench-IR's cross-lingual QA retrieval). The language of each query drives the per-language
 metric breakdown and the cross-lingual gap (``gap.language.<lang>.ndcg_at_10``: the best language's
-nDCG@10 minus that language's) that :func:`medbench_core.retrieval.stages.score` reports. A query without a language is an
+nDCG@10 minus that language's) that :func:`medbench_core.evaluation.scoring.score` reports. A query without a language is an
 error naming its file and line.
 """
 
