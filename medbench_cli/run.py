@@ -124,12 +124,12 @@ def record_complete_run(defs, board_result, given, models: list[str], tasks: lis
     from medbench_cli import uptodate
     from orchestration import run_steps
 
-    def confirm_logged(cells: dict, mlflow_run: str) -> str:
+    def confirm_logged(cells: dict, mlflow_run: str) -> str | None:
         try:
             uptodate.confirm_logged(experiment, uptodate.requested_cells(cells, models, tasks), mlflow_run)
         except uptodate.Undecided as exc:
             return str(exc)
-        return ""
+        return None
 
     run_steps.record_complete_run(defs, board_result, given, models, tasks, confirm_logged)
 

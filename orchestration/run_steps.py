@@ -281,14 +281,14 @@ def all_cached(result) -> bool:
     return True
 
 
-def record_complete_run(defs, board_result, given, models: list[str], tasks: list[str], confirm_logged: Callable[[dict, str], str]) -> None:
+def record_complete_run(defs, board_result, given, models: list[str], tasks: list[str], confirm_logged: Callable[[dict, str], str | None]) -> None:
     """Write the ledger of this run (:mod:`runtime.ledger`) when it was complete (``given``: its inputs).
 
     An incomplete run leaves the last complete run's ledger as it was (a refusal changes no file): the
     up-to-date check compares it with the inputs, the Dagster materialisations since and the saved
     leaderboard, so anything this run changed already makes it disagree.
 
-    MLflow is asked first, as the warm path asks it (``confirm_logged(cells, leaderboard run id)``: '' when it has them,
+    MLflow is asked first, as the warm path asks it (``confirm_logged(cells, leaderboard run id)``: None when it has them,
     else why not), for this run's FINISHED runs; when it has them
     all, the record holds the store's fingerprint, so that the warm path can skip importing MLflow
     while the store is unwritten (the artifacts were verified as the stages wrote them)."""
@@ -310,7 +310,7 @@ def record_complete_run(defs, board_result, given, models: list[str], tasks: lis
         why = confirm_logged(cells, mlflow_run)
     except (OSError, ValueError, KeyError) as exc:  # a leaderboard that does not read: as the warm path
         why = str(exc)
-    if why:
+    if why is not None:
         print(f"[plan] the next run will ask MLflow itself: {why}", flush=True)
         fingerprint = {}
     if fingerprint != store_fingerprint(settings.default_tracking_uri()):
