@@ -25,19 +25,19 @@ import dagster as dg
 
 from assets.stage import ASSET_OF_STAGE
 from medbench_core.errors import DataError, MedbenchError
-from medbench_core.retrieval.expansion.spec import load_expansions
-from medbench_core.retrieval.model_registry import ModelSpec
-from medbench_core.provenance import artifact_key, stage_version
 from medbench_core.evaluation.exports import mteb_models, mteb_task_names
-from medbench_core.evaluation.published import load_sources
+from medbench_core.evaluation.judging.layers import attach_filled
+from medbench_core.evaluation.judging.spec import load_judgements
 from medbench_core.evaluation.multilingual import multilingual_mlflow_metrics, query_groups
+from medbench_core.evaluation.published import load_sources
 from medbench_core.evaluation.reports import STALE_KEY, Cell, Significance, write_leaderboard
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.evaluation.stale import lost_to_corrupt_artifacts, saved_cells, task_cells, task_stale, unconfirmed_reason, with_stale
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
-from medbench_core.evaluation.judging.layers import attach_filled
-from medbench_core.evaluation.judging.spec import load_judgements
 from medbench_core.evaluation.trust import JUDGED_THRESHOLD, TrustSettings
+from medbench_core.provenance import artifact_key, stage_version
+from medbench_core.retrieval.expansion.spec import load_expansions
+from medbench_core.retrieval.model_registry import ModelSpec
 from medbench_core.taskdata.contracts import read_gate
 from runtime.partitions import Partitions, partition_key
 from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryResource
@@ -64,7 +64,9 @@ class LeaderboardConfig(dg.Config):
     judged_threshold: float = JUDGED_THRESHOLD  # cells whose mean Judged@10 is below it are marked (docs/trust.md)
 
 
-def filled_layers(store: ArtifactStoreResource, registry: RegistryResource, catalog, cells: list[Cell], specs: list[ModelSpec], expansions: list) -> tuple[list[Cell], dict]:
+def filled_layers(
+    store: ArtifactStoreResource, registry: RegistryResource, catalog, cells: list[Cell], specs: list[ModelSpec], expansions: list
+) -> tuple[list[Cell], dict]:
     """The cells with their scores on the filled (human + LLM) layer of each task a ``judgements:`` entry judges,
     as relevance_judgements stored it (:func:`medbench_core.evaluation.judging.layers.attach_filled`), and per task what that layer is."""
     judgement_specs = load_judgements(registry.models_file)
@@ -130,7 +132,9 @@ def leaderboard(
     if config.test not in TESTS:
         raise dg.Failure(f"leaderboard config: test {config.test!r} unknown; use one of {TESTS}")
     specs = registry.models()
-    sig = Significance(registry.baseline(), config.metric, config.test, config.alpha, config.resamples, config.seed)  # refuses an unknown baseline before anything is written
+    sig = Significance(
+        registry.baseline(), config.metric, config.test, config.alpha, config.resamples, config.seed
+    )  # refuses an unknown baseline before anything is written
     if not 0.0 <= config.judged_threshold <= 1.0:
         raise dg.Failure(f"leaderboard config: judged_threshold {config.judged_threshold} is not a share between 0 and 1")
     trust = TrustSettings(config.judged_threshold, config.metric)
@@ -212,7 +216,15 @@ def leaderboard(
 
 
 def log_leaderboard(
-    context, mlflow: MLflowResource, experiment: str, sig: Significance, provenance: dict, copies: dict, written: dict, out: Path, trust: TrustSettings | None = None
+    context,
+    mlflow: MLflowResource,
+    experiment: str,
+    sig: Significance,
+    provenance: dict,
+    copies: dict,
+    written: dict,
+    out: Path,
+    trust: TrustSettings | None = None,
 ) -> tuple[str, bool]:
     """One MLflow run holding the reports and the significance table; the same inputs reuse it."""
     from medbench_core.evaluation.trust import mlflow_metrics as trust_metrics

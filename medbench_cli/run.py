@@ -58,9 +58,9 @@ def add_parser(sub) -> None:
 def _plan(args: argparse.Namespace) -> tuple[list[str], list[str], list, object]:
     """Models (with what they are built from, upstreams first) and tasks to run, validated, with
     the registry's specs and the catalogue."""
-    from medbench_core.taskdata.catalog import load_catalog
     from medbench_core.errors import MedbenchError
     from medbench_core.retrieval.model_registry import load_registry
+    from medbench_core.taskdata.catalog import load_catalog
 
     try:
         specs = load_registry(settings.MODELS_FILE)
@@ -144,7 +144,11 @@ def rebuild_leaderboard(published: Path | None = None):
     defs = build_definitions()
     defs.resources["mlflow"].ensure_store()  # the leaderboard is logged as an MLflow run
     return inprocess.execute(
-        defs.resolve_job_def(LEADERBOARD_JOB), dg.DagsterInstance.get(), what="the leaderboard", run_config=leaderboard_run_config(published), raise_on_error=False
+        defs.resolve_job_def(LEADERBOARD_JOB),
+        dg.DagsterInstance.get(),
+        what="the leaderboard",
+        run_config=leaderboard_run_config(published),
+        raise_on_error=False,
     )
 
 
@@ -287,8 +291,10 @@ def summary(failed: list[str], reasons: dict[str, str], said: dict[str, str], la
         except (OSError, ValueError):
             pass
     kept.append("every other artifact")
-    kept_text = "kept: " + ", ".join(kept) + (
-        f" (the leaderboard marks {len(stale)} cell(s) stale: {', '.join(sorted(stale)[:6])}{', ...' if len(stale) > 6 else ''})" if stale else ""
+    kept_text = (
+        "kept: "
+        + ", ".join(kept)
+        + (f" (the leaderboard marks {len(stale)} cell(s) stale: {', '.join(sorted(stale)[:6])}{', ...' if len(stale) > 6 else ''})" if stale else "")
     )
     rerun_tasks = list(dict.fromkeys(tasks + [t for _, t in pairs]))
     rerun_models = list(dict.fromkeys(m for m, _ in pairs))

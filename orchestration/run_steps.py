@@ -202,8 +202,17 @@ def stage_run_config(force: bool, progress: bool, quiet: dict | None = None) -> 
 
 
 def evaluate(
-    defs, instance, models: list[str], tasks: list[str], force: bool, progress: bool = False, reasons: dict | None = None, *,
-    execute: Execute, failed_run: SayFailure, run_config: dict,
+    defs,
+    instance,
+    models: list[str],
+    tasks: list[str],
+    force: bool,
+    progress: bool = False,
+    reasons: dict | None = None,
+    *,
+    execute: Execute,
+    failed_run: SayFailure,
+    run_config: dict,
 ) -> list[str]:
     """Every model x task partition, in that order (one encoder is kept loaded at a time).
 
@@ -300,10 +309,8 @@ def record_complete_run(defs, board_result, given, models: list[str], tasks: lis
     if given is None:
         return
     layout = defs.resources["store"].layout
-    mlflow_run = str(next(
-        (e.materialization.metadata["mlflow_run_id"].value for e in board_result.get_asset_materialization_events() if "mlflow_run_id" in e.materialization.metadata),
-        "",
-    ))  # fmt: skip
+    events = board_result.get_asset_materialization_events()
+    mlflow_run = str(next((e.materialization.metadata["mlflow_run_id"].value for e in events if "mlflow_run_id" in e.materialization.metadata), ""))
     fingerprint = store_fingerprint(settings.default_tracking_uri())
     try:
         cells = json.loads(layout.leaderboard_file("json").read_text())["cells"]

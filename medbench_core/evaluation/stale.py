@@ -53,8 +53,15 @@ def task_stale(layout: Layout, entry: TaskEntry, data_root: str | Path) -> str:
 
 
 def task_cells(
-    layout: Layout, specs: list[ModelSpec], task: Task, expansions: list, *, split: str = "test", online: bool = False,
-    stale: str = "", previous: dict | None = None,
+    layout: Layout,
+    specs: list[ModelSpec],
+    task: Task,
+    expansions: list,
+    *,
+    split: str = "test",
+    online: bool = False,
+    stale: str = "",
+    previous: dict | None = None,
 ) -> tuple[list[Cell], dict[tuple[str, str], int]]:
     """The cell of every model on ``task`` at its current keys, and the expanded models' copied passages.
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_bad_inputs import LICENCES, World, changed
-from tests.core.reader_fixtures import jsonl, write_beir as write_reader_beir, write_m3retrieve
+from tests.core.reader_fixtures import jsonl, write_m3retrieve
+from tests.core.reader_fixtures import write_beir as write_reader_beir
 from tests.orchestration.operating_env import BM25, LQ_DOCS, LQ_QRELS, LQ_QUERIES, SCI_DOCS, SCI_QRELS, SCI_QUERIES, write_beir, write_models
 
 HOSTILE = ("link_folder", "tab_id", "minus_one", "huge_grade", "deep", "zip_bomb")
@@ -201,10 +202,10 @@ def test_a_hostile_tasks_yaml_is_refused_at_once_by_every_command(world, text, l
 
 def test_a_curation_that_failed_before_its_gate_was_recorded_cites_no_gate_file(tmp_path):
     """Disk full after the new task was swapped in: no GATE.json was written, and the last line does not cite one."""
-    from orchestration.run_steps import kept_after_failed_curation
     from medbench_core.layout import Layout
     from medbench_core.storage import write_manifest
     from medbench_core.taskdata.contracts import ContractResult, record_gate
+    from orchestration.run_steps import kept_after_failed_curation
 
     layout = Layout(tmp_path / "data")
     folder = layout.task_dir("t")

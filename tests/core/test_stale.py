@@ -27,7 +27,12 @@ from medbench_core.storage import write_manifest
 from medbench_core.taskdata.catalog import TaskEntry
 from medbench_core.taskdata.task import TaskMeta, make_task
 
-BM25 = {"name": "bm25", "kind": "bm25", "revision": "bm25s-lucene", "settings": {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}}
+BM25 = {
+    "name": "bm25",
+    "kind": "bm25",
+    "revision": "bm25s-lucene",
+    "settings": {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"},
+}
 OLD_KEY = "0123456789abcdef0123"  # the metrics key of bm25's earlier entry, evaluated well before
 RERUN = "(`medbench run --models bm25 --tasks t1`)"
 INPUTS_CHANGED = f"bm25's inputs (its models.yaml entry, weights, upstreams or code) changed since it was computed, and it was not recomputed {RERUN}"
@@ -105,12 +110,18 @@ def test_a_cell_whose_partition_failed_after_its_metrics_were_written_is_marked_
     store_metrics(layout, keys["metrics"], 0.5)
     cells, _ = task_cells(layout, specs, task, [], stale="task t1: X")
     failed = unconfirmed_reason("bm25", "t1", True, "0123456789abcdef", "FAILURE", "task_metrics: OSError: [Errno 28] No space left on device")
-    said = f"{UNCONFIRMED} bm25 x t1 failed (Dagster run 01234567: task_metrics: OSError: [Errno 28] No space left on device): the value its stored metrics hold is not confirmed {RERUN}"
+    said = (
+        f"{UNCONFIRMED} bm25 x t1 failed (Dagster run 01234567: task_metrics: OSError: [Errno 28] No space left on device): "
+        f"the value its stored metrics hold is not confirmed {RERUN}"
+    )
     assert failed == said
     (cell,) = with_stale(cells, {("bm25", "t1"): failed})
     assert (cell.value(), cell.stale) == (0.5, f"task t1: X; {said}")
     assert with_stale(cells, {("other", "t1"): failed})[0].stale == "task t1: X"
-    assert unconfirmed_reason("bm25", "t1", True) == f"{UNCONFIRMED} bm25 x t1 failed (its Dagster run): the value its stored metrics hold is not confirmed {RERUN}"
+    assert (
+        unconfirmed_reason("bm25", "t1", True)
+        == f"{UNCONFIRMED} bm25 x t1 failed (its Dagster run): the value its stored metrics hold is not confirmed {RERUN}"
+    )
     assert unconfirmed_reason("bm25", "t1", False, "fedcba9876543210", "STARTED") == (
         f"{UNCONFIRMED} bm25 x t1 has not finished (Dagster run fedcba98, started: still running, or its process died): "
         f"the value its stored metrics hold is not confirmed {RERUN}"
