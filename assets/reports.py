@@ -15,36 +15,30 @@ Dagster shows as failed (its last evaluation failed after its metrics were writt
 them to MLflow on a full disk) or unfinished is marked the same way, with that run and its error
 (issue 29.5). A cell of the saved leaderboard whose metrics artifact now fails its manifest (edited,
 truncated) is not dropped quietly: the asset fails, naming the artifact and the partition to
-rematerialise, and the saved reports stay as they were.
+rematerialise, and the saved reports stay as they were. That policy is
+:mod:`medbench_core.evaluation.stale`; this module gathers its inputs (and what Dagster knows of each partition).
 """
 
-import dataclasses
-import json
 from pathlib import Path
 
 import dagster as dg
 
 from assets.stage import ASSET_OF_STAGE
-from medbench_core.errors import DataError, IntegrityError, MedbenchError
+from medbench_core.errors import DataError, MedbenchError
 from medbench_core.evaluation.exports import mteb_models, mteb_task_names
 from medbench_core.evaluation.judging.layers import attach_filled
 from medbench_core.evaluation.judging.spec import load_judgements
 from medbench_core.evaluation.multilingual import multilingual_mlflow_metrics, query_groups
 from medbench_core.evaluation.published import load_sources
-from medbench_core.evaluation.reports import STALE_KEY, UNCONFIRMED, Cell, Significance, load_cell, write_leaderboard
+from medbench_core.evaluation.reports import STALE_KEY, Cell, Significance, write_leaderboard
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
+from medbench_core.evaluation.stale import lost_to_corrupt_artifacts, saved_cells, task_cells, task_stale, unconfirmed_reason, with_stale
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
 from medbench_core.evaluation.trust import JUDGED_THRESHOLD, TrustSettings
 from medbench_core.provenance import artifact_key, stage_version
-from medbench_core.retrieval.derived import applicability, derived_revision, registry_partition_keys
-from medbench_core.retrieval.expansion.contract import GATE_FILE
 from medbench_core.retrieval.expansion.spec import load_expansions
 from medbench_core.retrieval.model_registry import ModelSpec
-from medbench_core.retrieval.stages import run_params
-from medbench_core.storage import is_complete, read_manifest, verify_manifest
-from medbench_core.taskdata.catalog import changed_inputs
 from medbench_core.taskdata.contracts import read_gate
-from medbench_core.taskdata.task import Task
 from runtime.partitions import Partitions, partition_key
 from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryResource
 
@@ -70,79 +64,6 @@ class LeaderboardConfig(dg.Config):
     judged_threshold: float = JUDGED_THRESHOLD  # cells whose mean Judged@10 is below it are marked (docs/trust.md)
 
 
-def expansion_copies(store: ArtifactStoreResource, spec: ModelSpec, task: str, keys: dict[str, str]) -> int:
-    """How many of an expanded model's expansions copy a relevant passage, from its expansion's EXPANSION_GATE.json (0 when none recorded)."""
-    expansion = spec.plugin.expansion_name(spec)
-    if not expansion or "expansion" not in keys:
-        return 0
-    gate = store.layout.expansion_dir(expansion, task, keys["expansion"]) / GATE_FILE
-    try:
-        doc = json.loads(gate.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return 0
-    return int((doc.get("leakage") or {}).get("n_copies") or 0) if doc.get("key") == keys["expansion"] else 0
-
-
-def task_cells(
-    store: ArtifactStoreResource,
-    specs: list[ModelSpec],
-    task: Task,
-    expansions: list,
-    *,
-    split: str = "test",
-    online: bool = False,
-    stale: str = "",
-    previous: dict | None = None,
-) -> tuple[list[Cell], dict[tuple[str, str], int]]:
-    """The cell of every model on ``task`` at its current keys, and the expanded models' copied passages.
-
-    A model that cannot read the task is ``n/a``; a derived model (fusion, reranker, expanded) is
-    judged by its upstream models, not by its own embeddings or index, which it does not have.
-    ``stale``: why the curated task is not current (its cells are marked with it). A model with no
-    result at its current keys keeps the cell of the ``previous`` leaderboard (``model/task`` ->
-    provenance), marked stale, while that artifact verifies.
-    """
-    by_name = {s.name: s for s in specs}
-    cells, copies = [], {}
-    for spec in specs:
-        if applicability(spec, task, by_name):
-            cells.append(Cell(spec.name, task.name, applicable=False, research_only=task.meta.research_only))
-            continue
-        try:
-            keys = registry_partition_keys(specs, task, names=[spec.name], expansions=expansions, online=online)[spec.name]
-        except MedbenchError:  # e.g. its model folder or expansion file is gone: no result for the current entry
-            keys = None
-        metrics = store.artifact_dir(spec.name, task.name, "metrics", keys["metrics"]) if keys else None
-        if metrics is None or not is_complete(metrics):  # verifies every file against the manifest
-            cells.append(earlier_cell(store, spec, task, (previous or {}).get(f"{spec.name}/{task.name}"), split, stale))
-            continue
-        run = store.artifact_dir(spec.name, task.name, "run", keys["run"])
-        own = [] if spec.derived else [store.artifact_dir(spec.name, task.name, s, keys[s]) for s in ("embeddings", "index")]
-        revision = derived_revision(spec)
-        provenance = {
-            "metrics_key": keys["metrics"],
-            "run_key": keys["run"],
-            "task_content_hash": task.content_hash(),
-            "model_revision": revision,
-            "dataset_revision": task.meta.source_revision or None,
-            "split": split,
-            **run_params(spec, task),
-        }
-        if spec.derived:
-            provenance["upstream"] = list(spec.upstream)
-        else:
-            provenance |= {"embeddings_key": keys["embeddings"], "index_key": keys["index"]}
-        if "expansion" in keys:
-            provenance["expansion_key"] = keys["expansion"]
-        cell = load_cell(
-            spec.name, task, metrics_dir=metrics, run_dir=run if (run / "info.json").exists() else None, model_revision=revision,
-            split=split, stage_dirs=[d for d in own if d.is_dir()], provenance=provenance,
-        )  # fmt: skip
-        cells.append(dataclasses.replace(cell, stale=stale) if stale else cell)
-        copies[(spec.name, task.name)] = expansion_copies(store, spec, task.name, keys)
-    return cells, copies
-
-
 def filled_layers(
     store: ArtifactStoreResource, registry: RegistryResource, catalog, cells: list[Cell], specs: list[ModelSpec], expansions: list
 ) -> tuple[list[Cell], dict]:
@@ -160,57 +81,6 @@ def filled_layers(
     return attach_filled(cells, tasks, judgement_specs, store.layout, specs, expansions, online=registry.online)
 
 
-def earlier_cell(store: ArtifactStoreResource, spec: ModelSpec, task: Task, prov: dict | None, split: str, stale: str = "") -> Cell:
-    """The cell a model has no current result for: its value on the previous leaderboard (``prov``), marked
-    stale, while that metrics artifact verifies; else empty ('-')."""
-    empty = Cell(spec.name, task.name, research_only=task.meta.research_only)
-    if not prov or "metrics_key" not in prov:
-        return empty
-    metrics = store.artifact_dir(spec.name, task.name, "metrics", prov["metrics_key"])
-    if not is_complete(metrics):
-        return empty
-    run = store.artifact_dir(spec.name, task.name, "run", prov.get("run_key", ""))
-    if prov.get("task_content_hash") != task.content_hash():
-        why = f"computed on an earlier curated copy of {task.name}, and not recomputed on this one"
-    else:
-        why = f"{spec.name}'s inputs (its models.yaml entry, weights, upstreams or code) changed since it was computed, and it was not recomputed"
-    why += f" (`medbench run --models {spec.name} --tasks {task.name}`)"
-    provenance = {k: v for k, v in prov.items() if k != "stale"}
-    cell = load_cell(
-        spec.name, task, metrics_dir=metrics, run_dir=run if prov.get("run_key") and (run / "info.json").exists() else None,
-        model_revision=str(prov.get("model_revision") or ""), split=split, provenance=provenance,
-    )  # fmt: skip
-    return dataclasses.replace(cell, stale="; ".join(w for w in (stale, why) if w))
-
-
-def saved_cells(store: ArtifactStoreResource) -> dict:
-    """``model/task`` -> provenance of every cell of the saved leaderboard.json ({} when there is none or it does not parse)."""
-    try:
-        return json.loads(store.layout.leaderboard_file("json").read_text()).get("cells") or {}
-    except (OSError, ValueError, AttributeError):
-        return {}
-
-
-def lost_to_corrupt_artifacts(store: ArtifactStoreResource, previous: dict, cells: list[Cell]) -> list[str]:
-    """Cells of the saved leaderboard this one would lose because their metrics artifact fails its manifest:
-    one line each, naming the artifact and the partition to rematerialise."""
-    filled = {(c.model, c.task) for c in cells if c.metrics is not None}
-    shown = {(c.model, c.task) for c in cells}
-    lost = []
-    for name, prov in sorted(previous.items()):
-        model, _, task = name.partition("/")
-        if (model, task) in filled or (model, task) not in shown or "metrics_key" not in prov:
-            continue  # kept, or no longer on the board (model or task removed, task not curated)
-        folder = store.artifact_dir(model, task, "metrics", prov["metrics_key"])
-        if not folder.is_dir():
-            continue  # removed on purpose (a pruned release), not corrupted
-        try:
-            verify_manifest(folder)
-        except IntegrityError as exc:
-            lost.append(f"{model} x {task}: {exc}: rematerialise task_metrics[{model}|{task}] (`medbench run --models {model} --tasks {task}`)")
-    return lost
-
-
 def unconfirmed_cells(instance: dg.DagsterInstance, tasks: list[str], cells: list[Cell]) -> dict[tuple[str, str], str]:
     """(model, task) -> why, for each cell with a value whose task_metrics partition Dagster shows as FAILED or
     IN_PROGRESS (its status in the UI: the last run that planned it failed, or has not ended, after its
@@ -226,15 +96,9 @@ def unconfirmed_cells(instance: dg.DagsterInstance, tasks: list[str], cells: lis
             continue
         planned = instance.get_latest_planned_materialization_info(asset, key)
         run = instance.get_run_by_id(planned.run_id) if planned else None
-        what = f"Dagster run {run.run_id[:8]}" if run else "its Dagster run"
-        if status[key] == dg.AssetPartitionStatus.FAILED:
-            error = run_error(instance, run.run_id) if run else ""
-            said = f"failed ({what}{': ' + error if error else ''})"
-        else:
-            said = f"has not finished ({what}, {run.status.value.lower() if run else 'unknown'}: still running, or its process died)"
-        out[(model, task)] = (
-            f"{UNCONFIRMED} {model} x {task} {said}: the value its stored metrics hold is not confirmed (`medbench run --models {model} --tasks {task}`)"
-        )
+        failed = status[key] == dg.AssetPartitionStatus.FAILED
+        error = run_error(instance, run.run_id) if failed and run else ""
+        out[(model, task)] = unconfirmed_reason(model, task, failed, run.run_id if run else None, run.status.value if run else None, error)
     return out
 
 
@@ -278,7 +142,7 @@ def leaderboard(
     catalog = registry.catalog()
     cells: list[Cell] = []
     copies: dict[tuple[str, str], int] = {}
-    previous = saved_cells(store)
+    previous = saved_cells(store.layout)
     groups = {}  # task -> its queries' languages, concepts and relevant documents, for the multilingual section
     for t in catalog.tasks:
         try:
@@ -287,10 +151,9 @@ def leaderboard(
             continue  # not curated: its column shows '-'
         if task.queries["language"].drop_nulls().n_unique() >= 2:
             groups[t.name] = query_groups(task.queries, task.qrels)
-        changed = changed_inputs(read_manifest(store.task_dir(t.name)).get("inputs"), t, store.shared_data)
-        stale = f"task {t.name}: {changed}, and it has not been curated again (`medbench run --tasks {t.name}`)" if changed else ""
+        stale = task_stale(store.layout, t, store.shared_data)
         got, leaks = task_cells(
-            store, specs, task, expansions, split=str(t.options.get("split") or "test"), online=registry.online, stale=stale, previous=previous
+            store.layout, specs, task, expansions, split=str(t.options.get("split") or "test"), online=registry.online, stale=stale, previous=previous
         )  # fmt: skip
         cells += got
         copies |= leaks
@@ -303,8 +166,8 @@ def leaderboard(
     unconfirmed = unconfirmed_cells(context.instance, catalog.names, cells)
     if unconfirmed:
         context.log.warning("cells whose partition failed or has not finished, marked: " + "; ".join(f"{m}/{t}" for m, t in sorted(unconfirmed)))
-    cells = [dataclasses.replace(c, stale="; ".join(w for w in (c.stale, unconfirmed.get((c.model, c.task), "")) if w)) for c in cells]
-    lost = lost_to_corrupt_artifacts(store, previous, cells)
+    cells = with_stale(cells, unconfirmed)
+    lost = lost_to_corrupt_artifacts(store.layout, previous, cells)
     if lost:
         raise DataError(
             f"the saved leaderboard {store.layout.leaderboard_file('md')} was not replaced: it would lose {len(lost)} cell(s) to artifacts "

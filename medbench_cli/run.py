@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from medbench_cli import failures, inprocess
 from medbench_cli.common import check_names, describe, leaderboard_run_config, prepare_environment, published_summary, quiet_run_config
+from orchestration import run_steps
 from runtime import settings
 
 
@@ -56,125 +55,6 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=main, parser=p)
 
 
-def prepare(defs, instance, tasks: list[str]) -> dict:
-    """Model partitions, curated tasks and both gates. Returns usable, gated and failed tasks, and why each failed."""
-    from orchestration.jobs import CURATE_JOB, OVERLAP_JOB
-    from orchestration.registry_sync import sync_model_partitions
-
-    resources = defs.resources
-    sync_model_partitions(instance, resources["registry"])
-    curate = defs.resolve_job_def(CURATE_JOB)
-    failed: list[str] = []
-    reasons: dict[str, str] = {}
-    curated: list[str] = []
-    kept: dict[str, str] = {}
-    for task in tasks:
-        t = time.perf_counter()
-        before = _content_hash(resources["store"].layout, task)
-        res = inprocess.execute(curate, instance, what=f"curate {task}", partition_key=task, run_config=quiet_run_config(), raise_on_error=False)
-        print(f"[curate] {task:<22} {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t:.1f}s)", flush=True)
-        if res.success:
-            curated.append(task)
-        else:
-            label = f"curated_task[{task}]"
-            failed.append(label)
-            reasons[label] = _failed(f"curate {task}", res)
-            kept[label] = kept_after_failed_curation(resources["store"].layout, task, before)
-    t = time.perf_counter()
-    if curated:
-        res = inprocess.execute(defs.resolve_job_def(OVERLAP_JOB), instance, what="overlap", run_config=quiet_run_config(), raise_on_error=False)
-        print(f"[overlap] {len(curated)} tasks judged together ({time.perf_counter() - t:.1f}s)", flush=True)
-        if not res.success:
-            _failed("overlap", res, quiet=True)  # its verdict is each task's gate, below
-    else:  # the curated tasks are those of before: their recorded verdict stands
-        print("[overlap] not judged again: no task was curated in this run", flush=True)
-    usable: list[str] = []
-    gated: dict[str, str] = {}
-    store = resources["store"]
-    for task in curated:
-        reason = store.layout.gate_refusal(task, store.load_task(task).content_hash())
-        if reason:
-            gated[task] = reason.splitlines()[0][:300]
-            print(f"[gate] {task}: refused: {gated[task]}", flush=True)
-        else:
-            usable.append(task)
-    return {"usable": usable, "gated": gated, "failures": failed, "reasons": reasons, "kept": kept, "curated": curated}
-
-
-def kept_after_failed_curation(layout, task: str, before: str | None) -> str:
-    """What a failed curation of ``task`` left, said for the last line: no curated task, the one from
-    ``before`` (its content hash then), or a new one, refused by its gate only where a GATE.json records
-    that verdict on that content (the check may have failed before writing one: a full disk)."""
-    from medbench_core.taskdata.contracts import read_gate
-
-    after = _content_hash(layout, task)
-    if after is None:
-        return f"no curated {task}"
-    if after == before:
-        return f"the curated {task} from before"
-    gate = read_gate(layout.gate_file(task))
-    if gate is not None and gate.get("content_hash") == after and not gate.get("passed"):
-        return f"the new curated {task}, refused by its gate ({layout.gate_file(task)})"
-    return f"the new curated {task}, with no gate verdict recorded (its data contract is judged again before anything builds on it)"
-
-
-def _content_hash(layout, task: str) -> str | None:
-    """The content hash the curated task's manifest records (None: not curated)."""
-    from medbench_core.errors import MedbenchError
-    from medbench_core.storage import read_manifest
-
-    try:
-        return read_manifest(layout.task_dir(task)).get("content_hash")
-    except MedbenchError:
-        return None
-
-
-def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) -> str | None:
-    """The first model in evaluation order that loads weights and has a partition to compute.
-
-    Judged on the tasks as curated now (a task not curated yet counts as work) by the one answer
-    to "is it done?" (:mod:`medbench_core.status`: every stage that loads the model holds a
-    complete artifact at its current key), without Dagster, so that the decision comes before
-    its import. A wrong guess costs a model load, never a result: the evaluation decides again.
-    """
-    from medbench_core.errors import MedbenchError
-    from medbench_core.layout import ENCODING_STAGES
-    from medbench_core.status import DUE, partition_statuses
-
-    loaders = [s for s in specs if s.plugin.loads_weights and not s.derived]  # built from upstreams: loaded after them
-    if not loaders:
-        return None
-    if force:
-        return loaders[0].name
-    curated = []
-    for task in tasks:
-        try:
-            stored = layout.load_task(task)
-        except MedbenchError:
-            return loaders[0].name
-        if not layout.gate_refusal(task, stored.content_hash()):
-            curated.append(stored)
-    for status in partition_statuses(layout, specs, curated, [s.name for s in loaders], stages=ENCODING_STAGES):
-        if status.state == DUE:
-            return status.model
-    return None
-
-
-def with_upstreams(models: list[str], specs: list) -> tuple[list[str], dict[str, list[str]]]:
-    """``models`` and every model they are built from, in evaluation order (upstreams first), and
-    for each model named, the upstreams added for it."""
-    from medbench_core.retrieval.model_registry import evaluation_order, upstream_order
-
-    added: dict[str, list[str]] = {}
-    wanted = set(models)
-    for m in models:
-        extra = [u for u in upstream_order(m, specs) if u not in wanted]
-        if extra:
-            added[m] = extra
-            wanted.update(extra)
-    return [n for n in evaluation_order(specs) if n in wanted], added
-
-
 def _plan(args: argparse.Namespace) -> tuple[list[str], list[str], list, object]:
     """Models (with what they are built from, upstreams first) and tasks to run, validated, with
     the registry's specs and the catalogue."""
@@ -190,7 +70,7 @@ def _plan(args: argparse.Namespace) -> tuple[list[str], list[str], list, object]
     registry = {spec.name: spec for spec in specs}
     models = check_names(args.parser, "model", args.models, list(registry), settings.MODELS_FILE)
     tasks = check_names(args.parser, "task", args.tasks, catalog.names, settings.TASKS_FILE)
-    models, added = with_upstreams(models, specs)
+    models, added = run_steps.with_upstreams(models, specs)
     if not args.prepare_only:
         for m, ups in added.items():
             print(f"[plan] {m} is built from {', '.join(ups)}: evaluating {'it' if len(ups) == 1 else 'them'} first", flush=True)
@@ -239,47 +119,19 @@ def refuse_a_corrupt_store() -> None:
 
 
 def record_complete_run(defs, board_result, given, models: list[str], tasks: list[str], experiment: str) -> None:
-    """Write the ledger of this run (:mod:`runtime.ledger`) when it was complete (``given``: its inputs).
-
-    An incomplete run leaves the last complete run's ledger as it was (a refusal changes no file): the
-    up-to-date check compares it with the inputs, the Dagster materialisations since and the saved
-    leaderboard, so anything this run changed already makes it disagree.
-
-    MLflow is asked first, as the warm path asks it, for this run's FINISHED runs; when it has them
-    all, the record holds the store's fingerprint, so that the warm path can skip importing MLflow
-    while the store is unwritten (the artifacts were verified as the stages wrote them)."""
-    import hashlib
-    import json
-
+    """The ledger of this run when it was complete (:func:`orchestration.run_steps.record_complete_run`), MLflow
+    asked as the warm path asks it (:mod:`medbench_cli.uptodate`)."""
     from medbench_cli import uptodate
-    from medbench_core.storage import read_manifest
-    from runtime.ledger import CompleteRun, record, store_fingerprint
+    from orchestration import run_steps
 
-    if given is None:
-        return
-    layout = defs.resources["store"].layout
-    mlflow_run = str(next(
-        (e.materialization.metadata["mlflow_run_id"].value for e in board_result.get_asset_materialization_events() if "mlflow_run_id" in e.materialization.metadata),
-        "",
-    ))  # fmt: skip
-    fingerprint = store_fingerprint(settings.default_tracking_uri())
-    try:
-        cells = json.loads(layout.leaderboard_file("json").read_text())["cells"]
-        uptodate.confirm_logged(experiment, uptodate.requested_cells(cells, models, tasks), mlflow_run)
-    except (uptodate.Undecided, OSError, ValueError, KeyError) as exc:  # a leaderboard that does not read: as the warm path
-        print(f"[plan] the next run will ask MLflow itself: {exc}", flush=True)
-        fingerprint = {}
-    if fingerprint != store_fingerprint(settings.default_tracking_uri()):
-        fingerprint = {}  # written to while MLflow was asked: not the store it answered for
-    record(
-        settings.STATE,
-        CompleteRun(
-            dagster_run_id=board_result.run_id, inputs_key=given.key, sources=given.sources, models=list(models), tasks=list(tasks),
-            curated={t: read_manifest(layout.task_dir(t)).get("content_hash", "") for t in tasks},
-            leaderboard_sha256=hashlib.sha256(layout.leaderboard_file("md").read_bytes()).hexdigest(), leaderboard_mlflow_run_id=mlflow_run,
-            mlflow_store=fingerprint,
-        ),
-    )  # fmt: skip
+    def confirm_logged(cells: dict, mlflow_run: str) -> str | None:
+        try:
+            uptodate.confirm_logged(experiment, uptodate.requested_cells(cells, models, tasks), mlflow_run)
+        except uptodate.Undecided as exc:
+            return str(exc)
+        return None
+
+    run_steps.record_complete_run(defs, board_result, given, models, tasks, confirm_logged)
 
 
 def rebuild_leaderboard(published: Path | None = None):
@@ -310,109 +162,14 @@ def show_leaderboard(board: Path, tracking_uri: str) -> None:
     print(f"saved to {board} (and .csv, .json); MLflow: {tracking_uri}")
 
 
-def warm_up(defs, model: str, progress: bool = False) -> float:
-    """Load ``model``'s encoder into this process's cache, as the evaluation assets will ask for it (same ``progress``)."""
-    t = time.perf_counter()
-    defs.resources["compute"].encoder(defs.resources["registry"].model(model), progress)
-    return time.perf_counter() - t
-
-
-class _Preparation:
-    """The prepare phase in a child process, started before this process imports Dagster."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="medbench-prepare-")
-        self.report = Path(self._tmp.name) / "report.json"
-        cmd = [sys.executable, "-m", "medbench_cli", "run", "--prepare-only", "--report", str(self.report), "--log-file", str(failures.log().path)]
-        if failures.log().verbose:
-            cmd.append("--verbose")
-        if args.tasks:
-            cmd += ["--tasks", args.tasks]
-        self.process = subprocess.Popen(cmd, env=os.environ.copy())
-
-    def result(self) -> dict:
-        code = self.process.wait()
-        if not self.report.exists():
-            raise failures.Refusal(
-                f"preparing the tasks failed (exit {code}) before it wrote its report (its error is above)", todo="--serial prepares in this process"
-            )
-        return json.loads(self.report.read_text())
-
-    def close(self) -> None:
-        if self.process.poll() is None:  # this command is stopping: the child stops too, finishing what it writes
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=inprocess.GRACE_SECONDS + 10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._tmp.cleanup()
-
-
-def stage_run_config(force: bool, progress: bool) -> dict:
-    """The evaluation job's run config: quiet Dagster logs, and each partition asset's ``force`` and ``progress``."""
-    from assets.stage import PARTITION_ASSETS
-
-    run_config: dict = quiet_run_config()
-    knobs = {k: v for k, v in (("force", force), ("progress", progress)) if v}
-    if knobs:
-        run_config["ops"] = {a: {"config": knobs} for a in PARTITION_ASSETS}
-    return run_config
-
-
-def evaluate(defs, instance, models: list[str], tasks: list[str], force: bool, progress: bool = False, reasons: dict | None = None) -> list[str]:
-    """Every model x task partition, in that order (one encoder is kept loaded at a time).
-
-    ``models`` come upstreams first, so a fusion or reranker runs after the runs it is built
-    from; a partition whose upstream failed fails alone, saying which upstream and what to run.
-    ``progress``: bars on stderr for encoding, index building and search (see :func:`main`).
-    ``reasons`` receives each failed partition's error (``model|task`` -> text).
-    """
-    from medbench_core.memory import give_back_free_memory
-    from orchestration.jobs import EVALUATE_JOB
-    from runtime.partitions import partition_key
-
-    run_config = stage_run_config(force, progress)
-    reasons = {} if reasons is None else reasons
-    job = defs.resolve_job_def(EVALUATE_JOB)
-    failed: list[str] = []
-    for model in models:
-        for task in tasks:
-            t = time.perf_counter()
-            give_back_free_memory()  # what curation, the gates or the last partition freed: not the base of this one's peak
-            res = inprocess.execute(
-                job, instance, what=f"evaluate {model} x {task}", partition_key=partition_key(model, task), run_config=run_config, raise_on_error=False
-            )
-            status = "ok" if res.success else "FAILED"
-            note = "" if not res.success else " (n/a: model cannot read this task)" if _not_applicable(res) else " (cached)" if _all_cached(res) else ""
-            print(f"[evaluate] {model:<24} x {task:<22} {status}{note} ({time.perf_counter() - t:.1f}s)", flush=True)
-            if not res.success:
-                failed.append(f"{model}|{task}")
-                reasons[f"{model}|{task}"] = _failed(f"evaluate {model} x {task}", res)
-    return failed
-
-
-def judge(defs, instance, tasks: list[str], reasons: dict) -> list[str]:
-    """The registry's judgements: entries on each task they judge, after its runs (the second qrels layer,
-    docs/trust.md); nothing when there are none. A failure fails that task's judgements alone."""
-    from medbench_core.evaluation.judging.spec import load_judgements
-    from orchestration.jobs import JUDGE_JOB
-
-    specs = load_judgements(defs.resources["registry"].models_file)
-    if not specs:
-        return []
-    job = defs.resolve_job_def(JUDGE_JOB)
-    failed = []
-    for task in tasks:
-        if not any(s.judges_task(task) for s in specs):
-            continue
-        t = time.perf_counter()
-        res = job.execute_in_process(instance=instance, partition_key=task, run_config=quiet_run_config(), raise_on_error=False)
-        print(f"[judge] {task:<22} {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t:.1f}s)", flush=True)
-        if not res.success:
-            failed.append(f"relevance_judgements[{task}]")
-            reasons[f"relevance_judgements[{task}]"] = _failed(f"judge {task}", res)
-    return failed
+def prepare_command(args: argparse.Namespace, report: Path) -> list[str]:
+    """The command line of the child process that prepares (:class:`orchestration.run_steps.Preparation`)."""
+    cmd = [sys.executable, "-m", "medbench_cli", "run", "--prepare-only", "--report", str(report), "--log-file", str(failures.log().path)]
+    if failures.log().verbose:
+        cmd.append("--verbose")
+    if args.tasks:
+        cmd += ["--tasks", args.tasks]
+    return cmd
 
 
 def main(args: argparse.Namespace) -> int:
@@ -422,6 +179,8 @@ def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     # Decided once: bars in an interactive terminal, none in CI or when stderr goes to a log.
     progress = want_progress(sys.stderr.isatty(), os.environ)
+    # How the steps run a job in this process and say a failure (orchestration.run_steps).
+    steps = {"execute": inprocess.execute, "failed_run": _failed, "run_config": quiet_run_config()}
     models, tasks, specs, catalog = _plan(args)
     if not args.prepare_only:
         refuse_a_corrupt_store()  # before the warm path answers from it, and before --force writes into it
@@ -433,10 +192,10 @@ def main(args: argparse.Namespace) -> int:
         from medbench_core.layout import Layout
 
         by_name = {s.name: s for s in specs}
-        model = model_to_warm([by_name[m] for m in models], Layout(settings.DATA), tasks, args.force)
+        model = run_steps.model_to_warm([by_name[m] for m in models], Layout(settings.DATA), tasks, args.force)
     # With a model to load, the child prepares (and creates a new instance's storage) while this
     # process imports Dagster and loads the model; it opens the instance after the child is done.
-    preparation = _Preparation(args) if model else None
+    preparation = run_steps.Preparation(lambda report: prepare_command(args, report), inprocess.GRACE_SECONDS) if model else None
     try:
         import dagster as dg
 
@@ -444,21 +203,26 @@ def main(args: argparse.Namespace) -> int:
 
         defs = build_definitions()
         if args.prepare_only:
-            prepared = prepare(defs, dg.DagsterInstance.get(), tasks)
+            prepared = run_steps.prepare(defs, dg.DagsterInstance.get(), tasks, **steps)
             if args.report:
                 args.report.write_text(json.dumps(prepared))
             return 1 if prepared["failures"] else 0
         if preparation is None:
             defs.resources["mlflow"].ensure_store()
-            prepared = prepare(defs, dg.DagsterInstance.get(), tasks)
+            prepared = run_steps.prepare(defs, dg.DagsterInstance.get(), tasks, **steps)
         else:
             try:
-                seconds = warm_up(defs, model, progress)
+                seconds = run_steps.warm_up(defs, model, progress)
                 print(f"[warm-up] {model} loaded while the tasks are prepared ({seconds:.1f}s)", flush=True)
             except Exception as exc:  # its partitions fail with the full error, in Dagster
                 print(f"[warm-up] {model} could not be loaded: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}", flush=True)
             defs.resources["mlflow"].ensure_store()  # once, before any parallel work (RELIABILITY.md)
             prepared = preparation.result()
+            if prepared is None:
+                raise failures.Refusal(
+                    f"preparing the tasks failed (exit {preparation.process.returncode}) before it wrote its report (its error is above)",
+                    todo="--serial prepares in this process",
+                )
     finally:
         if preparation is not None:
             preparation.close()
@@ -466,8 +230,8 @@ def main(args: argparse.Namespace) -> int:
     # What killed commands left (runs of dead processes, their pool slots, partial writes) is reclaimed before evaluating.
     inprocess.recover(instance, defs.resources["store"].layout.root, defs.resources["mlflow"], catalog.benchmark)
     reasons = dict(prepared.get("reasons") or {})
-    failed = prepared["failures"] + evaluate(defs, instance, models, prepared["usable"], args.force, progress, reasons)
-    failed += judge(defs, instance, prepared["usable"], reasons)
+    failed = prepared["failures"] + run_steps.evaluate(defs, instance, models, prepared["usable"], args.force, progress, reasons, **steps)
+    failed += run_steps.judge(defs, instance, prepared["usable"], reasons, failed_run=_failed, run_config=steps["run_config"])
     for task, why in prepared["gated"].items():
         failed.append(f"gate[{task}]")
         reasons[f"gate[{task}]"] = why
@@ -537,27 +301,6 @@ def summary(failed: list[str], reasons: dict[str, str], said: dict[str, str], la
     cmd = "medbench run" + (f" --models {','.join(rerun_models)}" if rerun_models else f" --models {args.models}" if args.models else "")
     cmd += f" --tasks {','.join(rerun_tasks)}" if rerun_tasks else f" --tasks {args.tasks}" if args.tasks else ""
     return what, kept_text, f"fix {'it' if len(failed) == 1 else 'them'}, then: {cmd}"
-
-
-def _not_applicable(result) -> bool:
-    for ev in result.get_asset_materialization_events():
-        md = ev.materialization.metadata
-        if "applicable" in md and md["applicable"].value is False:
-            return True
-    return False
-
-
-def _all_cached(result) -> bool:
-    """Every asset of the partition was a cache hit, or has no artifact of its own (a fusion's embeddings, a retriever's expansion)."""
-    events = result.get_asset_materialization_events()
-    if not events:
-        return False
-    for ev in events:
-        md = ev.materialization.metadata
-        hit = "cache_hit" in md and md["cache_hit"].value
-        if not hit and "reason" not in md:
-            return False
-    return True
 
 
 def _failed(title: str, result, quiet: bool = False) -> str:

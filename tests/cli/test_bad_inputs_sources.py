@@ -202,10 +202,10 @@ def test_a_hostile_tasks_yaml_is_refused_at_once_by_every_command(world, text, l
 
 def test_a_curation_that_failed_before_its_gate_was_recorded_cites_no_gate_file(tmp_path):
     """Disk full after the new task was swapped in: no GATE.json was written, and the last line does not cite one."""
-    from medbench_cli.run import kept_after_failed_curation
     from medbench_core.layout import Layout
     from medbench_core.storage import write_manifest
     from medbench_core.taskdata.contracts import ContractResult, record_gate
+    from orchestration.run_steps import kept_after_failed_curation
 
     layout = Layout(tmp_path / "data")
     folder = layout.task_dir("t")

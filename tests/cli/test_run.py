@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from medbench_cli.run import model_to_warm
 from medbench_core.layout import Layout
 from medbench_core.retrieval.model_registry import load_registry
 from orchestration.registry_sync import sync_model_partitions
+from orchestration.run_steps import model_to_warm
 from runtime.partitions import partition_key
 from tests.cli.command import without_trust
 from tests.orchestration.operating_env import BM25, ROOT, curate, evaluate, new_world
@@ -163,7 +163,7 @@ def test_progress_bars_show_in_a_terminal_and_not_in_ci_or_a_log(tmp_path):
 
 def test_the_stage_run_config_carries_force_and_progress_to_every_stage():
     from assets.stage import PARTITION_ASSETS
-    from medbench_cli.run import stage_run_config
+    from orchestration.run_steps import stage_run_config
 
     assert "ops" not in stage_run_config(False, False)
     assert stage_run_config(True, True)["ops"] == {a: {"config": {"force": True, "progress": True}} for a in PARTITION_ASSETS}

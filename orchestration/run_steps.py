@@ -1,0 +1,333 @@
+"""The steps of ``medbench run`` (:mod:`medbench_cli.run` parses the arguments, calls these and prints the end).
+
+*Prepare*: model partitions, the tasks curated (each with its blocking data contract) and judged
+together (overlap gate), in this process (:func:`prepare`) or in a child started first
+(:class:`Preparation`) while this one imports Dagster and loads the model the evaluation will ask for
+first (:func:`model_to_warm`, :func:`warm_up`). *Evaluate*: every model x usable task (:func:`evaluate`),
+then the registry's judgements (:func:`judge`). A complete run writes the ledger the next run's
+up-to-date check reads (:func:`record_complete_run`, :mod:`runtime.ledger`).
+
+The command owns how a job is executed in its process and how a failure is said: each step takes
+``execute`` (``job, instance, *, what, **execute_in_process kwargs`` -> result, as
+:func:`medbench_cli.inprocess.execute`), ``failed_run`` (``title, result, quiet=False`` -> why, printed
+under the step's line) and the jobs' ``run_config``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from runtime import settings
+
+Execute = Callable[..., Any]
+SayFailure = Callable[..., str]
+
+
+def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) -> str | None:
+    """The first model in evaluation order that loads weights and has a partition to compute.
+
+    Judged on the tasks as curated now (a task not curated yet counts as work) by the one answer
+    to "is it done?" (:mod:`medbench_core.status`: every stage that loads the model holds a
+    complete artifact at its current key), without Dagster, so that the decision comes before
+    its import. A wrong guess costs a model load, never a result: the evaluation decides again.
+    """
+    from medbench_core.errors import MedbenchError
+    from medbench_core.layout import ENCODING_STAGES
+    from medbench_core.status import DUE, partition_statuses
+
+    loaders = [s for s in specs if s.plugin.loads_weights and not s.derived]  # built from upstreams: loaded after them
+    if not loaders:
+        return None
+    if force:
+        return loaders[0].name
+    curated = []
+    for task in tasks:
+        try:
+            stored = layout.load_task(task)
+        except MedbenchError:
+            return loaders[0].name
+        if not layout.gate_refusal(task, stored.content_hash()):
+            curated.append(stored)
+    for status in partition_statuses(layout, specs, curated, [s.name for s in loaders], stages=ENCODING_STAGES):
+        if status.state == DUE:
+            return status.model
+    return None
+
+
+def with_upstreams(models: list[str], specs: list) -> tuple[list[str], dict[str, list[str]]]:
+    """``models`` and every model they are built from, in evaluation order (upstreams first), and
+    for each model named, the upstreams added for it."""
+    from medbench_core.retrieval.model_registry import evaluation_order, upstream_order
+
+    added: dict[str, list[str]] = {}
+    wanted = set(models)
+    for m in models:
+        extra = [u for u in upstream_order(m, specs) if u not in wanted]
+        if extra:
+            added[m] = extra
+            wanted.update(extra)
+    return [n for n in evaluation_order(specs) if n in wanted], added
+
+
+def warm_up(defs, model: str, progress: bool = False) -> float:
+    """Load ``model``'s encoder into this process's cache, as the evaluation assets will ask for it (same ``progress``)."""
+    t = time.perf_counter()
+    defs.resources["compute"].encoder(defs.resources["registry"].model(model), progress)
+    return time.perf_counter() - t
+
+
+class Preparation:
+    """The prepare phase in a child process, started before this process imports Dagster.
+
+    ``command(report)``: the command line of the child, which writes :func:`prepare`'s result to ``report``;
+    ``grace_seconds``: how long a step has to give way to a stop signal (the child's own bound)."""
+
+    def __init__(self, command: Callable[[Path], list[str]], grace_seconds: float) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="medbench-prepare-")
+        self.report = Path(self._tmp.name) / "report.json"
+        self._grace = grace_seconds
+        self.process = subprocess.Popen(command(self.report), env=os.environ.copy())
+
+    def result(self) -> dict | None:
+        """The child's report once it ended; None when it wrote none (its error is on the console; its exit code is ``process.returncode``)."""
+        self.process.wait()
+        if not self.report.exists():
+            return None
+        return json.loads(self.report.read_text())
+
+    def close(self) -> None:
+        if self.process.poll() is None:  # this command is stopping: the child stops too, finishing what it writes
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=self._grace + 10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._tmp.cleanup()
+
+
+def prepare(defs, instance, tasks: list[str], *, execute: Execute, failed_run: SayFailure, run_config: dict) -> dict:
+    """Model partitions, curated tasks and both gates. Returns usable, gated and failed tasks, and why each failed.
+
+    ``execute`` runs each job (the command's :func:`medbench_cli.inprocess.execute`), ``failed_run`` says why one
+    failed, ``run_config`` is each job's."""
+    from orchestration.jobs import CURATE_JOB, OVERLAP_JOB
+    from orchestration.registry_sync import sync_model_partitions
+
+    resources = defs.resources
+    sync_model_partitions(instance, resources["registry"])
+    curate = defs.resolve_job_def(CURATE_JOB)
+    failed: list[str] = []
+    reasons: dict[str, str] = {}
+    curated: list[str] = []
+    kept: dict[str, str] = {}
+    for task in tasks:
+        t = time.perf_counter()
+        before = content_hash(resources["store"].layout, task)
+        res = execute(curate, instance, what=f"curate {task}", partition_key=task, run_config=copy.deepcopy(run_config), raise_on_error=False)
+        print(f"[curate] {task:<22} {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t:.1f}s)", flush=True)
+        if res.success:
+            curated.append(task)
+        else:
+            label = f"curated_task[{task}]"
+            failed.append(label)
+            reasons[label] = failed_run(f"curate {task}", res)
+            kept[label] = kept_after_failed_curation(resources["store"].layout, task, before)
+    t = time.perf_counter()
+    if curated:
+        res = execute(defs.resolve_job_def(OVERLAP_JOB), instance, what="overlap", run_config=copy.deepcopy(run_config), raise_on_error=False)
+        print(f"[overlap] {len(curated)} tasks judged together ({time.perf_counter() - t:.1f}s)", flush=True)
+        if not res.success:
+            failed_run("overlap", res, quiet=True)  # its verdict is each task's gate, below
+    else:  # the curated tasks are those of before: their recorded verdict stands
+        print("[overlap] not judged again: no task was curated in this run", flush=True)
+    usable: list[str] = []
+    gated: dict[str, str] = {}
+    store = resources["store"]
+    for task in curated:
+        reason = store.layout.gate_refusal(task, store.load_task(task).content_hash())
+        if reason:
+            gated[task] = reason.splitlines()[0][:300]
+            print(f"[gate] {task}: refused: {gated[task]}", flush=True)
+        else:
+            usable.append(task)
+    return {"usable": usable, "gated": gated, "failures": failed, "reasons": reasons, "kept": kept, "curated": curated}
+
+
+def kept_after_failed_curation(layout, task: str, before: str | None) -> str:
+    """What a failed curation of ``task`` left, said for the last line: no curated task, the one from
+    ``before`` (its content hash then), or a new one, refused by its gate only where a GATE.json records
+    that verdict on that content (the check may have failed before writing one: a full disk)."""
+    from medbench_core.taskdata.contracts import read_gate
+
+    after = content_hash(layout, task)
+    if after is None:
+        return f"no curated {task}"
+    if after == before:
+        return f"the curated {task} from before"
+    gate = read_gate(layout.gate_file(task))
+    if gate is not None and gate.get("content_hash") == after and not gate.get("passed"):
+        return f"the new curated {task}, refused by its gate ({layout.gate_file(task)})"
+    return f"the new curated {task}, with no gate verdict recorded (its data contract is judged again before anything builds on it)"
+
+
+def content_hash(layout, task: str) -> str | None:
+    """The content hash the curated task's manifest records (None: not curated)."""
+    from medbench_core.errors import MedbenchError
+    from medbench_core.storage import read_manifest
+
+    try:
+        return read_manifest(layout.task_dir(task)).get("content_hash")
+    except MedbenchError:
+        return None
+
+
+def stage_run_config(force: bool, progress: bool, quiet: dict | None = None) -> dict:
+    """The evaluation job's run config: ``quiet`` (the command's Dagster log settings), and each partition asset's ``force`` and ``progress``."""
+    from assets.stage import PARTITION_ASSETS
+
+    run_config: dict = copy.deepcopy(quiet or {})
+    knobs = {k: v for k, v in (("force", force), ("progress", progress)) if v}
+    if knobs:
+        run_config["ops"] = {a: {"config": knobs} for a in PARTITION_ASSETS}
+    return run_config
+
+
+def evaluate(
+    defs,
+    instance,
+    models: list[str],
+    tasks: list[str],
+    force: bool,
+    progress: bool = False,
+    reasons: dict | None = None,
+    *,
+    execute: Execute,
+    failed_run: SayFailure,
+    run_config: dict,
+) -> list[str]:
+    """Every model x task partition, in that order (one encoder is kept loaded at a time).
+
+    ``models`` come upstreams first, so a fusion or reranker runs after the runs it is built
+    from; a partition whose upstream failed fails alone, saying which upstream and what to run.
+    ``progress``: bars on stderr for encoding, index building and search (see :func:`medbench_cli.run.main`).
+    ``reasons`` receives each failed partition's error (``model|task`` -> text); ``execute``, ``failed_run`` and
+    ``run_config`` (the quiet logs) as for :func:`prepare`.
+    """
+    from medbench_core.memory import give_back_free_memory
+    from orchestration.jobs import EVALUATE_JOB
+    from runtime.partitions import partition_key
+
+    run_config = stage_run_config(force, progress, run_config)
+    reasons = {} if reasons is None else reasons
+    job = defs.resolve_job_def(EVALUATE_JOB)
+    failed: list[str] = []
+    for model in models:
+        for task in tasks:
+            t = time.perf_counter()
+            give_back_free_memory()  # what curation, the gates or the last partition freed: not the base of this one's peak
+            res = execute(
+                job, instance, what=f"evaluate {model} x {task}", partition_key=partition_key(model, task), run_config=run_config, raise_on_error=False
+            )
+            status = "ok" if res.success else "FAILED"
+            note = "" if not res.success else " (n/a: model cannot read this task)" if not_applicable(res) else " (cached)" if all_cached(res) else ""
+            print(f"[evaluate] {model:<24} x {task:<22} {status}{note} ({time.perf_counter() - t:.1f}s)", flush=True)
+            if not res.success:
+                failed.append(f"{model}|{task}")
+                reasons[f"{model}|{task}"] = failed_run(f"evaluate {model} x {task}", res)
+    return failed
+
+
+def judge(defs, instance, tasks: list[str], reasons: dict, *, failed_run: SayFailure, run_config: dict) -> list[str]:
+    """The registry's judgements: entries on each task they judge, after its runs (the second qrels layer,
+    docs/trust.md); nothing when there are none. A failure fails that task's judgements alone."""
+    from medbench_core.evaluation.judging.spec import load_judgements
+    from orchestration.jobs import JUDGE_JOB
+
+    specs = load_judgements(defs.resources["registry"].models_file)
+    if not specs:
+        return []
+    job = defs.resolve_job_def(JUDGE_JOB)
+    failed = []
+    for task in tasks:
+        if not any(s.judges_task(task) for s in specs):
+            continue
+        t = time.perf_counter()
+        res = job.execute_in_process(instance=instance, partition_key=task, run_config=copy.deepcopy(run_config), raise_on_error=False)
+        print(f"[judge] {task:<22} {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t:.1f}s)", flush=True)
+        if not res.success:
+            failed.append(f"relevance_judgements[{task}]")
+            reasons[f"relevance_judgements[{task}]"] = failed_run(f"judge {task}", res)
+    return failed
+
+
+def not_applicable(result) -> bool:
+    for ev in result.get_asset_materialization_events():
+        md = ev.materialization.metadata
+        if "applicable" in md and md["applicable"].value is False:
+            return True
+    return False
+
+
+def all_cached(result) -> bool:
+    """Every asset of the partition was a cache hit, or has no artifact of its own (a fusion's embeddings, a retriever's expansion)."""
+    events = result.get_asset_materialization_events()
+    if not events:
+        return False
+    for ev in events:
+        md = ev.materialization.metadata
+        hit = "cache_hit" in md and md["cache_hit"].value
+        if not hit and "reason" not in md:
+            return False
+    return True
+
+
+def record_complete_run(defs, board_result, given, models: list[str], tasks: list[str], confirm_logged: Callable[[dict, str], str | None]) -> None:
+    """Write the ledger of this run (:mod:`runtime.ledger`) when it was complete (``given``: its inputs).
+
+    An incomplete run leaves the last complete run's ledger as it was (a refusal changes no file): the
+    up-to-date check compares it with the inputs, the Dagster materialisations since and the saved
+    leaderboard, so anything this run changed already makes it disagree.
+
+    MLflow is asked first, as the warm path asks it (``confirm_logged(cells, leaderboard run id)``: None when it has them,
+    else why not), for this run's FINISHED runs; when it has them
+    all, the record holds the store's fingerprint, so that the warm path can skip importing MLflow
+    while the store is unwritten (the artifacts were verified as the stages wrote them)."""
+    import hashlib
+
+    from medbench_core.storage import read_manifest
+    from runtime.ledger import CompleteRun, record, store_fingerprint
+
+    if given is None:
+        return
+    layout = defs.resources["store"].layout
+    events = board_result.get_asset_materialization_events()
+    mlflow_run = str(next((e.materialization.metadata["mlflow_run_id"].value for e in events if "mlflow_run_id" in e.materialization.metadata), ""))
+    fingerprint = store_fingerprint(settings.default_tracking_uri())
+    try:
+        cells = json.loads(layout.leaderboard_file("json").read_text())["cells"]
+        why = confirm_logged(cells, mlflow_run)
+    except (OSError, ValueError, KeyError) as exc:  # a leaderboard that does not read: as the warm path
+        why = str(exc)
+    if why is not None:
+        print(f"[plan] the next run will ask MLflow itself: {why}", flush=True)
+        fingerprint = {}
+    if fingerprint != store_fingerprint(settings.default_tracking_uri()):
+        fingerprint = {}  # written to while MLflow was asked: not the store it answered for
+    record(
+        settings.STATE,
+        CompleteRun(
+            dagster_run_id=board_result.run_id, inputs_key=given.key, sources=given.sources, models=list(models), tasks=list(tasks),
+            curated={t: read_manifest(layout.task_dir(t)).get("content_hash", "") for t in tasks},
+            leaderboard_sha256=hashlib.sha256(layout.leaderboard_file("md").read_bytes()).hexdigest(), leaderboard_mlflow_run_id=mlflow_run,
+            mlflow_store=fingerprint,
+        ),
+    )  # fmt: skip
