@@ -258,10 +258,16 @@ def record_complete_run(defs, board_result, given, models: list[str], tasks: lis
     if given is None:
         return
     layout = defs.resources["store"].layout
-    mlflow_run = str(next(
-        (e.materialization.metadata["mlflow_run_id"].value for e in board_result.get_asset_materialization_events() if "mlflow_run_id" in e.materialization.metadata),
-        "",
-    ))  # fmt: skip
+    mlflow_run = str(
+        next(
+            (
+                e.materialization.metadata["mlflow_run_id"].value
+                for e in board_result.get_asset_materialization_events()
+                if "mlflow_run_id" in e.materialization.metadata
+            ),
+            "",
+        )
+    )
     fingerprint = store_fingerprint(settings.default_tracking_uri())
     try:
         cells = json.loads(layout.leaderboard_file("json").read_text())["cells"]
