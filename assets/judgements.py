@@ -42,7 +42,8 @@ def pool_runs(store, registry, spec, task) -> tuple[dict, dict]:
         folder = store.artifact_dir(m, task.name, "run", keys[m]["run"])
         if not is_complete(folder):
             raise DataError(
-                f"judgement {spec.name} x {task.name}: pool model {m!r} has no complete retrieval_run (key {keys[m]['run']}); evaluate it first: medbench run --models {m} --tasks {task.name}"
+                f"judgement {spec.name} x {task.name}: pool model {m!r} has no complete retrieval_run (key {keys[m]['run']}); "
+                f"evaluate it first: medbench run --models {m} --tasks {task.name}"
             )
         verify_manifest(folder)
         runs[m], run_keys[m] = pl.read_parquet(folder / "run.parquet"), keys[m]["run"]
@@ -66,8 +67,10 @@ def _judge_task(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     task = r.store.load_task(name)
     r.store.layout.require_gate(name, task.content_hash())
     if task.meta.doc_modality != "text":
-        return dg.MaterializeResult(metadata={"task": name, "judgements": "n/a", "reason": f"the judges read text passages; {name}'s documents are {task.meta.doc_modality}"},
-                                    data_version=dg.DataVersion("n/a"))  # fmt: skip
+        return dg.MaterializeResult(
+            metadata={"task": name, "judgements": "n/a", "reason": f"the judges read text passages; {name}'s documents are {task.meta.doc_modality}"},
+            data_version=dg.DataVersion("n/a"),
+        )
     shown, versions = {}, []
     for spec in specs:
         runs, run_keys = pool_runs(r.store, r.registry, spec, task) if spec.source == "generate" else ({}, {})
@@ -84,8 +87,17 @@ def _judge_task(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         info = json.loads((folder / "info.json").read_text())
         run_id = log_judgement_run(context, spec, name, info)
         agree = info.get("agreement") or {}
-        shown[spec.name] = {"key": key, "cache_hit": hit, "pairs": info["n_pairs"], "fill": info["n_fill"], "calibration": info["n_calibration"],
-                            "unparsed": info["n_unparsed"], "kappa": agree.get("kappa_quadratic"), "alpha": agree.get("alpha_ordinal"), "mlflow_run_id": run_id}  # fmt: skip
+        shown[spec.name] = {
+            "key": key,
+            "cache_hit": hit,
+            "pairs": info["n_pairs"],
+            "fill": info["n_fill"],
+            "calibration": info["n_calibration"],
+            "unparsed": info["n_unparsed"],
+            "kappa": agree.get("kappa_quadratic"),
+            "alpha": agree.get("alpha_ordinal"),
+            "mlflow_run_id": run_id,
+        }
         versions.append(key)
     return dg.MaterializeResult(metadata={"task": name, "judgements": dg.MetadataValue.json(shown)}, data_version=dg.DataVersion("-".join(versions)))
 

@@ -69,7 +69,8 @@ def main() -> None:
     tok = bare.tokenizer(texts, truncation=True, max_length=bare.max_seq_length)
     tokens = sum(len(ids) for ids in tok["input_ids"])
     print(
-        f"{len(texts):,} SciFact abstracts, {tokens:,} tokens (mean {tokens / len(texts):.0f}, truncated at {bare.max_seq_length}); torch threads {torch.get_num_threads()}",
+        f"{len(texts):,} SciFact abstracts, {tokens:,} tokens (mean {tokens / len(texts):.0f}, truncated at {bare.max_seq_length}); "
+        f"torch threads {torch.get_num_threads()}",
         flush=True,
     )
 
@@ -94,7 +95,8 @@ def main() -> None:
     unsorted = np.concatenate([run_bare_batch(bare, texts[i : i + spec.batch_size]) for i in range(0, len(texts), spec.batch_size)])
     t_unsorted = time.perf_counter() - t0
     print(
-        f"unsorted batches: {t_unsorted:.1f} s = {tokens / t_unsorted:,.0f} tokens/s; largest difference from sorted {np.abs(unsorted - out['bare']).max():.1e}",
+        f"unsorted batches: {t_unsorted:.1f} s = {tokens / t_unsorted:,.0f} tokens/s; "
+        f"largest difference from sorted {np.abs(unsorted - out['bare']).max():.1e}",
         flush=True,
     )
 

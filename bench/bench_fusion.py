@@ -36,12 +36,6 @@ import paired  # noqa: E402
 
 SHARED = Path(os.environ.get("MEDBENCH_SHARED") or ROOT.parent / "shared")
 
-from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
-from medbench_core.evaluation.stats import compare, format_cell
-from medbench_core.retrieval import bm25
-from medbench_core.retrieval.fuse_rerank import fuse, ranked
-from medbench_core.taskdata.catalog import build_task, load_catalog
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -51,8 +45,15 @@ def main() -> None:
     args = ap.parse_args()
     print(paired.header("fusion: medbench vs ranx"), flush=True)
 
+    # imported here, below the sys.path line (this file runs as a script); --help imports none of them
     from ranx import Run
     from ranx import fuse as ranx_fuse
+
+    from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
+    from medbench_core.evaluation.stats import compare, format_cell
+    from medbench_core.retrieval import bm25
+    from medbench_core.retrieval.fuse_rerank import fuse, ranked
+    from medbench_core.taskdata.catalog import build_task, load_catalog
 
     with tempfile.TemporaryDirectory() as tmp:
         task = build_task(load_catalog(ROOT / "tasks.yaml").task(args.task), SHARED / "data", Path(tmp))
@@ -123,7 +124,8 @@ def main() -> None:
             "ndcg_at_10_ranx_raw_scores": nd_ranx_raw,
         }
         print(
-            f"  medians: medbench {t_ours * 1000:.0f} ms, ranx {t_ranx * 1000:.0f} ms (with Run building {t_ranx_build * 1000:.0f} ms; first call {first:.1f} s)"
+            f"  medians: medbench {t_ours * 1000:.0f} ms, ranx {t_ranx * 1000:.0f} ms "
+            f"(with Run building {t_ranx_build * 1000:.0f} ms; first call {first:.1f} s)"
         )
         print(f"  fused scores vs ranx: max |diff| {worst:.2e}; nDCG@10 medbench {nd_ours:.4f}, ranx on raw scores {nd_ranx_raw:.4f}")
 

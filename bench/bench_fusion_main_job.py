@@ -62,7 +62,8 @@ def main() -> int:
     per_q = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10"}).evaluate(top)
     reference = sum(per_q.get(q, {}).get("ndcg_cut_10", 0.0) for q in qrels) / len(qrels)
     print(
-        f"{args.model} x {args.task}: nDCG@10 {mean[args.model]:.10f} (main job) vs {reference:.10f} (ranx RRF, pytrec_eval): |diff| {abs(mean[args.model] - reference):.1e}"
+        f"{args.model} x {args.task}: nDCG@10 {mean[args.model]:.10f} (main job) vs {reference:.10f} (ranx RRF, pytrec_eval): "
+        f"|diff| {abs(mean[args.model] - reference):.1e}"
     )
     print(f"run key {keys[args.model]['run']}, upstream run keys: " + ", ".join(f"{u} {keys[u]['run']}" for u in spec.upstream))
 

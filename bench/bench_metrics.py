@@ -86,7 +86,8 @@ def main() -> None:
     qrels, run = qrels_to_dict(qrels_df), run_to_dict(run_df)
     top10 = {q: dict(sorted(docs.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:10]) for q, docs in run.items()}
     print(
-        f"data: {args.queries:,} queries x {args.judged:,} judged, runs of {args.depth:,} ({qrels_df.height:,} + {run_df.height:,} rows), built in {time.perf_counter() - t0:.1f} s",
+        f"data: {args.queries:,} queries x {args.judged:,} judged, runs of {args.depth:,} ({qrels_df.height:,} + {run_df.height:,} rows), "
+        f"built in {time.perf_counter() - t0:.1f} s",
         flush=True,
     )
 
@@ -131,7 +132,8 @@ def main() -> None:
     print()
     print(m.table(rows))
     print(
-        f"\nspeed-up over pytrec_eval, 5 metrics: CPU {m.ratio('pytrec_eval', 'medbench', 'cpu')}, wall {m.ratio('pytrec_eval', 'medbench', 'wall')} (target >= 10x)"
+        f"\nspeed-up over pytrec_eval, 5 metrics: CPU {m.ratio('pytrec_eval', 'medbench', 'cpu')}, "
+        f"wall {m.ratio('pytrec_eval', 'medbench', 'wall')} (target >= 10x)"
     )
 
 

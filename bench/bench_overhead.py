@@ -177,7 +177,8 @@ FLOOR = {
     "great expectations: import, one suite, data docs": (
         "import tempfile, polars as pl; from pathlib import Path; "
         "from medbench_core.taskdata.contracts.gx import Spec, Table, run_tables; "
-        "run_tables('t', [Table('t', 't.parquet', pl.DataFrame({'record_id': ['a']}), [Spec('ExpectColumnToExist', {'column': 'record_id'}, 'schema', 'x')])], Path(tempfile.mkdtemp()))"
+        "run_tables('t', [Table('t', 't.parquet', pl.DataFrame({'record_id': ['a']}), "
+        "[Spec('ExpectColumnToExist', {'column': 'record_id'}, 'schema', 'x')])], Path(tempfile.mkdtemp()))"
     ),
     "mlflow: client, new store": (
         "import tempfile; from runtime.mlflow_store import MLflowResource; d = tempfile.mkdtemp(); "
@@ -235,7 +236,8 @@ def main() -> None:
         def say(r: int, side: str, s: paired.Sample) -> None:
             v = s.value
             print(
-                f"  round {r + 1} {side:<8} wall {s.wall:7.1f} s  CPU {s.cpu:7.1f} s  peak {s.peak_rss / 2**30:.2f} GB  encoding {v['encode_s']:6.1f} s  nDCG@10 {v['ndcg_at_10']:.4f}  load {os.getloadavg()[0]:.1f}",
+                f"  round {r + 1} {side:<8} wall {s.wall:7.1f} s  CPU {s.cpu:7.1f} s  peak {s.peak_rss / 2**30:.2f} GB  "
+                f"encoding {v['encode_s']:6.1f} s  nDCG@10 {v['ndcg_at_10']:.4f}  load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
 

@@ -331,7 +331,8 @@ def pipeline(args: argparse.Namespace) -> None:
         def keep(r: int, name: str, sample: paired.Sample) -> None:
             out = sample.value
             print(
-                f"[{label}] round {r + 1} {name}: wall {out['wall_s']} s, CPU {out['cpu_s']} s, peak {out['peak_proc_gb']} GB (tree {out['peak_tree_gb']}), load {out['load'][0]:.1f}",
+                f"[{label}] round {r + 1} {name}: wall {out['wall_s']} s, CPU {out['cpu_s']} s, "
+                f"peak {out['peak_proc_gb']} GB (tree {out['peak_tree_gb']}), load {out['load'][0]:.1f}",
                 flush=True,
             )
             if len(res["rounds"]) <= r:
@@ -406,7 +407,8 @@ def report(args: argparse.Namespace) -> None:
     res = [r for r in res if any("medbench" in x for x in r["rounds"])]
     res.sort(key=lambda r: (r["file"].endswith("-before") is False, r["docs"]))
     print(
-        "| run | documents x queries | n | CPU medbench / bare, median (range) | wall, median (range) | peak memory (largest process), median (range) | medbench CPU s | bare CPU s |"
+        "| run | documents x queries | n | CPU medbench / bare, median (range) | wall, median (range) "
+        "| peak memory (largest process), median (range) | medbench CPU s | bare CPU s |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in res:
@@ -420,7 +422,8 @@ def report(args: argparse.Namespace) -> None:
         cpu_b = f"{statistics.median(x['bare']['cpu_s'] for x in pairs):.0f}" if pairs else "-"
         note = " (one run per side, not paired)" if r.get("unpaired") else ""
         print(
-            f"| {r['file'].removeprefix('pipeline-')}{note} | {r['docs']:,} x {r['queries']:,} | {len(pairs)} | {ratio('cpu_s')} | {ratio('wall_s')} | {ratio('peak_proc_gb')} | {cpu_m:.0f} | {cpu_b} |"
+            f"| {r['file'].removeprefix('pipeline-')}{note} | {r['docs']:,} x {r['queries']:,} | {len(pairs)} "
+            f"| {ratio('cpu_s')} | {ratio('wall_s')} | {ratio('peak_proc_gb')} | {cpu_m:.0f} | {cpu_b} |"
         )
     for r in res:
         print(f"\n{r['file'].removeprefix('pipeline-')}:")

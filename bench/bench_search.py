@@ -215,8 +215,15 @@ def main() -> None:
         folder = Path(args.work) / f"{n}x{args.dim}-q{args.queries}-s{args.seed}"
         if not (folder / "corpus.npy").exists():
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.bench_search import make_corpus; from pathlib import Path; "
-                            f"make_corpus(Path({str(folder)!r}), {n}, {args.dim}, {args.queries}, {args.seed})"], check=True)  # fmt: skip
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.bench_search import make_corpus; from pathlib import Path; "
+                    f"make_corpus(Path({str(folder)!r}), {n}, {args.dim}, {args.queries}, {args.seed})",
+                ],
+                check=True,
+            )
             print(f"{n:,} x {args.dim}: corpus written in {time.perf_counter() - t0:.0f} s", flush=True)
 
         def side(mode: str):
@@ -262,13 +269,16 @@ def main() -> None:
         for w in ("wall", "cpu"):
             v = r[w]
             print(
-                f"medbench search / FAISS alone, same index, {w}: median {statistics.median(v):.3f}x ({min(v):.3f}-{max(v):.3f}, n={len(v)} rounds in {len(m.samples['medbench'])} processes)"
+                f"medbench search / FAISS alone, same index, {w}: median {statistics.median(v):.3f}x "
+                f"({min(v):.3f}-{max(v):.3f}, n={len(v)} rounds in {len(m.samples['medbench'])} processes)"
             )
 
     by = {(r["mode"], r["n"]): r for r in rows}
     print(f"\nexact (flat) through medbench vs bare FAISS IndexFlatIP; IVF {ivf}; {args.queries:,} queries, k = {args.k}\n")
     print(
-        "| documents | corpus GB | build s: bare / medbench | search s: bare / medbench | medbench / bare: build+search | medbench search / FAISS alone, same index | search layer alone s (share of FAISS search) | peak RSS GB: bare / medbench | IVF build s | IVF search s | IVF speed-up (search) | IVF recall@10 | IVF peak RSS GB |"
+        "| documents | corpus GB | build s: bare / medbench | search s: bare / medbench | medbench / bare: build+search "
+        "| medbench search / FAISS alone, same index | search layer alone s (share of FAISS search) | peak RSS GB: bare / medbench "
+        "| IVF build s | IVF search s | IVF speed-up (search) | IVF recall@10 | IVF peak RSS GB |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in sorted({r["n"] for r in rows}):

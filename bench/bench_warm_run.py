@@ -104,7 +104,8 @@ def main() -> None:
     for side in sides:
         w, c = m.seconds(side, "wall"), m.seconds(side, "cpu")
         print(
-            f"medbench run{' --recheck' if side == 'recheck' else ''}: wall median {w[0]:.2f} s ({w[1]:.2f}-{w[2]:.2f}), CPU median {c[0]:.2f} s ({c[1]:.2f}-{c[2]:.2f}), n={len(m.samples[side])}"
+            f"medbench run{' --recheck' if side == 'recheck' else ''}: wall median {w[0]:.2f} s ({w[1]:.2f}-{w[2]:.2f}), "
+            f"CPU median {c[0]:.2f} s ({c[1]:.2f}-{c[2]:.2f}), n={len(m.samples[side])}"
         )
     if "recheck" in sides:
         print(m.table([("recheck / answered", "recheck", "answered")]))

@@ -113,9 +113,13 @@ class Measurement:
         for label, num, den in rows:
             c, w = self.ratio(num, den, "cpu"), self.ratio(num, den, "wall")
             cells = [
-                label, str(c.n), f"{c.median:.3f}x ({c.low:.3f}-{c.high:.3f})", f"{w.median:.3f}x ({w.low:.3f}-{w.high:.3f})",
-                f"{self.seconds(num, 'cpu')[0]:.3f} / {self.seconds(den, 'cpu')[0]:.3f}", f"{self.seconds(num, 'wall')[0]:.3f} / {self.seconds(den, 'wall')[0]:.3f}",
-            ]  # fmt: skip
+                label,
+                str(c.n),
+                f"{c.median:.3f}x ({c.low:.3f}-{c.high:.3f})",
+                f"{w.median:.3f}x ({w.low:.3f}-{w.high:.3f})",
+                f"{self.seconds(num, 'cpu')[0]:.3f} / {self.seconds(den, 'cpu')[0]:.3f}",
+                f"{self.seconds(num, 'wall')[0]:.3f} / {self.seconds(den, 'wall')[0]:.3f}",
+            ]
             if memory:
                 m = self.ratio(num, den, "peak_rss")
                 cells.append(f"{m.median:.3f}x ({m.low:.3f}-{m.high:.3f})" if m.n else "-")

@@ -65,7 +65,8 @@ class Phases:
         }
         self.rows.append(row)
         print(
-            f"{phase:<36}{row['seconds']:>8.2f}s (CPU {row['cpu_s']:.2f}s)  start {row['rss_start_gb']:6.2f}  peak {row['peak_gb']:6.2f}  (+{row['extra_gb']:.2f})  after {row['rss_after_gb']:6.2f} GB",
+            f"{phase:<36}{row['seconds']:>8.2f}s (CPU {row['cpu_s']:.2f}s)  start {row['rss_start_gb']:6.2f}  "
+            f"peak {row['peak_gb']:6.2f}  (+{row['extra_gb']:.2f})  after {row['rss_after_gb']:6.2f} GB",
             flush=True,
         )
         return out
@@ -138,7 +139,7 @@ def main() -> None:
         return [[vocab[t] for t in doc] for doc in tokens], vocab
 
     ids, vocab = ph("bm25: sorted vocabulary + id lists", vocab_ids)
-    del tokens
+    tokens = None  # drop the reference to free the memory (not `del`: vocab_ids() names it)
 
     def index():
         r = bm25._bm25s().BM25(k1=1.5, b=0.75, method="lucene")
@@ -146,7 +147,7 @@ def main() -> None:
         return r
 
     retriever = ph("bm25: bm25s index", index)
-    del ids, vocab
+    ids = vocab = None  # as above (index() names them); the retriever keeps what it needs
     ph("bm25: save", bm25.save, retriever, args.out / "bm25")
     del retriever
     gc.collect()

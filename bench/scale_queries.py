@@ -121,7 +121,8 @@ class Phases:
                 continue
             c, w = paired.Ratio("cpu", tuple(r["ratio_cpu"])), paired.Ratio("wall", tuple(r["ratio_wall"]))
             out.append(
-                f"| {r['phase']} | {c.n} | {r['medbench_cpu']:.2f} | {r['bare_cpu']:.2f} | {c.median:.3f}x ({c.low:.3f}-{c.high:.3f}) | {w.median:.3f}x ({w.low:.3f}-{w.high:.3f}) | {r['medbench_peak_gb']} / {r['bare_peak_gb']} |"
+                f"| {r['phase']} | {c.n} | {r['medbench_cpu']:.2f} | {r['bare_cpu']:.2f} | {c.median:.3f}x ({c.low:.3f}-{c.high:.3f}) "
+                f"| {w.median:.3f}x ({w.low:.3f}-{w.high:.3f}) | {r['medbench_peak_gb']} / {r['bare_peak_gb']} |"
             )
         return "\n".join(out)
 
@@ -331,7 +332,8 @@ def fusion(runs: dict[str, pl.DataFrame], ph: Phases) -> None:
         )
         joined = mine.join(want, on=["query_id", "doc_id"], suffix="_ranx")
         print(
-            f"{label}: {joined.height} of {mine.height} fused rows also in ranx's top 100; largest score difference {float((joined['score'] - joined['score_ranx']).abs().max()):.2e}"
+            f"{label}: {joined.height} of {mine.height} fused rows also in ranx's top 100; "
+            f"largest score difference {float((joined['score'] - joined['score_ranx']).abs().max()):.2e}"
         )
 
 

@@ -1,7 +1,8 @@
 """``medbench export --to DIR``: the saved leaderboard, the metrics behind each of its cells, and each cell
 as an MTEB results JSON and a TREC run, in one folder.
 
-DIR/leaderboard.{md,csv,json}, stats.csv, heatmap.png, multilingual.csv (when a task is multilingual), diff/<task>.png, trust/<model>.png (the reports as saved);
+DIR/leaderboard.{md,csv,json}, stats.csv, heatmap.png, multilingual.csv (when a task is multilingual), diff/<task>.png,
+trust/<model>.png (the reports as saved);
 DIR/metrics/<model>/<task>/{metrics.json, per_query.parquet}; DIR/results/<org>__<model>/<revision>/<task>.json
 (+ model_meta.json: MTEB's results-repository layout, which ``mteb.ResultCache(DIR).load_results()`` reads;
 MTEB's task and model names where there are some) and DIR/trec/<model>/<task>.trec

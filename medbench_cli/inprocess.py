@@ -103,9 +103,11 @@ def _wait_for_pools(instance, pools: list[str], what: str, tell: Callable[[str],
         for state in busy:
             if state.limit == 0:
                 raise failures.Refusal(
-                    f"pool {state.pool} has a limit of 0 slots in the Dagster instance ({os.environ.get('DAGSTER_HOME', '')}): no step of it can ever run ({what})",
-                    kept="nothing was run", todo=f"give it a slot: dagster instance concurrency set {state.pool} 1",
-                )  # fmt: skip
+                    f"pool {state.pool} has a limit of 0 slots in the Dagster instance ({os.environ.get('DAGSTER_HOME', '')}): "
+                    f"no step of it can ever run ({what})",
+                    kept="nothing was run",
+                    todo=f"give it a slot: dagster instance concurrency set {state.pool} 1",
+                )
         held = "; ".join(
             f"pool {s.pool} ({s.limit} slot(s)) is held by " + ", ".join(h.line() for h in s.holders) if s.holders else f"pool {s.pool} is full" for s in busy
         )

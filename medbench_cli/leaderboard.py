@@ -1,4 +1,5 @@
-"""``medbench leaderboard``: print the saved leaderboard (nDCG@10, model x task, with CIs and paired tests against the baseline); ``--rebuild`` first rebuilds it from the stored metrics."""
+"""``medbench leaderboard``: print the saved leaderboard (nDCG@10, model x task, with CIs and paired tests
+against the baseline); ``--rebuild`` first rebuilds it from the stored metrics."""
 
 from __future__ import annotations
 

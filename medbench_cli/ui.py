@@ -40,8 +40,20 @@ def commands(port: int, mlflow_port: int, tracking_uri: str) -> dict[str, list[s
     dagster = [sys.executable, "-m", "medbench_cli.webserver", "dev", "--allowed-hosts", allowed_hosts(port)]
     cmds = {"dagster": [*dagster, "-h", HOST, "-p", str(port), "-m", "orchestration.definitions"]}
     if not tracking_uri.startswith(("http://", "https://")):
-        cmds["mlflow"] = [sys.executable, "-m", "medbench_cli.webserver", "mlflow", "--backend-store-uri", tracking_uri, "--host", HOST, "--port", str(mlflow_port),
-                          "--allowed-hosts", allowed_hosts(mlflow_port)]  # fmt: skip
+        cmds["mlflow"] = [
+            sys.executable,
+            "-m",
+            "medbench_cli.webserver",
+            "mlflow",
+            "--backend-store-uri",
+            tracking_uri,
+            "--host",
+            HOST,
+            "--port",
+            str(mlflow_port),
+            "--allowed-hosts",
+            allowed_hosts(mlflow_port),
+        ]
     return cmds
 
 

@@ -361,7 +361,8 @@ def _judge_run(
         if tol is None:
             pq.update(
                 verdict="differs",
-                detail=f"exact work (no vectors behind this run, its inputs identical): sha256 differs from the version's {a['files']['run.parquet']['sha256'][:12]}",
+                detail="exact work (no vectors behind this run, its inputs identical): "
+                f"sha256 differs from the version's {a['files']['run.parquet']['sha256'][:12]}",
             )
             pq["rule"] = "run: exact (no vectors behind it)"
             part.run_state = "differs"

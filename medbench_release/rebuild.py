@@ -149,7 +149,10 @@ def choose_code(root: Path, record: dict[str, Any], *, mode: str, models_file: P
             f"commit {commit[:12]} of the version is not in this clone (a shallow clone? `git fetch --unshallow`), and this checkout's "
             f"code cannot stand in for it: {what}. Rebuild with --code current to compare this code anyway."
         )
-    how = f"this checkout's code (commit {commit[:12]} is not in this clone; its code versions and lock equal the version's) with the version's models.yaml and tasks.yaml"
+    how = (
+        f"this checkout's code (commit {commit[:12]} is not in this clone; its code versions and lock equal the version's) "
+        "with the version's models.yaml and tasks.yaml"
+    )
     return CodeChoice(root, sys.executable, how, *texts)
 
 

@@ -48,7 +48,10 @@ RULES = {
         "judged by its metrics"
     ),
     "metrics": "same bytes, else every metric within 1e-9 of the version's where the run is identical, within the bound of the run's ties where they moved",
-    "per_query": "same bytes where the run is identical; where ties moved, each query's values within its tie bound (the published file at hand), else judged by metrics.json",
+    "per_query": (
+        "same bytes where the run is identical; where ties moved, each query's values within its tie bound (the published file at hand), "
+        "else judged by metrics.json"
+    ),
 }
 VOLATILE_JSON = ("seconds",)  # how long a stage took: never the same twice
 ARRAY_TOLERANCE = 1e-5  # largest absolute difference accepted in embeddings and index vectors

@@ -307,7 +307,8 @@ def release(
         prune(data_dir, extra, Path(prune_to), log)
     elif extra:
         log(
-            f"[release] note: {len(extra)} folder(s) in data/ that no run of the version uses are part of it (e.g. {extra[0].relative_to(data_dir)}); --prune moves them out first"
+            f"[release] note: {len(extra)} folder(s) in data/ that no run of the version uses are part of it "
+            f"(e.g. {extra[0].relative_to(data_dir)}); --prune moves them out first"
         )
     log(f"[release] {n} artifact folders verified; {len(runs)} model x task runs, {len(artifacts)} artifacts; remote {public_url(url)}")
 

@@ -222,7 +222,8 @@ def find_record(root: Path, tag: str) -> tuple[dict[str, Any], str]:
     if text:
         return json.loads(text), f"commit {commit[:12]}"
     raise VersioningError(
-        f"no benchmark version {tag!r} here: no {VERSIONS}/{tag}.json, no tag {tag}, no commit that added it (known: {', '.join(known_versions(root)) or 'none'})"
+        f"no benchmark version {tag!r} here: no {VERSIONS}/{tag}.json, no tag {tag}, no commit that added it "
+        f"(known: {', '.join(known_versions(root)) or 'none'})"
     )
 
 
@@ -250,7 +251,8 @@ def _tag_at_head(root: Path) -> str:
         if len(matching) == 1:
             return matching[0]
     raise VersioningError(
-        f"HEAD carries {len(released)} released version tags ({', '.join(released) or 'none'}); name the version to reproduce (known: {', '.join(known_versions(root)) or 'none'})"
+        f"HEAD carries {len(released)} released version tags ({', '.join(released) or 'none'}); "
+        f"name the version to reproduce (known: {', '.join(known_versions(root)) or 'none'})"
     )
 
 

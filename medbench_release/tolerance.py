@@ -242,7 +242,8 @@ def compare_rankings(published: Lists, rebuilt: Lists, tau: float, *, k: int, pa
                     out.moved_across_cutoff += 1
                 else:
                     out.problems.append(
-                        f"query {q}: {d} (published score {s!r}) is not in the rebuilt top {len(rdocs)} (its last scores {float(rscores[-1]) if len(rdocs) else float('nan')!r})"
+                        f"query {q}: {d} (published score {s!r}) is not in the rebuilt top {len(rdocs)} "
+                        f"(its last scores {float(rscores[-1]) if len(rdocs) else float('nan')!r})"
                     )
         last = float(pscores[-1]) if len(pscores) else -np.inf
         full = partial or len(pdocs) >= k

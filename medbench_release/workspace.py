@@ -60,7 +60,10 @@ class PullResult:
         if not self.changed:
             out = f"data/ already holds data {self.version} ({self.files} files, each re-hashed); nothing changed"
             return out + (f"; {len(self.repaired)} object(s) missing from the cache put back from data/" if self.repaired else "")
-        out = f"data/ now holds data {self.version}: {self.files} files ({self.from_data} kept from data/, {self.from_cache} from the DVC cache), swapped in at once"
+        out = (
+            f"data/ now holds data {self.version}: {self.files} files ({self.from_data} kept from data/, {self.from_cache} from the DVC cache), "
+            "swapped in at once"
+        )
         if self.kept_files:
             out += f"; {len(self.kept_files)} file(s) of the old data/ that no version in the cache holds moved to {self.kept} (e.g. {self.kept_files[0]})"
         if self.repaired:

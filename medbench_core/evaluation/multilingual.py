@@ -30,7 +30,7 @@ import polars as pl
 
 # ISO 639-1 -> writing system (the per-script view). CJK: Han, kana and Hangul.
 SCRIPTS: dict[str, str] = {
-    **{lang: "Latin" for lang in ("en", "fr", "de", "es", "it", "pt", "nl", "vi", "ca", "ro", "pl", "cs", "sv", "da", "no", "nb", "fi", "tr", "id", "ms", "hu", "et", "lt", "lv", "eu", "ga", "eo")},
+    **{lang: "Latin" for lang in "en fr de es it pt nl vi ca ro pl cs sv da no nb fi tr id ms hu et lt lv eu ga eo".split()},
     **{lang: "CJK" for lang in ("ja", "zh", "ko")},
     "el": "Greek",
     **{lang: "Cyrillic" for lang in ("ru", "uk", "bg", "be", "mk", "sr")},
@@ -184,8 +184,20 @@ def multilingual_tables(
                 en, other = paired["_en"].to_numpy(), paired[metric].to_numpy()
                 lo, hi = bootstrap_ci(en - other, n_resamples=n_resamples, seed=seed)
                 p = paired_permutation(en, other, n_resamples=n_resamples, seed=seed) if paired.height > 1 else None
-                rows["gaps"].append({"model": c.model, "task": c.task, "language": lang, "n_concepts": paired.height, "english": float(en.mean()), "other": float(other.mean()),
-                                     "gap": float((en - other).mean()), "ci_low": lo, "ci_high": hi, "p_perm": p})  # fmt: skip
+                rows["gaps"].append(
+                    {
+                        "model": c.model,
+                        "task": c.task,
+                        "language": lang,
+                        "n_concepts": paired.height,
+                        "english": float(en.mean()),
+                        "other": float(other.mean()),
+                        "gap": float((en - other).mean()),
+                        "ci_low": lo,
+                        "ci_high": hi,
+                        "p_perm": p,
+                    }
+                )
         if c.run_dir is not None and (c.run_dir / "run.parquet").is_file():
             run = pl.read_parquet(c.run_dir / "run.parquet")
             k = int(run.group_by("query_id").len()["len"].max() or 0)
@@ -321,7 +333,8 @@ def multilingual_markdown(tables: Mapping[str, pl.DataFrame], *, label: str = "n
     agg = tables["aggregate"]
     if agg.height:
         out += [
-            f"Language-balanced aggregate: the mean of the per-language means beside the plain mean over queries ({ALL}: every multilingual task's queries pooled)",
+            "Language-balanced aggregate: the mean of the per-language means beside the plain mean over queries "
+            f"({ALL}: every multilingual task's queries pooled)",
             "",
         ]
         body = [
@@ -337,9 +350,16 @@ def multilingual_markdown(tables: Mapping[str, pl.DataFrame], *, label: str = "n
         out += _table(["model", "task", "languages", "plain mean", "language-balanced"], body) + [""]
         inv = tables["inversions"]
         if inv.height:
-            out += ["Rank inversions (plain mean vs language-balanced): " + "; ".join(
-                f"{r['task']}: {r['above_by_plain']} above {r['below_by_plain']} by the plain mean (+{r['plain_diff']:.4f}), below by the balanced ({r['balanced_diff']:+.4f})"
-                for r in inv.iter_rows(named=True)) + "", ""]  # fmt: skip
+            out += [
+                "Rank inversions (plain mean vs language-balanced): "
+                + "; ".join(
+                    f"{r['task']}: {r['above_by_plain']} above {r['below_by_plain']} by the plain mean (+{r['plain_diff']:.4f}), "
+                    f"below by the balanced ({r['balanced_diff']:+.4f})"
+                    for r in inv.iter_rows(named=True)
+                )
+                + "",
+                "",
+            ]
         else:
             out += ["Rank inversions (plain mean vs language-balanced): none", ""]
     var = tables["variance"]

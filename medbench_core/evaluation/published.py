@@ -206,8 +206,13 @@ def task_names(cell: Any, source: PublishedSource, mteb_tasks: Mapping[str, str]
 
     ``mteb_tasks``: task -> its MTEB name when the cell does not carry one (a task read from the hub
     dataset an MTEB task reads: :func:`medbench_core.evaluation.exports.mteb_task_names`)."""
-    names = [source.tasks.get(cell.task, ""), getattr(cell, "mteb_task", "") or (mteb_tasks or {}).get(cell.task, ""), (getattr(cell, "dataset", "") or "").rsplit("/", 1)[-1] if "/" in (getattr(cell, "dataset", "") or "") else "",
-             getattr(cell, "subset", ""), cell.task]  # fmt: skip
+    names = [
+        source.tasks.get(cell.task, ""),
+        getattr(cell, "mteb_task", "") or (mteb_tasks or {}).get(cell.task, ""),
+        (getattr(cell, "dataset", "") or "").rsplit("/", 1)[-1] if "/" in (getattr(cell, "dataset", "") or "") else "",
+        getattr(cell, "subset", ""),
+        cell.task,
+    ]
     return list(dict.fromkeys(n for n in names if n))
 
 
@@ -225,9 +230,9 @@ def compare_published(
 
     ``stats``: the leaderboard's rows (``mean``, ``ci_low``, ``ci_high`` per model x task).
     ``model_names``: medbench model -> its MTEB name (the default published name when a source maps
-    none); ``mteb_tasks``: task -> its MTEB name (see :func:`task_names`). When the published file records a model revision or a dataset revision that is not ours,
-    the cell is ``not compared`` and the note says which and both values. The first source with a
-    score for the cell gives it.
+    none); ``mteb_tasks``: task -> its MTEB name (see :func:`task_names`). When the published file
+    records a model revision or a dataset revision that is not ours, the cell is ``not compared``
+    and the note says which and both values. The first source with a score for the cell gives it.
     """
     ci = {(r["model"], r["task"]): r for r in stats.filter(pl.col("metric") == metric).iter_rows(named=True)}
     cells = [c for c in cells if (c.model, c.task) in ci]

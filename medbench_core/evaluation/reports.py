@@ -411,7 +411,8 @@ def expanded_markdown(rows: pl.DataFrame, sig: Significance) -> str:
         lines.append(f"| {r['model']} | {r['task']} | {fmt(r['value'])}{warn} | {r['retriever']} {fmt(r['retriever_value'])} | {delta} | {fmt(r['p_holm'])} |")
     lines.append("")
     lines.append(
-        f"*: the expanded model differs from its retriever ({sig.describe()['test']}, Holm-Bonferroni across the expanded models of one retriever on a task, p < {sig.alpha:g})."
+        f"*: the expanded model differs from its retriever ({sig.describe()['test']}, "
+        f"Holm-Bonferroni across the expanded models of one retriever on a task, p < {sig.alpha:g})."
     )
     return "\n".join(lines) + "\n"
 
@@ -564,7 +565,8 @@ def write_leaderboard(
     group; the published value, difference and whether it lies in our CI per task, when
     ``published`` sources have some), ``leaderboard.json`` (all of it, the rank table of
     :func:`rank_table`, the published comparison of :func:`medbench_core.evaluation.published.compare_published`
-    (``model_names``: medbench model -> its MTEB name; ``mteb_tasks``: task -> its MTEB name), plus ``extra_json``), ``stats.csv`` (one row per model x task compared with the baseline, with its
+    (``model_names``: medbench model -> its MTEB name; ``mteb_tasks``: task -> its MTEB name), plus
+    ``extra_json``), ``stats.csv`` (one row per model x task compared with the baseline, with its
     rank, rank interval and group on the task), ``heatmap.png`` (rows labelled with the average's
     rank) and ``diff/<task>.png`` (per-query differences from the baseline). Files are
     written atomically; ``diff/`` is replaced whole. A stale cell (:attr:`Cell.stale`) is marked in
@@ -612,8 +614,9 @@ def write_leaderboard(
                             pl.col("status").alias("published_status"))  # fmt: skip
         stats = stats.join(pub, on=["task", "model"], how="left", maintain_order="left")
         for t in [t for t in tasks if t in set(versus["task"])]:
-            per = versus.filter(pl.col("task") == t).select("model", pl.col("published").alias(f"published.{t}"),
-                                                            pl.col("diff").alias(f"published_diff.{t}"), pl.col("in_ci").alias(f"published_in_ci.{t}"))  # fmt: skip
+            per = versus.filter(pl.col("task") == t).select(
+                "model", pl.col("published").alias(f"published.{t}"), pl.col("diff").alias(f"published_diff.{t}"), pl.col("in_ci").alias(f"published_in_ci.{t}")
+            )
             board_csv = board_csv.join(per, on="model", how="left", maintain_order="left")
     trust_md, board_csv, stats, trust_plots = write_trust(trusted, board_csv, stats, models, tasks, out, trust, qrels_holes)
     md += trust_md

@@ -56,7 +56,10 @@ class TrustSettings:
         return {
             "judged_threshold": self.judged_threshold,
             "mark": f"{MARK}: mean Judged@10 below {self.judged_threshold:g}",
-            "bounds": "nDCG@10 over every completion of the judgments (unjudged documents at any grade 0..top grade); lower = DCG0/IDCG_G, upper = min(1, DCG_G/IDCG0)",
+            "bounds": (
+                "nDCG@10 over every completion of the judgments (unjudged documents at any grade 0..top grade); "
+                "lower = DCG0/IDCG_G, upper = min(1, DCG_G/IDCG0)"
+            ),
             "filled": "the same run scored on the human qrels plus the LLM judgements of pairs the humans did not judge",
         }
 

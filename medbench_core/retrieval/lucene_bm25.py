@@ -152,7 +152,9 @@ def fit(texts: Iterable[str], k1: float = K1, b: float = B, progress: bool | Non
         raise DataError("BM25: the corpus is empty")
     if not term_pid:
         raise DataError("BM25: no document has indexable text (an image-only corpus, or only stopwords); BM25 cannot rank it")
-    del token_ids
+    # from here on, spent containers are emptied in place to free their memory (not `del`: the nested
+    # TokenIds and flush() name them, so a `del` reads to a linter as a name used after deletion)
+    token_ids.clear()
     # gensim's term ids: by first document, then alphabetically among the terms new in that document
     terms = list(term_pid)
     first = np.concatenate(first_doc).tolist()
@@ -160,14 +162,18 @@ def fit(texts: Iterable[str], k1: float = K1, b: float = B, progress: bool | Non
     final = np.empty(len(order), dtype=np.int32)
     final[np.asarray(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int32)
     vocab = [terms[p] for p in order]
-    del term_pid, terms, first_doc
+    term_pid.clear()
+    terms.clear()
+    first_doc.clear()
 
     import scipy.sparse as sp
 
     t = final[np.concatenate(coo_t)]
     d = np.concatenate(coo_d)
     tf = np.concatenate(coo_c)
-    del coo_t, coo_d, coo_c
+    coo_t.clear()
+    coo_d.clear()
+    coo_c.clear()
     # terms x documents; entries arrive in document order, so each term's documents stay ascending
     mat = sp.csr_matrix((tf, (t, d)), shape=(len(vocab), n))
     del t, d, tf

@@ -42,7 +42,8 @@ def world(tmp_path):
             "licence_allowlist: [CC-BY-4.0, ODC-By-1.0]\n"
             "tasks:\n"
             "  - {name: scifact, reader: beir, path: sci, split: test, query_licence: CC-BY-4.0, doc_licence: ODC-By-1.0}\n"
-            f"  - {{name: liveqa_medquad, reader: beir, path: lq, split: test, query_licence: unknown, doc_licence: CC-BY-4.0, research_only: {str(lq_research_only).lower()}}}\n"
+            "  - {name: liveqa_medquad, reader: beir, path: lq, split: test, query_licence: unknown, doc_licence: CC-BY-4.0, "
+            f"research_only: {str(lq_research_only).lower()}}}\n"
         )
 
     catalogue(False)

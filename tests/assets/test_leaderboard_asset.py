@@ -163,7 +163,10 @@ def test_values_whose_inputs_changed_are_kept_marked_stale_and_corrupt_artifacts
     md = build()
     saved = json.loads((reports / "leaderboard.json").read_text())
     changed_model = "bm25-k12's inputs (its models.yaml entry, weights, upstreams or code) changed since it was computed, and it was not recomputed"
-    changed_task = f"task liveqa_medquad: its source files ({world.shared / 'lq'}) changed since it was curated, and it has not been curated again (`medbench run --tasks liveqa_medquad`)"
+    changed_task = (
+        f"task liveqa_medquad: its source files ({world.shared / 'lq'}) changed since it was curated, "
+        "and it has not been curated again (`medbench run --tasks liveqa_medquad`)"
+    )
     assert saved["stale"] == {
         "bm25/liveqa_medquad": changed_task,
         "bm25-k12/scifact": f"{changed_model} (`medbench run --models bm25-k12 --tasks scifact`)",
@@ -349,12 +352,12 @@ def test_published_scores_beside_ours_in_the_leaderboard_in_each_partition_run_a
     board = (world.root / "data" / "reports" / "leaderboard.md").read_text()
     # bm25 scores 1 on every query of both tasks (CI [1, 1]): 1.0 lies in it, 0.5 does not; bm25-k12 is mapped to nothing.
     assert (
-        "| bm25 | scifact | 1.0000 [1.00, 1.00] | 1.0000 (bm25, scifact, R2MED results) | +0.0000 | inside our CI: reproduced (the source records no revisions) |"
-        in board
+        "| bm25 | scifact | 1.0000 [1.00, 1.00] | 1.0000 (bm25, scifact, R2MED results) | +0.0000 "
+        "| inside our CI: reproduced (the source records no revisions) |" in board
     )
     assert (
-        "| bm25 | liveqa_medquad | 1.0000 [1.00, 1.00] | 0.5000 (bm25, liveqa_medquad, R2MED results) | +0.5000 | outside our CI (the source records no revisions) |"
-        in board
+        "| bm25 | liveqa_medquad | 1.0000 [1.00, 1.00] | 0.5000 (bm25, liveqa_medquad, R2MED results) | +0.5000 "
+        "| outside our CI (the source records no revisions) |" in board
     )
     assert "| bm25-k12 |" not in board.split("Published nDCG@10 beside ours")[1].split("What each cell rests on")[0]
     line = "published scores: 2 cells compared, 1 reproduced (inside our 95% CI), 1 outside the CI"
@@ -374,8 +377,14 @@ def test_published_scores_beside_ours_in_the_leaderboard_in_each_partition_run_a
     assert board_run.data.params["published"] == line
 
     # The command line: the saved leaderboard says it in one line; --published DIR rebuilds it with another folder.
-    env = {"MEDBENCH_DATA": str(world.root / "data"), "MEDBENCH_MODELS": str(world.models_file), "MEDBENCH_TASKS": str(tasks_file),
-           "MEDBENCH_STATE": str(world.root / "state"), "DAGSTER_HOME": str(world.dagster_home), "MLFLOW_TRACKING_URI": f"sqlite:///{world.root / 'mlflow.db'}"}  # fmt: skip
+    env = {
+        "MEDBENCH_DATA": str(world.root / "data"),
+        "MEDBENCH_MODELS": str(world.models_file),
+        "MEDBENCH_TASKS": str(tasks_file),
+        "MEDBENCH_STATE": str(world.root / "state"),
+        "DAGSTER_HOME": str(world.dagster_home),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{world.root / 'mlflow.db'}",
+    }
     shown = medbench("leaderboard", env=env)
     assert shown.returncode == 0 and f"[published] {line}" in shown.stdout
     other = tmp_path / "other" / "results" / "base retriever" / "bm25"

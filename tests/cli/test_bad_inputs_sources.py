@@ -173,7 +173,8 @@ BOMB = "".join(f"{a}: &{a} [{', '.join([f'*{b}'] * 9) if b else ', '.join(['lol'
 @pytest.mark.parametrize(
     "text, last",
     [
-        (lambda t: BOMB + t.replace("split: test, query_licence: CC-BY-4.0, doc_licence: ODC-By-1.0", "split: test, query_licence: *i, doc_licence: ODC-By-1.0", 1),
+        (lambda t: BOMB + t.replace("split: test, query_licence: CC-BY-4.0, doc_licence: ODC-By-1.0",
+                                    "split: test, query_licence: *i, doc_licence: ODC-By-1.0", 1),
          "{w.tasks}: its aliases repeat {n} nodes, over the limit of 100000 (an anchor bomb?)"),
         (lambda t: (t + "# caf\xe9\n").encode("latin-1"), "{w.tasks}:{lines}: not UTF-8: byte 0xe9 at byte offset"),
         (lambda t: t + "#" * (1 << 20) + "\n", "{w.tasks}: task catalogue is {size} bytes, over the limit of 1048576 for a YAML file"),

@@ -191,7 +191,8 @@ def marked_everywhere(w: World, out: str) -> None:
 
 
 CASES = [
-    Case("corrupt-store-warm-path", ("run",), 1, ("medbench run: error: ", *CORRUPT, "SQLite's quick_check: *** in database main *** "), setup=damage_store("random-16k")),
+    Case("corrupt-store-warm-path", ("run",), 1, ("medbench run: error: ", *CORRUPT, "SQLite's quick_check: *** in database main *** "),
+         setup=damage_store("random-16k")),
     Case("corrupt-store-force", ("run", "--force"), 1, ("medbench run: error: ", *CORRUPT), setup=damage_store("random-16k")),
     Case("corrupt-store-one-task", ("run", "--models", "bm25", "--tasks", "scifact"), 1, CORRUPT, setup=damage_store("random-16k")),
     Case("store-header-not-sqlite", ("run",), 1, (*CORRUPT, "file is not a database"), setup=damage_store("header")),
@@ -201,9 +202,10 @@ CASES = [
          setup=damage_store("random-16k")),
     # task_metrics fails after writing its artifact: the figure is kept but marked, everywhere, with the run and its error
     Case("partition-failed-after-its-metrics", ("run", "--models", "bm25", "--tasks", "scifact", "--force"), 1,
-         ("medbench run: FAILED: bm25|scifact: task_metrics: [Errno 20] Not a directory: '{w.state}/mlartifacts/medbench-test/", "the leaderboard marks 1 cell(s) stale: bm25/scifact",
-          "fix it, then: medbench run --models bm25 --tasks scifact"),
-         setup=artifacts_unwritable, check=marked_everywhere, new_runs=4,  # 3 attempts of task_metrics (2 retries; each deletes the one before), the leaderboard's
+         ("medbench run: FAILED: bm25|scifact: task_metrics: [Errno 20] Not a directory: '{w.state}/mlartifacts/medbench-test/",
+          "the leaderboard marks 1 cell(s) stale: bm25/scifact", "fix it, then: medbench run --models bm25 --tasks scifact"),
+         # new_runs: 3 attempts of task_metrics (2 retries; each deletes the one before), the leaderboard's
+         setup=artifacts_unwritable, check=marked_everywhere, new_runs=4,
          writes=("data/artifacts/bm25/scifact/*", "data/reports/*", "state/mlflow.db", "state/.mlflow.db.locks/*", "state/mlartifacts/*", "state/scratch/*")),
 ]  # fmt: skip
 

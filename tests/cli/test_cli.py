@@ -139,8 +139,14 @@ def test_the_leaderboard_is_rebuilt_from_the_stored_metrics(tmp_path_factory, tm
     board = world.root / "data" / "reports" / "leaderboard.md"
     before = board.read_text()
     board.unlink()
-    env = {"DAGSTER_HOME": str(world.dagster_home), "MEDBENCH_MODELS": str(world.models_file), "MEDBENCH_TASKS": str(world.root / "tasks.yaml"),
-           "MEDBENCH_DATA": str(world.root / "data"), "MEDBENCH_STATE": str(world.root / "state"), "MLFLOW_TRACKING_URI": f"sqlite:///{world.root / 'mlflow.db'}"}  # fmt: skip
+    env = {
+        "DAGSTER_HOME": str(world.dagster_home),
+        "MEDBENCH_MODELS": str(world.models_file),
+        "MEDBENCH_TASKS": str(world.root / "tasks.yaml"),
+        "MEDBENCH_DATA": str(world.root / "data"),
+        "MEDBENCH_STATE": str(world.root / "state"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{world.root / 'mlflow.db'}",
+    }
     assert medbench("leaderboard", env=env).returncode == 1
     rebuilt = medbench("leaderboard", "--rebuild", env=env)
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]

@@ -183,16 +183,19 @@ models:
     revision: main
     batch_size: 2
     settings:
-      text: {{method: encode, records: {{arg: 0, text: txt}}, output: hidden_states, query_kwargs: {{is_query: true}}, instruction: instruction}}
+      text: {{method: encode, records: {{arg: 0, text: txt}}, output: hidden_states, query_kwargs: {{is_query: true}},
+              instruction: instruction}}
       image: {{method: encode, records: {{arg: 0, image: img}}, output: hidden_states}}
-      image_text: {{method: encode, records: {{arg: 0, text: txt, image: img}}, output: hidden_states, query_kwargs: {{is_query: true}}, instruction: instruction}}
+      image_text: {{method: encode, records: {{arg: 0, text: txt, image: img}}, output: hidden_states, query_kwargs: {{is_query: true}},
+                    instruction: instruction}}
       instructions: {{default: "Retrieve the image that answers the query."}}
   - {{name: biomedclip, kind: open_clip, revision: main, settings: {{checkpoint: "hf-hub:{HUB_CLIP_ID}"}}, batch_size: 4}}
   - {{name: colbert, kind: colbert, path: {colbert}, batch_size: 4}}
   - name: code-folder
     kind: code-folder
     path: {code}
-    settings: {{entry: "golden_code:Hashed", text: {{method: encode, texts: texts}}, instructions: {{default: "find"}}, query_template: "{{instruction}} {{query}}"}}
+    settings: {{entry: "golden_code:Hashed", text: {{method: encode, texts: texts}}, instructions: {{default: "find"}},
+                query_template: "{{instruction}} {{query}}"}}
   - name: code-late
     kind: code-folder-late
     path: {code}
@@ -683,8 +686,10 @@ def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[
             extra = _union(*(versions[(u, task_name)] for u in spec.upstream))
             extra = tuple(t for t in extra if t.startswith("analysis="))
             out[_name(spec, task_name, stage, tasks["images"])] = {
-                "versions": _versions(chain, (spec.plugin, *ups), extra), "tolerance": tol, "output": {"rows": _run(d["run"]), "info": _json(d["run"] / "info.json")},
-            }  # fmt: skip
+                "versions": _versions(chain, (spec.plugin, *ups), extra),
+                "tolerance": tol,
+                "output": {"rows": _run(d["run"]), "info": _json(d["run"] / "info.json")},
+            }
             versions[(name, task_name)] = _versions((*chain, "metrics"), (spec.plugin, *ups), extra)
             out[_name(spec, task_name, "metrics", tasks["images"])] = {
                 "versions": versions[(name, task_name)],

@@ -432,9 +432,15 @@ def icd_members(records=ICD_RECORDS, unknown: str | None = None, po_extra: str =
     diseases = head + "".join(icd_xml_record(c, n, b, unknown if (unknown and c == "A00.1") else "name") for _, b, c, n, _ in records) + "</data>\n</tryton>\n"
     cats = head + '<record model="gnuhealth.pathology.category" id="icdcat_root">\n\t<field name="name">ICD-10</field>\n</record>\n'
     for ch in sorted({r[0] for r in records}):
-        cats += f'<record model="gnuhealth.pathology.category" id="icdcat{ch}">\n\t<field name="name">Chapter {ch}</field>\n\t<field name="parent" ref="icdcat_root"></field>\n</record>\n'
+        cats += (
+            f'<record model="gnuhealth.pathology.category" id="icdcat{ch}">\n\t<field name="name">Chapter {ch}</field>\n'
+            '\t<field name="parent" ref="icdcat_root"></field>\n</record>\n'
+        )
     for b in sorted({r[1] for r in records}):
-        cats += f'<record model="gnuhealth.pathology.category" id="icdcat{b}">\n\t<field name="name">Block {b}</field>\n\t<field name="parent" ref="icdcat{b.split("-")[0]}"></field>\n</record>\n'
+        cats += (
+            f'<record model="gnuhealth.pathology.category" id="icdcat{b}">\n\t<field name="name">Block {b}</field>\n'
+            f'\t<field name="parent" ref="icdcat{b.split("-")[0]}"></field>\n</record>\n'
+        )
     cats += "</data>\n</tryton>\n"
     po = 'msgid ""\nmsgstr "Content-Type: text/plain; charset=utf-8\\n"\n\n'
     for _, _, c, n, ja in records:

@@ -175,14 +175,14 @@ def test_score_fusion_is_weighted_sum_of_same_modality_similarities(xray_png):
     enc = load_clip_encoder(spec(seed=0, fusion="score", fusion_weight=w))
     cap1, cap2 = "Figure 1. Barium enema", "Figure 4. MRI of an occipital lesion"
     v = enc.encode_records([cap1, cap2, "pneumonia", None], [FIGURES[0], FIGURES[1], None, xray_png], ["en"] * 4, "query")
-    T = enc.encode_texts([cap1, cap2, "pneumonia"])
-    I = enc.encode_images([FIGURES[0], FIGURES[1], xray_png], ["f0", "f1", "x"])
+    txt = enc.encode_texts([cap1, cap2, "pneumonia"])
+    img = enc.encode_images([FIGURES[0], FIGURES[1], xray_png], ["f0", "f1", "x"])
     # both . both = w cos(img, img') + (1-w) cos(txt, txt')
-    assert v[0] @ v[1] == pytest.approx(w * I[0] @ I[1] + (1 - w) * T[0] @ T[1], abs=1e-5)
+    assert v[0] @ v[1] == pytest.approx(w * img[0] @ img[1] + (1 - w) * txt[0] @ txt[1], abs=1e-5)
     # text-only . image-only = plain CLIP cos(txt, img)
-    assert v[2] @ v[3] == pytest.approx(T[2] @ I[2], abs=1e-5)
+    assert v[2] @ v[3] == pytest.approx(txt[2] @ img[2], abs=1e-5)
     # both . image-only: each side of the pair compared with the single image
-    assert v[0] @ v[3] == pytest.approx(w * I[0] @ I[2] + (1 - w) * T[0] @ I[2], abs=1e-5)
+    assert v[0] @ v[3] == pytest.approx(w * img[0] @ img[2] + (1 - w) * txt[0] @ img[2], abs=1e-5)
 
 
 def test_embedding_fusion_is_renormalised_weighted_mean(xray_png):

@@ -183,7 +183,8 @@ def test_one_entry_reads_every_task_from_its_own_hub_dataset_in_the_local_hub_ca
     # Not in the cache, offline: refused, saying how to get it.
     with pytest.raises(
         DataError,
-        match=r"hyde/qwq-32b/query_with_hydoc.jsonl of hub dataset R2MED/Bioinformatics@6021fce.* is not in the local hub cache.*hf download R2MED/Bioinformatics",
+        match=r"hyde/qwq-32b/query_with_hydoc.jsonl of hub dataset R2MED/Bioinformatics@6021fce.* is not in the local hub cache"
+        r".*hf download R2MED/Bioinformatics",
     ):
         build_expansion(hub_spec(), other, hub_cache=tmp_path / "empty")
     with pytest.raises(

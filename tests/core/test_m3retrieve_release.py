@@ -181,7 +181,8 @@ def test_two_matching_members_are_refused_as_ambiguous(local, tmp_path):
         zf.writestr("images/c1.jpg", jpeg(1))  # c1.jpg is also images/Cardiology/c1.jpg
     with pytest.raises(
         DataError,
-        match=r"queries.jsonl:1: record c-q1: image 'c1.jpg' matches 2 members of .*images.zip: \['images/c1.jpg', 'images/Cardiology/c1.jpg'\]; refusing to guess",
+        match=r"queries.jsonl:1: record c-q1: image 'c1.jpg' matches 2 members of .*images.zip: "
+        r"\['images/c1.jpg', 'images/Cardiology/c1.jpg'\]; refusing to guess",
     ):
         build_task(catalog.task("m3r_cardiology"), data, tmp_path / "w")
 

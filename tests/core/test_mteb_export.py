@@ -22,7 +22,8 @@ SPECS = [
     model_spec(name="bm25", kind="bm25", revision="bm25s-lucene", settings={"k1": 0.9, "b": 0.4}),
     model_spec(name="bge-large-en-v1.5", kind="transformers", path="BAAI/bge-large-en-v1.5", revision="main",
                settings={"pooling": "cls", "normalize": True, "max_length": 512, "instructions": {"default": "Represent this: "}}),
-    model_spec(name="bge-large-en-v1.5-chunked", kind="transformers", path="BAAI/bge-large-en-v1.5", revision="main", settings={"long_text": "chunk", "max_length": 512}),
+    model_spec(name="bge-large-en-v1.5-chunked", kind="transformers", path="BAAI/bge-large-en-v1.5", revision="main",
+               settings={"long_text": "chunk", "max_length": 512}),
     model_spec(name="rrf", kind="fusion", fusion={"method": "rrf", "runs": ["bm25", "bge-large-en-v1.5"]}),
 ]  # fmt: skip
 REVISIONS = {"bm25": "bm25s-lucene", "bge-large-en-v1.5": BGE_REVISION, "bge-large-en-v1.5-chunked": BGE_REVISION, "rrf": ""}

@@ -49,8 +49,13 @@ def _cells(tmp_path):
     pl.DataFrame(rows, schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int32}, orient="row").write_parquet(
         run_dir / "run.parquet"
     )
-    pq = lambda v: pl.DataFrame({"query_id": QUERIES["query_id"], "ndcg_at_10": v})
-    metrics = lambda v: {"mean": {"ndcg_at_10": float(np.mean(v))}}
+
+    def pq(v):
+        return pl.DataFrame({"query_id": QUERIES["query_id"], "ndcg_at_10": v})
+
+    def metrics(v):
+        return {"mean": {"ndcg_at_10": float(np.mean(v))}}
+
     return [Cell("A", "x", metrics(A), per_query=pq(A), run_dir=run_dir), Cell("B", "x", metrics(B), per_query=pq(B))]
 
 

@@ -58,7 +58,7 @@ def make(name: str):
             {
                 "query_id": list(qs),
                 "text": [f"query {q}" for q in qs],
-                "language": [l for l, _ in qs.values()],
+                "language": [lang for lang, _ in qs.values()],
                 "tier": [t for _, t in qs.values()],
                 "discipline": ["cardiology"] * len(qs),
             }

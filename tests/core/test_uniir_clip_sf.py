@@ -44,7 +44,8 @@ def tiny_source(seed: int = 7):
 
 
 def save_uniir_checkpoint(model, path: Path) -> Path:
-    """``model`` saved as UniIR's train.py saves CLIPScoreFusion: state dict under ``model`` with ``clip_model.``, plus optimizer, OmegaConf config, epoch, scaler."""
+    """``model`` saved as UniIR's train.py saves CLIPScoreFusion: state dict under ``model`` with
+    ``clip_model.``, plus optimizer, OmegaConf config, epoch, scaler."""
     import torch
     from omegaconf import OmegaConf
 

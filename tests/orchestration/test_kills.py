@@ -300,7 +300,10 @@ def test_medbench_run_killed_at_any_point_leaves_nothing_that_blocks_or_poisons_
         pid_file = hold(world.root, stage, model, task)
         started.append(pid_file)
         out = forked.submit("run", "--models", model, "--tasks", task, env=env)
-        said = lambda: out.read_text(errors="replace")[-3000:]
+
+        def said() -> str:
+            return out.read_text(errors="replace")[-3000:]
+
         pid = int(
             wait_for(
                 f"medbench run --models {model} --tasks {task} to stop at {stage}",
@@ -360,7 +363,10 @@ def test_medbench_run_killed_at_any_point_leaves_nothing_that_blocks_or_poisons_
                 [sys.executable, "-m", "medbench_cli", "run", "--models", "bm25-k20", "--tasks", "liveqa_medquad"],
                 env={**base, "HF_HUB_OFFLINE": "1", **env}, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
-        said = lambda: log.read_text(errors="replace")
+
+        def said() -> str:
+            return log.read_text(errors="replace")
+
         wait_for("the waiting command to say what it waits for", lambda: "[wait]" in said(), COMMAND_TIMEOUT, state=lambda: said()[-3000:])
         (waiting,) = [line for line in said().splitlines() if line.startswith("[wait]")]
         assert waiting.startswith(

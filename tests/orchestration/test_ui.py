@@ -147,8 +147,10 @@ def cross_site_attempts(browser, base: str, mutation: str) -> dict:
 <input name="x" value="y"></form><iframe name="sink"></iframe><script>
 window.seen = {{}};
 fetch({json.dumps(url)}, {{mode: "no-cors", credentials: "include"}});
-fetch({json.dumps(url)}, {{method: "POST", mode: "no-cors", headers: {{"Content-Type": "text/plain"}}, body: JSON.stringify({{query: {json.dumps(mutation)}}})}});
-fetch({json.dumps(base + "/graphql")}, {{method: "POST", mode: "no-cors", headers: {{"Content-Type": "text/plain"}}, body: JSON.stringify({{query: {json.dumps(mutation)}}})}});
+fetch({json.dumps(url)}, {{method: "POST", mode: "no-cors", headers: {{"Content-Type": "text/plain"}},
+      body: JSON.stringify({{query: {json.dumps(mutation)}}})}});
+fetch({json.dumps(base + "/graphql")}, {{method: "POST", mode: "no-cors", headers: {{"Content-Type": "text/plain"}},
+      body: JSON.stringify({{query: {json.dumps(mutation)}}})}});
 document.getElementById("f").submit();
 const ws = new WebSocket({json.dumps(base.replace("http", "ws") + "/graphql")}, "graphql-ws");
 ws.onopen = () => {{ window.seen.websocket = "open"; ws.send(JSON.stringify({{type: "connection_init"}})); }};

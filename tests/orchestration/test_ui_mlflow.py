@@ -51,7 +51,10 @@ def test_the_mlflow_ui_shows_the_latest_leaderboards_heatmap(tmp_path_factory, t
             expect(page.get_by_text("leaderboard", exact=True).first).to_be_visible(timeout=90_000)  # the run's name
             expect(page.get_by_text("heatmap.png").first).to_be_visible(timeout=60_000)
             # The preview: an image fetched from the run's artifacts, decoded at the heatmap's own size.
-            shown = f"Array.from(document.images).some(i => i.complete && i.naturalWidth === {width} && i.naturalHeight === {height} && i.getBoundingClientRect().width > 0)"
+            shown = (
+                f"Array.from(document.images).some(i => i.complete && i.naturalWidth === {width} && i.naturalHeight === {height} "
+                "&& i.getBoundingClientRect().width > 0)"
+            )
             page.wait_for_function(shown, timeout=60_000)
             page.screenshot(path=tmp_path / "mlflow_heatmap.png")
 
@@ -81,7 +84,8 @@ def test_the_mlflow_ui_shows_the_latest_leaderboards_heatmap(tmp_path_factory, t
             body = json.dumps({"name": "from-another-page"})
             # A JSON POST needs a CORS preflight, which MLflow's own middleware grants to any localhost origin.
             script = "".join(
-                f"fetch({json.dumps(base + path)}, {{method: 'POST', mode: {json.dumps(mode)}, headers: {{'Content-Type': {json.dumps(kind)}}}, body: {json.dumps(body)}}});"
+                f"fetch({json.dumps(base + path)}, {{method: 'POST', mode: {json.dumps(mode)}, "
+                f"headers: {{'Content-Type': {json.dumps(kind)}}}, body: {json.dumps(body)}}});"
                 for path in ("/ajax-api/2.0/mlflow/experiments/create", "/api/2.0/mlflow/experiments/create")
                 for mode, kind in (("cors", "application/json"), ("no-cors", "text/plain"))
             )

@@ -149,8 +149,13 @@ def attach_filled(cells: list, tasks: dict, judgement_specs: list, layout, model
         spec, key, frame, fams = got
         fk = filled_key(prov["metrics_key"], key)
         run_file = layout.artifact_dir(c.model, c.task, "run", prov["run_key"]) / "run.parquet"
-        result = load_or_score_filled(layout.filled_dir(c.model, c.task, fk), tasks[c.task], run_file, frame,
-                                      {"model": c.model, "task": c.task, "metrics_key": prov["metrics_key"], "judgements_key": key, "provenance_key": fk})  # fmt: skip
+        result = load_or_score_filled(
+            layout.filled_dir(c.model, c.task, fk),
+            tasks[c.task],
+            run_file,
+            frame,
+            {"model": c.model, "task": c.task, "metrics_key": prov["metrics_key"], "judgements_key": key, "provenance_key": fk},
+        )
         builders = cell_builders(by_model[c.model], by_model, exp_by_name) if c.model in by_model else {}
         filled = {"mean": result["mean"], "ci": result.get("ci", {}), "per_query": result["per_query"], "judgements": f"{spec.name}@{key}",
                   "key": fk, "circular": circular(fams, builders), "builders": {k: sorted(v) for k, v in builders.items()}}  # fmt: skip

@@ -57,7 +57,8 @@ class BM25Settings(KindSettings):
                 continue
             if not isinstance(analyzer, dict) or set(analyzer) - {"stopwords", "stemmer"}:
                 raise DataError(
-                    f"{where}: language_analyzers.{lang} takes 'stopwords' and 'stemmer', or 'analyzer' (a registered analyser) and its options, not {analyzer!r}"
+                    f"{where}: language_analyzers.{lang} takes 'stopwords' and 'stemmer', "
+                    f"or 'analyzer' (a registered analyser) and its options, not {analyzer!r}"
                 )
         if self.stemmer:
             _check_stemmer(self.stemmer, where)

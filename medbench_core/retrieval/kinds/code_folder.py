@@ -278,7 +278,8 @@ class CodeFolderMixin:
                 )
             if listed[1].lower() != now:
                 raise DataError(
-                    f"{where}: model {spec.name!r}: the code in {folder} changed since trust_code listed it (sha256 now {now}, listed {listed[1]}); read the change, then update the hash"
+                    f"{where}: model {spec.name!r}: the code in {folder} changed since trust_code listed it "
+                    f"(sha256 now {now}, listed {listed[1]}); read the change, then update the hash"
                 )
             folders.append((path, str(folder), now))
         return dataclasses.replace(spec, block=TrustedCode(tuple(folders)))

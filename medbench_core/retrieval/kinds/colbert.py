@@ -146,7 +146,8 @@ class ColbertEncoder:
         for entry in modules[1:]:
             if entry.get("type") not in DENSE_TYPES:
                 raise DataError(
-                    f"model {spec.name}: module {entry.get('type')!r} in {folder / 'modules.json'} is not a Dense layer; ColBERT is a Transformer then Dense layers"
+                    f"model {spec.name}: module {entry.get('type')!r} in {folder / 'modules.json'} is not a Dense layer; "
+                    "ColBERT is a Transformer then Dense layers"
                 )
             sub = folder / entry.get("path", "")
             conf = _read_json(sub / "config.json", "Dense config")

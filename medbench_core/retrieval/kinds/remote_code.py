@@ -125,7 +125,8 @@ class Call:
             missing = [w for w in wants if (w[:-1] if w == "texts" else "image") not in rec]
             if missing or call.texts is not None or call.images is not None:
                 raise DataError(
-                    f"{at}: with records, name the record keys ({', '.join(w[:-1] if w == 'texts' else 'image' for w in wants)}) inside records, not texts/images"
+                    f"{at}: with records, name the record keys ({', '.join(w[:-1] if w == 'texts' else 'image' for w in wants)}) "
+                    "inside records, not texts/images"
                 )
         else:
             missing = [w for w in wants if getattr(call, w) is None]

@@ -108,7 +108,10 @@ def gate_refusal(task_dir: str | Path, content_hash: str, *, overlap_gate: str |
             return f"task {name}: no cross-task overlap verdict at {overlap_gate}; run the all-tasks check first"
         judged = (over.get("task_hashes") or {}).get(name)
         if judged != content_hash:
-            return f"task {name}: the cross-task overlap check judged {'no version' if judged is None else 'content ' + str(judged)[:12]} of this task, it is now {content_hash[:12]}; re-run the all-tasks check"
+            return (
+                f"task {name}: the cross-task overlap check judged {'no version' if judged is None else 'content ' + str(judged)[:12]} of this task, "
+                f"it is now {content_hash[:12]}; re-run the all-tasks check"
+            )
         if name in (over.get("failed_tasks") or []):
             return f"task {name}: cross-task overlap check failed for this task: {over.get('message', '')}"
     return None

@@ -140,8 +140,16 @@ def _record_table(task: Task, table: str, policy: LicencePolicy, research_only: 
             n_judged = dict(zip(judged["query_id"].to_list(), judged["len"].to_list()))
             derived["judgments"] = pl.Series([n_judged.get(q, 0) for q in qids], dtype=pl.Int64)
             # A query nobody judged is left out of every mean (metrics score the judged queries): a hole in the data.
-            specs.append(Spec("ExpectColumnValuesToBeBetween", {"column": "judgments", "min_value": 1}, "holes",
-                              "every query has at least one judged document in qrels.parquet (a query without any is not scored)", blocking=refuse, show_values=False))  # fmt: skip
+            specs.append(
+                Spec(
+                    "ExpectColumnValuesToBeBetween",
+                    {"column": "judgments", "min_value": 1},
+                    "holes",
+                    "every query has at least one judged document in qrels.parquet (a query without any is not scored)",
+                    blocking=refuse,
+                    show_values=False,
+                )
+            )
             pos = task.qrels.filter(pl.col("relevance") > 0).group_by("query_id").len()
             n_pos = dict(zip(pos["query_id"].to_list(), pos["len"].to_list()))
             derived["positive_judgments"] = pl.Series([n_pos.get(q, 0) for q in qids], dtype=pl.Int64)

