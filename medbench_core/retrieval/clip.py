@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from medbench_core.retrieval.checkpoints import CHECKPOINT_SUFFIXES, load_state_dict
 from medbench_core.retrieval.instructions import apply_prefixes
 from medbench_core.errors import DataError
 from medbench_core.taskdata.images import load_image
@@ -50,7 +51,7 @@ from medbench_core.storage import sha256_file, write_with
 
 CONFIG_DIR = Path(__file__).with_name("clip_configs")
 FUSIONS = ("score", "embedding")
-TORCH_SUFFIXES = (".pt", ".pth", ".bin")
+TORCH_SUFFIXES = CHECKPOINT_SUFFIXES[1:]  # .pt .pth .bin
 _registered = False
 
 
@@ -132,37 +133,6 @@ def _text_revision_suffix(spec: ModelSpec) -> str:
     except DataError:
         return ""  # loading will say what is missing
     return "".join(f"+{repo}@{sha}" for repo, (_, sha) in sorted(repos.items()))
-
-
-def _load_state_dict(path: Path, kind: str, model_name: str) -> dict[str, Any]:
-    if not path.is_file():
-        raise DataError(f"model {model_name}: checkpoint {path} not found")
-    if kind == "safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(str(path), device="cpu")
-        except (SafetensorError, OSError) as exc:
-            raise DataError(f"model {model_name}: {path} is not a readable safetensors file ({exc})") from exc
-    import pickle
-
-    import torch
-
-    try:
-        obj = torch.load(str(path), map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, TypeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(
-            f"model {model_name}: refused {path}: it does not load with torch.load(weights_only=True) ({first}). "
-            "It may hold code; convert trusted weights to .safetensors"
-        ) from exc
-    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
-        obj = obj["state_dict"]
-    if not isinstance(obj, dict) or not all(hasattr(v, "shape") for v in obj.values()):
-        raise DataError(f"model {model_name}: {path} does not hold a state dict of tensors")
-    # Checkpoints saved from DistributedDataParallel prefix every key with "module.".
-    return {k.removeprefix("module."): v for k, v in obj.items()}
 
 
 class ClipEncoder:
@@ -469,7 +439,7 @@ def load_clip_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | Non
         ) from exc
     if kind in ("safetensors", "torch"):
         path = Path(s["checkpoint"])
-        state = _load_state_dict(path, kind, spec.name)
+        state = load_state_dict(path, spec.name)
         try:
             model.load_state_dict(state, strict=True)
         except RuntimeError as exc:
