@@ -81,7 +81,7 @@ def clip_settings(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-def checkpoint_kind(checkpoint: str) -> str:
+def checkpoint_format_of(checkpoint: str) -> str:
     """``random``, ``safetensors``, ``torch`` (weights-only), ``hub`` (hf-hub:) or ``tag``; refuses other files."""
     if not checkpoint:
         return "random"
@@ -104,15 +104,15 @@ def checkpoint_kind(checkpoint: str) -> str:
 def clip_revision(spec: ModelSpec) -> str:
     """What identifies the weights: ``random:seed=N``, ``sha256:<16 hex>`` of a local file, or the hub id/tag."""
     s = clip_settings(spec)
-    kind = checkpoint_kind(s["checkpoint"])
-    if kind == "random":
+    checkpoint_format = checkpoint_format_of(s["checkpoint"])
+    if checkpoint_format == "random":
         return f"random:seed={s['seed']}"
-    if kind in ("safetensors", "torch"):
+    if checkpoint_format in ("safetensors", "torch"):
         p = Path(s["checkpoint"])
         if not p.is_file():
             raise DataError(f"model {spec.name}: checkpoint {p} not found")
         return "sha256:" + sha256_file(p)[:16]
-    if kind == "hub":
+    if checkpoint_format == "hub":
         revision = spec.revision or s["checkpoint"]
         if spec.revision:
             from medbench_core.hub import resolve_revision
@@ -401,11 +401,11 @@ def load_clip_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | Non
     from medbench_core.retrieval.weights import torch_dtype
 
     s = clip_settings(spec)
-    kind = checkpoint_kind(s["checkpoint"])
+    checkpoint_format = checkpoint_format_of(s["checkpoint"])
     dtype = torch_dtype(spec)
-    folder = hub_checkpoint_folder(spec, online=online, cache_dir=cache_dir) if kind == "hub" else None
+    folder = hub_checkpoint_folder(spec, online=online, cache_dir=cache_dir) if checkpoint_format == "hub" else None
     local_dir = f"local-dir:{folder}" if folder else ""
-    arch = resolve_architecture(spec.name, s["architecture"]) if kind != "hub" else s["architecture"]
+    arch = resolve_architecture(spec.name, s["architecture"]) if checkpoint_format != "hub" else s["architecture"]
     try:
         # A private RNG stream: random weights depend on the seed only, not on what ran before.
         with torch.random.fork_rng(devices=[]), _quiet_random_init_warning():
@@ -425,7 +425,7 @@ def load_clip_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | Non
                 else:
                     tokenizer = open_clip.get_tokenizer(local_dir)
             else:
-                pretrained = s["checkpoint"] if kind == "tag" else None
+                pretrained = s["checkpoint"] if checkpoint_format == "tag" else None
                 model, _, preprocess = open_clip.create_model_and_transforms(
                     arch, pretrained=pretrained, pretrained_text=False, device="cpu", weights_only=True
                 )
@@ -437,7 +437,7 @@ def load_clip_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | Non
             f"model {spec.name}: open_clip could not build {arch or s['checkpoint']!r} with checkpoint {s['checkpoint'] or 'random'!r} "
             f"({type(exc).__name__}: {exc}); offline runs need a local .safetensors checkpoint"
         ) from exc
-    if kind in ("safetensors", "torch"):
+    if checkpoint_format in ("safetensors", "torch"):
         path = Path(s["checkpoint"])
         state = load_state_dict(path, spec.name)
         try:
