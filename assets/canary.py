@@ -21,10 +21,10 @@ from pathlib import Path
 import dagster as dg
 
 from assets.stage import CORE_SOURCE_DIGEST
-from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, flat_metrics, retrieve, score
-from medbench_core.provenance import environment_fingerprint
-from medbench_core.layout import STAGES
 from medbench_core.evaluation.run_record import canary_params, canary_tags, flat_fingerprint
+from medbench_core.layout import STAGES
+from medbench_core.provenance import environment_fingerprint
+from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, flat_metrics, retrieve, score
 from medbench_core.storage import write_json_atomic
 from runtime.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource
 
@@ -134,6 +134,14 @@ def drift_canary(
         [],
     )
     return dg.MaterializeResult(
-        metadata={**record["metrics"], "mlflow_run_id": run_id, "lock_hash": record["lock_hash"], "gpu": record["fingerprint"]["gpu"], "baseline": dg.MetadataValue.path(str(path))},
-        check_results=[dg.AssetCheckResult(check_name=CANARY_CHECK, passed=passed, severity=dg.AssetCheckSeverity.ERROR, metadata=check_md, description=verdict)],
+        metadata={
+            **record["metrics"],
+            "mlflow_run_id": run_id,
+            "lock_hash": record["lock_hash"],
+            "gpu": record["fingerprint"]["gpu"],
+            "baseline": dg.MetadataValue.path(str(path)),
+        },
+        check_results=[
+            dg.AssetCheckResult(check_name=CANARY_CHECK, passed=passed, severity=dg.AssetCheckSeverity.ERROR, metadata=check_md, description=verdict)
+        ],
     )

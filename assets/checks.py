@@ -13,10 +13,10 @@ from pathlib import Path
 import dagster as dg
 
 from assets.tasks import CURATED_TASK
-from medbench_core.taskdata.contracts import ContractResult, read_gate, record_gate, record_overlap_gate, validate_task, validate_tasks
 from medbench_core.errors import MedbenchError
-from medbench_core.taskdata.licences import LicencePolicy
 from medbench_core.provenance import artifact_key, stage_version
+from medbench_core.taskdata.contracts import ContractResult, read_gate, record_gate, record_overlap_gate, validate_task, validate_tasks
+from medbench_core.taskdata.licences import LicencePolicy
 from runtime.resources import ArtifactStoreResource, RegistryResource
 
 TASK_CHECK = "task_contract"
@@ -74,7 +74,9 @@ def _reused(gate: dict, gate_file: Path) -> dg.AssetCheckResult:
     for key in ("results_path", "data_docs_path"):
         if gate.get(key):
             md["gx_results" if key == "results_path" else "data_docs"] = dg.MetadataValue.path(str(gate[key]))
-    return dg.AssetCheckResult(passed=bool(gate.get("passed")), metadata=md, description=str(gate.get("message", "")).splitlines()[0] if gate.get("message") else None)
+    return dg.AssetCheckResult(
+        passed=bool(gate.get("passed")), metadata=md, description=str(gate.get("message", "")).splitlines()[0] if gate.get("message") else None
+    )
 
 
 def _unloadable(name: str, exc: Exception) -> ContractResult:

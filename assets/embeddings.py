@@ -19,6 +19,11 @@ def finish(run: StageRun) -> dict:
 
 
 STAGE = Stage(
-    "embeddings", build, finish, group="retrieval", kinds=("numpy",), resources=("compute",),
+    "embeddings",
+    build,
+    finish,
+    group="retrieval",
+    kinds=("numpy",),
+    resources=("compute",),
     description="The corpus encoded by one model (float32 vectors, or a bm25s sparse index), keyed by its provenance.",
 )

@@ -27,15 +27,15 @@ from assets.stage import (
     open_partition,
     provenance_metadata,
 )
-from medbench_core.retrieval.derived import load_upstream_run
 from medbench_core.errors import DataError
+from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
+from medbench_core.provenance import stage_version
+from medbench_core.retrieval.derived import load_upstream_run
 from medbench_core.retrieval.expansion.contract import GATE_FILE, record_expansion_gate, validate_expansion
 from medbench_core.retrieval.expansion.frame import load_expansion, store_expansion
 from medbench_core.retrieval.expansion.report import mlflow_metrics, mlflow_params
 from medbench_core.retrieval.expansion.stage import build_expansion
 from medbench_core.retrieval.stages import DEFAULT_K
-from medbench_core.provenance import stage_version
-from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.storage import is_complete, write_json_atomic
 from runtime.partitions import Partitions, model_of_partition, split_key, task_of_partition
 from runtime.resources import dagster_run_alive
@@ -82,15 +82,23 @@ def _expand(context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.Ma
             device=r.compute.torch_device(), progress=config.progress,
         )  # fmt: skip
         if info["key"] != key:
-            raise DataError(f"expansion {spec.name} x {p.task_name}: built with key {info['key']}, expected {key}; its inputs changed while it ran, run it again")
+            raise DataError(
+                f"expansion {spec.name} x {p.task_name}: built with key {info['key']}, expected {key}; its inputs changed while it ran, run it again"
+            )
         store_expansion(folder, frame, info, {"provenance": provenance_metadata(p, EXPANSION_STAGE) | {"path": None}})
     info = json.loads((folder / "info.json").read_text())
     shown = {k: info[k] for k in ("n_queries", "generated_tokens", "seconds", "tokens_per_second") if info.get(k) is not None}
     sample = "\n".join(f"- **{s['query_id']}**: {s['answer'][:300]}" for s in info.get("sample", []))
     return dg.MaterializeResult(
         metadata={
-            **provenance_metadata(p, EXPANSION_STAGE), "cache_hit": hit, "expansion": spec.name, "source": spec.source,
-            "method": spec.method, "generator": spec.generator, **shown, "sample": dg.MetadataValue.md(sample),
+            **provenance_metadata(p, EXPANSION_STAGE),
+            "cache_hit": hit,
+            "expansion": spec.name,
+            "source": spec.source,
+            "method": spec.method,
+            "generator": spec.generator,
+            **shown,
+            "sample": dg.MetadataValue.md(sample),
         },
         data_version=dg.DataVersion(key),
     )
@@ -155,12 +163,21 @@ def log_expansion_run(context: dg.AssetCheckExecutionContext, p, gate: dict) -> 
         experiment,
         f"{spec.name}-{key}",
         f"{spec.name}/{p.task_name}",
-        {**mlflow_params(info), "task": p.task_name, "task_content_hash": p.task.content_hash(), "code_version": info.get("code", ""), "gate_passed": gate["passed"]},
+        {
+            **mlflow_params(info),
+            "task": p.task_name,
+            "task_content_hash": p.task.content_hash(),
+            "code_version": info.get("code", ""),
+            "gate_passed": gate["passed"],
+        },
         mlflow_metrics(info, leakage),
         {
-            "medbench.expansion": spec.name, "medbench.task": p.task_name, "medbench.benchmark": benchmark,
+            "medbench.expansion": spec.name,
+            "medbench.task": p.task_name,
+            "medbench.benchmark": benchmark,
             "medbench.expansion_gate": "pass" if gate["passed"] else "fail",
-            "medbench.leakage_warning": "true" if leakage["n_copies"] else "false", DAGSTER_RUN_TAG: context.run.run_id,
+            "medbench.leakage_warning": "true" if leakage["n_copies"] else "false",
+            DAGSTER_RUN_TAG: context.run.run_id,
         },
         artifacts,
     )

@@ -18,6 +18,12 @@ def finish(run: StageRun) -> dict:
 
 
 STAGE = Stage(
-    "index", build, finish, group="retrieval", kinds=("faiss",), needs=("embeddings",), resources=("compute",),
+    "index",
+    build,
+    finish,
+    group="retrieval",
+    kinds=("faiss",),
+    needs=("embeddings",),
+    resources=("compute",),
     description="The FAISS index over one model's corpus vectors (BM25: none needed), with a sha256 manifest.",
 )

@@ -41,7 +41,9 @@ def pool_runs(store, registry, spec, task) -> tuple[dict, dict]:
     for m in models:
         folder = store.artifact_dir(m, task.name, "run", keys[m]["run"])
         if not is_complete(folder):
-            raise DataError(f"judgement {spec.name} x {task.name}: pool model {m!r} has no complete retrieval_run (key {keys[m]['run']}); evaluate it first: medbench run --models {m} --tasks {task.name}")
+            raise DataError(
+                f"judgement {spec.name} x {task.name}: pool model {m!r} has no complete retrieval_run (key {keys[m]['run']}); evaluate it first: medbench run --models {m} --tasks {task.name}"
+            )
         verify_manifest(folder)
         runs[m], run_keys[m] = pl.read_parquet(folder / "run.parquet"), keys[m]["run"]
     return runs, run_keys
@@ -58,7 +60,9 @@ def _judge_task(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     name = context.partition_key
     specs = [s for s in load_judgements(r.registry.models_file) if s.judges_task(name)]
     if not specs:
-        return dg.MaterializeResult(metadata={"task": name, "judgements": "none", "reason": "no judgements: entry judges this task"}, data_version=dg.DataVersion("none"))
+        return dg.MaterializeResult(
+            metadata={"task": name, "judgements": "none", "reason": "no judgements: entry judges this task"}, data_version=dg.DataVersion("none")
+        )
     task = r.store.load_task(name)
     r.store.layout.require_gate(name, task.content_hash())
     if task.meta.doc_modality != "text":
@@ -105,7 +109,7 @@ def log_judgement_run(context, spec, task: str, info: dict) -> str:
         if agree.get(k) is not None:
             metrics[f"agreement.{k}"] = float(agree[k])
     for k in ("kappa_ci", "alpha_ci"):
-        lo, hi = (agree.get(k) or [None, None])
+        lo, hi = agree.get(k) or [None, None]
         if lo is not None:
             metrics[f"agreement.{k}_low"], metrics[f"agreement.{k}_high"] = float(lo), float(hi)
     folder = r.store.layout.judgement_dir(spec.name, task, info["key"])

@@ -7,8 +7,8 @@ import dagster as dg
 import polars as pl
 
 from assets.stage import CORE_SOURCE_DIGEST, STAGE_VERSIONS, Stage, StageRun
-from medbench_core.retrieval.stages import flat_metrics, score
 from medbench_core.evaluation.run_record import derived_params, evaluation_params, evaluation_tags
+from medbench_core.retrieval.stages import flat_metrics, score
 from medbench_core.storage import verify_manifest
 from runtime.resources import dagster_run_alive
 
@@ -63,6 +63,12 @@ def view_columns(main: str, result: dict) -> list[str]:
 
 
 STAGE = Stage(
-    "metrics", build, finish, group="evaluation", kinds=("mlflow",), needs=("run",), resources=("mlflow",),
+    "metrics",
+    build,
+    finish,
+    group="evaluation",
+    kinds=("mlflow",),
+    needs=("run",),
+    resources=("mlflow",),
     description="nDCG@10, recall, MRR and MAP per query and mean, with breakdowns; one MLflow run per partition.",
 )

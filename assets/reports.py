@@ -25,26 +25,26 @@ from pathlib import Path
 import dagster as dg
 
 from assets.stage import ASSET_OF_STAGE
-from medbench_core.retrieval.derived import applicability, derived_revision, registry_partition_keys
 from medbench_core.errors import DataError, IntegrityError, MedbenchError
-from medbench_core.retrieval.expansion.contract import GATE_FILE
-from medbench_core.retrieval.expansion.spec import load_expansions
-from medbench_core.taskdata.task import Task
-from medbench_core.retrieval.model_registry import ModelSpec
-from medbench_core.retrieval.stages import run_params
-from medbench_core.provenance import artifact_key, stage_version
 from medbench_core.evaluation.exports import mteb_models, mteb_task_names
-from medbench_core.evaluation.published import load_sources
+from medbench_core.evaluation.judging.layers import attach_filled
+from medbench_core.evaluation.judging.spec import load_judgements
 from medbench_core.evaluation.multilingual import multilingual_mlflow_metrics, query_groups
+from medbench_core.evaluation.published import load_sources
 from medbench_core.evaluation.reports import STALE_KEY, UNCONFIRMED, Cell, Significance, load_cell, write_leaderboard
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
-from medbench_core.evaluation.judging.layers import attach_filled
-from medbench_core.evaluation.judging.spec import load_judgements
 from medbench_core.evaluation.trust import JUDGED_THRESHOLD, TrustSettings
-from medbench_core.taskdata.contracts import read_gate
+from medbench_core.provenance import artifact_key, stage_version
+from medbench_core.retrieval.derived import applicability, derived_revision, registry_partition_keys
+from medbench_core.retrieval.expansion.contract import GATE_FILE
+from medbench_core.retrieval.expansion.spec import load_expansions
+from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.retrieval.stages import run_params
 from medbench_core.storage import is_complete, read_manifest, verify_manifest
 from medbench_core.taskdata.catalog import changed_inputs
+from medbench_core.taskdata.contracts import read_gate
+from medbench_core.taskdata.task import Task
 from runtime.partitions import Partitions, partition_key
 from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryResource
 
@@ -84,8 +84,15 @@ def expansion_copies(store: ArtifactStoreResource, spec: ModelSpec, task: str, k
 
 
 def task_cells(
-    store: ArtifactStoreResource, specs: list[ModelSpec], task: Task, expansions: list, *, split: str = "test", online: bool = False,
-    stale: str = "", previous: dict | None = None,
+    store: ArtifactStoreResource,
+    specs: list[ModelSpec],
+    task: Task,
+    expansions: list,
+    *,
+    split: str = "test",
+    online: bool = False,
+    stale: str = "",
+    previous: dict | None = None,
 ) -> tuple[list[Cell], dict[tuple[str, str], int]]:
     """The cell of every model on ``task`` at its current keys, and the expanded models' copied passages.
 
@@ -136,7 +143,9 @@ def task_cells(
     return cells, copies
 
 
-def filled_layers(store: ArtifactStoreResource, registry: RegistryResource, catalog, cells: list[Cell], specs: list[ModelSpec], expansions: list) -> tuple[list[Cell], dict]:
+def filled_layers(
+    store: ArtifactStoreResource, registry: RegistryResource, catalog, cells: list[Cell], specs: list[ModelSpec], expansions: list
+) -> tuple[list[Cell], dict]:
     """The cells with their scores on the filled (human + LLM) layer of each task a ``judgements:`` entry judges,
     as relevance_judgements stored it (:func:`medbench_core.evaluation.judging.layers.attach_filled`), and per task what that layer is."""
     judgement_specs = load_judgements(registry.models_file)
@@ -223,7 +232,9 @@ def unconfirmed_cells(instance: dg.DagsterInstance, tasks: list[str], cells: lis
             said = f"failed ({what}{': ' + error if error else ''})"
         else:
             said = f"has not finished ({what}, {run.status.value.lower() if run else 'unknown'}: still running, or its process died)"
-        out[(model, task)] = f"{UNCONFIRMED} {model} x {task} {said}: the value its stored metrics hold is not confirmed (`medbench run --models {model} --tasks {task}`)"
+        out[(model, task)] = (
+            f"{UNCONFIRMED} {model} x {task} {said}: the value its stored metrics hold is not confirmed (`medbench run --models {model} --tasks {task}`)"
+        )
     return out
 
 
@@ -257,7 +268,9 @@ def leaderboard(
     if config.test not in TESTS:
         raise dg.Failure(f"leaderboard config: test {config.test!r} unknown; use one of {TESTS}")
     specs = registry.models()
-    sig = Significance(registry.baseline(), config.metric, config.test, config.alpha, config.resamples, config.seed)  # refuses an unknown baseline before anything is written
+    sig = Significance(
+        registry.baseline(), config.metric, config.test, config.alpha, config.resamples, config.seed
+    )  # refuses an unknown baseline before anything is written
     if not 0.0 <= config.judged_threshold <= 1.0:
         raise dg.Failure(f"leaderboard config: judged_threshold {config.judged_threshold} is not a share between 0 and 1")
     trust = TrustSettings(config.judged_threshold, config.metric)
@@ -340,7 +353,15 @@ def leaderboard(
 
 
 def log_leaderboard(
-    context, mlflow: MLflowResource, experiment: str, sig: Significance, provenance: dict, copies: dict, written: dict, out: Path, trust: TrustSettings | None = None
+    context,
+    mlflow: MLflowResource,
+    experiment: str,
+    sig: Significance,
+    provenance: dict,
+    copies: dict,
+    written: dict,
+    out: Path,
+    trust: TrustSettings | None = None,
 ) -> tuple[str, bool]:
     """One MLflow run holding the reports and the significance table; the same inputs reuse it."""
     from medbench_core.evaluation.trust import mlflow_metrics as trust_metrics

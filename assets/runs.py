@@ -53,7 +53,14 @@ def finish(run: StageRun) -> dict:
 
 
 STAGE = Stage(
-    "run", build, finish, group="retrieval", kinds=("parquet",), needs=("embeddings", "index"), resources=("compute",), check=check,
+    "run",
+    build,
+    finish,
+    group="retrieval",
+    kinds=("parquet",),
+    needs=("embeddings", "index"),
+    resources=("compute",),
+    check=check,
     description="Top-k ranking per query (ties by doc id, as trec_eval orders them), query vectors kept for re-scoring; "
     "a fusion, reranker or expanded model builds it from its upstreams' stored runs, corpus and expansion.",
 )

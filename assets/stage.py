@@ -21,6 +21,10 @@ from typing import Any
 
 import dagster as dg
 
+from medbench_core.errors import DataError, IntegrityError, MedbenchError
+from medbench_core.layout import ENCODING_STAGES, STAGES
+from medbench_core.memory import give_back_free_memory
+from medbench_core.provenance import artifact_key, source_digest, stage_version
 from medbench_core.retrieval.derived import (
     load_upstream_corpus,
     load_upstream_expansion,
@@ -29,14 +33,10 @@ from medbench_core.retrieval.derived import (
     registry_partition_keys,
 )
 from medbench_core.retrieval.kinds.base import Input
-from medbench_core.errors import DataError, IntegrityError, MedbenchError
-from medbench_core.layout import ENCODING_STAGES, STAGES
-from medbench_core.memory import give_back_free_memory
-from medbench_core.taskdata.task import Task
 from medbench_core.retrieval.model_registry import ModelSpec, upstream_order
 from medbench_core.retrieval.stages import DEFAULT_K, stage_code_versions
-from medbench_core.provenance import artifact_key, source_digest, stage_version
 from medbench_core.storage import MANIFEST, is_complete, replace_dir_atomic, verify_manifest, write_manifest
+from medbench_core.taskdata.task import Task
 from runtime import verified
 from runtime.partitions import Partitions, model_of_partition, split_key, task_of_partition
 from runtime.resources import ArtifactStoreResource, RegistryResource
@@ -160,7 +160,9 @@ class Partition:
         try:
             verify_manifest(folder)
         except IntegrityError as exc:
-            raise DataError(f"model {self.model}: upstream model {upstream!r}'s {asset} {where} fails its manifest ({exc}); rematerialise it: {todo} --force") from exc
+            raise DataError(
+                f"model {self.model}: upstream model {upstream!r}'s {asset} {where} fails its manifest ({exc}); rematerialise it: {todo} --force"
+            ) from exc
 
     def load_inputs(self) -> dict[str, Input]:
         """What a derived model's run is built from, as its kind names them, each verified.
@@ -179,7 +181,10 @@ class Partition:
                 for stage in ("embeddings", "index"):
                     self.require_upstream(ref.name, stage, self.upstream_dir(ref.name, stage))
                 out[ref.label] = load_upstream_corpus(
-                    self.registry[ref.name], self.upstream_dir(ref.name, "embeddings"), self.upstream_dir(ref.name, "index"), key=self.upstream_keys[ref.name]["index"]
+                    self.registry[ref.name],
+                    self.upstream_dir(ref.name, "embeddings"),
+                    self.upstream_dir(ref.name, "index"),
+                    key=self.upstream_keys[ref.name]["index"],
                 )
             else:
                 out[ref.label] = self.load_expansion()

@@ -2,10 +2,10 @@
 
 import dagster as dg
 
-from medbench_core.taskdata.catalog import build_task, curation_inputs
 from medbench_core.provenance import stage_version
-from medbench_core.taskdata.task import save_task
 from medbench_core.storage import is_complete, read_manifest, replace_dir_atomic, update_manifest, write_manifest
+from medbench_core.taskdata.catalog import build_task, curation_inputs
+from medbench_core.taskdata.task import save_task
 from runtime import verified
 from runtime.partitions import Partitions
 from runtime.resources import ArtifactStoreResource, RegistryResource
@@ -35,6 +35,7 @@ def curate(context: dg.AssetExecutionContext, store: ArtifactStoreResource, regi
     digest = task.content_hash()
     unchanged = is_complete(folder) and read_manifest(folder).get("content_hash") == digest
     if not unchanged:
+
         def build(tmp):
             names = save_task(task, tmp)
             write_manifest(tmp, names, {"content_hash": digest, "task": entry.name, "inputs": inputs})

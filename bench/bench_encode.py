@@ -47,18 +47,20 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from medbench_core.taskdata.catalog import build_task, load_catalog
-    from medbench_core.retrieval.weights import resolve_model_path
-    from medbench_core.taskdata.task import make_task
     from medbench_core.retrieval.model_registry import load_registry
     from medbench_core.retrieval.records import load_encoder
     from medbench_core.retrieval.vectors import encode_side_to
+    from medbench_core.retrieval.weights import resolve_model_path
+    from medbench_core.taskdata.catalog import build_task, load_catalog
+    from medbench_core.taskdata.task import make_task
 
     spec = next(s for s in load_registry(ROOT / "models.yaml") if s.name == "all-MiniLM-L6-v2")
     shared = Path(os.environ.get("MEDBENCH_SHARED") or ROOT.parent / "shared") / "data"
     work = Path(tempfile.mkdtemp(prefix="medbench-bench-encode-"))
     full = build_task(load_catalog(ROOT / "tasks.yaml").task("scifact"), shared, work)
-    task = make_task(full.meta, full.queries, full.corpus.head(args.docs), full.qrels.filter(pl.col("doc_id").is_in(full.corpus["doc_id"].head(args.docs).to_list())))
+    task = make_task(
+        full.meta, full.queries, full.corpus.head(args.docs), full.qrels.filter(pl.col("doc_id").is_in(full.corpus["doc_id"].head(args.docs).to_list()))
+    )
     texts = list(task.doc_text())
 
     bare = SentenceTransformer(resolve_model_path(spec.path), device="cpu")
@@ -66,7 +68,10 @@ def main() -> None:
     encoder = load_encoder(spec)
     tok = bare.tokenizer(texts, truncation=True, max_length=bare.max_seq_length)
     tokens = sum(len(ids) for ids in tok["input_ids"])
-    print(f"{len(texts):,} SciFact abstracts, {tokens:,} tokens (mean {tokens / len(texts):.0f}, truncated at {bare.max_seq_length}); torch threads {torch.get_num_threads()}", flush=True)
+    print(
+        f"{len(texts):,} SciFact abstracts, {tokens:,} tokens (mean {tokens / len(texts):.0f}, truncated at {bare.max_seq_length}); torch threads {torch.get_num_threads()}",
+        flush=True,
+    )
 
     def run_bare():
         return bare.encode(texts, batch_size=spec.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
@@ -80,13 +85,18 @@ def main() -> None:
 
     m = paired.measure({"bare": lambda: paired.call(run_bare), "medbench": lambda: paired.call(run_medbench)}, args.pairs, report=say)
     out = {name: m.samples[name][-1].value for name in ("bare", "medbench")}
-    assert out["medbench"].dtype == np.float32 and np.array_equal(out["medbench"].view(np.uint32), out["bare"].view(np.uint32)), "medbench's vectors differ from bare sentence-transformers'"
+    assert out["medbench"].dtype == np.float32 and np.array_equal(out["medbench"].view(np.uint32), out["bare"].view(np.uint32)), (
+        "medbench's vectors differ from bare sentence-transformers'"
+    )
     times = {name: [x.wall for x in m.samples[name]] for name in ("bare", "medbench")}
 
     t0 = time.perf_counter()
     unsorted = np.concatenate([run_bare_batch(bare, texts[i : i + spec.batch_size]) for i in range(0, len(texts), spec.batch_size)])
     t_unsorted = time.perf_counter() - t0
-    print(f"unsorted batches: {t_unsorted:.1f} s = {tokens / t_unsorted:,.0f} tokens/s; largest difference from sorted {np.abs(unsorted - out['bare']).max():.1e}", flush=True)
+    print(
+        f"unsorted batches: {t_unsorted:.1f} s = {tokens / t_unsorted:,.0f} tokens/s; largest difference from sorted {np.abs(unsorted - out['bare']).max():.1e}",
+        flush=True,
+    )
 
     med = {k: m.seconds(k, "wall")[0] for k in times}
     print("\n| encoder | median s | tokens/s (median) | share of ~6,400 tokens/s |\n|---|---:|---:|---:|")

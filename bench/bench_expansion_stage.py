@@ -48,7 +48,10 @@ def write_fixture(folder: Path, task_dir: Path, retriever: str, models_file: Pat
     doc = yaml.safe_load(models_file.read_text())
     name = f"{retriever}+bench-q2d"
     doc["models"].append({"name": name, "kind": "expanded", "retriever": retriever, "expansion": "bench-q2d"})
-    doc["expansions"] = [*(doc.get("expansions") or []), {"name": "bench-q2d", "method": "query2doc", "source": "file", "generator": "bench", "path": str(folder), "format": "jsonl"}]
+    doc["expansions"] = [
+        *(doc.get("expansions") or []),
+        {"name": "bench-q2d", "method": "query2doc", "source": "file", "generator": "bench", "path": str(folder), "format": "jsonl"},
+    ]
     (folder / "models.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return name
 
@@ -99,7 +102,9 @@ def main() -> int:
     job = defs.resolve_job_def("evaluate_partition")
 
     def run(model: str) -> paired.Sample:
-        sample = paired.call(lambda: job.execute_in_process(instance=instance, partition_key=partition_key(model, args.task), run_config=quiet_run_config(), raise_on_error=True))
+        sample = paired.call(
+            lambda: job.execute_in_process(instance=instance, partition_key=partition_key(model, args.task), run_config=quiet_run_config(), raise_on_error=True)
+        )
         return paired.Sample(sample.wall, sample.cpu, sample.peak_rss, step_seconds(instance, sample.value.run_id))
 
     models = [args.retriever, expanded]

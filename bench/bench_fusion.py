@@ -33,13 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 import paired  # noqa: E402
+
 SHARED = Path(os.environ.get("MEDBENCH_SHARED") or ROOT.parent / "shared")
 
-from medbench_core.retrieval import bm25
-from medbench_core.taskdata.catalog import build_task, load_catalog
-from medbench_core.retrieval.fuse_rerank import fuse, ranked
 from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
 from medbench_core.evaluation.stats import compare, format_cell
+from medbench_core.retrieval import bm25
+from medbench_core.retrieval.fuse_rerank import fuse, ranked
+from medbench_core.taskdata.catalog import build_task, load_catalog
 
 
 def main() -> None:
@@ -78,7 +79,11 @@ def main() -> None:
     results = {}
     for label, ours_fn, ranx_args in (
         ("rrf k=60", lambda: fuse(runs, "rrf", k=60, top_k=100), {"method": "rrf", "params": {"k": 60}}),
-        ("wsum min-max 0.5/0.5", lambda: fuse(runs, "wsum", weights=[0.5, 0.5], norm="min-max", top_k=100), {"norm": "min-max", "method": "wsum", "params": {"weights": [0.5, 0.5]}}),
+        (
+            "wsum min-max 0.5/0.5",
+            lambda: fuse(runs, "wsum", weights=[0.5, 0.5], norm="min-max", top_k=100),
+            {"norm": "min-max", "method": "wsum", "params": {"weights": [0.5, 0.5]}},
+        ),
     ):
         t0 = time.perf_counter()
         ranx_fuse(ranx_runs, **ranx_args)
@@ -93,7 +98,10 @@ def main() -> None:
         )
         ours, theirs = m.samples["medbench"][-1].value, m.samples["ranx"][-1].value
         t_ours, t_ranx, t_ranx_build = (m.seconds(x, "wall")[0] for x in ("medbench", "ranx", "ranx_with_build"))
-        print(f"\n{label}:\n" + m.table([("medbench / ranx (prebuilt Runs)", "medbench", "ranx"), ("medbench / ranx (Runs built from the dicts)", "medbench", "ranx_with_build")]))
+        print(
+            f"\n{label}:\n"
+            + m.table([("medbench / ranx (prebuilt Runs)", "medbench", "ranx"), ("medbench / ranx (Runs built from the dicts)", "medbench", "ranx_with_build")])
+        )
         # Agreement: RRF given medbench's rankings (ranx orders tied scores arbitrarily), wsum on the raw scores.
         ref = ranx_fuse(ranx_rank_runs, **ranx_args) if ranx_args["method"] == "rrf" else theirs
         mine = run_to_dict(ours)
@@ -104,20 +112,29 @@ def main() -> None:
         nd_ours = evaluate(qrels, mine, ["ndcg_at_10"]).mean["ndcg_at_10"]
         nd_ranx_raw = evaluate(qrels, {q: dict(v) for q, v in theirs.run.items()}, ["ndcg_at_10"]).mean["ndcg_at_10"]
         results[label] = {
-            "medbench_s": round(t_ours, 4), "ranx_s": round(t_ranx, 4), "ranx_with_run_build_s": round(t_ranx_build, 4),
-            "ranx_first_call_s": round(first, 2), "ratio_medbench_over_ranx_cpu": round(m.ratio("medbench", "ranx").median, 3),
-            "ratio_medbench_over_ranx_with_build_cpu": round(m.ratio("medbench", "ranx_with_build").median, 3), "max_abs_score_diff": worst,
-            "ndcg_at_10": nd_ours, "ndcg_at_10_ranx_raw_scores": nd_ranx_raw,
+            "medbench_s": round(t_ours, 4),
+            "ranx_s": round(t_ranx, 4),
+            "ranx_with_run_build_s": round(t_ranx_build, 4),
+            "ranx_first_call_s": round(first, 2),
+            "ratio_medbench_over_ranx_cpu": round(m.ratio("medbench", "ranx").median, 3),
+            "ratio_medbench_over_ranx_with_build_cpu": round(m.ratio("medbench", "ranx_with_build").median, 3),
+            "max_abs_score_diff": worst,
+            "ndcg_at_10": nd_ours,
+            "ndcg_at_10_ranx_raw_scores": nd_ranx_raw,
         }
-        print(f"  medians: medbench {t_ours * 1000:.0f} ms, ranx {t_ranx * 1000:.0f} ms (with Run building {t_ranx_build * 1000:.0f} ms; first call {first:.1f} s)")
+        print(
+            f"  medians: medbench {t_ours * 1000:.0f} ms, ranx {t_ranx * 1000:.0f} ms (with Run building {t_ranx_build * 1000:.0f} ms; first call {first:.1f} s)"
+        )
         print(f"  fused scores vs ranx: max |diff| {worst:.2e}; nDCG@10 medbench {nd_ours:.4f}, ranx on raw scores {nd_ranx_raw:.4f}")
 
         per_query = {n: evaluate(qrels, dicts[n], ["ndcg_at_10"]).per_query_frame() for n in names}
         per_query["fused"] = evaluate(qrels, mine, ["ndcg_at_10"]).per_query_frame()
         for base in names:
             st = compare(per_query, base, task=args.task).filter(pl.col("model") == "fused").row(0, named=True)
-            print(f"  fused vs {base}: {format_cell(st['mean'], st['ci_low'], st['ci_high'], st['significant'])} "
-                  f"diff {st['diff']:+.4f}, p_ttest {st['p_ttest']:.2g}, p_perm {st['p_perm']:.2g}, p_holm {st['p_holm']:.2g}")
+            print(
+                f"  fused vs {base}: {format_cell(st['mean'], st['ci_low'], st['ci_high'], st['significant'])} "
+                f"diff {st['diff']:+.4f}, p_ttest {st['p_ttest']:.2g}, p_perm {st['p_perm']:.2g}, p_holm {st['p_holm']:.2g}"
+            )
             results[label][f"vs_{base}"] = {k: st[k] for k in ("mean", "ci_low", "ci_high", "diff", "p_ttest", "p_perm", "p_holm", "significant")}
     inputs = {n: evaluate(qrels, dicts[n], ["ndcg_at_10"]).mean["ndcg_at_10"] for n in names}
     print("\ninputs nDCG@10: " + ", ".join(f"{n} {v:.4f}" for n, v in inputs.items()) + f"; ranx Run building {build * 1000:.0f} ms for both")

@@ -31,13 +31,13 @@ def main() -> int:
     import pytrec_eval
     from ranx import Run, fuse
 
+    from medbench_core.evaluation.metrics import qrels_to_dict, run_to_dict
+    from medbench_core.evaluation.stats import compare
+    from medbench_core.layout import Layout
     from medbench_core.retrieval.derived import registry_partition_keys
     from medbench_core.retrieval.expansion.spec import load_expansions
     from medbench_core.retrieval.fuse_rerank import ranked
-    from medbench_core.layout import Layout
-    from medbench_core.evaluation.metrics import qrels_to_dict, run_to_dict
     from medbench_core.retrieval.model_registry import load_registry
-    from medbench_core.evaluation.stats import compare
     from medbench_core.storage import verify_manifest
     from runtime import settings
 
@@ -61,7 +61,9 @@ def main() -> int:
     top = {q: dict(sorted(d.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:100]) for q, d in fused.run.items()}
     per_q = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10"}).evaluate(top)
     reference = sum(per_q.get(q, {}).get("ndcg_cut_10", 0.0) for q in qrels) / len(qrels)
-    print(f"{args.model} x {args.task}: nDCG@10 {mean[args.model]:.10f} (main job) vs {reference:.10f} (ranx RRF, pytrec_eval): |diff| {abs(mean[args.model] - reference):.1e}")
+    print(
+        f"{args.model} x {args.task}: nDCG@10 {mean[args.model]:.10f} (main job) vs {reference:.10f} (ranx RRF, pytrec_eval): |diff| {abs(mean[args.model] - reference):.1e}"
+    )
     print(f"run key {keys[args.model]['run']}, upstream run keys: " + ", ".join(f"{u} {keys[u]['run']}" for u in spec.upstream))
 
     per_query = {m: pl.read_parquet(folders[m]["metrics"] / "per_query.parquet") for m in models}

@@ -55,7 +55,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = tiny_lm(Path(tmp) / "lm", seed=0, hidden=256, layers=4)
         spec = ExpansionSpec(
-            name="hyde-bench", method="hyde", source="generate", generator=str(folder), batch_size=args.batch_size,
+            name="hyde-bench",
+            method="hyde",
+            source="generate",
+            generator=str(folder),
+            batch_size=args.batch_size,
             decoding={"temperature": 1.0, "top_p": 1.0, "max_new_tokens": args.new_tokens, "seed": 42},
         )
         template = prompt_text(spec, task.name, ROOT / "prompts")
@@ -93,7 +97,10 @@ def main() -> None:
 
         def say(r: int, side: str, x: paired.Sample) -> None:
             n = x.value[0]
-            print(f"{side:9s} round {r + 1}: {n} tokens in {x.wall:.2f} s wall ({x.cpu:.2f} s CPU) = {n / x.wall:.1f} tokens/s ({n / x.cpu:.1f} per CPU s)", flush=True)
+            print(
+                f"{side:9s} round {r + 1}: {n} tokens in {x.wall:.2f} s wall ({x.cpu:.2f} s CPU) = {n / x.wall:.1f} tokens/s ({n / x.cpu:.1f} per CPU s)",
+                flush=True,
+            )
 
         m = paired.measure({"direct": lambda: paired.call(direct), "medbench": lambda: paired.call(medbench)}, args.pairs, report=say)
         ref = m.samples["direct"][0].value

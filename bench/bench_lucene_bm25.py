@@ -102,12 +102,13 @@ def main() -> None:
     if args.side:
         print(json.dumps(side(args.side, Path(args.data), args.queries)))
         return
+    from bench_scale import size_name
     from scale_corpus import ensure
 
-    from bench_scale import size_name
-
     data = ensure(Path(args.work) / "data" / f"scale_{size_name(args.docs)}_{size_name(args.docs // 10)}", args.docs, args.docs // 10)
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} load {os.getloadavg()[0]:.1f}: {args.docs} documents, {args.queries} queries, {args.pairs} pairs")
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} load {os.getloadavg()[0]:.1f}: {args.docs} documents, {args.queries} queries, {args.pairs} pairs"
+    )
     ratios: dict[str, list[float]] = {"index": [], "search": [], "total": [], "total_cpu": []}
     for p in range(args.pairs):
         order = ["bm25s", "r2med-bm25"] if p % 2 == 0 else ["r2med-bm25", "bm25s"]

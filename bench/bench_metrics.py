@@ -85,7 +85,10 @@ def main() -> None:
     qrels_df, run_df = synthetic(args.queries, args.judged, args.depth, args.seed)
     qrels, run = qrels_to_dict(qrels_df), run_to_dict(run_df)
     top10 = {q: dict(sorted(docs.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:10]) for q, docs in run.items()}
-    print(f"data: {args.queries:,} queries x {args.judged:,} judged, runs of {args.depth:,} ({qrels_df.height:,} + {run_df.height:,} rows), built in {time.perf_counter() - t0:.1f} s", flush=True)
+    print(
+        f"data: {args.queries:,} queries x {args.judged:,} judged, runs of {args.depth:,} ({qrels_df.height:,} + {run_df.height:,} rows), built in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
 
     def ours():
         return evaluate_frame(qrels_df, run_df, FIVE)
@@ -127,7 +130,9 @@ def main() -> None:
     rows += [(f"{x} / medbench", x, "medbench") for x in ("medbench_dict", "ranx") if x in sides]
     print()
     print(m.table(rows))
-    print(f"\nspeed-up over pytrec_eval, 5 metrics: CPU {m.ratio('pytrec_eval', 'medbench', 'cpu')}, wall {m.ratio('pytrec_eval', 'medbench', 'wall')} (target >= 10x)")
+    print(
+        f"\nspeed-up over pytrec_eval, 5 metrics: CPU {m.ratio('pytrec_eval', 'medbench', 'cpu')}, wall {m.ratio('pytrec_eval', 'medbench', 'wall')} (target >= 10x)"
+    )
 
 
 if __name__ == "__main__":

@@ -64,11 +64,7 @@ def one(task, spec, tokenizer) -> dict:
             got = run.filter(pl.col("query_id") == qid)
             diff = max(
                 diff,
-                float(
-                    np.abs(
-                        got["score"].to_numpy() - bare.get_scores(tokenizer(text))[[pos[d] for d in got["doc_id"]]]
-                    ).max()
-                ),
+                float(np.abs(got["score"].to_numpy() - bare.get_scores(tokenizer(text))[[pos[d] for d in got["doc_id"]]]).max()),
             )
     split = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
     split.index(bm25s.tokenize(docs, stopwords=None, show_progress=False), show_progress=False)

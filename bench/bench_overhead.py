@@ -150,7 +150,14 @@ def fresh_state(base: Path, name: str) -> Path:
 
 def main_job(base: Path) -> dict:
     state = fresh_state(base, "main_job")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "MEDBENCH_DATA": str(state / "data"), "MEDBENCH_STATE": str(state / "state"), "DAGSTER_HOME": str(state / "dagster_home")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "MEDBENCH_DATA": str(state / "data"),
+        "MEDBENCH_STATE": str(state / "state"),
+        "DAGSTER_HOME": str(state / "dagster_home"),
+    }
     env.pop("MLFLOW_TRACKING_URI", None)
     out = {}
     for phase in ("cold", "warm"):
@@ -227,7 +234,10 @@ def main() -> None:
 
         def say(r: int, side: str, s: paired.Sample) -> None:
             v = s.value
-            print(f"  round {r + 1} {side:<8} wall {s.wall:7.1f} s  CPU {s.cpu:7.1f} s  peak {s.peak_rss / 2**30:.2f} GB  encoding {v['encode_s']:6.1f} s  nDCG@10 {v['ndcg_at_10']:.4f}  load {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"  round {r + 1} {side:<8} wall {s.wall:7.1f} s  CPU {s.cpu:7.1f} s  peak {s.peak_rss / 2**30:.2f} GB  encoding {v['encode_s']:6.1f} s  nDCG@10 {v['ndcg_at_10']:.4f}  load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
 
         m = paired.measure({"bare": lambda: child("bare"), "medbench": cold}, args.pairs, report=say)
         bares, colds = m.samples["bare"], m.samples["medbench"]

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 import paired  # noqa: E402
+
 SHARED = Path(os.environ.get("MEDBENCH_SHARED") or ROOT.parent / "shared")
 SCIFACT = SHARED / "data" / "scifact"
 
@@ -56,7 +57,9 @@ def write_copies(tmp: Path) -> dict[str, Path]:
     pl.DataFrame({"_id": [str(d["_id"]) for d in docs], "title": [d.get("title", "") for d in docs], "text": [d.get("text", "") for d in docs]}).write_parquet(
         pq / "corpus" / "corpus-00000-of-00001.parquet"
     )
-    pl.DataFrame({"_id": [str(q["_id"]) for q in queries], "text": [q["text"] for q in queries]}).write_parquet(pq / "queries" / "queries-00000-of-00001.parquet")
+    pl.DataFrame({"_id": [str(q["_id"]) for q in queries], "text": [q["text"] for q in queries]}).write_parquet(
+        pq / "queries" / "queries-00000-of-00001.parquet"
+    )
     pl.DataFrame({"query-id": [q for q, _, _ in qrels], "corpus-id": [d for _, d, _ in qrels], "score": [s for _, _, s in qrels]}).write_parquet(
         pq / "default" / "train-00000-of-00001.parquet"
     )
@@ -73,7 +76,10 @@ def write_copies(tmp: Path) -> dict[str, Path]:
         jsonl(folder / "qrels.jsonl", ({"q_id": q, "p_id": d, "score": s} for q, d, s in qrels))
     (card / "README.md").write_text(
         "---\nconfigs:\n"
-        + "".join(f"- config_name: {c}\n  data_files:\n  - split: {c}\n    path: {f}\n" for c, f in (("corpus", "corpus.jsonl"), ("query", "query.jsonl"), ("qrels", "qrels.jsonl")))
+        + "".join(
+            f"- config_name: {c}\n  data_files:\n  - split: {c}\n    path: {f}\n"
+            for c, f in (("corpus", "corpus.jsonl"), ("query", "query.jsonl"), ("qrels", "qrels.jsonl"))
+        )
         + "---\n"
     )
     return {"mteb (parquet)": pq, "mteb (jsonl + card)": card, "r2med_repo": r2}
@@ -95,14 +101,18 @@ def main() -> None:
         copies = write_copies(Path(tmp))
         readers = {
             "beir": lambda: read_beir(SCIFACT, BeirOptions(name="scifact", split="train", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")),
-            "mteb (parquet)": lambda: read_mteb(copies["mteb (parquet)"], MtebOptions(name="scifact", split="train", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")),
-            "mteb (jsonl + card)": lambda: read_mteb(copies["mteb (jsonl + card)"], MtebOptions(name="scifact", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")),
+            "mteb (parquet)": lambda: read_mteb(
+                copies["mteb (parquet)"], MtebOptions(name="scifact", split="train", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")
+            ),
+            "mteb (jsonl + card)": lambda: read_mteb(
+                copies["mteb (jsonl + card)"], MtebOptions(name="scifact", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")
+            ),
             "r2med_repo": lambda: read_r2med_repo(copies["r2med_repo"], R2medRepoOptions(name="scifact", query_licence="CC-BY-4.0", doc_licence="ODC-By-1.0")),
         }
         m = paired.measure({name: (lambda read=read: paired.call(read)) for name, read in readers.items()}, args.pairs, warmup=1)
     shapes = {name: {(t.value.queries.height, t.value.corpus.height, t.value.qrels.height) for t in runs} for name, runs in m.samples.items()}
     print(f"SciFact train: {len(docs)} documents + {len(queries)} queries + {len(qrels)} judgments = {n_records} records")
-    print(f"\n| reader | records/s (median wall) | task (queries, docs, qrels) |\n|---|---:|---|")
+    print("\n| reader | records/s (median wall) | task (queries, docs, qrels) |\n|---|---:|---|")
     for name in readers:
         print(f"| {name} | {n_records / m.seconds(name, 'wall')[0]:,.0f} | {sorted(shapes[name])} |")
     print()

@@ -236,7 +236,15 @@ def _watch(cmd: list[str], env: dict, folder: Path, phases, cwd: Path | None = N
     rows = []
     for p in phases():
         tree_peak, proc_peak = sampler.peak(p["start"], p["end"])
-        rows.append({**p, "seconds": round(p["end"] - p["start"], 3), "cpu_s": round(sampler.cpu(p["start"], p["end"]), 2), "peak_tree_gb": gb(tree_peak), "peak_proc_gb": gb(proc_peak)})
+        rows.append(
+            {
+                **p,
+                "seconds": round(p["end"] - p["start"], 3),
+                "cpu_s": round(sampler.cpu(p["start"], p["end"]), 2),
+                "peak_tree_gb": gb(tree_peak),
+                "peak_proc_gb": gb(proc_peak),
+            }
+        )
     tree_peak, proc_peak = sampler.peak()
     return {
         "wall_s": round(t1 - t0, 2), "cpu_s": round(cpu, 2), "start": t0, "end": t1, "maxrss_gb": gb(usage.ru_maxrss * 1024),
@@ -298,7 +306,14 @@ def pipeline(args: argparse.Namespace) -> None:
         check_memory(docs, args.force_memory)
         data = data_dir(args.work, docs, args.queries)
         label = f"{size_name(docs)}x{size_name(args.queries)}"
-        res = {"docs": docs, "queries": args.queries, "code": str(args.code), "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "load_before": os.getloadavg(), "rounds": []}
+        res = {
+            "docs": docs,
+            "queries": args.queries,
+            "code": str(args.code),
+            "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "load_before": os.getloadavg(),
+            "rounds": [],
+        }
         path = args.work / "results" / f"pipeline-{label}{args.tag}.json"
 
         def side(name: str):
@@ -315,7 +330,10 @@ def pipeline(args: argparse.Namespace) -> None:
 
         def keep(r: int, name: str, sample: paired.Sample) -> None:
             out = sample.value
-            print(f"[{label}] round {r + 1} {name}: wall {out['wall_s']} s, CPU {out['cpu_s']} s, peak {out['peak_proc_gb']} GB (tree {out['peak_tree_gb']}), load {out['load'][0]:.1f}", flush=True)
+            print(
+                f"[{label}] round {r + 1} {name}: wall {out['wall_s']} s, CPU {out['cpu_s']} s, peak {out['peak_proc_gb']} GB (tree {out['peak_tree_gb']}), load {out['load'][0]:.1f}",
+                flush=True,
+            )
             if len(res["rounds"]) <= r:
                 res["rounds"].append({})
             res["rounds"][r][name] = {k: v for k, v in out.items() if k != "timeline"} | {"timeline": out["timeline"][::10]}
@@ -326,7 +344,9 @@ def pipeline(args: argparse.Namespace) -> None:
         sides = args.sides.split(",")
         m = paired.measure({name: side(name) for name in sides}, args.pairs, report=keep)
         res["load_after"] = os.getloadavg()
-        res["figures"] = {what: list(m.ratio("medbench", "bare", what).values) for what in ("cpu", "wall", "peak_rss")} if {"bare", "medbench"} <= set(sides) else {}
+        res["figures"] = (
+            {what: list(m.ratio("medbench", "bare", what).values) for what in ("cpu", "wall", "peak_rss")} if {"bare", "medbench"} <= set(sides) else {}
+        )
         path.write_text(json.dumps(res, indent=1))
         if {"bare", "medbench"} <= set(sides):
             print(f"\n{docs:,} documents x {args.queries:,} queries\n" + m.table([("medbench / bare", "medbench", "bare")], memory=True))
@@ -385,7 +405,9 @@ def report(args: argparse.Namespace) -> None:
     res = [_rounds(json.loads(f.read_text())) | {"file": f.stem} for f in files if not any(x in f.stem for x in args.exclude.split(",") if x)]
     res = [r for r in res if any("medbench" in x for x in r["rounds"])]
     res.sort(key=lambda r: (r["file"].endswith("-before") is False, r["docs"]))
-    print("| run | documents x queries | n | CPU medbench / bare, median (range) | wall, median (range) | peak memory (largest process), median (range) | medbench CPU s | bare CPU s |")
+    print(
+        "| run | documents x queries | n | CPU medbench / bare, median (range) | wall, median (range) | peak memory (largest process), median (range) | medbench CPU s | bare CPU s |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in res:
         pairs = [x for x in r["rounds"] if {"medbench", "bare"} <= set(x)]
@@ -397,7 +419,9 @@ def report(args: argparse.Namespace) -> None:
         cpu_m = statistics.median(x["medbench"]["cpu_s"] for x in r["rounds"] if "medbench" in x)
         cpu_b = f"{statistics.median(x['bare']['cpu_s'] for x in pairs):.0f}" if pairs else "-"
         note = " (one run per side, not paired)" if r.get("unpaired") else ""
-        print(f"| {r['file'].removeprefix('pipeline-')}{note} | {r['docs']:,} x {r['queries']:,} | {len(pairs)} | {ratio('cpu_s')} | {ratio('wall_s')} | {ratio('peak_proc_gb')} | {cpu_m:.0f} | {cpu_b} |")
+        print(
+            f"| {r['file'].removeprefix('pipeline-')}{note} | {r['docs']:,} x {r['queries']:,} | {len(pairs)} | {ratio('cpu_s')} | {ratio('wall_s')} | {ratio('peak_proc_gb')} | {cpu_m:.0f} | {cpu_b} |"
+        )
     for r in res:
         print(f"\n{r['file'].removeprefix('pipeline-')}:")
         print_stages(r)

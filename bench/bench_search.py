@@ -102,7 +102,9 @@ def child(mode: str, folder: Path, k: int, ivf: dict, repeats: int, sweep: list[
     from medbench_core.retrieval.vectors import iter_blocks, load_vectors
 
     spec = {"type": "flat"} if mode == "medbench" else ivf
-    built = paired.call(lambda: build_index(load_vectors(folder / "corpus.npy"), spec, use_gpu=False, add_blocks=lambda: (b for _, b in iter_blocks(folder / "corpus.npy"))))
+    built = paired.call(
+        lambda: build_index(load_vectors(folder / "corpus.npy"), spec, use_gpu=False, add_blocks=lambda: (b for _, b in iter_blocks(folder / "corpus.npy")))
+    )
     index, _ = built.value
     out["build_s"], out["build_cpu"] = built.wall, built.cpu
     t0 = time.perf_counter()
@@ -113,7 +115,13 @@ def child(mode: str, folder: Path, k: int, ivf: dict, repeats: int, sweep: list[
     doc_ids = [f"d{i}" for i in range(n)]
     query_ids = [f"q{i}" for i in range(len(queries))]
     # Interleaved with FAISS alone on the same index: the search layer's own cost, paired.
-    m = paired.measure({"medbench": lambda: paired.call(lambda: search(index, queries, query_ids, doc_ids, k)), "faiss": lambda: paired.call(lambda: index.search(queries, k))}, repeats)
+    m = paired.measure(
+        {
+            "medbench": lambda: paired.call(lambda: search(index, queries, query_ids, doc_ids, k)),
+            "faiss": lambda: paired.call(lambda: index.search(queries, k)),
+        },
+        repeats,
+    )
     run = m.samples["medbench"][-1].value
     out["search_s"], out["faiss_alone_search_s"] = m.seconds("medbench", "wall")[0], m.seconds("faiss", "wall")[0]
     out["search_cpu"] = m.seconds("medbench", "cpu")[0]
@@ -210,9 +218,24 @@ def main() -> None:
             subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.bench_search import make_corpus; from pathlib import Path; "
                             f"make_corpus(Path({str(folder)!r}), {n}, {args.dim}, {args.queries}, {args.seed})"], check=True)  # fmt: skip
             print(f"{n:,} x {args.dim}: corpus written in {time.perf_counter() - t0:.0f} s", flush=True)
+
         def side(mode: str):
             def go() -> paired.Sample:
-                cmd = [sys.executable, __file__, "--k", str(args.k), "--ivf", args.ivf, "--pairs", str(args.pairs), "--nprobe-sweep", args.nprobe_sweep, "--child", mode, str(folder)]
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--k",
+                    str(args.k),
+                    "--ivf",
+                    args.ivf,
+                    "--pairs",
+                    str(args.pairs),
+                    "--nprobe-sweep",
+                    args.nprobe_sweep,
+                    "--child",
+                    mode,
+                    str(folder),
+                ]
                 log = Path(tempfile.mkstemp(suffix=".log")[1])
                 try:
                     sample = paired.child(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, log=log)
@@ -230,15 +253,23 @@ def main() -> None:
         pairs_of[n] = m
         rows += [s.value for s in m.samples["bare"][-1:] + m.samples["medbench"][-1:]]
         rows.append(side("ivf")().value)
-        print(f"\n{n:,} x {args.dim}: build + one search (the median of {args.pairs}), each side in its own process; peak RSS of the process\n" + m.table([("medbench / bare", "medbench", "bare")], memory=True), flush=True)
+        print(
+            f"\n{n:,} x {args.dim}: build + one search (the median of {args.pairs}), each side in its own process; peak RSS of the process\n"
+            + m.table([("medbench / bare", "medbench", "bare")], memory=True),
+            flush=True,
+        )
         r = {w: [v for s in m.samples["medbench"] for v in s.value["search_ratio"][w]] for w in ("wall", "cpu")}
         for w in ("wall", "cpu"):
             v = r[w]
-            print(f"medbench search / FAISS alone, same index, {w}: median {statistics.median(v):.3f}x ({min(v):.3f}-{max(v):.3f}, n={len(v)} rounds in {len(m.samples['medbench'])} processes)")
+            print(
+                f"medbench search / FAISS alone, same index, {w}: median {statistics.median(v):.3f}x ({min(v):.3f}-{max(v):.3f}, n={len(v)} rounds in {len(m.samples['medbench'])} processes)"
+            )
 
     by = {(r["mode"], r["n"]): r for r in rows}
     print(f"\nexact (flat) through medbench vs bare FAISS IndexFlatIP; IVF {ivf}; {args.queries:,} queries, k = {args.k}\n")
-    print("| documents | corpus GB | build s: bare / medbench | search s: bare / medbench | medbench / bare: build+search | medbench search / FAISS alone, same index | search layer alone s (share of FAISS search) | peak RSS GB: bare / medbench | IVF build s | IVF search s | IVF speed-up (search) | IVF recall@10 | IVF peak RSS GB |")
+    print(
+        "| documents | corpus GB | build s: bare / medbench | search s: bare / medbench | medbench / bare: build+search | medbench search / FAISS alone, same index | search layer alone s (share of FAISS search) | peak RSS GB: bare / medbench | IVF build s | IVF search s | IVF speed-up (search) | IVF recall@10 | IVF peak RSS GB |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in sorted({r["n"] for r in rows}):
         b, m, v = by["bare", n], by["medbench", n], by["ivf", n]
@@ -255,7 +286,11 @@ def main() -> None:
     print("| documents | exact s | " + " | ".join(f"nprobe {p}" for p in sweep) + " |\n|---:|---:|" + "---:|" * len(sweep))
     for n in sorted({r["n"] for r in rows}):
         cells = {p["nprobe"]: p for p in by["ivf", n]["sweep"]}
-        print(f"| {n:,} | {by['medbench', n]['search_s']:.2f} | " + " | ".join(f"{cells[p]['search_s']:.2f} s / {cells[p]['recall_at_10']:.3f}" for p in sweep) + " |")
+        print(
+            f"| {n:,} | {by['medbench', n]['search_s']:.2f} | "
+            + " | ".join(f"{cells[p]['search_s']:.2f} s / {cells[p]['recall_at_10']:.3f}" for p in sweep)
+            + " |"
+        )
     plot(rows, Path(args.plot))
     print(f"\nplot: {args.plot}")
 

@@ -70,7 +70,9 @@ def main() -> None:
                 t = time.perf_counter()
                 assert store_problem(db) == ""
                 times.append(time.perf_counter() - t)
-            print(f"{db.stat().st_size / 1e6:8.1f} MB: median {statistics.median(times) * 1000:8.1f} ms, range {min(times) * 1000:.1f}-{max(times) * 1000:.1f} ms (n={len(times)})")
+            print(
+                f"{db.stat().st_size / 1e6:8.1f} MB: median {statistics.median(times) * 1000:8.1f} ms, range {min(times) * 1000:.1f}-{max(times) * 1000:.1f} ms (n={len(times)})"
+            )
     print(f"load average {os.getloadavg()}")
 
 

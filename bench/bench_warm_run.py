@@ -84,7 +84,10 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="medbench-warm-"))
     first = run(medbench, env, tmp / "first.log")  # reads (and notes) what the last full run left unnoted, if anything
     boards = {board(first.value)}
-    print(f"  first run (untimed round): {'answered' if first.value.startswith('[up to date]') else 'full run'}, wall {first.wall:.2f} s, CPU {first.cpu:.2f} s", flush=True)
+    print(
+        f"  first run (untimed round): {'answered' if first.value.startswith('[up to date]') else 'full run'}, wall {first.wall:.2f} s, CPU {first.cpu:.2f} s",
+        flush=True,
+    )
     sides = {"answered": lambda: run(medbench, env, tmp / "answered.log")}
     if not args.no_recheck:
         sides["recheck"] = lambda: run(medbench + ["--recheck"], env, tmp / "recheck.log")
@@ -92,13 +95,17 @@ def main() -> None:
     def check(r: int, side: str, s: paired.Sample) -> None:
         assert s.value.startswith("[up to date]") == (side == "answered"), s.value[:500]
         boards.add(board(s.value))
-        print(f"  round {r + 1} {side:<9} wall {s.wall:8.2f} s  CPU {s.cpu:8.2f} s  peak {s.peak_rss / 2**30:.2f} GB  load {os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"  round {r + 1} {side:<9} wall {s.wall:8.2f} s  CPU {s.cpu:8.2f} s  peak {s.peak_rss / 2**30:.2f} GB  load {os.getloadavg()[0]:.1f}", flush=True
+        )
 
     m = paired.measure(sides, args.pairs, report=check)
     assert len(boards) == 1, "the answered run printed another leaderboard than the full one"
     for side in sides:
         w, c = m.seconds(side, "wall"), m.seconds(side, "cpu")
-        print(f"medbench run{' --recheck' if side == 'recheck' else ''}: wall median {w[0]:.2f} s ({w[1]:.2f}-{w[2]:.2f}), CPU median {c[0]:.2f} s ({c[1]:.2f}-{c[2]:.2f}), n={len(m.samples[side])}")
+        print(
+            f"medbench run{' --recheck' if side == 'recheck' else ''}: wall median {w[0]:.2f} s ({w[1]:.2f}-{w[2]:.2f}), CPU median {c[0]:.2f} s ({c[1]:.2f}-{c[2]:.2f}), n={len(m.samples[side])}"
+        )
     if "recheck" in sides:
         print(m.table([("recheck / answered", "recheck", "answered")]))
     else:
@@ -107,7 +114,12 @@ def main() -> None:
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     start = time.perf_counter() - t
     phases = subprocess.run([sys.executable, "-c", PHASES], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout.split()
-    names = ("imports (medbench_cli, runtime.settings)", "registry + catalogue", "inputs: code, lock, sources, weights (stat or hash)", "checks: Dagster, manifests (stat or hash), MLflow")
+    names = (
+        "imports (medbench_cli, runtime.settings)",
+        "registry + catalogue",
+        "inputs: code, lock, sources, weights (stat or hash)",
+        "checks: Dagster, manifests (stat or hash), MLflow",
+    )
     print(f"  python start-up: {start:.3f} s")
     for name, value in zip(names, phases, strict=True):
         print(f"  {name}: {float(value):.3f} s")

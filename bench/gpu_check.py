@@ -83,11 +83,11 @@ def main() -> int:
     from sentence_transformers import SentenceTransformer
 
     from medbench_core.evaluation.metrics import evaluate_frame
-    from medbench_core.retrieval.weights import resolve_model_path
     from medbench_core.retrieval.index import build_index, search
     from medbench_core.retrieval.model_registry import load_registry
     from medbench_core.retrieval.records import encode_side, load_encoder
     from medbench_core.retrieval.stages import embed_corpus
+    from medbench_core.retrieval.weights import resolve_model_path
     from medbench_core.taskdata.catalog import build_task, load_catalog
 
     shared = ROOT.parent / "shared" / "data"
@@ -138,7 +138,9 @@ def main() -> int:
     _, t_cpu = timed(embed_corpus, spec32, task, work / "e32", device="cpu", encoder=enc32)
     emb32 = np.load(work / "e32" / "corpus.npy")
     q32 = encode_side(enc32, task, "query")
-    print(f"encode fp32 on the CPU: {t_cpu:.2f} s; fp16 GPU / fp32 CPU time {t_mb / t_cpu:.3f}x; largest fp16-fp32 difference {np.abs(emb16 - emb32).max():.2e}")
+    print(
+        f"encode fp32 on the CPU: {t_cpu:.2f} s; fp16 GPU / fp32 CPU time {t_mb / t_cpu:.3f}x; largest fp16-fp32 difference {np.abs(emb16 - emb32).max():.2e}"
+    )
 
     # 3. FAISS flat and IVF on the GPU against the CPU, on the same fp16 vectors
     qids, dids = task.queries["query_id"].to_list(), task.corpus["doc_id"].to_list()
@@ -168,7 +170,10 @@ def main() -> int:
 
     # 4. what fp16 does to the figure
     flat32, _ = build_index(emb32, {"type": "flat"}, use_gpu=False)
-    for name, index, q in (("fp16 GPU", faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, build_index(emb16, {"type": "flat"}, use_gpu=True)[0]), q16), ("fp32 CPU", flat32, q32)):
+    for name, index, q in (
+        ("fp16 GPU", faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, build_index(emb16, {"type": "flat"}, use_gpu=True)[0]), q16),
+        ("fp32 CPU", flat32, q32),
+    ):
         run = search(index, q, qids, dids, 100)
         print(f"nDCG@10 {name}: {evaluate_frame(task.qrels, run).mean['ndcg_at_10']:.4f}")
     if failures:

@@ -66,9 +66,9 @@ def corpus(words: list[str], n_docs: int, n_queries: int, seed: int = 0) -> tupl
 def prepare(out: Path, n_docs: int, n_queries: int) -> None:
     """Write the corpus, the token vectors (medbench's storage), the query vectors and the exact MaxSim top 10."""
     from pylate import models
+    from tiny_models import tiny_bert, tiny_colbert
 
     from medbench_core.retrieval import multivector as mv
-    from tiny_models import tiny_bert, tiny_colbert
 
     out.mkdir(parents=True, exist_ok=True)
     # A two-layer, 32-wide random BERT (the tests' tiny_bert) under pylate's layout: MiniLM would take hours to
@@ -161,7 +161,7 @@ def compare(out: Path, repeats: int, nbits: int, build_repeats: int | None = Non
         wanted = (build_repeats if build_repeats is not None else repeats) if phase == "build" else repeats
         have = len([x for x in rows if x["step"].endswith(phase)]) // 2
         for r in range(have, wanted):
-            for lib in (("medbench", "pylate") if r % 2 == 0 else ("pylate", "medbench")):
+            for lib in ("medbench", "pylate") if r % 2 == 0 else ("pylate", "medbench"):
                 cmd = [sys.executable, __file__, "step", "--out", str(out), "--which", f"{lib}-{phase}", "--nbits", str(nbits)]
                 done = subprocess.run(cmd, capture_output=True, text=True, check=True)
                 row = json.loads(done.stdout.strip().splitlines()[-1])
@@ -172,7 +172,9 @@ def compare(out: Path, repeats: int, nbits: int, build_repeats: int | None = Non
     for phase in ("build", "search"):
         for lib in ("medbench", "pylate"):
             mine = [x for x in rows if x["step"] == f"{lib}-{phase}"]
-            summary[f"{lib}-{phase}"] = {k: [x[k] for x in mine] for k in ("seconds", "peak_rss_mib", "recall_at_10", "disk_bytes", "load_seconds") if k in mine[0]}
+            summary[f"{lib}-{phase}"] = {
+                k: [x[k] for x in mine] for k in ("seconds", "peak_rss_mib", "recall_at_10", "disk_bytes", "load_seconds") if k in mine[0]
+            }
         a = [x["seconds"] for x in rows if x["step"] == f"medbench-{phase}"]
         b = [x["seconds"] for x in rows if x["step"] == f"pylate-{phase}"]
         summary[f"{phase}_time_ratio_medbench_over_pylate"] = sorted(round(x / y, 2) for x, y in zip(a, b))

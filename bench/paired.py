@@ -120,7 +120,9 @@ class Measurement:
                 m = self.ratio(num, den, "peak_rss")
                 cells.append(f"{m.median:.3f}x ({m.low:.3f}-{m.high:.3f})" if m.n else "-")
             out.append("| " + " | ".join(cells) + " |")
-        note = f"{self.started}, {self.load()}" + ("" if min(len(v) for v in self.samples.values()) >= MIN_PAIRS else f"; fewer than {MIN_PAIRS} rounds: not a figure")
+        note = f"{self.started}, {self.load()}" + (
+            "" if min(len(v) for v in self.samples.values()) >= MIN_PAIRS else f"; fewer than {MIN_PAIRS} rounds: not a figure"
+        )
         return "\n".join(out) + f"\n\n{note}"
 
 
@@ -166,7 +168,14 @@ def call(fn: Callable[[], Any]) -> Sample:
     return Sample(wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), peak_rss(), value)
 
 
-def child(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None, log: Path | None = None, timeout: float | None = None) -> Sample:
+def child(
+    cmd: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    log: Path | None = None,
+    timeout: float | None = None,
+) -> Sample:
     """Run ``cmd`` and time it from launch to exit: wall; CPU and peak RSS from ``os.wait4`` (the child
     and every descendant it waited for; the peak is the largest single process's). Raises on a non-zero exit."""
     out = open(log, "w") if log else subprocess.DEVNULL
@@ -215,7 +224,9 @@ def peak_rss() -> int | None:
 
 def add_arguments(parser: argparse.ArgumentParser, default: int = MIN_PAIRS) -> None:
     """``--pairs N``: rounds of every side (median and range over them; fewer than 5 make no figure)."""
-    parser.add_argument("--pairs", type=int, default=default, help=f"interleaved rounds of every side (ABBA order); figures need >= {MIN_PAIRS} (default {default})")
+    parser.add_argument(
+        "--pairs", type=int, default=default, help=f"interleaved rounds of every side (ABBA order); figures need >= {MIN_PAIRS} (default {default})"
+    )
 
 
 def header(what: str) -> str:

@@ -63,9 +63,11 @@ def generate(out: Path, n_docs: int, n_queries: int, seed: int = 0, source: Path
     (tmp / "qrels").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     qi = 0
-    with open(tmp / "corpus.jsonl", "w", encoding="utf-8") as fc, open(tmp / "queries.jsonl", "w", encoding="utf-8") as fq, open(
-        tmp / "qrels" / "test.tsv", "w", encoding="utf-8"
-    ) as fr:
+    with (
+        open(tmp / "corpus.jsonl", "w", encoding="utf-8") as fc,
+        open(tmp / "queries.jsonl", "w", encoding="utf-8") as fq,
+        open(tmp / "qrels" / "test.tsv", "w", encoding="utf-8") as fr,
+    ):
         fr.write("query-id\tcorpus-id\tscore\n")
         for start in range(0, n_docs, BLOCK):
             stop = min(start + BLOCK, n_docs)

@@ -54,9 +54,20 @@ class Phases:
         out = fn(*args, **kwargs)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         peak = peak_and_reset(self.pid)
-        row = {"phase": phase, "seconds": round(seconds, 2), "cpu_s": round(cpu, 2), "rss_start_gb": gb(start), "peak_gb": gb(peak), "extra_gb": gb(peak - start), "rss_after_gb": gb(rss(self.pid))}
+        row = {
+            "phase": phase,
+            "seconds": round(seconds, 2),
+            "cpu_s": round(cpu, 2),
+            "rss_start_gb": gb(start),
+            "peak_gb": gb(peak),
+            "extra_gb": gb(peak - start),
+            "rss_after_gb": gb(rss(self.pid)),
+        }
         self.rows.append(row)
-        print(f"{phase:<36}{row['seconds']:>8.2f}s (CPU {row['cpu_s']:.2f}s)  start {row['rss_start_gb']:6.2f}  peak {row['peak_gb']:6.2f}  (+{row['extra_gb']:.2f})  after {row['rss_after_gb']:6.2f} GB", flush=True)
+        print(
+            f"{phase:<36}{row['seconds']:>8.2f}s (CPU {row['cpu_s']:.2f}s)  start {row['rss_start_gb']:6.2f}  peak {row['peak_gb']:6.2f}  (+{row['extra_gb']:.2f})  after {row['rss_after_gb']:6.2f} GB",
+            flush=True,
+        )
         return out
 
 
@@ -96,8 +107,8 @@ def main() -> None:
     task = ph("load_task (each step's first act)", load_task, args.out / "task")
     assert task.content_hash() == digest
     if "contract" not in skip:
-        from medbench_core.taskdata.contracts.task_suite import _image_checker, _pair_table, _record_table
         from medbench_core.taskdata.contracts import validate_task
+        from medbench_core.taskdata.contracts.task_suite import _image_checker, _pair_table, _record_table
         from medbench_core.taskdata.licences import DEFAULT_POLICY
 
         def tables():

@@ -103,18 +103,26 @@ class Phases:
             row["bare_peak_gb"] = round(max(x.peak_rss or 0 for x in m.samples["bare"]) / 2**30, 2)
         self.rows.append(row)
         c = m.ratio("medbench", "bare", "cpu") if bare is not None else None
-        print(f"{phase:<44} medbench CPU {row['medbench_cpu']:8.2f} s" + (f"  bare {row['bare_cpu']:8.2f} s  CPU ratio {c}" if c else "") + f"  ({m.load()})", flush=True)
+        print(
+            f"{phase:<44} medbench CPU {row['medbench_cpu']:8.2f} s" + (f"  bare {row['bare_cpu']:8.2f} s  CPU ratio {c}" if c else "") + f"  ({m.load()})",
+            flush=True,
+        )
         self.values[phase] = {side: m.samples[side][-1].value for side in sides}
         return self.values[phase]
 
     def table(self) -> str:
-        out = ["| phase | n | medbench CPU s | bare CPU s | CPU medbench / bare, median (range) | wall, median (range) | peak GB medbench / bare |", "|---|---:|---:|---:|---:|---:|---:|"]
+        out = [
+            "| phase | n | medbench CPU s | bare CPU s | CPU medbench / bare, median (range) | wall, median (range) | peak GB medbench / bare |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in self.rows:
             if "ratio_cpu" not in r:
                 out.append(f"| {r['phase']} | 1 | {r['medbench_cpu']:.2f} | - | - | - | {r['medbench_peak_gb']} / - |")
                 continue
             c, w = paired.Ratio("cpu", tuple(r["ratio_cpu"])), paired.Ratio("wall", tuple(r["ratio_wall"]))
-            out.append(f"| {r['phase']} | {c.n} | {r['medbench_cpu']:.2f} | {r['bare_cpu']:.2f} | {c.median:.3f}x ({c.low:.3f}-{c.high:.3f}) | {w.median:.3f}x ({w.low:.3f}-{w.high:.3f}) | {r['medbench_peak_gb']} / {r['bare_peak_gb']} |")
+            out.append(
+                f"| {r['phase']} | {c.n} | {r['medbench_cpu']:.2f} | {r['bare_cpu']:.2f} | {c.median:.3f}x ({c.low:.3f}-{c.high:.3f}) | {w.median:.3f}x ({w.low:.3f}-{w.high:.3f}) | {r['medbench_peak_gb']} / {r['bare_peak_gb']} |"
+            )
         return "\n".join(out)
 
 
@@ -142,7 +150,12 @@ def main() -> None:
         fusion(runs, ph)
         _save(args, ph)
         return
-    task = make_task(TaskMeta(name="scale", source="synthetic"), queries.with_columns(pl.lit("biomedicine").alias("discipline")), pl.DataFrame(schema={"doc_id": pl.Utf8}), qrels)
+    task = make_task(
+        TaskMeta(name="scale", source="synthetic"),
+        queries.with_columns(pl.lit("biomedicine").alias("discipline")),
+        pl.DataFrame(schema={"doc_id": pl.Utf8}),
+        qrels,
+    )
     for name in runs:
         (args.out / name).mkdir()
     with_bare = "bare" not in skip
@@ -172,7 +185,10 @@ def main() -> None:
                 top10.setdefault(q, {})[d] = s
         res = pytrec_eval.RelevanceEvaluator(judged, set(METRICS)).evaluate(as_dict)
         rr = pytrec_eval.RelevanceEvaluator(judged, {"recip_rank"}).evaluate(top10)
-        rows = [{"query_id": q, **{METRICS[k]: res.get(q, {}).get(k, 0.0) for k in METRICS}, "mrr_at_10": rr.get(q, {}).get("recip_rank", 0.0)} for q in sorted(judged)]
+        rows = [
+            {"query_id": q, **{METRICS[k]: res.get(q, {}).get(k, 0.0) for k in METRICS}, "mrr_at_10": rr.get(q, {}).get("recip_rank", 0.0)}
+            for q in sorted(judged)
+        ]
         frame = pl.DataFrame(rows)
         frame.write_parquet(args.out / "bare_per_query.parquet")
         ci = {}
@@ -211,7 +227,9 @@ def main() -> None:
             )
         return out
 
-    got = ph("paired tests: compare / scipy bootstrap, ttest_rel, permutation_test", lambda: compare(pq, "bm25", task="scale"), bare_tests if with_bare else None)
+    got = ph(
+        "paired tests: compare / scipy bootstrap, ttest_rel, permutation_test", lambda: compare(pq, "bm25", task="scale"), bare_tests if with_bare else None
+    )
     stats = got["medbench"]
     print(stats.select("model", "mean", "ci_low", "ci_high", "p_ttest", "p_perm"))
     if with_bare:
@@ -231,7 +249,9 @@ def main() -> None:
 
         def bare_log():
             client = MlflowClient(tracking_uri=f"sqlite:///{args.out / 'mlflow.db'}")
-            exp = client.get_experiment_by_name("bare-scale") or client.get_experiment(client.create_experiment("bare-scale", artifact_location=str(args.out / "bare_artifacts")))
+            exp = client.get_experiment_by_name("bare-scale") or client.get_experiment(
+                client.create_experiment("bare-scale", artifact_location=str(args.out / "bare_artifacts"))
+            )
             run = client.create_run(exp.experiment_id, run_name="bm25/scale")
             now = int(time.time() * 1000)
             client.log_batch(run.info.run_id, metrics=[Metric(k, v, now, 0) for k, v in flat_metrics(results["bm25"]).items()], params=[Param("model", "bm25")])
@@ -241,7 +261,9 @@ def main() -> None:
 
         ph(
             "MLflow: log_run (per-query files) / MlflowClient calls",
-            lambda: store.log_run("medbench-scale", "key-bm25", "bm25/scale", {"model": "bm25"}, flat_metrics(results["bm25"]), {"medbench.kind": "partition"}, files),
+            lambda: store.log_run(
+                "medbench-scale", "key-bm25", "bm25/scale", {"model": "bm25"}, flat_metrics(results["bm25"]), {"medbench.kind": "partition"}, files
+            ),
             bare_log if with_bare else None,
         )
     if "plots" not in skip:
@@ -291,7 +313,11 @@ def fusion(runs: dict[str, pl.DataFrame], ph: Phases) -> None:
     built = [as_run(runs[n]) for n in names]
     for label, ours, theirs in (
         ("rrf k=60", lambda: fuse(runs, "rrf", k=60, top_k=K), {"method": "rrf", "params": {"k": 60}}),
-        ("wsum min-max", lambda: fuse(runs, "wsum", weights=[0.5, 0.5], norm="min-max", top_k=K), {"method": "wsum", "norm": "min-max", "params": {"weights": [0.5, 0.5]}}),
+        (
+            "wsum min-max",
+            lambda: fuse(runs, "wsum", weights=[0.5, 0.5], norm="min-max", top_k=K),
+            {"method": "wsum", "norm": "min-max", "params": {"weights": [0.5, 0.5]}},
+        ),
     ):
         got = ph(f"fusion {label}: fuse / ranx.fuse on prebuilt Runs", ours, lambda a=theirs: ranx_fuse(built, **a))
         ph(f"fusion {label}: fuse / ranx.fuse with Run.from_df of both runs", ours, lambda a=theirs: ranx_fuse([as_run(runs[n]) for n in names], **a))
@@ -299,10 +325,14 @@ def fusion(runs: dict[str, pl.DataFrame], ph: Phases) -> None:
         # Same fused score for every (query, document) both kept in their top 100.
         mine = mine.select("query_id", "doc_id", "score")
         want = pl.DataFrame(
-            [(q, d, s) for q, docs in ref.run.items() for d, s in docs.items()], schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64}, orient="row"
+            [(q, d, s) for q, docs in ref.run.items() for d, s in docs.items()],
+            schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64},
+            orient="row",
         )
         joined = mine.join(want, on=["query_id", "doc_id"], suffix="_ranx")
-        print(f"{label}: {joined.height} of {mine.height} fused rows also in ranx's top 100; largest score difference {float((joined['score'] - joined['score_ranx']).abs().max()):.2e}")
+        print(
+            f"{label}: {joined.height} of {mine.height} fused rows also in ranx's top 100; largest score difference {float((joined['score'] - joined['score_ranx']).abs().max()):.2e}"
+        )
 
 
 def _save(args, ph) -> None:

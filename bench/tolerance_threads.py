@@ -90,8 +90,13 @@ def main() -> None:
     threads = [t.strip() for t in args.threads.split(",")]
     for t in threads:
         env = {**os.environ, "OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "OPENBLAS_NUM_THREADS": t}
-        proc = subprocess.run([sys.executable, __file__, "--_encode", "--threads", t, "--docs", str(args.docs), "--queries", str(args.queries), "--out", str(args.out)],
-                              env=env, capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--_encode", "--threads", t, "--docs", str(args.docs), "--queries", str(args.queries), "--out", str(args.out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         print(proc.stdout.strip().splitlines()[-1])
     judged, _, ids, _, rel = _texts(args.docs, args.queries)
     qrels = pl.DataFrame(rel, schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "relevance": pl.Int64}, orient="row")
@@ -115,12 +120,26 @@ def main() -> None:
         ndcg = {n: evaluate_frame(qrels, r, ["ndcg_at_10"]).mean["ndcg_at_10"] for n, r in (("published", published), ("rebuilt", again))}
         best, worst = tie_orderings(again, qrels, ids, tol.tau, 100)
         bound = [evaluate_frame(qrels, r, ["ndcg_at_10"]).mean["ndcg_at_10"] for r in (worst, best)]
-        print(json.dumps({
-            "threads": [int(base), int(t)], "docs": len(ids), "queries": len(judged), "largest_vector_difference": vec,
-            "tau": tol.tau, "l1_max": list(tol.l1), "largest_score_difference": cmp.worst_score_diff, "pairs_swapped": cmp.swapped_pairs,
-            "widest_swapped_gap": cmp.widest_swap, "within_rule": cmp.within, "ndcg_at_10": ndcg, "ndcg_tie_bound": bound,
-            "same_bytes": published.equals(again),
-        }, indent=1))
+        print(
+            json.dumps(
+                {
+                    "threads": [int(base), int(t)],
+                    "docs": len(ids),
+                    "queries": len(judged),
+                    "largest_vector_difference": vec,
+                    "tau": tol.tau,
+                    "l1_max": list(tol.l1),
+                    "largest_score_difference": cmp.worst_score_diff,
+                    "pairs_swapped": cmp.swapped_pairs,
+                    "widest_swapped_gap": cmp.widest_swap,
+                    "within_rule": cmp.within,
+                    "ndcg_at_10": ndcg,
+                    "ndcg_tie_bound": bound,
+                    "same_bytes": published.equals(again),
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -47,11 +47,12 @@ def export(data_root: Path, dest: Path, models_file: Path | None = None) -> int:
 
     ``models_file`` (default the project's models.yaml) names each model as MTEB's results do.
     """
+    from medbench_core.evaluation.exports import export as export_results
+    from medbench_core.evaluation.exports import mteb_models, mteb_task_names
+    from medbench_core.evaluation.reports import STALE_KEY, load_cell
     from medbench_core.layout import Layout
     from medbench_core.provenance import stage_version
-    from medbench_core.evaluation.exports import export as export_results, mteb_models, mteb_task_names
     from medbench_core.retrieval.model_registry import load_registry
-    from medbench_core.evaluation.reports import STALE_KEY, load_cell
     from medbench_core.storage import MANIFEST, read_manifest, replace_dir_atomic, verify_manifest, write_manifest
 
     layout = Layout(data_root)

@@ -43,9 +43,7 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
-def recover(
-    instance, data_root: Path, mlflow=None, experiment: str | None = None, tell: Callable[[str], None] = say
-) -> list[str]:
+def recover(instance, data_root: Path, mlflow=None, experiment: str | None = None, tell: Callable[[str], None] = say) -> list[str]:
     """Reclaim what killed commands left: Dagster runs of dead processes (marked failed, slots freed), their
     RUNNING MLflow runs (marked KILLED) and the temporaries of their interrupted writes under ``data_root``."""
     from medbench_core.storage import remove_abandoned_temporaries
@@ -57,9 +55,7 @@ def recover(
 
         killed = mlflow.reconcile_stale_runs(experiment, is_alive=dagster_run_alive(instance))
         if killed:
-            lines.append(
-                f"[recover] MLflow: {len(killed)} run(s) left RUNNING by them marked KILLED: {', '.join(k[:8] for k in killed)}"
-            )
+            lines.append(f"[recover] MLflow: {len(killed)} run(s) left RUNNING by them marked KILLED: {', '.join(k[:8] for k in killed)}")
     removed = remove_abandoned_temporaries(data_root, recursive=True)
     if removed:
         shown = ", ".join(str(p.relative_to(data_root)) for p in removed[:4]) + (", ..." if len(removed) > 4 else "")
@@ -69,9 +65,7 @@ def recover(
     return lines
 
 
-def execute(
-    job, instance, *, what: str, tags: dict[str, str] | None = None, tell: Callable[[str], None] = say, **kwargs: Any
-):
+def execute(job, instance, *, what: str, tags: dict[str, str] | None = None, tell: Callable[[str], None] = say, **kwargs: Any):
     """``job.execute_in_process(instance=instance, **kwargs)`` as the module docstring says; ``what`` names it in messages."""
     from orchestration.recovery import job_pools, owner_tags
 
@@ -82,9 +76,7 @@ def execute(
     guard = _Guard(instance, run_id, pools, what, tell)
     guard.start()
     try:
-        result = job.execute_in_process(
-            instance=instance, run_id=run_id, tags={**owner_tags(), **(tags or {})}, **kwargs
-        )
+        result = job.execute_in_process(instance=instance, run_id=run_id, tags={**owner_tags(), **(tags or {})}, **kwargs)
     finally:
         guard.finish()
     if pools and instance.event_log_storage.supports_global_concurrency_limits:
@@ -115,10 +107,7 @@ def _wait_for_pools(instance, pools: list[str], what: str, tell: Callable[[str],
                     kept="nothing was run", todo=f"give it a slot: dagster instance concurrency set {state.pool} 1",
                 )  # fmt: skip
         held = "; ".join(
-            f"pool {s.pool} ({s.limit} slot(s)) is held by " + ", ".join(h.line() for h in s.holders)
-            if s.holders
-            else f"pool {s.pool} is full"
-            for s in busy
+            f"pool {s.pool} ({s.limit} slot(s)) is held by " + ", ".join(h.line() for h in s.holders) if s.holders else f"pool {s.pool} is full" for s in busy
         )
         waited = now - start
         if waited > settings.POOL_WAIT_SECONDS:
@@ -128,11 +117,7 @@ def _wait_for_pools(instance, pools: list[str], what: str, tell: Callable[[str],
                 todo="let that run finish or stop it, then run this again (MEDBENCH_POOL_WAIT sets how many seconds to wait)",
             )  # fmt: skip
         if told is None or now - told >= SAY_EVERY_SECONDS:
-            limit = (
-                f"{settings.POOL_WAIT_SECONDS / 60:.0f} min"
-                if settings.POOL_WAIT_SECONDS >= 120
-                else f"{settings.POOL_WAIT_SECONDS:.0f} s"
-            )
+            limit = f"{settings.POOL_WAIT_SECONDS / 60:.0f} min" if settings.POOL_WAIT_SECONDS >= 120 else f"{settings.POOL_WAIT_SECONDS:.0f} s"
             tell(f"[wait] {what}: {held}; waiting for it (at most {limit}: MEDBENCH_POOL_WAIT; Ctrl-C stops)")
             told = now
         time.sleep(1.0)
@@ -193,10 +178,7 @@ class _Guard(threading.Thread):
                         self.tell(f"[recover] {r.line()}")
                     last_reclaim = now
                 if now - blocked_since >= 2 and (told is None or now - told >= SAY_EVERY_SECONDS):
-                    holders = (
-                        ", ".join(h.line() for h in pool_state(self.instance, pool).holders)
-                        or "a run that just took it"
-                    )
+                    holders = ", ".join(h.line() for h in pool_state(self.instance, pool).holders) or "a run that just took it"
                     self.tell(
                         f"[wait] {self.what}: step {step} waits for pool {pool}, held by {holders} (at most {settings.POOL_WAIT_SECONDS:.0f} s; Ctrl-C stops)"
                     )
@@ -208,9 +190,7 @@ class _Guard(threading.Thread):
                         f"{where}: still waiting after {now - blocked_since:.0f} s (MEDBENCH_POOL_WAIT)",
                     )
             if signalled_at is not None and now - signalled_at > GRACE_SECONDS:
-                self._end_command(
-                    stopping.Stopped(signum).name, 128 + signum, f"which did not give way within {GRACE_SECONDS:.0f} s"
-                )
+                self._end_command(stopping.Stopped(signum).name, 128 + signum, f"which did not give way within {GRACE_SECONDS:.0f} s")
 
     def _end_command(self, signame: str | None, code: int, where: str) -> None:
         """End the command now (the main thread is inside Dagster): the run marked failed, its slots freed, one last line."""

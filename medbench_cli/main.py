@@ -61,9 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         return stop.exit_code
     except Exception as exc:  # the last line says what; the log (or --verbose) holds the stack
-        from medbench_core.errors import MedbenchError
-
-        from medbench_core.errors import ConfigError
+        from medbench_core.errors import ConfigError, MedbenchError
 
         failures.log().exception(exc)
         ours = isinstance(exc, MedbenchError)

@@ -178,9 +178,9 @@ def with_upstreams(models: list[str], specs: list) -> tuple[list[str], dict[str,
 def _plan(args: argparse.Namespace) -> tuple[list[str], list[str], list, object]:
     """Models (with what they are built from, upstreams first) and tasks to run, validated, with
     the registry's specs and the catalogue."""
-    from medbench_core.taskdata.catalog import load_catalog
     from medbench_core.errors import MedbenchError
     from medbench_core.retrieval.model_registry import load_registry
+    from medbench_core.taskdata.catalog import load_catalog
 
     try:
         specs = load_registry(settings.MODELS_FILE)
@@ -292,7 +292,11 @@ def rebuild_leaderboard(published: Path | None = None):
     defs = build_definitions()
     defs.resources["mlflow"].ensure_store()  # the leaderboard is logged as an MLflow run
     return inprocess.execute(
-        defs.resolve_job_def(LEADERBOARD_JOB), dg.DagsterInstance.get(), what="the leaderboard", run_config=leaderboard_run_config(published), raise_on_error=False
+        defs.resolve_job_def(LEADERBOARD_JOB),
+        dg.DagsterInstance.get(),
+        what="the leaderboard",
+        run_config=leaderboard_run_config(published),
+        raise_on_error=False,
     )
 
 
@@ -329,7 +333,9 @@ class _Preparation:
     def result(self) -> dict:
         code = self.process.wait()
         if not self.report.exists():
-            raise failures.Refusal(f"preparing the tasks failed (exit {code}) before it wrote its report (its error is above)", todo="--serial prepares in this process")
+            raise failures.Refusal(
+                f"preparing the tasks failed (exit {code}) before it wrote its report (its error is above)", todo="--serial prepares in this process"
+            )
         return json.loads(self.report.read_text())
 
     def close(self) -> None:
@@ -521,8 +527,10 @@ def summary(failed: list[str], reasons: dict[str, str], said: dict[str, str], la
         except (OSError, ValueError):
             pass
     kept.append("every other artifact")
-    kept_text = "kept: " + ", ".join(kept) + (
-        f" (the leaderboard marks {len(stale)} cell(s) stale: {', '.join(sorted(stale)[:6])}{', ...' if len(stale) > 6 else ''})" if stale else ""
+    kept_text = (
+        "kept: "
+        + ", ".join(kept)
+        + (f" (the leaderboard marks {len(stale)} cell(s) stale: {', '.join(sorted(stale)[:6])}{', ...' if len(stale) > 6 else ''})" if stale else "")
     )
     rerun_tasks = list(dict.fromkeys(tasks + [t for _, t in pairs]))
     rerun_models = list(dict.fromkeys(m for m, _ in pairs))

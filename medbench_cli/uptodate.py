@@ -100,12 +100,11 @@ class Inputs:
 def inputs(specs: list, catalog: Any, tasks: list[str]) -> Inputs:
     """The :class:`Inputs` of a run of every model in ``specs`` on ``tasks`` of ``catalog``."""
     from medbench_core.errors import MedbenchError
-    from medbench_core.retrieval.expansion.spec import load_expansions
-    from medbench_core.retrieval.model_versions import model_versions
-    from medbench_core.provenance import artifact_key, file_hash
-
     from medbench_core.evaluation.judging.spec import load_judgements
     from medbench_core.evaluation.judging.stage import judgement_fingerprint
+    from medbench_core.provenance import artifact_key, file_hash
+    from medbench_core.retrieval.expansion.spec import load_expansions
+    from medbench_core.retrieval.model_versions import model_versions
 
     try:  # the versions Dagster's model_spec observations record: weights, upstreams, expansions' files and generators
         versions = model_versions(specs, load_expansions(settings.MODELS_FILE), catalog.names)
@@ -147,7 +146,9 @@ def finished_runs(client: Any, experiment: str, run_keys: set[str]) -> set[str]:
     found: set[str] = set()
     token = None
     while True:
-        page = client.search_runs([exp.experiment_id], filter_string="attributes.status = 'FINISHED'", run_view_type=ViewType.ACTIVE_ONLY, max_results=1000, page_token=token)
+        page = client.search_runs(
+            [exp.experiment_id], filter_string="attributes.status = 'FINISHED'", run_view_type=ViewType.ACTIVE_ONLY, max_results=1000, page_token=token
+        )
         found |= {r.data.tags.get(RUN_KEY_TAG) for r in page} & run_keys
         token = page.token
         if not token:

@@ -33,7 +33,9 @@ def add_parser(sub) -> None:
     p.add_argument("--prune", action="store_true", help="first move the folders in data/ that no run of the version uses to <state>/pruned/")
     p.set_defaults(handler=_guarded(_release))
     p = sub.add_parser(
-        "reproduce", parents=[common], help="pull a version and re-score it, or rebuild it from the sources; non-zero exit naming any difference",
+        "reproduce",
+        parents=[common],
+        help="pull a version and re-score it, or rebuild it from the sources; non-zero exit naming any difference",
         description=_reproduce.__doc__,
     )
     p.add_argument("tag", nargs="?", help="the version: versions/TAG.json (default: the version whose data data.dvc names)")
@@ -41,8 +43,12 @@ def add_parser(sub) -> None:
     how.add_argument("--no-pull", action="store_true", help="use data/ as it is")
     how.add_argument("--from-sources", action="store_true", help="rebuild from the sources even when the remote holds the version")
     how.add_argument("--no-rebuild", action="store_true", help="only pull: fail (exit 3) when the remote cannot give the version")
-    p.add_argument("--code", choices=("pinned", "current"), default="pinned",
-                   help="rebuild with the code of the version's commit (default) or this checkout's code and registry")
+    p.add_argument(
+        "--code",
+        choices=("pinned", "current"),
+        default="pinned",
+        help="rebuild with the code of the version's commit (default) or this checkout's code and registry",
+    )
     p.add_argument("--report", type=Path, help="where the rebuild's JSON report goes (default: <state>/reproduce/TAG/report.json)")
     p.add_argument("--tolerance", type=float, help="largest absolute difference accepted in rebuilt embeddings and index vectors (default 1e-5)")
     p.add_argument("--require-mlflow", action="store_true", help="a run missing from MLflow is a difference")
@@ -52,7 +58,9 @@ def add_parser(sub) -> None:
     p.add_argument("--no-fetch-tags", action="store_true", help="do not fetch tags from origin first")
     p.set_defaults(handler=_guarded(_gc))
 
-    data = sub.add_parser("data", help="the DVC remote and data of this checkout: remote, pull, push, check", description="The DVC remote and data of this checkout.")
+    data = sub.add_parser(
+        "data", help="the DVC remote and data of this checkout: remote, pull, push, check", description="The DVC remote and data of this checkout."
+    )
     actions = data.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = add_command(actions, "remote", "show the remote url, or set it for this checkout (.dvc/config.local)", parents=[common])
     p.add_argument("url", nargs="?")
@@ -106,8 +114,11 @@ def _release(args: argparse.Namespace, root: Path) -> int:
     from medbench_release.vcs import DATA, VersioningError
 
     if settings.ROOT.resolve() == root:
-        for var, value, own in (("MEDBENCH_DATA", settings.DATA, root / DATA), ("MEDBENCH_MODELS", settings.MODELS_FILE, root / "models.yaml"),
-                                ("MEDBENCH_TASKS", settings.TASKS_FILE, root / "tasks.yaml")):
+        for var, value, own in (
+            ("MEDBENCH_DATA", settings.DATA, root / DATA),
+            ("MEDBENCH_MODELS", settings.MODELS_FILE, root / "models.yaml"),
+            ("MEDBENCH_TASKS", settings.TASKS_FILE, root / "tasks.yaml"),
+        ):
             if Path(value).resolve() != own:
                 raise VersioningError(f"{var} points at {value}, but a version holds {own} (its commit pins it); unset {var} and rerun the main job")
     benchmark = load_catalog(root / "tasks.yaml").benchmark
@@ -116,8 +127,16 @@ def _release(args: argparse.Namespace, root: Path) -> int:
     verify_store(_tracking_uri(args))  # a release tags every MLflow run: never into a damaged store (issue 29.4)
     pruned = settings.STATE / "pruned" / dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") if args.prune else None
     release(
-        root, args.tag, tracking_uri=_tracking_uri(args), benchmark=benchmark, remote=_remote_url(args), allow_dirty=args.allow_dirty,
-        models_file=root / "models.yaml", tasks_file=root / "tasks.yaml", shared_data=settings.SHARED / "data", prune_to=pruned,
+        root,
+        args.tag,
+        tracking_uri=_tracking_uri(args),
+        benchmark=benchmark,
+        remote=_remote_url(args),
+        allow_dirty=args.allow_dirty,
+        models_file=root / "models.yaml",
+        tasks_file=root / "tasks.yaml",
+        shared_data=settings.SHARED / "data",
+        prune_to=pruned,
     )
     return 0
 
@@ -133,8 +152,14 @@ def _reproduce(args: argparse.Namespace, root: Path) -> int:
     tag = args.tag or _tag_at_head(root)
     mode = "local" if args.no_pull else "sources" if args.from_sources else "pull" if args.no_rebuild else "auto"
     options = {
-        "work": settings.STATE / "reproduce" / tag, "shared": settings.SHARED, "models_file": settings.MODELS_FILE, "tasks_file": settings.TASKS_FILE,
-        "venv_root": settings.VENV_ROOT, "code": args.code, "report_path": args.report, "tolerance": args.tolerance or ARRAY_TOLERANCE,
+        "work": settings.STATE / "reproduce" / tag,
+        "shared": settings.SHARED,
+        "models_file": settings.MODELS_FILE,
+        "tasks_file": settings.TASKS_FILE,
+        "venv_root": settings.VENV_ROOT,
+        "code": args.code,
+        "report_path": args.report,
+        "tolerance": args.tolerance or ARRAY_TOLERANCE,
     }
     out = reproduce_version(
         root, tag, tracking_uri=_tracking_uri(args), remote=_remote_url(args), mode=mode, require_mlflow=args.require_mlflow, rebuild_options=options
@@ -156,7 +181,9 @@ def _rebuilt(res) -> int:
     n = len(res.rows)
     if res.reproduced:
         largest = ", ".join(f"{k} {v:.2g}" for k, v in res.report.get("largest_within_tolerance", {}).items() if v is not None)
-        tol = f", {counts['within_tolerance']} within tolerance" + (f" (largest differences: {largest})" if largest else "") if counts["within_tolerance"] else ""
+        tol = (
+            f", {counts['within_tolerance']} within tolerance" + (f" (largest differences: {largest})" if largest else "") if counts["within_tolerance"] else ""
+        )
         print(f"version {res.tag} (data {res.data_version}) reproduced from sources: {n} partitions, {counts['identical']} artifacts identical{tol}")
         print(f"report: {res.report_path}")
         return 0

@@ -48,9 +48,7 @@ def repo_folder(repo_id: str, repo_type: str = "model", cache_dir: str | Path | 
     return root / f"{repo_type}s--{repo_id.replace('/', '--')}"
 
 
-def resolve_revision(
-    repo_id: str, revision: str, *, repo_type: str = "model", online: bool = False, cache_dir: str | Path | None = None
-) -> str:
+def resolve_revision(repo_id: str, revision: str, *, repo_type: str = "model", online: bool = False, cache_dir: str | Path | None = None) -> str:
     """The commit sha ``revision`` names in ``repo_id``.
 
     A sha is returned as given. Offline, a branch or tag is looked up in the cache's
@@ -115,18 +113,13 @@ def snapshot(
     if not online:
         folder = repo_folder(repo_id, repo_type, cache_dir) / "snapshots" / sha
         if not folder.is_dir():
-            raise DataError(
-                f"{what}: not in the local hub cache ({folder} missing); run online once (online=True, MEDBENCH_ONLINE=1) "
-                "or give a local folder"
-            )
+            raise DataError(f"{what}: not in the local hub cache ({folder} missing); run online once (online=True, MEDBENCH_ONLINE=1) or give a local folder")
         return folder, sha
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError
 
     try:
-        path = snapshot_download(
-            repo_id, repo_type=repo_type, revision=sha, cache_dir=cache_dir, ignore_patterns=ignore_patterns
-        )
+        path = snapshot_download(repo_id, repo_type=repo_type, revision=sha, cache_dir=cache_dir, ignore_patterns=ignore_patterns)
     except (HfHubHTTPError, OSError, ValueError) as exc:
         raise DataError(f"{what}: download failed ({type(exc).__name__}: {exc})") from exc
     return Path(str(path)), sha

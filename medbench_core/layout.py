@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from medbench_core.errors import ContractError, DataError
-from medbench_core.taskdata.task import Task, load_task
 from medbench_core.storage import MANIFEST, file_stat, known_sha256, read_manifest, verify_manifest
+from medbench_core.taskdata.task import Task, load_task
 
 STAGES = ("embeddings", "index", "run", "metrics")
 ENCODING_STAGES = ("embeddings", "run")  # the stages that load a dense or CLIP model's encoder

@@ -19,8 +19,18 @@ _CORE = Path(__file__).resolve().parent
 
 # Packages whose versions can change a score; recorded with every run.
 SCORING_PACKAGES = (
-    "torch", "transformers", "sentence-transformers", "open_clip_torch", "faiss-cpu", "bm25s",
-    "PyStemmer", "numpy", "polars", "pyarrow", "tokenizers", "safetensors",
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "open_clip_torch",
+    "faiss-cpu",
+    "bm25s",
+    "PyStemmer",
+    "numpy",
+    "polars",
+    "pyarrow",
+    "tokenizers",
+    "safetensors",
 )
 
 

@@ -385,9 +385,7 @@ def _new_temporary(final: Path, folder: bool) -> tuple[Path, int]:
         os.close(fd)
 
 
-def remove_abandoned_temporaries(
-    folder: str | os.PathLike[str], name: str | None = None, recursive: bool = False
-) -> list[Path]:
+def remove_abandoned_temporaries(folder: str | os.PathLike[str], name: str | None = None, recursive: bool = False) -> list[Path]:
     """Remove the temporary files and folders that killed writers left in ``folder``; returns them.
 
     Only temporaries of this module's writes (``.<name>.<8 characters>.tmp``; with ``name``, only
@@ -447,6 +445,7 @@ def _remove_unless_held(path: Path) -> bool:
         return not os.path.lexists(path)
     finally:
         os.close(fd)
+
 
 def exchange_paths(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     """Swap two paths (files or folders) in one atomic step, Linux ``renameat2(RENAME_EXCHANGE)``.

@@ -127,8 +127,7 @@ def _check_aliases(root: Any, where: str, limit: int) -> None:
     repeated = expanded[id(root)] - distinct
     if repeated > limit:
         raise DataError(
-            f"{where}: its aliases repeat {repeated} nodes, over the limit of {limit} (an anchor bomb?); "
-            "write the values out, or use fewer aliases"
+            f"{where}: its aliases repeat {repeated} nodes, over the limit of {limit} (an anchor bomb?); write the values out, or use fewer aliases"
         )
 
 

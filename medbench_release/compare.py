@@ -235,7 +235,10 @@ def compare_version(
             res.rebuilt_upstream = task_upstream(folder, catalogue.get(a["task"]), rebuilt.shared_data, rebuilt.code_versions.get("curated_task", ""))
         else:
             res.rebuilt_key = folder.name
-            keys = {s: (located[(a["model"], a["task"], s)][0].name if located.get((a["model"], a["task"], s), (None,))[0] else "") for s in ("embeddings", "index", "run", "metrics")}
+            keys = {
+                s: (located[(a["model"], a["task"], s)][0].name if located.get((a["model"], a["task"], s), (None,))[0] else "")
+                for s in ("embeddings", "index", "run", "metrics")
+            }
             res.rebuilt_upstream = model_upstream(folder, a["stage"], keys, models.get(a["model"]))
         got_files = manifest.get("files", {})
         part = parts.setdefault((a["model"], a["task"]), _Partition())
@@ -319,7 +322,9 @@ def _loads_weights(kind: str | None) -> bool:
         return False
 
 
-def _judge_run(res: ArtifactResult, a: dict, folder: Path, part: _Partition, located: dict, results_by: dict, published_file, eps: float, kind: str | None = None) -> None:
+def _judge_run(
+    res: ArtifactResult, a: dict, folder: Path, part: _Partition, located: dict, results_by: dict, published_file, eps: float, kind: str | None = None
+) -> None:
     """run.parquet (and run.trec, its TREC rendering) by the run rule of :mod:`medbench_release.tolerance`."""
     import polars as pl
 
@@ -354,7 +359,10 @@ def _judge_run(res: ArtifactResult, a: dict, folder: Path, part: _Partition, loc
             # Scores a model computes directly (a cross-encoder): float outputs of a model, accepted as its vectors are, within eps each.
             tol = ScoreTolerance(2 * eps, eps, 1, (0.0, 0.0), (0.0, 0.0))
         if tol is None:
-            pq.update(verdict="differs", detail=f"exact work (no vectors behind this run, its inputs identical): sha256 differs from the version's {a['files']['run.parquet']['sha256'][:12]}")
+            pq.update(
+                verdict="differs",
+                detail=f"exact work (no vectors behind this run, its inputs identical): sha256 differs from the version's {a['files']['run.parquet']['sha256'][:12]}",
+            )
             pq["rule"] = "run: exact (no vectors behind it)"
             part.run_state = "differs"
         else:
@@ -372,7 +380,10 @@ def _judge_run(res: ArtifactResult, a: dict, folder: Path, part: _Partition, loc
             else:
                 cmp = None
             if cmp is None:
-                pq.update(verdict="within_tolerance", detail="the published run is not at hand (the version file keeps its sha256 only): judged by its metrics, within the bound of its ties")
+                pq.update(
+                    verdict="within_tolerance",
+                    detail="the published run is not at hand (the version file keeps its sha256 only): judged by its metrics, within the bound of its ties",
+                )
                 part.run_pending = True
             else:
                 pq.update(verdict="within_tolerance" if cmp.within else "differs", detail=cmp.detail(tol.tau, what), max_abs_diff=cmp.worst_score_diff)
@@ -420,9 +431,9 @@ def _judge_metrics(res: ArtifactResult, a: dict, folder: Path, part: _Partition,
                 settled = mj["verdict"] if mj is not None else "differs"
                 pqf.update(verdict=settled, detail="judged by metrics.json (exactly)", rule="per_query: judged by metrics.json")
         return
+    from medbench_core.layout import Layout
     from medbench_core.retrieval.stages import flat_metrics
     from medbench_core.taskdata.task import load_task
-    from medbench_core.layout import Layout
 
     tau = part.tolerance.tau
     task = load_task(Layout(data_dir).task_dir(a["task"]))
@@ -442,11 +453,17 @@ def _judge_metrics(res: ArtifactResult, a: dict, folder: Path, part: _Partition,
         published = published_file(f"{a['path']}/per_query.parquet") if published_file else None
         if published is not None:
             bad = per_query_within(pl.read_parquet(published), bounds, METRIC_TOLERANCE)
-            pqf.update(verdict="differs" if bad else "within_tolerance", rule="per_query: each query within its tie bound",
-                       detail=("; ".join(bad[:3]) if bad else "every query's values within their tie bounds (against the published file)"))
+            pqf.update(
+                verdict="differs" if bad else "within_tolerance",
+                rule="per_query: each query within its tie bound",
+                detail=("; ".join(bad[:3]) if bad else "every query's values within their tie bounds (against the published file)"),
+            )
         else:
-            pqf.update(verdict=mj["verdict"] if mj is not None else "differs", rule="per_query: judged by metrics.json",
-                       detail="the published file is not at hand (the version file keeps its sha256 only): judged by metrics.json's bound")
+            pqf.update(
+                verdict=mj["verdict"] if mj is not None else "differs",
+                rule="per_query: judged by metrics.json",
+                detail="the published file is not at hand (the version file keeps its sha256 only): judged by metrics.json's bound",
+            )
 
 
 def _settle_run(run_res: ArtifactResult, metrics_res: ArtifactResult) -> None:
@@ -511,7 +528,9 @@ def first_difference(results: list[ArtifactResult], record: dict[str, Any], rebu
         return None
     changes: list[str] = []
     if "model_entry" in bad.moved and bad.model:
-        changes = entry_changes(registry_entries(record["registry"]["models.yaml"]["text"]).get(bad.model), registry_entries(rebuilt.models_text).get(bad.model))
+        changes = entry_changes(
+            registry_entries(record["registry"]["models.yaml"]["text"]).get(bad.model), registry_entries(rebuilt.models_text).get(bad.model)
+        )
     elif "task_entry" in bad.moved:
         changes = entry_changes(catalogue_entries(record["registry"]["tasks.yaml"]["text"]).get(bad.task), catalogue_entries(rebuilt.tasks_text).get(bad.task))
     upstream = []
@@ -587,7 +606,9 @@ def table(rows: list[dict[str, Any]], record: dict[str, Any], main_metric: str =
     for row in rows:
         cells = "  ".join(f"{row['stages'].get(s, {}).get('cell', '-'):<12}" for s in stages)
         m = metric.get(row["partition"])
-        out.append(f"{row['partition']:<{width}}  {cells}  {f'{m:.4f}' if m is not None else '':<10}  {'reproduced' if row['reproduced'] else 'NOT reproduced'}")
+        out.append(
+            f"{row['partition']:<{width}}  {cells}  {f'{m:.4f}' if m is not None else '':<10}  {'reproduced' if row['reproduced'] else 'NOT reproduced'}"
+        )
     return "\n".join(out)
 
 
@@ -600,4 +621,3 @@ def largest_differences(results: list[ArtifactResult]) -> dict[str, float | None
         if what and r.verdict == "within_tolerance" and r.max_abs_diff is not None:
             out[what] = max(out[what] or 0.0, r.max_abs_diff)
     return out
-

@@ -12,7 +12,6 @@ from medbench_release.remote import configure_remote, local_remote_path
 from medbench_release.vcs import DATA, REMOTE, Log, VersioningError, data_version, dvc, git, repo_root
 
 
-
 def _md5_file(path: Path) -> str:
     h = hashlib.md5()
     with open(path, "rb") as f:

@@ -39,8 +39,15 @@ from medbench_release.vcs import DATA, Log, VersioningError, git
 
 # What a child must not inherit: anything pointing it at this checkout's data, state or registry.
 _SCRUB = (
-    "MEDBENCH_ROOT", "MEDBENCH_DATA", "MEDBENCH_STATE", "MEDBENCH_MODELS", "MEDBENCH_TASKS", "DAGSTER_HOME",
-    "MLFLOW_TRACKING_URI", "PYTHONPATH", "MEDBENCH_DVC_REMOTE",
+    "MEDBENCH_ROOT",
+    "MEDBENCH_DATA",
+    "MEDBENCH_STATE",
+    "MEDBENCH_MODELS",
+    "MEDBENCH_TASKS",
+    "DAGSTER_HOME",
+    "MLFLOW_TRACKING_URI",
+    "PYTHONPATH",
+    "MEDBENCH_DVC_REMOTE",
     "MEDBENCH_VENV",  # a development venv used as is: the version's setup.sh must build the environment of its own lock
 )
 # Asked of the version's own code: declared stage versions (code_versions) or, in versions made before
@@ -116,7 +123,9 @@ def choose_code(root: Path, record: dict[str, Any], *, mode: str, models_file: P
     current_lock = _lock_hash(root / "requirements.lock")
     registry = record["registry"]
     if mode == "current":
-        return CodeChoice(root, sys.executable, "this checkout's code, models.yaml and tasks.yaml (--code current)", models_file.read_text(), tasks_file.read_text())
+        return CodeChoice(
+            root, sys.executable, "this checkout's code, models.yaml and tasks.yaml (--code current)", models_file.read_text(), tasks_file.read_text()
+        )
     if mode != "pinned":
         raise VersioningError(f"--code {mode!r}: use pinned or current")
     commit = record["code_commit"]

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from medbench_core.errors import IntegrityError, MedbenchError
-from medbench_core.layout import STAGES, Layout
 from medbench_core.evaluation.run_record import release_entry
+from medbench_core.layout import STAGES, Layout
 from medbench_core.storage import MANIFEST, read_manifest, verify_manifest, write_text_atomic
 from medbench_release.record import (
     FORMAT,
@@ -306,7 +306,9 @@ def release(
     if extra and prune_to:
         prune(data_dir, extra, Path(prune_to), log)
     elif extra:
-        log(f"[release] note: {len(extra)} folder(s) in data/ that no run of the version uses are part of it (e.g. {extra[0].relative_to(data_dir)}); --prune moves them out first")
+        log(
+            f"[release] note: {len(extra)} folder(s) in data/ that no run of the version uses are part of it (e.g. {extra[0].relative_to(data_dir)}); --prune moves them out first"
+        )
     log(f"[release] {n} artifact folders verified; {len(runs)} model x task runs, {len(artifacts)} artifacts; remote {public_url(url)}")
 
     dvc(root, "add", "-q", DATA)

@@ -53,7 +53,6 @@ def local_remote_path(root: Path, url: str) -> Path | None:
     return p if p.is_absolute() else (root / ".dvc" / p).resolve()  # DVC resolves relative urls from .dvc/
 
 
-
 def not_in_remote(root: Path) -> list[str]:
     """Files of the workspace's data.dvc that the remote lacks, checked file by file."""
     proc = dvc(root, "data", "status", "--not-in-remote", "-r", REMOTE, "--json", "--granular", DATA)
@@ -88,20 +87,32 @@ def push(root: Path, log: Log = print) -> None:
     dvc(root, "push", "-r", REMOTE, "data.dvc")
     missing = not_in_remote(root)
     if missing:
-        raise VersioningError(f"after `dvc push`, the remote still lacks {len(missing)} file(s), e.g. {missing[:5]}; is the local cache complete (`dvc status`)?")
-
-
+        raise VersioningError(
+            f"after `dvc push`, the remote still lacks {len(missing)} file(s), e.g. {missing[:5]}; is the local cache complete (`dvc status`)?"
+        )
 
 
 # --- credentials never reach a tracked file ---------------------------------------------------
 
 # DVC remote options that hold a secret (S3, GCS, Azure, SSH, HTTP, WebDAV, Google Drive). They
 # belong in .dvc/config.local (`dvc remote modify --local`) or the environment, never .dvc/config.
-CREDENTIAL_OPTIONS = frozenset({
-    "password", "passphrase", "secret_access_key", "access_key_id", "session_token", "sas_token", "account_key",
-    "connection_string", "client_secret", "gdrive_client_secret", "gdrive_service_account_json_file_path", "token",
-    "custom_auth_header",
-})
+CREDENTIAL_OPTIONS = frozenset(
+    {
+        "password",
+        "passphrase",
+        "secret_access_key",
+        "access_key_id",
+        "session_token",
+        "sas_token",
+        "account_key",
+        "connection_string",
+        "client_secret",
+        "gdrive_client_secret",
+        "gdrive_service_account_json_file_path",
+        "token",
+        "custom_auth_header",
+    }
+)
 
 
 def public_url(url: str) -> str:
@@ -182,7 +193,9 @@ def version_on_remote(root: Path, url: str, version: str, timeout: float = 120) 
         obj = folder / "files" / "md5" / version[:2] / version[2:]
         return ("present", "") if obj.exists() else ("absent", f"remote folder {folder} does not hold data {version}")
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE, str(root), REMOTE, version], cwd=root, capture_output=True, check=False, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE, str(root), REMOTE, version], cwd=root, capture_output=True, check=False, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return "unreachable", f"remote {public_url(url)} did not answer in {timeout:.0f}s"
     try:

@@ -27,10 +27,8 @@ from medbench_core.storage import verify_manifest
 from medbench_release.release import artifact_dirs
 from medbench_release.remote import configure_remote, public_url, version_on_remote
 from medbench_release.tolerance import compare_rankings, partition_vectors, ranked_lists, score_tolerance
-from medbench_release.workspace import pull_data
 from medbench_release.vcs import (
     DATA,
-    REMOTE,
     VERSIONS,
     Log,
     PullError,
@@ -43,6 +41,7 @@ from medbench_release.vcs import (
     tag_commit,
     version_record,
 )
+from medbench_release.workspace import pull_data
 
 
 @dataclass
@@ -132,8 +131,8 @@ def reproduce_entry(data_dir: Path, entry: dict[str, Any], tag: str, mlflow_metr
     """Re-search and re-score one model x task of a version; returns (summary line, differences)."""
     import polars as pl
 
-    from medbench_core.taskdata.task import load_task
     from medbench_core.retrieval.stages import flat_metrics, score
+    from medbench_core.taskdata.task import load_task
 
     label = f"{entry['model']} x {entry['task']}"
     task_dir = Layout(data_dir).task_dir(entry["task"])
@@ -222,7 +221,9 @@ def find_record(root: Path, tag: str) -> tuple[dict[str, Any], str]:
     text = git(root, "show", f"{commit}:{VERSIONS}/{tag}.json", check=False) if commit else ""
     if text:
         return json.loads(text), f"commit {commit[:12]}"
-    raise VersioningError(f"no benchmark version {tag!r} here: no {VERSIONS}/{tag}.json, no tag {tag}, no commit that added it (known: {', '.join(known_versions(root)) or 'none'})")
+    raise VersioningError(
+        f"no benchmark version {tag!r} here: no {VERSIONS}/{tag}.json, no tag {tag}, no commit that added it (known: {', '.join(known_versions(root)) or 'none'})"
+    )
 
 
 def known_versions(root: Path) -> list[str]:
@@ -248,7 +249,9 @@ def _tag_at_head(root: Path) -> str:
         matching = [t for t in known_versions(root) if json.loads((root / VERSIONS / f"{t}.json").read_text()).get("data_version") == here]
         if len(matching) == 1:
             return matching[0]
-    raise VersioningError(f"HEAD carries {len(released)} released version tags ({', '.join(released) or 'none'}); name the version to reproduce (known: {', '.join(known_versions(root)) or 'none'})")
+    raise VersioningError(
+        f"HEAD carries {len(released)} released version tags ({', '.join(released) or 'none'}); name the version to reproduce (known: {', '.join(known_versions(root)) or 'none'})"
+    )
 
 
 def _has_record(root: Path, tag: str) -> bool:
@@ -318,7 +321,9 @@ def reproduce(
         log(f"[reproduce] {pulled.summary()}")
         status = dvc(root, "status", "--json", "data.dvc").stdout.strip()
         if status not in ("", "{}"):  # DVC must agree that data/ is the version
-            raise PullError(f"after the pull, DVC says data/ differs from data.dvc: {status[:500]}; nothing was scored", kept=f"data/ as pulled ({pulled.files} files)")
+            raise PullError(
+                f"after the pull, DVC says data/ differs from data.dvc: {status[:500]}; nothing was scored", kept=f"data/ as pulled ({pulled.files} files)"
+            )
     out = Reproduction(tag, version)
     out.differences.extend(f"{tag}: {p}" for p in verify_against_record(root / DATA, record))
     metrics, problem = _mlflow_metrics(tracking_uri, [e["mlflow_run_id"] for e in record["runs"]])
@@ -375,7 +380,11 @@ def reproduce_version(
     check_tag(tag)
     record, where = find_record(root, tag)
     if mode in ("pull", "local"):
-        return Outcome("pulled" if mode == "pull" else "local", tag, reproduce(root, tag, tracking_uri=tracking_uri, remote=remote, pull=mode == "pull", require_mlflow=require_mlflow, log=log))
+        return Outcome(
+            "pulled" if mode == "pull" else "local",
+            tag,
+            reproduce(root, tag, tracking_uri=tracking_uri, remote=remote, pull=mode == "pull", require_mlflow=require_mlflow, log=log),
+        )
     if mode == "auto":
         try:
             url = configure_remote(root, remote)

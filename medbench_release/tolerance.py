@@ -150,7 +150,9 @@ def order_problem(run: pl.DataFrame) -> str | None:
         prev_score=pl.col("score").cast(pl.Float64).shift(1).over("query_id"),
         prev_doc=pl.col("doc_id").shift(1).over("query_id"),
     )
-    bad = checked.filter((pl.col("prev_rank").is_null() & (pl.col("rank") != 1)) | (pl.col("rank") != pl.col("prev_rank") + 1) & pl.col("prev_rank").is_not_null())
+    bad = checked.filter(
+        (pl.col("prev_rank").is_null() & (pl.col("rank") != 1)) | (pl.col("rank") != pl.col("prev_rank") + 1) & pl.col("prev_rank").is_not_null()
+    )
     if bad.height:
         r = bad.row(0, named=True)
         return f"query {r['query_id']}: rank {r['rank']} follows rank {r['prev_rank']}"
@@ -239,7 +241,9 @@ def compare_rankings(published: Lists, rebuilt: Lists, tau: float, *, k: int, pa
                 if len(rdocs) >= k and s <= float(rscores[-1]) + tau:
                     out.moved_across_cutoff += 1
                 else:
-                    out.problems.append(f"query {q}: {d} (published score {s!r}) is not in the rebuilt top {len(rdocs)} (its last scores {float(rscores[-1]) if len(rdocs) else float('nan')!r})")
+                    out.problems.append(
+                        f"query {q}: {d} (published score {s!r}) is not in the rebuilt top {len(rdocs)} (its last scores {float(rscores[-1]) if len(rdocs) else float('nan')!r})"
+                    )
         last = float(pscores[-1]) if len(pscores) else -np.inf
         full = partial or len(pdocs) >= k
         for d in rdocs:

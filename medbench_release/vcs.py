@@ -27,6 +27,7 @@ _GIT_IDENTITY = ("-c", "user.name=medbench release", "-c", "user.email=medbench@
 
 Log = Callable[[str], None]
 
+
 class VersioningError(MedbenchError):
     """A release, reproduction or collection step failed; ``exit_code`` is what the CLI returns."""
 
@@ -127,7 +128,6 @@ def version_record(root: Path, tag: str) -> dict[str, Any]:
     if not text:
         raise VersioningError(f"{tag}: no {VERSIONS}/{tag}.json in that commit; it was not made by `release`")
     return json.loads(text)
-
 
 
 def check_tag(tag: str) -> None:

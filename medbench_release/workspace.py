@@ -253,8 +253,7 @@ def pull_data(root: Path, *, log: Log = print) -> PullResult:
         listing = version_listing(cache, version)
         if listing is None:
             raise PullError(
-                f"data {version}: its directory object is not in the DVC cache intact after `dvc fetch`"
-                + (f"\n{fetch_error}" if fetch_error else ""),
+                f"data {version}: its directory object is not in the DVC cache intact after `dvc fetch`" + (f"\n{fetch_error}" if fetch_error else ""),
                 kept=_as_it_was(real),
             )
         here = tree_md5(real)
@@ -292,7 +291,8 @@ def pull_data(root: Path, *, log: Log = print) -> PullResult:
             if missing:
                 raise PullError(
                     f"data {version}: {len(missing)} file(s) of the version are intact nowhere here (not in data/, the DVC cache "
-                    f"or the remote): " + ", ".join(f"data/{r} (object {listing[r]})" for r in missing[:5])
+                    f"or the remote): "
+                    + ", ".join(f"data/{r} (object {listing[r]})" for r in missing[:5])
                     + (f", ... ({len(missing) - 5} more)" if len(missing) > 5 else "")
                     + (f"\n{fetch_error}" if fetch_error else ""),
                     kept=_as_it_was(real),

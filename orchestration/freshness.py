@@ -96,7 +96,9 @@ def due_partitions(instance: dg.DagsterInstance, asset_graph, models: list[str],
             if missing:
                 due.append(Due(model, task, "missing: " + ", ".join(missing)))
             elif stale:
-                causes = sorted({c.reason + (f" ({c.dependency.asset_key.to_user_string()})" if c.dependency else "") for c in resolver.get_stale_causes(stale[0], key)})
+                causes = sorted(
+                    {c.reason + (f" ({c.dependency.asset_key.to_user_string()})" if c.dependency else "") for c in resolver.get_stale_causes(stale[0], key)}
+                )
                 due.append(Due(model, task, f"stale: {stale[0].to_user_string()} {'; '.join(causes)}"))
     return due
 

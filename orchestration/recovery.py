@@ -119,9 +119,7 @@ def judge(instance: dg.DagsterInstance, record: Any) -> Verdict:
     if not _local_storage(instance):
         return Verdict(None, "processes on other hosts, maybe")
     if run.status not in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING):
-        return Verdict(
-            None, "no worker yet" if not run.is_finished else "ended"
-        )  # starting: run monitoring's start timeout decides
+        return Verdict(None, "no worker yet" if not run.is_finished else "ended")  # starting: run monitoring's start timeout decides
     first_seen: dict[int, float] = {}
     last = record.create_timestamp.timestamp()
     for entry in instance.all_logs(run.run_id):
@@ -175,9 +173,7 @@ def reclaim(instance: dg.DagsterInstance, now: float | None = None) -> list[Recl
         verdict = judged.get(run_id) or judge(instance, record)
         ended = record.end_time or record.update_timestamp.timestamp()
         if (verdict.alive is False and verdict.quiet_since is None) or now - ended > _grace(instance):
-            out.append(
-                Reclaimed(run_id, run_label(run), f"it ended {run.status.value}", False, _free(instance, run_id))
-            )
+            out.append(Reclaimed(run_id, run_label(run), f"it ended {run.status.value}", False, _free(instance, run_id)))
     return out
 
 
@@ -218,9 +214,7 @@ def pool_state(instance: dg.DagsterInstance, pool: str) -> PoolState:
     for slot in info.claimed_slots:
         record = instance.get_run_record_by_id(slot.run_id)
         verdict = judge(instance, record) if record is not None else Verdict(False, "no run")
-        holders.append(
-            Holder(pool, slot.run_id, slot.step_key, run_label(record.dagster_run if record else None), verdict)
-        )
+        holders.append(Holder(pool, slot.run_id, slot.step_key, run_label(record.dagster_run if record else None), verdict))
     return PoolState(pool, info.limit, info.limit is None or used < info.limit, holders)
 
 
@@ -283,10 +277,6 @@ def _free(instance: dg.DagsterInstance, run_id: str) -> list[str]:
     storage = instance.event_log_storage
     if not storage.supports_global_concurrency_limits:
         return []
-    pools = [
-        key
-        for key in storage.get_concurrency_keys()
-        if any(s.run_id == run_id for s in storage.get_concurrency_info(key).claimed_slots)
-    ]
+    pools = [key for key in storage.get_concurrency_keys() if any(s.run_id == run_id for s in storage.get_concurrency_info(key).claimed_slots)]
     storage.free_concurrency_slots_for_run(run_id)
     return pools

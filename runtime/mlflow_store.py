@@ -28,7 +28,6 @@ from runtime.mlflow_ui import CLASSIC_ML, EXPERIMENT_KIND_TAG, VIEW_TAG, runs_vi
 from runtime.store_integrity import sqlite_path, verify_store
 
 
-
 class MLflowResource(dg.ConfigurableResource):
     """One MLflow run per model x task partition, identified by the tag ``medbench.run_key``.
 
@@ -265,7 +264,6 @@ _CLIENTS: dict[str, Any] = {}
 _VERIFIED: set[str] = set()  # tracking URIs this process found sound (MLflowResource.verify)
 
 
-
 def _ready_marker(db: Path) -> Path:
     return db.parent / f".{db.name}.ready"
 
@@ -297,6 +295,7 @@ def mlflow_schema() -> Path:
     if path.is_file():
         return path
     import sqlalchemy
+
     # MLflow's own (private) steps for a new store; tests/orchestration/test_main_job.py checks
     # that a copy equals a store MLflow creates itself.
     from mlflow.store.db.utils import _initialize_tables, _verify_schema

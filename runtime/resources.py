@@ -11,12 +11,12 @@ from pathlib import Path
 
 import dagster as dg
 
-from medbench_core.taskdata.catalog import Catalog, TaskEntry, load_catalog
 from medbench_core.errors import DataError
 from medbench_core.layout import Layout
-from medbench_core.taskdata.task import Task
-from medbench_core.retrieval.model_registry import ModelSpec, load_baseline, load_registry
 from medbench_core.provenance import file_hash, git_sha
+from medbench_core.retrieval.model_registry import ModelSpec, load_baseline, load_registry
+from medbench_core.taskdata.catalog import Catalog, TaskEntry, load_catalog
+from medbench_core.taskdata.task import Task
 from runtime.mlflow_store import MLflowResource, dagster_run_alive
 
 __all__ = ["ArtifactStoreResource", "ComputeResource", "MLflowResource", "RegistryResource", "dagster_run_alive"]

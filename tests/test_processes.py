@@ -61,14 +61,22 @@ def test_a_run_that_leaves_processes_behind_fails_naming_them(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in (processes.SESSION_VAR, processes.TEST_VAR)} | {"PYTHONPATH": str(ROOT)}
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "tests.conftest", "-q", str(tmp_path / "test_leaky.py")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 1, out.stdout[-3000:]
     assert "2 passed" in out.stdout
     report = out.stdout[out.stdout.index("processes left behind") :]
     lines = sorted(line for line in report.splitlines()[1:] if line.startswith("pid "))
     assert len(lines) == 3, report
-    assert any("(sleep 3001), started by" in line and "test_leaves_two_processes: still running after the test; stopped at its teardown" in line for line in lines), report
-    assert any("(sleep 3002), started by" in line and "test_leaves_two_processes: still running after the test; stopped at its teardown" in line for line in lines), report
+    assert any(
+        "(sleep 3001), started by" in line and "test_leaves_two_processes: still running after the test; stopped at its teardown" in line for line in lines
+    ), report
+    assert any(
+        "(sleep 3002), started by" in line and "test_leaves_two_processes: still running after the test; stopped at its teardown" in line for line in lines
+    ), report
     assert any("-p tests.conftest" in line and "still running at the end of the session" in line for line in lines), report  # the fork
     assert subprocess.run(["pgrep", "-f", "^sleep 300[12]$"], capture_output=True).stdout == b""

@@ -13,7 +13,6 @@ from medbench_core.errors import DataError
 from medbench_core.evaluation.plots import file_name
 from medbench_core.evaluation.reports import LANGUAGE_SCRIPTS, Cell
 
-
 NO_REVISION = "no_revision_available"  # mteb's folder for a model without a revision (ResultCache)
 
 
@@ -113,7 +112,9 @@ def mteb_task_names(cells: Iterable[Cell]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def mteb_result(cell: Cell, code_version: str = "", *, task_name: str | None = None, hf_subset: str = "default", languages: list[str] | None = None) -> dict[str, Any]:
+def mteb_result(
+    cell: Cell, code_version: str = "", *, task_name: str | None = None, hf_subset: str = "default", languages: list[str] | None = None
+) -> dict[str, Any]:
     """The cell as mteb's ``TaskResult`` JSON (mteb/results/task_result.py), one subset.
 
     ``task_name``: MTEB's name of the task (default: medbench's). ``dataset_revision`` is the

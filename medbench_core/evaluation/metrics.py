@@ -60,7 +60,6 @@ METRICS: dict[str, str] = {
     "ndcg_condensed": "holes:ndcg_condensed",
     "ndcg_lower": "holes:ndcg_lower",
     "ndcg_upper": "holes:ndcg_upper",
-
     "hit_rate": "kernels:hit_rate",
 }
 
@@ -104,7 +103,11 @@ def evaluate(qrels: Qrels, run: Run, metrics: Iterable[str] = DEFAULT_METRICS, *
         schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "relevance": pl.Int64},
     )
     run_df = pl.DataFrame(
-        {"query_id": [q for q, docs in run.items() for _ in docs], "doc_id": [d for docs in run.values() for d in docs], "score": [float(s) for docs in run.values() for s in docs.values()]},
+        {
+            "query_id": [q for q, docs in run.items() for _ in docs],
+            "doc_id": [d for docs in run.values() for d in docs],
+            "score": [float(s) for docs in run.values() for s in docs.values()],
+        },
         schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64},
     )
     return evaluate_frame(qrels_df, run_df, metrics, unjudged=unjudged)

@@ -113,17 +113,8 @@ def is_multilingual(groups: pl.DataFrame) -> bool:
 def _ranks(run: pl.DataFrame, groups: pl.DataFrame, k: int) -> pl.DataFrame:
     """(query_id, rank) of each query's first relevant document in ``run`` (its ``rank`` column); k + 1 when absent."""
     pairs = groups.select("query_id", "relevant").explode("relevant").rename({"relevant": "doc_id"}).drop_nulls()
-    hit = (
-        run.select("query_id", "doc_id", "rank")
-        .join(pairs, on=["query_id", "doc_id"], how="inner")
-        .group_by("query_id")
-        .agg(pl.col("rank").min())
-    )
-    return (
-        groups.select("query_id")
-        .join(hit, on="query_id", how="left", maintain_order="left")
-        .with_columns(pl.col("rank").fill_null(k + 1).cast(pl.Float64))
-    )
+    hit = run.select("query_id", "doc_id", "rank").join(pairs, on=["query_id", "doc_id"], how="inner").group_by("query_id").agg(pl.col("rank").min())
+    return groups.select("query_id").join(hit, on="query_id", how="left", maintain_order="left").with_columns(pl.col("rank").fill_null(k + 1).cast(pl.Float64))
 
 
 def multilingual_tables(
@@ -147,17 +138,9 @@ def multilingual_tables(
     pooled: dict[str, list[pl.DataFrame]] = {}
     per_task: dict[str, dict[str, pl.DataFrame]] = {}
     for c in cells:
-        if (
-            c.task not in tasks
-            or not c.applicable
-            or c.per_query is None
-            or metric not in c.per_query.columns
-            or c.model not in models
-        ):
+        if c.task not in tasks or not c.applicable or c.per_query is None or metric not in c.per_query.columns or c.model not in models:
             continue
-        df = c.per_query.select("query_id", pl.col(metric).cast(pl.Float64)).join(
-            groups[c.task], on="query_id", how="inner"
-        )
+        df = c.per_query.select("query_id", pl.col(metric).cast(pl.Float64)).join(groups[c.task], on="query_id", how="inner")
         df = df.with_columns(pl.col("language").map_elements(script_of, return_dtype=pl.Utf8).alias("script"))
         per_task.setdefault(c.task, {})[c.model] = df
         pooled.setdefault(c.model, []).append(df)
@@ -195,12 +178,7 @@ def multilingual_tables(
         english = df.filter(pl.col("language") == ENGLISH).select("concept", pl.col(metric).alias("_en"))
         if english.height:
             for lang in sorted(set(df["language"].drop_nulls()) - {ENGLISH}):
-                paired = (
-                    df.filter(pl.col("language") == lang)
-                    .select("concept", metric)
-                    .join(english, on="concept", how="inner")
-                    .sort("concept")
-                )
+                paired = df.filter(pl.col("language") == lang).select("concept", metric).join(english, on="concept", how="inner").sort("concept")
                 if paired.height == 0:
                     continue
                 en, other = paired["_en"].to_numpy(), paired[metric].to_numpy()
@@ -251,7 +229,8 @@ def _aggregate(
         plain = {m: float(df[metric].mean()) for m, df in by_model.items()}
         balanced = {
             # sorted: group_by's order varies between runs, and so would the last bit of the mean
-            m: float(df.group_by("language").agg(pl.col(metric).mean()).sort("language")[metric].mean()) for m, df in by_model.items()
+            m: float(df.group_by("language").agg(pl.col(metric).mean()).sort("language")[metric].mean())
+            for m, df in by_model.items()
         }
         rp, rb = _competition_ranks(plain), _competition_ranks(balanced)
         for m in [m for m in models if m in by_model]:
@@ -307,9 +286,7 @@ def _table(head: list[str], body: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *["| " + " | ".join(r) + " |" for r in body]]
 
 
-def multilingual_markdown(
-    tables: Mapping[str, pl.DataFrame], *, label: str = "nDCG@10", n_resamples: int = 10_000, seed: int = 0
-) -> str:
+def multilingual_markdown(tables: Mapping[str, pl.DataFrame], *, label: str = "nDCG@10", n_resamples: int = 10_000, seed: int = 0) -> str:
     """The tables as the leaderboard prints them under its own ('' when no task is multilingual)."""
     langs = tables["languages"]
     if langs.height == 0:
@@ -340,11 +317,7 @@ def multilingual_markdown(
         out += _table(["model", "task", *keys], body) + [""]
     scripts = tables["scripts"]
     keys, body = _wide(scripts, "script", lambda r: _ci(r["mean"], r["ci_low"], r["ci_high"]))
-    out += (
-        [f"{label} by script (95% bootstrap CI over the script's queries)", ""]
-        + _table(["model", "task", *keys], body)
-        + [""]
-    )
+    out += [f"{label} by script (95% bootstrap CI over the script's queries)", ""] + _table(["model", "task", *keys], body) + [""]
     agg = tables["aggregate"]
     if agg.height:
         out += [
@@ -386,9 +359,7 @@ def multilingual_markdown(
             "Rank variance: per concept, the variance across languages of its relevant document's rank (k + 1 when not retrieved); mean over concepts",
             "",
         ]
-        out += _table(
-            ["model", "task", "concepts", "languages per concept", "mean rank variance", "mean rank"], body
-        ) + [""]
+        out += _table(["model", "task", "concepts", "languages per concept", "mean rank variance", "mean rank"], body) + [""]
     return "\n".join(out)
 
 
@@ -415,9 +386,7 @@ def multilingual_csv(tables: Mapping[str, pl.DataFrame]) -> str:
                     )
                 )
     for r in tables["inversions"].iter_rows(named=True):
-        rows.append(
-            ("inversions", f"{r['above_by_plain']}>{r['below_by_plain']}", r["task"], "", "plain_diff", r["plain_diff"])
-        )
+        rows.append(("inversions", f"{r['above_by_plain']}>{r['below_by_plain']}", r["task"], "", "plain_diff", r["plain_diff"]))
     schema = {
         "table": pl.Utf8,
         "model": pl.Utf8,

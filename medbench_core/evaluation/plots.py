@@ -47,7 +47,12 @@ def heatmap_size(n_models: int, n_tasks: int) -> tuple[int, int]:
 
 
 def heatmap_png(
-    board: pl.DataFrame, path: str | Path, *, metric: str = "ndcg_at_10", not_applicable: Iterable[tuple[str, str]] = (), labels: Mapping[str, str] | None = None
+    board: pl.DataFrame,
+    path: str | Path,
+    *,
+    metric: str = "ndcg_at_10",
+    not_applicable: Iterable[tuple[str, str]] = (),
+    labels: Mapping[str, str] | None = None,
 ) -> Path:
     """Model x task heatmap of ``board`` (from :func:`leaderboard`), values written in the cells.
 
@@ -58,7 +63,9 @@ def heatmap_png(
     tasks = [c for c in board.columns if c not in ("model", "average", "averaged_over")]
     models = board["model"].to_list()
     na = set(not_applicable)
-    vals = np.array([[np.nan if board[t][i] is None else float(board[t][i]) for t in tasks] for i in range(len(models))], dtype=float).reshape(len(models), len(tasks))
+    vals = np.array([[np.nan if board[t][i] is None else float(board[t][i]) for t in tasks] for i in range(len(models))], dtype=float).reshape(
+        len(models), len(tasks)
+    )
     w, h = heatmap_size(len(models), len(tasks))
     fig, ax = plt.subplots(figsize=(w / 100, h / 100), dpi=100)
     im = ax.imshow(np.ma.masked_invalid(vals), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")

@@ -20,15 +20,27 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.evaluation.plots import METRIC_LABELS, diff_plot_png, file_name, heatmap_png
 from medbench_core.evaluation.multilingual import multilingual_json
+from medbench_core.evaluation.plots import METRIC_LABELS, diff_plot_png, file_name, heatmap_png
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, compare, format_cell
 
 # ISO 639-1 (medbench's language field) -> ISO 639-3 + script, as MTEB writes languages.
 LANGUAGE_SCRIPTS = {
-    "en": "eng-Latn", "fr": "fra-Latn", "de": "deu-Latn", "es": "spa-Latn", "it": "ita-Latn", "pt": "por-Latn",
-    "nl": "nld-Latn", "ja": "jpn-Jpan", "zh": "zho-Hans", "ko": "kor-Hang", "ru": "rus-Cyrl", "ar": "ara-Arab",
-    "el": "ell-Grek", "vi": "vie-Latn", "uk": "ukr-Cyrl",
+    "en": "eng-Latn",
+    "fr": "fra-Latn",
+    "de": "deu-Latn",
+    "es": "spa-Latn",
+    "it": "ita-Latn",
+    "pt": "por-Latn",
+    "nl": "nld-Latn",
+    "ja": "jpn-Jpan",
+    "zh": "zho-Hans",
+    "ko": "kor-Hang",
+    "ru": "rus-Cyrl",
+    "ar": "ara-Arab",
+    "el": "ell-Grek",
+    "vi": "vie-Latn",
+    "uk": "ukr-Cyrl",
 }
 STALE_KEY = "stale"  # leaderboard.json: {"model/task": why its value is not current}
 # How the reason of a value whose partition's last evaluation failed (or has not ended) begins.
@@ -266,7 +278,11 @@ def leaderboard_markdown(
             f"of the unjudged documents could give; {MARK}: Judged@10 below the threshold; filled: on human + LLM judgements "
             "(the table 'What each cell rests on' below)."
         )
-    notes.append("average: mean over the tasks each model can read: " + "; ".join(f"{r['model']}: {r['averaged_over'] or 'none'}" for r in board.iter_rows(named=True)) + ".")
+    notes.append(
+        "average: mean over the tasks each model can read: "
+        + "; ".join(f"{r['model']}: {r['averaged_over'] or 'none'}" for r in board.iter_rows(named=True))
+        + "."
+    )
     return "\n".join(lines + notes) + "\n"
 
 
@@ -310,6 +326,7 @@ def gap_table(cells: Iterable[Cell]) -> pl.DataFrame:
 
 def frame_markdown(df: pl.DataFrame, title: str = "", digits: int = 4) -> str:
     """A frame as a Markdown table; floats to ``digits`` places, nulls as '-'."""
+
     def fmt(v: Any) -> str:
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "-"
@@ -349,13 +366,15 @@ class Significance:
             "correction": "Holm-Bonferroni across the comparisons of one task",
             "ci": "95% percentile bootstrap of the mean over queries",
             "ranks": "95% interval of each model's rank over paired bootstrap resamples of the queries (within each task for the average); "
-                     "groups: every pair tested, Holm-Bonferroni across a task's pairs",
+            "groups: every pair tested, Holm-Bonferroni across a task's pairs",
             "resamples": self.n_resamples,
             "seed": self.seed,
         }
 
 
-def expanded_beside(cells: Iterable[Cell], board: pl.DataFrame, specs: list[Any], sig: Significance, copies: Mapping[tuple[str, str], int] | None = None) -> pl.DataFrame:
+def expanded_beside(
+    cells: Iterable[Cell], board: pl.DataFrame, specs: list[Any], sig: Significance, copies: Mapping[tuple[str, str], int] | None = None
+) -> pl.DataFrame:
     """Every expanded model beside its plain retriever, task by task (:func:`medbench_core.retrieval.expansion.report.beside_retriever`),
     with the paired test of the expanded model against its retriever on the same queries.
 
@@ -367,14 +386,21 @@ def expanded_beside(cells: Iterable[Cell], board: pl.DataFrame, specs: list[Any]
     tasks = [c for c in board.columns if c not in ("model", "average", "averaged_over")]
     rows = beside_retriever(board.select("model", *tasks), specs, dict(copies or {}))
     if rows.height == 0:
-        return rows.with_columns(pl.lit(None, pl.Float64).alias("p_perm"), pl.lit(None, pl.Float64).alias("p_ttest"), pl.lit(None, pl.Float64).alias("p_holm"), pl.lit(None, pl.Boolean).alias("significant"))
+        return rows.with_columns(
+            pl.lit(None, pl.Float64).alias("p_perm"),
+            pl.lit(None, pl.Float64).alias("p_ttest"),
+            pl.lit(None, pl.Float64).alias("p_holm"),
+            pl.lit(None, pl.Boolean).alias("significant"),
+        )
     pq = {(c.model, c.task): c.per_query for c in cells if c.applicable and c.per_query is not None}
     tested: dict[tuple[str, str], dict[str, Any]] = {}
     for (retriever, task), group in rows.group_by(["retriever", "task"], maintain_order=True):
         have = {m: pq[(m, task)] for m in [retriever, *group["model"].to_list()] if (m, task) in pq}
         if retriever not in have or len(have) < 2:
             continue
-        res = compare(have, retriever, task=task, metric=sig.metric, test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, n_boot=sig.n_resamples, seed=sig.seed)
+        res = compare(
+            have, retriever, task=task, metric=sig.metric, test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, n_boot=sig.n_resamples, seed=sig.seed
+        )
         for r in res.filter(pl.col("model") != retriever).iter_rows(named=True):
             tested[(r["model"], task)] = r
     cols = {k: [tested.get((m, t), {}).get(k) for m, t in zip(rows["model"], rows["task"])] for k in ("p_perm", "p_ttest", "p_holm", "significant")}
@@ -387,7 +413,12 @@ def expanded_beside(cells: Iterable[Cell], board: pl.DataFrame, specs: list[Any]
 def expanded_markdown(rows: pl.DataFrame, sig: Significance) -> str:
     """Markdown of :func:`expanded_beside`: ``0.5734 (bm25 0.1919, +0.3815) *``, a warning on copied passages."""
     label = METRIC_LABELS.get(sig.metric, sig.metric)
-    lines = [f"{label} of expanded models beside their retrievers", "", "| model | task | expanded | retriever | difference | p (Holm) |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"{label} of expanded models beside their retrievers",
+        "",
+        "| model | task | expanded | retriever | difference | p (Holm) |",
+        "|---|---|---|---|---|---|",
+    ]
 
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.4f}"
@@ -397,7 +428,9 @@ def expanded_markdown(rows: pl.DataFrame, sig: Significance) -> str:
         warn = f" (warning: {r['copies']} expansion(s) copy a relevant passage)" if r["copies"] else ""
         lines.append(f"| {r['model']} | {r['task']} | {fmt(r['value'])}{warn} | {r['retriever']} {fmt(r['retriever_value'])} | {delta} | {fmt(r['p_holm'])} |")
     lines.append("")
-    lines.append(f"*: the expanded model differs from its retriever ({sig.describe()['test']}, Holm-Bonferroni across the expanded models of one retriever on a task, p < {sig.alpha:g}).")
+    lines.append(
+        f"*: the expanded model differs from its retriever ({sig.describe()['test']}, Holm-Bonferroni across the expanded models of one retriever on a task, p < {sig.alpha:g})."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -586,7 +619,11 @@ def write_leaderboard(
     from medbench_core.evaluation.published import PUBLISHED_SCHEMA, compare_published, published_markdown, summary
 
     sources = list(published)
-    versus = compare_published(cells, stats, sources, metric=metric, model_names=model_names, mteb_tasks=mteb_tasks) if sources else pl.DataFrame(schema=PUBLISHED_SCHEMA)
+    versus = (
+        compare_published(cells, stats, sources, metric=metric, model_names=model_names, mteb_tasks=mteb_tasks)
+        if sources
+        else pl.DataFrame(schema=PUBLISHED_SCHEMA)
+    )
     if versus.height:
         md += "\n" + published_markdown(versus, METRIC_LABELS.get(metric, metric))
         pub = versus.select("task", "model", pl.col("published"), pl.col("diff").alias("published_diff"), pl.col("in_ci").alias("published_in_ci"),
@@ -638,7 +675,9 @@ def write_leaderboard(
 
     replace_dir_atomic(out / "diff", draw)
     plots = [f"diff/{file_name(t)}.png" for t in compared]
-    labels = {r["model"]: f"{r['model']}  rank {format_rank(r['rank'], r['rank_low'], r['rank_high'], r['group'])}" for r in average_ranks.iter_rows(named=True)}
+    labels = {
+        r["model"]: f"{r['model']}  rank {format_rank(r['rank'], r['rank_low'], r['rank_high'], r['group'])}" for r in average_ranks.iter_rows(named=True)
+    }
     heatmap_png(board, out / "heatmap.png", metric=metric, not_applicable=na, labels=labels)
     write_text_atomic(out / "leaderboard.md", md)
     write_text_atomic(out / "leaderboard.csv", (with_stale_column(board_csv, stale) if stale else board_csv).write_csv())
@@ -657,8 +696,12 @@ def write_leaderboard(
         **({"multilingual": multilingual_json(multilingual)} if multilingual_files else {}),
         "plots": {"heatmap": "heatmap.png", "diff": plots, "trust": trust_plots},
         STALE_KEY: {f"{m}/{t}": why for (m, t), why in sorted(stale.items())},
-        "trust": {"settings": trust.describe(), "cells": trusted.to_dicts(), "qrels_holes": {t: dict(v) for t, v in (qrels_holes or {}).items()},
-                  "layers": layers},
+        "trust": {
+            "settings": trust.describe(),
+            "cells": trusted.to_dicts(),
+            "qrels_holes": {t: dict(v) for t, v in (qrels_holes or {}).items()},
+            "layers": layers,
+        },
     }
     write_json_atomic(out / "leaderboard.json", doc)
     files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *multilingual_files, *plots, *trust_plots]
@@ -666,7 +709,9 @@ def write_leaderboard(
             "trust": trusted, "layers": layers, "multilingual": multilingual}  # fmt: skip
 
 
-def layer_agreement(cells: list[Cell], board: pl.DataFrame, tasks: list[str], sig: Significance, ranks: pl.DataFrame, judgements: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def layer_agreement(
+    cells: list[Cell], board: pl.DataFrame, tasks: list[str], sig: Significance, ranks: pl.DataFrame, judgements: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
     """Per task with a filled layer: its judgements' summary (pairs, agreement with the humans), and
     between the system rankings on the two layers Kendall's tau, RBO and the cells whose rank
     interval moved (the rank table computed again on the filled per-query values, same resamples and seed)."""
@@ -697,7 +742,13 @@ def layer_agreement(cells: list[Cell], board: pl.DataFrame, tasks: list[str], si
 
 
 def write_trust(
-    trusted: pl.DataFrame, board_csv: pl.DataFrame, stats: pl.DataFrame, models: list[str], tasks: list[str], out: Path, settings: Any,
+    trusted: pl.DataFrame,
+    board_csv: pl.DataFrame,
+    stats: pl.DataFrame,
+    models: list[str],
+    tasks: list[str],
+    out: Path,
+    settings: Any,
     qrels_holes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[str, pl.DataFrame, pl.DataFrame, list[str]]:
     """The trust sections of the leaderboard (:mod:`medbench_core.evaluation.trust`): its Markdown,

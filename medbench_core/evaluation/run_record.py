@@ -11,8 +11,8 @@ import json
 import re
 from typing import Any
 
-from medbench_core.taskdata.task import Task
 from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.taskdata.task import Task
 
 RUN_KEY_TAG = "medbench.run_key"  # the metrics stage's provenance key: one FINISHED run per key
 DAGSTER_RUN_TAG = "medbench.dagster_run_id"  # which Dagster run logged it (stale-run reconciliation)

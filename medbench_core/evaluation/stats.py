@@ -311,9 +311,19 @@ def compare(
     for model, v in values.items():
         lo, hi = cis[model]
         row = {
-            "task": task, "model": model, "baseline": baseline, "metric": metric, "n_queries": len(qids),
-            "mean": float(np.mean(v)), "ci_low": lo, "ci_high": hi, "diff": float(np.mean(v) - np.mean(base)),
-            "p_ttest": None, "p_perm": None, "p_holm": None, "significant": False,
+            "task": task,
+            "model": model,
+            "baseline": baseline,
+            "metric": metric,
+            "n_queries": len(qids),
+            "mean": float(np.mean(v)),
+            "ci_low": lo,
+            "ci_high": hi,
+            "diff": float(np.mean(v) - np.mean(base)),
+            "p_ttest": None,
+            "p_perm": None,
+            "p_holm": None,
+            "significant": False,
         }
         if model != baseline:
             row["p_ttest"] = paired_ttest(v, base)
@@ -353,7 +363,6 @@ def mlflow_metrics(row: Mapping[str, object]) -> dict[str, float]:
     if row.get("p_holm") is not None:
         out[f"significant.vs_{base}.{m}"] = 1.0 if row["significant"] else 0.0
     return out
-
 
 
 # --- ranks ----------------------------------------------------------------------------------

@@ -179,7 +179,16 @@ def mlflow_metrics(table: pl.DataFrame) -> dict[str, float]:
     out: dict[str, float] = {}
     for r in table.iter_rows(named=True):
         prefix = "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"{r['task']}/{r['model']}")
-        for col in ("judged_at_10", "holes_at_10", "bpref_at_100", "ndcg_condensed_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10", "filled", "filled_judged_at_10"):
+        for col in (
+            "judged_at_10",
+            "holes_at_10",
+            "bpref_at_100",
+            "ndcg_condensed_at_10",
+            "ndcg_lower_at_10",
+            "ndcg_upper_at_10",
+            "filled",
+            "filled_judged_at_10",
+        ):
             if r[col] is not None:
                 out[f"{prefix}/{col}"] = float(r[col])
         if r["low_judged"] is not None:
@@ -264,7 +273,12 @@ def agreement_markdown(layers: Mapping[str, Mapping[str, Any]], tasks: list[str]
         a = e.get("agreement") or {}
         r = e.get("ranking") or {}
         moved = e.get("moved") or []
-        moved_text = "; ".join(f"{m['model']} {m['human'][0]} [{m['human'][1]}, {m['human'][2]}] -> {m['filled'][0]} [{m['filled'][1]}, {m['filled'][2]}]" for m in moved) or "none"
+        moved_text = (
+            "; ".join(
+                f"{m['model']} {m['human'][0]} [{m['human'][1]}, {m['human'][2]}] -> {m['filled'][0]} [{m['filled'][1]}, {m['filled'][2]}]" for m in moved
+            )
+            or "none"
+        )
         tau = "-" if r.get("kendall_tau") is None else f"{r['kendall_tau']:.2f}"
         rbo = "-" if r.get("rbo") is None else f"{r['rbo']:.2f}"
         lines.append(

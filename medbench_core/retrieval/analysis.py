@@ -190,9 +190,7 @@ def _char_ngram_tokenize(texts: list[str], params: dict[str, Any]) -> list[list[
 # (tests/core/test_analysis.py: known segmentations, and BM25 equal to bm25s with it called directly).
 ANALYZERS: dict[str, Registered] = {
     "bm25s": Registered(_bm25s_tokenize, dict, ("stopwords", "stemmer")),
-    "fugashi": Registered(
-        _fugashi_tokenize, lambda: {"fugashi": _version("fugashi"), "unidic-lite": _version("unidic-lite")}
-    ),
+    "fugashi": Registered(_fugashi_tokenize, lambda: {"fugashi": _version("fugashi"), "unidic-lite": _version("unidic-lite")}),
     "jieba": Registered(_jieba_tokenize, lambda: {"jieba": _version("jieba")}),
     "char_ngram": Registered(_char_ngram_tokenize, dict, ("n",)),
 }
@@ -203,16 +201,12 @@ def make_analyzer(name: str, where: str = "analyzer", **options: Any) -> Analyze
     from medbench_core.taskdata.readers.base import closest
 
     if name not in ANALYZERS:
-        raise DataError(
-            f"{where}: unknown analyzer {name!r}{closest(name, tuple(ANALYZERS))} (analyzers: {', '.join(sorted(ANALYZERS))})"
-        )
+        raise DataError(f"{where}: unknown analyzer {name!r}{closest(name, tuple(ANALYZERS))} (analyzers: {', '.join(sorted(ANALYZERS))})")
     extra = sorted(set(options) - set(ANALYZERS[name].options))
     if extra:
         known = ", ".join(ANALYZERS[name].options) or "none"
         raise DataError(f"{where}: analyzer {name} takes no option(s) {extra} (its options: {known})")
-    if name == "char_ngram" and not (
-        isinstance(options.get("n", CHAR_NGRAM_N), int) and options.get("n", CHAR_NGRAM_N) >= 1
-    ):
+    if name == "char_ngram" and not (isinstance(options.get("n", CHAR_NGRAM_N), int) and options.get("n", CHAR_NGRAM_N) >= 1):
         raise DataError(f"{where}: analyzer char_ngram needs an integer n >= 1, not {options.get('n')!r}")
     return Analyzer(name, tuple(sorted(options.items())))
 
@@ -273,9 +267,7 @@ def analyzer_for(language: str | None, settings: Mapping[str, Any], fallback: st
     return default_analyzer(language)
 
 
-def tokenize_by_language(
-    texts: list[str], languages: list[str | None], analyzers: Mapping[str | None, Analyzer]
-) -> list[list[str]]:
+def tokenize_by_language(texts: list[str], languages: list[str | None], analyzers: Mapping[str | None, Analyzer]) -> list[list[str]]:
     """Each text tokenized by the analyser of its language (``analyzers``: language -> analyser), in order."""
     out: list[list[str] | None] = [None] * len(texts)
     groups: dict[str | None, list[int]] = {}

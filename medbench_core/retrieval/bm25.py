@@ -71,7 +71,9 @@ def fit(corpus_texts: Iterable[str], settings: dict[str, Any] | None = None, pro
     bm25s = _bm25s()
 
     s = bm25_settings(settings)
-    tokenized = bm25s.tokenize(corpus_texts, stopwords=s["stopwords"], stemmer=_stemmer(s["stemmer"]), return_ids=True, show_progress=resolve_progress(progress))
+    tokenized = bm25s.tokenize(
+        corpus_texts, stopwords=s["stopwords"], stemmer=_stemmer(s["stemmer"]), return_ids=True, show_progress=resolve_progress(progress)
+    )
     held = [tokenized.ids, tokenized.vocab]
     del tokenized
     return _index(held, s, progress)

@@ -114,7 +114,13 @@ def load_state_dict(path: str | Path, model_name: str, strip_prefixes: tuple[str
         except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, TypeError, ValueError) as exc:
             text = str(exc)
             named = re.search(r"GLOBAL ([\w.]+)", text)
-            why = f"its pickle names {named.group(1)}, which is neither a tensor nor a UniIR config class" if named else text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+            why = (
+                f"its pickle names {named.group(1)}, which is neither a tensor nor a UniIR config class"
+                if named
+                else text.strip().splitlines()[0]
+                if text.strip()
+                else type(exc).__name__
+            )
             raise DataError(
                 f"model {model_name}: refused {path}: it does not load with torch.load(weights_only=True) ({why}). "
                 "It may hold code; convert trusted weights to .safetensors (docs/models_and_kinds.md)"

@@ -40,14 +40,14 @@ from typing import Any
 
 import numpy as np
 
-from medbench_core.retrieval.checkpoints import CHECKPOINT_SUFFIXES, load_state_dict
-from medbench_core.retrieval.instructions import apply_prefixes
 from medbench_core.errors import DataError
-from medbench_core.taskdata.images import load_image
-from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.progress import bar as progress_bar
 from medbench_core.progress import resolve as resolve_progress
+from medbench_core.retrieval.checkpoints import CHECKPOINT_SUFFIXES, load_state_dict
+from medbench_core.retrieval.instructions import apply_prefixes
+from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.storage import sha256_file, write_with
+from medbench_core.taskdata.images import load_image
 
 CONFIG_DIR = Path(__file__).with_name("clip_configs")
 FUSIONS = ("score", "embedding")
@@ -388,7 +388,9 @@ def hub_checkpoint_folder(spec: ModelSpec, *, online: bool = False, cache_dir: s
     return folder
 
 
-def load_clip_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None) -> ClipEncoder:
+def load_clip_encoder(
+    spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None
+) -> ClipEncoder:
     """Build the open_clip model of ``spec`` (see the module docstring) in eval mode on ``device``; ``progress``: bars while encoding.
 
     An ``hf-hub:`` checkpoint is loaded from its snapshot folder at the pinned revision

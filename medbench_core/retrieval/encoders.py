@@ -19,12 +19,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.instructions import apply_prefixes
-from medbench_core.retrieval.kinds.spec import ModelSpec
-from medbench_core.retrieval.weights import check_remote_code, model_folder, torch_dtype
 from medbench_core.progress import bar as progress_bar
 from medbench_core.progress import library_bars
 from medbench_core.progress import resolve as resolve_progress
+from medbench_core.retrieval.instructions import apply_prefixes
+from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.retrieval.weights import check_remote_code, model_folder, torch_dtype
 
 
 class TextEncoder(Protocol):

@@ -14,9 +14,9 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.taskdata.task import Task
 from medbench_core.progress import resolve as resolve_progress
 from medbench_core.retrieval.ranking import RUN_SCHEMA
+from medbench_core.taskdata.task import Task
 
 DEFAULT_K = 100  # documents per query kept in a run, as medbench_core.retrieval.stages.DEFAULT_K
 FUSION_METHODS = ("rrf", "wsum")

@@ -37,7 +37,12 @@ def index_settings(spec: dict[str, Any] | None, n_rows: int) -> dict[str, Any]:
         nlist = int(spec.get("nlist", max(1, min(4096, int(np.sqrt(max(n_rows, 1)))))))
         return {"type": index_type, "nlist": nlist, "nprobe": int(spec.get("nprobe", min(nlist, 8)))}
     if index_type == "hnsw":
-        return {"type": index_type, "m": int(spec.get("m", 32)), "ef_construction": int(spec.get("ef_construction", 200)), "ef_search": int(spec.get("ef_search", 128))}
+        return {
+            "type": index_type,
+            "m": int(spec.get("m", 32)),
+            "ef_construction": int(spec.get("ef_construction", 200)),
+            "ef_search": int(spec.get("ef_search", 128)),
+        }
     return {"type": index_type}
 
 
@@ -133,7 +138,14 @@ def build_index(
                 raise DataError(f"index blocks held {index.ntotal} vectors for {n} embeddings")
         else:
             _add(index, emb, index_type, progress)
-    info = {"type": index_type, "params": spec, "built_on": "gpu" if on_gpu else "cpu", "ntotal": int(index.ntotal), "dim": dim, "faiss_version": faiss.__version__}
+    info = {
+        "type": index_type,
+        "params": spec,
+        "built_on": "gpu" if on_gpu else "cpu",
+        "ntotal": int(index.ntotal),
+        "dim": dim,
+        "faiss_version": faiss.__version__,
+    }
     return index, info
 
 

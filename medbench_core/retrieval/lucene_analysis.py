@@ -104,10 +104,7 @@ def _patterns():
     AH, HE, NU, KA = f"{ahletter}{ext}", f"{hebrew}{ext}", f"{numeric}{ext}", f"{katakana}{ext}"
     ML, MN, EN = f"{midletter}{ext}", f"{midnum}{ext}", f"{enl}{ext}"
     SQ, DQ = f"{sq}{ext}", f"{dq}{ext}"
-    seg = (
-        f"(?:{KA}(?:(?:{EN})*{KA})*"
-        f"|(?:{HE}(?:{SQ}|{DQ}{HE})|{NU}(?:(?:(?:{EN})*|{MN}){NU})*|{AH}(?:(?:(?:{EN})*|{ML}){AH})*)+)"
-    )
+    seg = f"(?:{KA}(?:(?:{EN})*{KA})*|(?:{HE}(?:{SQ}|{DQ}{HE})|{NU}(?:(?:(?:{EN})*|{MN}){NU})*|{AH}(?:(?:(?:{EN})*|{ML}){AH})*)+)"
     word = f"(?:{EN})*{seg}(?:(?:{EN})+{seg})*(?:{EN})*"
 
     keycap_base = "[0-9#*]"
@@ -116,11 +113,7 @@ def _patterns():
     emoji_char = _cls(f"\\p{{Extended_Pictographic}}[\\p{{Emoji}}--{rkam}]", "emoji")
     emod, ebase = _cls(r"\p{Emoji_Modifier}"), _cls(r"\p{Emoji_Modifier_Base}")
     seq = f"(?:{zwj}*{emoji_char}{ext_sans_ps}\\uFE0F?|(?:{zwj}*{ebase}{ext_sans_ps})?{emod}{ext_sans_ps})"
-    emoji = (
-        f"{seq}(?:(?:{zwj}{seq})*|[\\U000E0020-\\U000E007E]+\\U000E007F)"
-        f"|{keycap_base}{ext_sans_ps}\\uFE0F?\\u20E3{ext_sans_ps}"
-        f"|(?:{ri}{ext}){{2}}"
-    )
+    emoji = f"{seq}(?:(?:{zwj}{seq})*|[\\U000E0020-\\U000E007E]+\\U000E007F)|{keycap_base}{ext_sans_ps}\\uFE0F?\\u20E3{ext_sans_ps}|(?:{ri}{ext}){{2}}"
     # POSIX mode: the longest match at a position, as JFlex takes it (a backtracking regex returns
     # the first it finds, which the Hebrew and emoji rules make shorter at times)
     token = regex.compile(f"(?p){word}|(?:{sa}{ext})+|{han}{ext}|{hira}{ext}|{emoji}", regex.V1)

@@ -188,7 +188,9 @@ def fit(texts: Iterable[str], k1: float = K1, b: float = B, progress: bool | Non
 def save(index: LuceneBM25Index, folder: Path) -> list[str]:
     """Write the index into ``folder``; the file names (deterministic bytes: the same corpus gives the same files)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "params.json").write_text(json.dumps({"k1": index.k1, "b": index.b, "n_docs": index.n_docs, "avgdl": index.avgdl, "n_terms": len(index.vocab)}, sort_keys=True))
+    (folder / "params.json").write_text(
+        json.dumps({"k1": index.k1, "b": index.b, "n_docs": index.n_docs, "avgdl": index.avgdl, "n_terms": len(index.vocab)}, sort_keys=True)
+    )
     (folder / "vocab.json").write_text(json.dumps(index.vocab, ensure_ascii=False), encoding="utf-8")
     for name in ("idf", "term_indptr", "doc_indices", "weights"):
         np.save(folder / f"{name}.npy", getattr(index, name), allow_pickle=False)

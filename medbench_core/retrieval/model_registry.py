@@ -36,7 +36,7 @@ def check_upstreams(specs: list[ModelSpec], where: str = "models.yaml") -> None:
         if state.get(name) == 2:
             return
         if state.get(name) == 1:
-            cycle = path[path.index(name):] + [name]
+            cycle = path[path.index(name) :] + [name]
             raise DataError(f"{where}: models {' -> '.join(cycle)} form a cycle of upstream runs; a run cannot be built from itself")
         state[name] = 1
         for up in by_name[name].upstream:

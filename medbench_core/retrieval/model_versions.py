@@ -17,9 +17,7 @@ from medbench_core.retrieval.kinds.base import cached_revision
 from medbench_core.retrieval.model_registry import ModelSpec, evaluation_order
 
 
-def model_version(
-    spec: ModelSpec, upstream_versions: Mapping[str, str] | None = None, expansion: Any = None, *, revision: str | None = None
-) -> str:
+def model_version(spec: ModelSpec, upstream_versions: Mapping[str, str] | None = None, expansion: Any = None, *, revision: str | None = None) -> str:
     """Data version of a registered model: everything that changes its results.
 
     A retriever: its identity and weights' revision (recorded as observations of ``model_spec``,

@@ -16,16 +16,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from medbench_core.errors import DataError
-from medbench_core.taskdata.task import Task
 from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.taskdata.task import Task
 
 
 class RecordEncoder(Protocol):
     """Encodes records that may carry text, an image, or both."""
 
-    def encode_records(
-        self, texts: list[str | None], images: list[Path | None], languages: list[str | None], role: str
-    ) -> np.ndarray: ...
+    def encode_records(self, texts: list[str | None], images: list[Path | None], languages: list[str | None], role: str) -> np.ndarray: ...
 
 
 class TextOnly:

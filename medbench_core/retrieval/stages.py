@@ -60,7 +60,14 @@ def long_text_info(spec: ModelSpec, encoder: Any = None) -> dict[str, Any]:
 
 
 def embed_corpus(
-    spec: ModelSpec, task: Task, out: Path, *, device: str = "cpu", progress: bool = False, encoder=None, online: bool = False,
+    spec: ModelSpec,
+    task: Task,
+    out: Path,
+    *,
+    device: str = "cpu",
+    progress: bool = False,
+    encoder=None,
+    online: bool = False,
     available: MemoryBudget = None,
 ) -> dict[str, Any]:
     """Represent the corpus as the model's kind does (dense vectors in ``corpus.npy``, a bm25s index, ...). Returns info.

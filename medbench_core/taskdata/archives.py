@@ -94,9 +94,7 @@ def _tar_members(archive: Path, tf: tarfile.TarFile) -> list[_Member]:
         name = _clean_name(archive, info.name)
         if info.issym() or info.islnk():
             kind = "symbolic link" if info.issym() else "hard link"
-            raise DataError(
-                f"{archive}: member {info.name!r} is a {kind} to {info.linkname!r}; refusing the archive (nothing was extracted)"
-            )
+            raise DataError(f"{archive}: member {info.name!r} is a {kind} to {info.linkname!r}; refusing the archive (nothing was extracted)")
         if not (info.isfile() or info.isdir()):
             raise DataError(f"{archive}: member {info.name!r} is a device, FIFO or other special file; refusing the archive")
         out.append(_Member(name, info.isdir(), info.size, info))
@@ -321,4 +319,3 @@ def _extract(dest: Path, members: list[_Member], reader) -> list[str]:
     except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
         raise DataError(f"extracting into {dest} failed ({exc}); nothing was written") from exc
     return sorted(names)
-

@@ -109,16 +109,24 @@ def load_catalog(path: str | Path) -> Catalog:
                 check_path(e["path"], at)
             hub = bool(e.get("dataset")) and not e.get("path")
             if hub and not rd.reads_hub:
-                raise DataError(f"{at}: reader {e['reader']!r} reads local folders only; give 'path' (readers with 'dataset' and 'revision' options read hub datasets)")
+                raise DataError(
+                    f"{at}: reader {e['reader']!r} reads local folders only; give 'path' (readers with 'dataset' and 'revision' options read hub datasets)"
+                )
             read_options = parse_options(rd, e, at, called=str(e["reader"]))  # before the revision: a typo'd 'revison' explains it
             if hub and not e.get("revision"):
                 raise DataError(
-                    f"{at}: hub dataset {e['dataset']!r} has no revision; pin one "
-                    "(revision: <40-hex commit sha>) so the task reads the same data every time"
+                    f"{at}: hub dataset {e['dataset']!r} has no revision; pin one (revision: <40-hex commit sha>) so the task reads the same data every time"
                 )
             opts = {k: v for k, v in e.items() if k not in {"name", "reader", "path", "research_only"}}
             tasks.append(
-                TaskEntry(name=name, reader=e["reader"], path=str(e.get("path") or ""), research_only=read_options.research_only, options=opts, read_options=read_options)
+                TaskEntry(
+                    name=name,
+                    reader=e["reader"],
+                    path=str(e.get("path") or ""),
+                    research_only=read_options.research_only,
+                    options=opts,
+                    read_options=read_options,
+                )
             )
     allow = doc.get("licence_allowlist") or []
     benchmark = doc.get("benchmark", "medbench")
@@ -192,7 +200,9 @@ def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path, *,
     from medbench_core.taskdata.source_rules import check_task
 
     rd = get_reader(entry.reader)
-    options = entry.read_options or parse_options(rd, {"name": entry.name, "research_only": entry.research_only, **entry.options}, f"task {entry.name!r}", called=entry.reader)
+    options = entry.read_options or parse_options(
+        rd, {"name": entry.name, "research_only": entry.research_only, **entry.options}, f"task {entry.name!r}", called=entry.reader
+    )
     src = local_source(entry, data_root)
     context = ReadContext(scratch=Path(work_dir) / "images", online=online, hub_cache=Path(hub_cache) if hub_cache else None)
     task = rd.read(src, options, context)

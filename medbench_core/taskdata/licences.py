@@ -49,9 +49,7 @@ PERMISSIVE: frozenset[str] = frozenset(
 )
 
 # Non-commercial or no-derivatives: usable for research only.
-RESTRICTED: frozenset[str] = frozenset(
-    {*_cc_family("CC-BY-NC"), *_cc_family("CC-BY-NC-SA"), *_cc_family("CC-BY-ND"), *_cc_family("CC-BY-NC-ND")}
-)
+RESTRICTED: frozenset[str] = frozenset({*_cc_family("CC-BY-NC"), *_cc_family("CC-BY-NC-SA"), *_cc_family("CC-BY-ND"), *_cc_family("CC-BY-NC-ND")})
 
 DEFAULT_ALLOWLIST: frozenset[str] = PERMISSIVE
 

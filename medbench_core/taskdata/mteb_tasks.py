@@ -180,7 +180,9 @@ def expand_entries(entries: list, where: object) -> list:
         if "task" in raw and "benchmark" in raw:
             raise DataError(f"{at}: give 'task' or 'benchmark', not both")
         if {"path", "dataset", "revision"} & set(raw):
-            raise DataError(f"{at}: an MTEB task brings its own dataset and revision (mteb's metadata); drop {sorted({'path', 'dataset', 'revision'} & set(raw))}")
+            raise DataError(
+                f"{at}: an MTEB task brings its own dataset and revision (mteb's metadata); drop {sorted({'path', 'dataset', 'revision'} & set(raw))}"
+            )
         if "task" in raw:
             names = raw["task"] if isinstance(raw["task"], list) else [raw["task"]]
             if len(names) > 1 and "name" in raw:

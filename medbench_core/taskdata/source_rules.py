@@ -155,8 +155,7 @@ def check_task(task: Any, where: str) -> None:
     if bad.len():
         row = task.qrels.filter(pl.col("relevance").is_null() | (pl.col("relevance") < GRADE_MIN) | (pl.col("relevance") > GRADE_MAX)).row(0, named=True)
         raise DataError(
-            f"{where}: judgment ({row['query_id']}, {row['doc_id']}): relevance {row['relevance']} is not a whole number from "
-            f"{GRADE_MIN} to {GRADE_MAX}"
+            f"{where}: judgment ({row['query_id']}, {row['doc_id']}): relevance {row['relevance']} is not a whole number from {GRADE_MIN} to {GRADE_MAX}"
         )
 
 

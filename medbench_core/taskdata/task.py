@@ -310,9 +310,7 @@ def content_hash(task: Task) -> str:
     h.update(_frame_digest(task.corpus, ["doc_id"]).encode())
     h.update(_frame_digest(task.qrels, ["query_id", "doc_id"]).encode())
     h.update(_frame_digest(task.candidates, ["query_id", "doc_id"]).encode())
-    refs = sorted(
-        set(task.queries["image"].drop_nulls().to_list()) | set(task.corpus["image"].drop_nulls().to_list())
-    )
+    refs = sorted(set(task.queries["image"].drop_nulls().to_list()) | set(task.corpus["image"].drop_nulls().to_list()))
     for ref in refs:
         h.update(ref.encode())
         h.update(sha256_file(task.resolve_image(ref)).encode())
@@ -387,9 +385,7 @@ def save_task(task: Task, folder: Path) -> list[str]:
             continue
         df.write_parquet(folder / fname, statistics=False)
         names.append(fname)
-    refs = sorted(
-        set(task.queries["image"].drop_nulls().to_list()) | set(task.corpus["image"].drop_nulls().to_list())
-    )
+    refs = sorted(set(task.queries["image"].drop_nulls().to_list()) | set(task.corpus["image"].drop_nulls().to_list()))
     for ref in refs:
         src = task.resolve_image(ref)
         dst = folder / "images" / ref

@@ -11,8 +11,8 @@ import dagster as dg
 import pytest
 
 from assets.checks import OVERLAP_CHECK, TASK_CHECK
-from medbench_core.taskdata.contracts import gate_refusal, overlap_gate_path
 from medbench_core.errors import ContractError
+from medbench_core.taskdata.contracts import gate_refusal, overlap_gate_path
 from runtime.resources import ArtifactStoreResource, RegistryResource
 from tests.assets.project import PARTITIONS, curated_task, task_checks
 
@@ -91,7 +91,9 @@ def test_gates_block_in_the_run_and_in_later_runs(world):
 
     # Marked research-only and de-duplicated: both gates pass again.
     catalogue(True)
-    (shared / "lq" / "queries.jsonl").write_text(json.dumps({"_id": "1", "text": "Is ibuprofen safe?"}) + "\n" + json.dumps({"_id": "2", "text": "what is gout?"}) + "\n")
+    (shared / "lq" / "queries.jsonl").write_text(
+        json.dumps({"_id": "1", "text": "Is ibuprofen safe?"}) + "\n" + json.dumps({"_id": "2", "text": "what is gout?"}) + "\n"
+    )
     result, checks = run(resources, "liveqa_medquad")
     assert result.success, checks[TASK_CHECK].metadata["message"].value
     assert checks[TASK_CHECK].metadata["research_only"].value is True

@@ -18,9 +18,9 @@ import polars as pl
 import pytest
 import pytrec_eval
 
+from medbench_core.evaluation.metrics import qrels_to_dict, run_to_dict
 from medbench_core.retrieval.derived import registry_partition_keys
 from medbench_core.retrieval.fuse_rerank import ranked
-from medbench_core.evaluation.metrics import qrels_to_dict, run_to_dict
 from orchestration.registry_sync import sync_model_partitions
 from tests.orchestration.derived_env import (
     BM25_K12,
@@ -54,7 +54,11 @@ def world(tmp_path_factory):
     (root / "broken-model" / "config.json").write_text('{"model_type": "no-such-architecture"}')  # keys resolve, loading fails
     rerank = {"name": "rerank", "kind": "cross-encoder", "path": str(ce), "rerank": {"upstream": "bm25", "depth": 20}, "batch_size": 16}
     too_deep = {**rerank, "name": "rerank-too-deep", "rerank": {"upstream": "bm25", "depth": 200}}
-    write_registry(world.models_file, [BM25, MINILM, BM25_K12, {**BROKEN, "path": str(root / "broken-model")}, RRF, rerank, too_deep, NEVER_RUN, FAILED_UP], baseline="bm25")
+    write_registry(
+        world.models_file,
+        [BM25, MINILM, BM25_K12, {**BROKEN, "path": str(root / "broken-model")}, RRF, rerank, too_deep, NEVER_RUN, FAILED_UP],
+        baseline="bm25",
+    )
     defs = world.defs()
     with world.instance() as instance:
         sync_model_partitions(instance, world.resources()["registry"])
@@ -78,8 +82,12 @@ def test_rrf_partition_equals_ranx_fuse_scored_by_pytrec_eval(world):
     task = world.resources()["store"].load_task("scifact")
     qrels = qrels_to_dict(task.qrels)
     # ranx on the two stored runs, their trec_eval ranks made explicit (score = 1000 - rank).
-    inputs = [Run(run_to_dict(ranked(run_frame(world, m, "scifact", keys[m]["run"])).with_columns(score=1000.0 - pl.col("rank")))) for m in RRF["fusion"]["runs"]]
-    theirs = {q: dict(sorted(d.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:100]) for q, d in fuse(inputs, method="rrf", params={"k": 60}).run.items()}
+    inputs = [
+        Run(run_to_dict(ranked(run_frame(world, m, "scifact", keys[m]["run"])).with_columns(score=1000.0 - pl.col("rank")))) for m in RRF["fusion"]["runs"]
+    ]
+    theirs = {
+        q: dict(sorted(d.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:100]) for q, d in fuse(inputs, method="rrf", params={"k": 60}).run.items()
+    }
     per_query = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10"}).evaluate(theirs)
     reference = sum(per_query.get(q, {}).get("ndcg_cut_10", 0.0) for q in qrels) / len(qrels)
 

@@ -21,14 +21,14 @@ import yaml
 from PIL import Image
 from scipy.stats import bootstrap, permutation_test, ttest_rel
 
-from medbench_core.retrieval.derived import registry_partition_keys
 from medbench_core.errors import DataError
+from medbench_core.retrieval.derived import registry_partition_keys
 from medbench_core.retrieval.expansion.contract import GATE_FILE
 from medbench_core.retrieval.expansion.spec import load_expansions
-from medbench_core.taskdata.task import TaskMeta, make_task, save_task
 from medbench_core.retrieval.model_registry import load_registry
 from medbench_core.retrieval.stages import partition_keys
 from medbench_core.storage import write_manifest
+from medbench_core.taskdata.task import TaskMeta, make_task, save_task
 from tests.assets.project import leaderboard
 from tests.orchestration.operating_env import BM25, BM25_K12, operated_world, write_models
 
@@ -82,8 +82,16 @@ def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_
     assert "| bm25 | 1.0000 [1.00, 1.00] | 1.0000 [1.00, 1.00] | 1.0000 |" in board
     assert "| bm25-k12 | 1.0000 [1.00, 1.00] | 1.0000 [1.00, 1.00] | 1.0000 |" in board
     assert "| bm25-b05 | - | - | - |" in board
-    assert "*: differs from bm25 (paired randomisation test, Holm-Bonferroni across the task's models, p < 0.05; two-sided, 10000 sign-flip resamples, seed 0)" in board
-    assert (reports / "leaderboard.csv").read_text().splitlines()[0].startswith("model,scifact,liveqa_medquad,average,averaged_over,rank,rank_low,rank_high,group,judged_at_10.scifact,")
+    assert (
+        "*: differs from bm25 (paired randomisation test, Holm-Bonferroni across the task's models, p < 0.05; two-sided, 10000 sign-flip resamples, seed 0)"
+        in board
+    )
+    assert (
+        (reports / "leaderboard.csv")
+        .read_text()
+        .splitlines()[0]
+        .startswith("model,scifact,liveqa_medquad,average,averaged_over,rank,rank_low,rank_high,group,judged_at_10.scifact,")
+    )
     # Equal on every query: in every resample they tie for first, and no test separates them (one group).
     assert "| bm25 | 1 [1, 1] a | 1 [1, 1] a | 1 [1, 1] a |" in board and "| bm25-k12 | 1 [1, 1] a | 1 [1, 1] a | 1 [1, 1] a |" in board
     assert "| bm25-b05 | - | - | - |" in board.split("Rank by nDCG@10")[1]
@@ -146,7 +154,10 @@ def test_values_whose_inputs_changed_are_kept_marked_stale_and_corrupt_artifacts
 
     # bm25-k12's settings change and it is not re-evaluated: its old values stay, marked, and a new model shows '-'.
     # liveqa_medquad's source changes and it is not curated again: its cells are marked too.
-    write_models(world.models_file, [BM25, {**BM25_K12, "settings": {**BM25_K12["settings"], "k1": 1.1}}, {**BM25, "name": "bm25-new", "settings": {**BM25["settings"], "b": 0.5}}])
+    write_models(
+        world.models_file,
+        [BM25, {**BM25_K12, "settings": {**BM25_K12["settings"], "k1": 1.1}}, {**BM25, "name": "bm25-new", "settings": {**BM25["settings"], "b": 0.5}}],
+    )
     corpus = world.shared / "lq" / "corpus.jsonl"
     corpus.write_bytes(corpus.read_bytes() + b'{"_id": "a9", "text": "new answer"}\n')
     md = build()
@@ -165,7 +176,11 @@ def test_values_whose_inputs_changed_are_kept_marked_stale_and_corrupt_artifacts
     assert "| bm25-k12 | 1.0000 [1.00, 1.00] (stale) | 1.0000 [1.00, 1.00] (stale) | 1.0000 (stale) |" in board
     assert "| bm25-new | - | - | - |" in board and f"- bm25 x liveqa_medquad: {changed_task}" in board
     csv = pl.read_csv(reports / "leaderboard.csv")
-    assert csv.columns[-1] == "stale" and csv["stale"].to_list() == [f"liveqa_medquad: {changed_task}", "; ".join(f"{t}: {saved['stale'][f'bm25-k12/{t}']}" for t in ("liveqa_medquad", "scifact")), None]
+    assert csv.columns[-1] == "stale" and csv["stale"].to_list() == [
+        f"liveqa_medquad: {changed_task}",
+        "; ".join(f"{t}: {saved['stale'][f'bm25-k12/{t}']}" for t in ("liveqa_medquad", "scifact")),
+        None,
+    ]
     run = resources["mlflow"].client().get_run(md["mlflow_run_id"].value)
     assert run.data.tags["medbench.stale"].startswith(f"bm25/liveqa_medquad: {changed_task}; bm25-k12/liveqa_medquad: ")
     assert run.data.metrics["scifact/bm25-k12/stale"] == 1.0 and "scifact/bm25/stale" not in run.data.metrics
@@ -183,7 +198,9 @@ def test_values_whose_inputs_changed_are_kept_marked_stale_and_corrupt_artifacts
     runs = len(leaderboard_runs(resources))
     with world.instance() as instance, pytest.raises(DataError) as err:
         dg.materialize([leaderboard], resources=resources, instance=instance)
-    assert str(err.value).startswith(f"the saved leaderboard {reports / 'leaderboard.md'} was not replaced: it would lose 1 cell(s) to artifacts that fail their manifest:\n")
+    assert str(err.value).startswith(
+        f"the saved leaderboard {reports / 'leaderboard.md'} was not replaced: it would lose 1 cell(s) to artifacts that fail their manifest:\n"
+    )
     assert str(err.value).splitlines()[1].startswith(f"bm25 x scifact: {metrics / 'metrics.json'}: sha256 ")
     assert str(err.value).endswith(": corrupted: rematerialise task_metrics[bm25|scifact] (`medbench run --models bm25 --tasks scifact`)")
     assert {p.name: p.read_bytes() for p in reports.glob("leaderboard.*")} == fresh and len(leaderboard_runs(resources)) == runs
@@ -216,7 +233,9 @@ def write_fixture(root: Path) -> tuple[dict, Path]:
         ],
         "expansions": [{"name": "hyde-fx", "method": "hyde", "source": "file", "generator": "gpt4", "path": str(expansions), "format": "jsonl"}],
     }))  # fmt: skip
-    (root / "tasks.yaml").write_text("benchmark: fx\ntasks:\n  - {name: fx, reader: beir, path: fx, research_only: true, query_licence: CC-BY-4.0, doc_licence: CC-BY-4.0}\n")
+    (root / "tasks.yaml").write_text(
+        "benchmark: fx\ntasks:\n  - {name: fx, reader: beir, path: fx, research_only: true, query_licence: CC-BY-4.0, doc_licence: CC-BY-4.0}\n"
+    )
     task = make_task(
         TaskMeta(name="fx", source="fixture", research_only=True, dataset="fixture/fx", source_revision="sha256:0123456789abcdef"),
         pl.DataFrame({"query_id": QIDS, "text": [f"question {q}" for q in QIDS]}),
@@ -242,7 +261,9 @@ def write_fixture(root: Path) -> tuple[dict, Path]:
     # The expansion's recorded verdict: passed, with two expansions copying a relevant passage.
     gate = root / "data" / "expansions" / "hyde-fx" / "fx" / keys["bm25+hyde"]["expansion"]
     gate.mkdir(parents=True)
-    (gate / GATE_FILE).write_text(json.dumps({"key": keys["bm25+hyde"]["expansion"], "passed": True, "leakage": {"n_copies": 2, "copied_query_ids": ["q02", "q08"]}}))
+    (gate / GATE_FILE).write_text(
+        json.dumps({"key": keys["bm25+hyde"]["expansion"], "passed": True, "leakage": {"n_copies": 2, "copied_query_ids": ["q02", "q08"]}})
+    )
     return keys, models
 
 
@@ -327,8 +348,14 @@ def test_published_scores_beside_ours_in_the_leaderboard_in_each_partition_run_a
         md = dg.materialize([leaderboard], resources=resources, instance=instance).asset_materializations_for_node("leaderboard")[0].metadata
     board = (world.root / "data" / "reports" / "leaderboard.md").read_text()
     # bm25 scores 1 on every query of both tasks (CI [1, 1]): 1.0 lies in it, 0.5 does not; bm25-k12 is mapped to nothing.
-    assert "| bm25 | scifact | 1.0000 [1.00, 1.00] | 1.0000 (bm25, scifact, R2MED results) | +0.0000 | inside our CI: reproduced (the source records no revisions) |" in board
-    assert "| bm25 | liveqa_medquad | 1.0000 [1.00, 1.00] | 0.5000 (bm25, liveqa_medquad, R2MED results) | +0.5000 | outside our CI (the source records no revisions) |" in board
+    assert (
+        "| bm25 | scifact | 1.0000 [1.00, 1.00] | 1.0000 (bm25, scifact, R2MED results) | +0.0000 | inside our CI: reproduced (the source records no revisions) |"
+        in board
+    )
+    assert (
+        "| bm25 | liveqa_medquad | 1.0000 [1.00, 1.00] | 0.5000 (bm25, liveqa_medquad, R2MED results) | +0.5000 | outside our CI (the source records no revisions) |"
+        in board
+    )
     assert "| bm25-k12 |" not in board.split("Published nDCG@10 beside ours")[1].split("What each cell rests on")[0]
     line = "published scores: 2 cells compared, 1 reproduced (inside our 95% CI), 1 outside the CI"
     saved = json.loads((world.root / "data" / "reports" / "leaderboard.json").read_text())

@@ -41,8 +41,10 @@ def test_a_cell_whose_partition_failed_is_marked_with_its_run_and_error_until_ev
     reports = world.root / "data" / "reports"
     with world.instance() as instance:
         sync_model_partitions(instance, resources["registry"])
-        failed = build_definitions(resources=full).resolve_job_def("evaluate_partition").execute_in_process(
-            instance=instance, partition_key=partition_key("bm25-b05", "scifact"), run_config=QUIET, raise_on_error=False
+        failed = (
+            build_definitions(resources=full)
+            .resolve_job_def("evaluate_partition")
+            .execute_in_process(instance=instance, partition_key=partition_key("bm25-b05", "scifact"), run_config=QUIET, raise_on_error=False)
         )
         assert not failed.success
         assert {e.step_key for e in failed.all_events if e.is_step_failure} == {"task_metrics"}  # after its artifact was written:
@@ -56,7 +58,9 @@ def test_a_cell_whose_partition_failed_is_marked_with_its_run_and_error_until_ev
         )
         board = (reports / "leaderboard.md").read_text()
         assert "| bm25-b05 | 1.0000 [1.00, 1.00] (stale) · J@10 0.20, bounds [0.34, 1.00] † | - | - |" in board, board
-        assert "| bm25 | 1.0000 [1.00, 1.00] · J@10 0.20, bounds [0.34, 1.00] † | 1.0000 [1.00, 1.00] · J@10 0.20, bounds [0.23, 1.00] † | 1.0000 |" in board  # the others are current
+        assert (
+            "| bm25 | 1.0000 [1.00, 1.00] · J@10 0.20, bounds [0.34, 1.00] † | 1.0000 [1.00, 1.00] · J@10 0.20, bounds [0.23, 1.00] † | 1.0000 |" in board
+        )  # the others are current
         assert f"- bm25-b05 x scifact: {why}" in board
         assert "or the last evaluation of its partition failed or has not finished" in board
         saved = json.loads((reports / "leaderboard.json").read_text())

@@ -3,9 +3,9 @@
 import dataclasses
 
 from assets.registry import MODEL_SPEC, model_spec
-from medbench_core.retrieval.model_versions import model_version
-from medbench_core.retrieval.model_registry import model_spec as entry
 from medbench_core.provenance import artifact_key
+from medbench_core.retrieval.model_registry import model_spec as entry
+from medbench_core.retrieval.model_versions import model_version
 from runtime.partitions import MODEL_PARTITIONS_NAME
 
 BM25 = entry(name="bm25", kind="bm25", revision="bm25s-lucene", settings={"k1": 1.5, "b": 0.75})

@@ -43,7 +43,9 @@ def test_a_text_model_on_an_image_task_writes_nothing_and_says_why(tmp_path):
     with world.instance() as instance:
         instance.add_dynamic_partitions(MODEL_PARTITIONS_NAME, ["bm25"])
         curate(world, instance, defs, ["pneumoniamnist"])
-        res = defs.resolve_job_def("evaluate_partition").execute_in_process(instance=instance, partition_key=partition_key("bm25", "pneumoniamnist"), run_config=QUIET)
+        res = defs.resolve_job_def("evaluate_partition").execute_in_process(
+            instance=instance, partition_key=partition_key("bm25", "pneumoniamnist"), run_config=QUIET
+        )
     task = world.resources()["store"].load_task("pneumoniamnist")
     keys = partition_keys(world.resources()["registry"].model("bm25"), task)
     events = {e.asset_key.to_user_string(): e for e in res.get_asset_materialization_events()}
@@ -62,7 +64,15 @@ def test_a_text_model_on_an_image_task_writes_nothing_and_says_why(tmp_path):
 
 def test_a_stage_says_what_is_its_own_and_the_factory_does_the_rest():
     calls = []
-    probe = Stage("index", build=lambda run, tmp: calls.append("build") or [], finish=lambda run: {}, description="probe", group="g", kinds=("faiss",), needs=("embeddings",))
+    probe = Stage(
+        "index",
+        build=lambda run, tmp: calls.append("build") or [],
+        finish=lambda run: {},
+        description="probe",
+        group="g",
+        kinds=("faiss",),
+        needs=("embeddings",),
+    )
     asset = stage_asset(probe, PARTITIONS)
     assert asset.key == dg.AssetKey("corpus_index") and asset.partitions_def == PARTITIONS.model_task
     assert asset.group_names_by_key[asset.key] == "g" and asset.descriptions_by_key[asset.key] == "probe"

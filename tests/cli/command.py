@@ -11,7 +11,12 @@ from tests.orchestration.operating_env import ROOT
 def medbench(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("MEDBENCH_") and k not in ("DAGSTER_HOME", "MLFLOW_TRACKING_URI")}
     return subprocess.run(
-        [sys.executable, "-m", "medbench_cli", *args], env={**base, "PYTHONPATH": str(ROOT), **(env or {})}, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "medbench_cli", *args],
+        env={**base, "PYTHONPATH": str(ROOT), **(env or {})},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

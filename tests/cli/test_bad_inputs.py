@@ -31,7 +31,8 @@ from typing import Callable
 import pytest
 
 from tests.cli.command import Forked, without_trust
-from tests.core.reader_fixtures import WRITERS, write_beir as write_reader_beir
+from tests.core.reader_fixtures import WRITERS
+from tests.core.reader_fixtures import write_beir as write_reader_beir
 from tests.orchestration.operating_env import BM25, LQ_DOCS, LQ_QRELS, LQ_QUERIES, SCI_DOCS, SCI_QRELS, SCI_QUERIES, write_beir, write_models
 
 pytestmark = pytest.mark.slow
@@ -313,76 +314,210 @@ RUN = ("run",)
 NOTHING = "nothing was run or changed"
 CASES = [
     # --- configuration: exit 2 before any work, naming file, entry, key and the closest known one
-    Case("settings-typo-bb", RUN, 2, ("{w.models}", "'bm25'", "unknown setting 'bb'", "did you mean 'b'?", NOTHING),
-         setup=models(lambda m: m["settings"].update(bb=0.4))),
-    Case("settings-typo-methd", RUN, 2, ("{w.models}", "'bm25'", "unknown setting 'methd'", "did you mean 'method'?", NOTHING),
-         setup=models(lambda m: m["settings"].update(methd=m["settings"].pop("method")))),
+    Case(
+        "settings-typo-bb",
+        RUN,
+        2,
+        ("{w.models}", "'bm25'", "unknown setting 'bb'", "did you mean 'b'?", NOTHING),
+        setup=models(lambda m: m["settings"].update(bb=0.4)),
+    ),
+    Case(
+        "settings-typo-methd",
+        RUN,
+        2,
+        ("{w.models}", "'bm25'", "unknown setting 'methd'", "did you mean 'method'?", NOTHING),
+        setup=models(lambda m: m["settings"].update(methd=m["settings"].pop("method"))),
+    ),
     Case("unknown-kind", RUN, 2, ("{w.models}", "'bm25'", "bm52", "did you mean 'bm25'?", NOTHING), setup=models(lambda m: m.update(kind="bm52"))),
-    Case("models-yaml-not-yaml", RUN, 2, ("medbench run: error: {w.models}:17: not valid YAML: expected '<document start>', but found '<block sequence start>'", NOTHING), setup=edit(lambda w: w.models, lambda t: t + "\n  - {name: [\n")),
-    Case("task-option-typo", RUN, 2, ("{w.tasks}: task 'scifact': unknown option 'spilt' for reader beir; did you mean 'split'?", NOTHING),
-         setup=task_option("scifact", "split: test", "spilt: test")),
-    Case("task-option-type", RUN, 2, ("{w.tasks}: task 'scifact': option 'split' must be a string, not list", NOTHING),
-         setup=task_option("scifact", "split: test", "split: [test]")),
-    Case("path-outside-data", RUN, 2, ("{w.tasks}: task 'scifact': path '../../outside' leaves the data folder through '..'", NOTHING),
-         setup=task_option("scifact", "path: sci", "path: ../../outside")),
+    Case(
+        "models-yaml-not-yaml",
+        RUN,
+        2,
+        ("medbench run: error: {w.models}:17: not valid YAML: expected '<document start>', but found '<block sequence start>'", NOTHING),
+        setup=edit(lambda w: w.models, lambda t: t + "\n  - {name: [\n"),
+    ),
+    Case(
+        "task-option-typo",
+        RUN,
+        2,
+        ("{w.tasks}: task 'scifact': unknown option 'spilt' for reader beir; did you mean 'split'?", NOTHING),
+        setup=task_option("scifact", "split: test", "spilt: test"),
+    ),
+    Case(
+        "task-option-type",
+        RUN,
+        2,
+        ("{w.tasks}: task 'scifact': option 'split' must be a string, not list", NOTHING),
+        setup=task_option("scifact", "split: test", "split: [test]"),
+    ),
+    Case(
+        "path-outside-data",
+        RUN,
+        2,
+        ("{w.tasks}: task 'scifact': path '../../outside' leaves the data folder through '..'", NOTHING),
+        setup=task_option("scifact", "path: sci", "path: ../../outside"),
+    ),
     Case("unknown-reader", RUN, 2, ("{w.tasks}", "bier", "did you mean 'beir'?", NOTHING), setup=task_option("scifact", "reader: beir", "reader: bier")),
-    Case("tasks-yaml-not-yaml", RUN, 2, ("medbench run: error: {w.tasks}:{stream_end}: not valid YAML: expected the node content, but found '<stream end>'", NOTHING), setup=edit(lambda w: w.tasks, lambda t: t + "  - {name: [\n")),
+    Case(
+        "tasks-yaml-not-yaml",
+        RUN,
+        2,
+        ("medbench run: error: {w.tasks}:{stream_end}: not valid YAML: expected the node content, but found '<stream end>'", NOTHING),
+        setup=edit(lambda w: w.tasks, lambda t: t + "  - {name: [\n"),
+    ),
     Case("unknown-task", ("run", "--tasks", "scifactt"), 2, ("unknown task 'scifactt'; did you mean 'scifact'?", NOTHING)),
     Case("unknown-model", ("run", "--models", "bm2"), 2, ("unknown model 'bm2'; did you mean 'bm25'?", NOTHING)),
     Case("retire-a-listed-model", ("models", "retire", "bm25"), 2, ("medbench models retire: error: ", "bm25", "still listed", NOTHING)),
-    Case("export-over-a-folder", ("export", "--to", "{w.root}/mine"), 2,
-         ("medbench export: error: {w.root}/mine exists and is not an earlier medbench export; name a new folder", "left as it was"), setup=not_an_export),
+    Case(
+        "export-over-a-folder",
+        ("export", "--to", "{w.root}/mine"),
+        2,
+        ("medbench export: error: {w.root}/mine exists and is not an earlier medbench export; name a new folder", "left as it was"),
+        setup=not_an_export,
+    ),
     Case("release-outside-git", ("release", "v1", "--repo", "{w.root}/mine"), 2, ("medbench release: error: ", "not a git checkout"), setup=not_an_export),
     # --- sources read strictly (issue 24.2) through the main job: exit 1, the reason under [curate] and last
-    Case("non-utf8", ("run", "--tasks", "bad_beir"), 1,
-         ("medbench run: FAILED: curated_task[bad_beir]: {w.shared}/bad_beir/corpus.jsonl:3: not UTF-8: byte 0xe9 at byte offset", "re-encode the file as UTF-8",
-          "kept: no curated bad_beir", "fix it, then: medbench run --tasks bad_beir", "stack traces: {w.state}/logs/run-"),
-         setup=source("bad_beir", append("corpus.jsonl", b'{"_id": "d3", "text": "caf\xe9"}\n')), check=curate_failed("bad_beir")),
-    Case("non-utf8-verbose", ("run", "--tasks", "bad_beir", "--verbose"), 1,
-         ("medbench run: FAILED: curated_task[bad_beir]: {w.shared}/bad_beir/corpus.jsonl:3: not UTF-8", "fix it, then: medbench run --tasks bad_beir"),
-         setup=source("bad_beir", append("corpus.jsonl", b'{"_id": "d3", "text": "caf\xe9"}\n')), check=curate_failed("bad_beir"), verbose=True),
-    Case("empty-corpus", ("run", "--tasks", "bad_beir"), 1, ("curated_task[bad_beir]: {w.shared}/bad_beir/corpus.jsonl: file is empty (0 bytes)", "kept: no curated bad_beir"),
-         setup=source("bad_beir", lambda f: (f / "corpus.jsonl").write_bytes(b"")), check=curate_failed("bad_beir")),
-    Case("duplicate-doc-id", ("run", "--tasks", "bad_beir"), 1,
-         ("{w.shared}/bad_beir/corpus.jsonl:3: document id 'd1' appears twice (first at {w.shared}/bad_beir/corpus.jsonl:1)", "kept: no curated bad_beir"),
-         setup=source("bad_beir", append("corpus.jsonl", b'{"_id": "d1", "text": "again"}\n')), check=curate_failed("bad_beir")),
-    Case("qrels-without-header", ("run", "--tasks", "bad_beir"), 1, ("{w.shared}/bad_beir/qrels/test.tsv:1: no header line", "add the header"),
-         setup=source("bad_beir", lambda f: (f / "qrels" / "test.tsv").write_text("q1\td1\t1\nq2\td2\t1\n")), check=curate_failed("bad_beir")),
-    Case("qrels-name-a-missing-document", ("run", "--tasks", "bad_beir"), 1,
-         ("curated_task[bad_beir]: {w.shared}/bad_beir/qrels/test.tsv: task bad_beir: qrels name 1 unknown document id(s): ['zz']", "kept: no curated bad_beir"),
-         setup=source("bad_beir", append("qrels/test.tsv", b"q1\tzz\t1\n")), check=curate_failed("bad_beir")),
-    Case("integer-and-string-id-collide", ("run", "--tasks", "bad_beir"), 1,
-         ("{w.shared}/bad_beir/corpus.jsonl:4: document id '7' appears twice (first at {w.shared}/bad_beir/corpus.jsonl:3)", 'the number 7 and the string "7"'),
-         setup=source("bad_beir", append("corpus.jsonl", b'{"_id": 7, "text": "seven"}\n{"_id": "7", "text": "seven again"}\n')), check=curate_failed("bad_beir")),
+    Case(
+        "non-utf8",
+        ("run", "--tasks", "bad_beir"),
+        1,
+        (
+            "medbench run: FAILED: curated_task[bad_beir]: {w.shared}/bad_beir/corpus.jsonl:3: not UTF-8: byte 0xe9 at byte offset",
+            "re-encode the file as UTF-8",
+            "kept: no curated bad_beir",
+            "fix it, then: medbench run --tasks bad_beir",
+            "stack traces: {w.state}/logs/run-",
+        ),
+        setup=source("bad_beir", append("corpus.jsonl", b'{"_id": "d3", "text": "caf\xe9"}\n')),
+        check=curate_failed("bad_beir"),
+    ),
+    Case(
+        "non-utf8-verbose",
+        ("run", "--tasks", "bad_beir", "--verbose"),
+        1,
+        ("medbench run: FAILED: curated_task[bad_beir]: {w.shared}/bad_beir/corpus.jsonl:3: not UTF-8", "fix it, then: medbench run --tasks bad_beir"),
+        setup=source("bad_beir", append("corpus.jsonl", b'{"_id": "d3", "text": "caf\xe9"}\n')),
+        check=curate_failed("bad_beir"),
+        verbose=True,
+    ),
+    Case(
+        "empty-corpus",
+        ("run", "--tasks", "bad_beir"),
+        1,
+        ("curated_task[bad_beir]: {w.shared}/bad_beir/corpus.jsonl: file is empty (0 bytes)", "kept: no curated bad_beir"),
+        setup=source("bad_beir", lambda f: (f / "corpus.jsonl").write_bytes(b"")),
+        check=curate_failed("bad_beir"),
+    ),
+    Case(
+        "duplicate-doc-id",
+        ("run", "--tasks", "bad_beir"),
+        1,
+        ("{w.shared}/bad_beir/corpus.jsonl:3: document id 'd1' appears twice (first at {w.shared}/bad_beir/corpus.jsonl:1)", "kept: no curated bad_beir"),
+        setup=source("bad_beir", append("corpus.jsonl", b'{"_id": "d1", "text": "again"}\n')),
+        check=curate_failed("bad_beir"),
+    ),
+    Case(
+        "qrels-without-header",
+        ("run", "--tasks", "bad_beir"),
+        1,
+        ("{w.shared}/bad_beir/qrels/test.tsv:1: no header line", "add the header"),
+        setup=source("bad_beir", lambda f: (f / "qrels" / "test.tsv").write_text("q1\td1\t1\nq2\td2\t1\n")),
+        check=curate_failed("bad_beir"),
+    ),
+    Case(
+        "qrels-name-a-missing-document",
+        ("run", "--tasks", "bad_beir"),
+        1,
+        ("curated_task[bad_beir]: {w.shared}/bad_beir/qrels/test.tsv: task bad_beir: qrels name 1 unknown document id(s): ['zz']", "kept: no curated bad_beir"),
+        setup=source("bad_beir", append("qrels/test.tsv", b"q1\tzz\t1\n")),
+        check=curate_failed("bad_beir"),
+    ),
+    Case(
+        "integer-and-string-id-collide",
+        ("run", "--tasks", "bad_beir"),
+        1,
+        ("{w.shared}/bad_beir/corpus.jsonl:4: document id '7' appears twice (first at {w.shared}/bad_beir/corpus.jsonl:3)", 'the number 7 and the string "7"'),
+        setup=source("bad_beir", append("corpus.jsonl", b'{"_id": 7, "text": "seven"}\n{"_id": "7", "text": "seven again"}\n')),
+        check=curate_failed("bad_beir"),
+    ),
     # --- a task's source broken after it had curated: the old copy is kept and its figure marked stale everywhere
-    Case("source-broken-after-curation", ("run", "--tasks", "scifact"), 1,
-         ("medbench run: FAILED: curated_task[scifact]: {w.shared}/sci/corpus.jsonl:6: not UTF-8", "kept: the curated scifact from before",
-          "the leaderboard marks 1 cell(s) stale: bm25/scifact", "fix it, then: medbench run --tasks scifact"),
-         setup=break_scifact, writes=("data/reports/leaderboard.*", "state/mlflow.db", "state/.mlflow.db.locks/*", "state/mlartifacts/*"),
-         check=stale_everywhere, new_runs=1),
+    Case(
+        "source-broken-after-curation",
+        ("run", "--tasks", "scifact"),
+        1,
+        (
+            "medbench run: FAILED: curated_task[scifact]: {w.shared}/sci/corpus.jsonl:6: not UTF-8",
+            "kept: the curated scifact from before",
+            "the leaderboard marks 1 cell(s) stale: bm25/scifact",
+            "fix it, then: medbench run --tasks scifact",
+        ),
+        setup=break_scifact,
+        writes=("data/reports/leaderboard.*", "state/mlflow.db", "state/.mlflow.db.locks/*", "state/mlartifacts/*"),
+        check=stale_everywhere,
+        new_runs=1,
+    ),
     # --- a stored metrics.json edited by hand: the saved leaderboard is not replaced by one without that cell
-    Case("rebuild-over-a-corrupt-metrics-file", ("leaderboard", "--rebuild"), 1,
-         ("medbench leaderboard: error: the saved leaderboard {w.board} was not replaced", "bm25 x liveqa_medquad: {w.data}/artifacts/bm25/liveqa_medquad/metrics/",
-          "/metrics.json: sha256", "does not match manifest", "rematerialise task_metrics[bm25|liveqa_medquad] (`medbench run --models bm25 --tasks liveqa_medquad`)",
-          "{w.data}/reports left as it was"), setup=corrupt_metrics),
-    Case("export-over-a-damaged-artifact", ("export", "--to", "{w.root}/exported"), 1,
-         ("medbench export: error: ", "per_query.parquet: size 6 bytes", "{w.root}/exported not created"), setup=damage_per_query),
+    Case(
+        "rebuild-over-a-corrupt-metrics-file",
+        ("leaderboard", "--rebuild"),
+        1,
+        (
+            "medbench leaderboard: error: the saved leaderboard {w.board} was not replaced",
+            "bm25 x liveqa_medquad: {w.data}/artifacts/bm25/liveqa_medquad/metrics/",
+            "/metrics.json: sha256",
+            "does not match manifest",
+            "rematerialise task_metrics[bm25|liveqa_medquad] (`medbench run --models bm25 --tasks liveqa_medquad`)",
+            "{w.data}/reports left as it was",
+        ),
+        setup=corrupt_metrics,
+    ),
+    Case(
+        "export-over-a-damaged-artifact",
+        ("export", "--to", "{w.root}/exported"),
+        1,
+        ("medbench export: error: ", "per_query.parquet: size 6 bytes", "{w.root}/exported not created"),
+        setup=damage_per_query,
+    ),
     Case("no-saved-leaderboard", ("leaderboard",), 1, ("no leaderboard at {w.board}", "medbench run"), setup=board_moved),
     # --- data contracts (RELIABILITY.md 14): exit 1 naming the rows; the new curated copy is kept with its refusal
-    Case("licence-outside-the-allowlist", ("run", "--tasks", "gate_licence"), 1,
-         ("medbench run: FAILED: curated_task[gate_licence]: task_contract: task gate_licence: gate FAILED", "every licence is in the licence allowlist",
-          "'Proprietary'", "kept: the new curated gate_licence, refused by its gate ({w.data}/tasks/gate_licence/GATE.json)"),
-         setup=gate_licence, writes=("data/tasks/gate_licence/*", "state/scratch/*")),
-    Case("query-shared-with-another-task", ("run", "--tasks", "gate_overlap"), 1,
-         ("medbench run: FAILED: gate[gate_overlap]: ", "fix it, then: medbench run --tasks gate_overlap"),
-         setup=gate_overlap, writes=("data/tasks/gate_overlap/*", "data/tasks/OVERLAP_GATE.json", "data/tasks/_overlap/*", "state/scratch/*")),
+    Case(
+        "licence-outside-the-allowlist",
+        ("run", "--tasks", "gate_licence"),
+        1,
+        (
+            "medbench run: FAILED: curated_task[gate_licence]: task_contract: task gate_licence: gate FAILED",
+            "every licence is in the licence allowlist",
+            "'Proprietary'",
+            "kept: the new curated gate_licence, refused by its gate ({w.data}/tasks/gate_licence/GATE.json)",
+        ),
+        setup=gate_licence,
+        writes=("data/tasks/gate_licence/*", "state/scratch/*"),
+    ),
+    Case(
+        "query-shared-with-another-task",
+        ("run", "--tasks", "gate_overlap"),
+        1,
+        ("medbench run: FAILED: gate[gate_overlap]: ", "fix it, then: medbench run --tasks gate_overlap"),
+        setup=gate_overlap,
+        writes=("data/tasks/gate_overlap/*", "data/tasks/OVERLAP_GATE.json", "data/tasks/_overlap/*", "state/scratch/*"),
+    ),
 ]
 # --- one malformed record per reader: refused, naming file, place, id and field; nothing curated
 for _name in WRITERS:
     CASES.append(
-        Case(f"reader-{_name}", ("run", "--tasks", f"r_{_name}"), 1,
-             (f"medbench run: FAILED: curated_task[r_{_name}]: {{file}}{{place}}", "{rid}", "'body_text' holds text that this reader does not map", f"kept: no curated r_{_name}"),
-             setup=reader_source(_name), check=curate_failed(f"r_{_name}"))  # fmt: skip
+        Case(
+            f"reader-{_name}",
+            ("run", "--tasks", f"r_{_name}"),
+            1,
+            (
+                f"medbench run: FAILED: curated_task[r_{_name}]: {{file}}{{place}}",
+                "{rid}",
+                "'body_text' holds text that this reader does not map",
+                f"kept: no curated r_{_name}",
+            ),
+            setup=reader_source(_name),
+            check=curate_failed(f"r_{_name}"),
+        )  # fmt: skip
     )
 
 
@@ -395,7 +530,10 @@ def test_bad_input_ends_in_one_line_and_changes_nothing(world, case):
     undo = case.setup(world) if case.setup else None
     try:
         files, runs = world.snapshot()
-        import shutil; shutil.rmtree("/tmp/rep_before", ignore_errors=True); shutil.copytree(world.data / "reports", "/tmp/rep_before")
+        import shutil
+
+        shutil.rmtree("/tmp/rep_before", ignore_errors=True)
+        shutil.copytree(world.data / "reports", "/tmp/rep_before")
         args = [a.format(w=world) for a in case.args]
         code, out = world.medbench(*args)
         lines = out.rstrip().splitlines()
@@ -418,8 +556,10 @@ def test_bad_input_ends_in_one_line_and_changes_nothing(world, case):
             assert logged.startswith("--- ") and ("Stack Trace:" in logged or "Traceback (most recent call last)" in logged), logged[:2000]
         now_files, now_runs = world.snapshot()
         moved = changed(files, now_files)
-        shutil.rmtree("/tmp/rep_after", ignore_errors=True); shutil.copytree(world.data / "reports", "/tmp/rep_after")
-        shutil.rmtree("/tmp/ver", ignore_errors=True); shutil.copytree(world.state / "verified", "/tmp/ver")
+        shutil.rmtree("/tmp/rep_after", ignore_errors=True)
+        shutil.copytree(world.data / "reports", "/tmp/rep_after")
+        shutil.rmtree("/tmp/ver", ignore_errors=True)
+        shutil.copytree(world.state / "verified", "/tmp/ver")
         assert {p for p in moved if not any(fnmatch(p, g) for g in case.writes)} == set(), sorted(moved)
         assert [r for r in now_runs if r in runs] == runs and len(now_runs) == len(runs) + case.new_runs
         if case.check:

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_bad_inputs import LICENCES, World, changed
-from tests.core.reader_fixtures import jsonl, write_beir as write_reader_beir, write_m3retrieve
+from tests.core.reader_fixtures import jsonl, write_m3retrieve
+from tests.core.reader_fixtures import write_beir as write_reader_beir
 from tests.orchestration.operating_env import BM25, LQ_DOCS, LQ_QRELS, LQ_QUERIES, SCI_DOCS, SCI_QRELS, SCI_QUERIES, write_beir, write_models
 
 HOSTILE = ("link_folder", "tab_id", "minus_one", "huge_grade", "deep", "zip_bomb")

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_bad_inputs import World as BaseWorld
 from tests.cli.test_bad_inputs import NOT_RECORDS, changed
+from tests.cli.test_bad_inputs import World as BaseWorld
 from tests.orchestration.operating_env import (
     BM25,
     LQ_DOCS,
@@ -135,7 +135,11 @@ class Case:
     check: Callable[[World, str], None] | None = None
 
 
-CORRUPT = ("the MLflow store {w.state}/mlflow.db is corrupt (", "nothing was run or written", "restore {w.state}/mlflow.db from a backup, or move it aside and rerun")
+CORRUPT = (
+    "the MLflow store {w.state}/mlflow.db is corrupt (",
+    "nothing was run or written",
+    "restore {w.state}/mlflow.db from a backup, or move it aside and rerun",
+)
 
 
 def artifacts_unwritable(w: World) -> Undo:
@@ -172,10 +176,14 @@ def marked_everywhere(w: World, out: str) -> None:
     runs = w.mlflow_runs()
     tags = [dict(r[-1]) for r in runs]
     # rows come in run-id order (random): the latest leaderboard run is the one that ended last
-    board = sorted(((r, t) for r, t in zip(runs, tags, strict=True) if t.get("medbench.kind") == "leaderboard" and r[3] == "active"), key=lambda rt: rt[0][2] or 0)
+    board = sorted(
+        ((r, t) for r, t in zip(runs, tags, strict=True) if t.get("medbench.kind") == "leaderboard" and r[3] == "active"), key=lambda rt: rt[0][2] or 0
+    )
     assert board[-1][1]["medbench.stale"] == f"bm25/scifact: {why}"
     # The partition's FINISHED run from before is still there and active; the last failed attempt's run is FAILED.
-    partition = [r[1] for r, t in zip(runs, tags, strict=True) if t.get("medbench.model") == "bm25" and t.get("medbench.task") == "scifact" and r[3] == "active"]
+    partition = [
+        r[1] for r, t in zip(runs, tags, strict=True) if t.get("medbench.model") == "bm25" and t.get("medbench.task") == "scifact" and r[3] == "active"
+    ]
     assert sorted(partition) == ["FAILED", "FINISHED"], partition
     rc, said = w.medbench("export", "--to", str(w.root / "exported"))
     assert rc == 0 and "1 cell(s) marked stale in the leaderboard and their MTEB results (medbench.stale): bm25/scifact" in said, said[-2000:]

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from medbench_cli.export import export
 from medbench_core.errors import DataError, IntegrityError
 from medbench_core.storage import verify_manifest
-from medbench_cli.export import export
 from tests.cli.command import medbench
 from tests.orchestration.operating_env import operated_world
 

@@ -11,15 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from tests.cli.command import without_trust
 import yaml
 
+from medbench_cli.run import model_to_warm
 from medbench_core.layout import Layout
 from medbench_core.retrieval.model_registry import load_registry
-from medbench_cli.run import model_to_warm
-from runtime.partitions import partition_key
 from orchestration.registry_sync import sync_model_partitions
+from runtime.partitions import partition_key
+from tests.cli.command import without_trust
 from tests.orchestration.operating_env import BM25, ROOT, curate, evaluate, new_world
 
 pytestmark = pytest.mark.slow
@@ -52,14 +51,18 @@ def test_the_model_to_load_is_the_first_dense_one_with_work_left(tmp_path):
 def test_a_failed_gate_refuses_its_task_although_the_model_was_loaded_beside_it(tmp_path):
     world = new_world(tmp_path / "w", [BM25, MINILM])
     # liveqa_medquad's questions carry a licence outside the allowlist: its contract fails.
-    catalogue = (world.root / "tasks.yaml").read_text().replace("path: lq, split: test, query_licence: CC-BY-4.0", "path: lq, split: test, query_licence: unknown")
+    catalogue = (
+        (world.root / "tasks.yaml").read_text().replace("path: lq, split: test, query_licence: CC-BY-4.0", "path: lq, split: test, query_licence: unknown")
+    )
     (world.root / "tasks.yaml").write_text(catalogue)
     env = _main_env(world, tmp_path)
     argv = [sys.executable, "-m", "medbench_cli", "run", "--tasks", "scifact,liveqa_medquad"]
     out = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     # The failed contract fails liveqa's curation run, and so the main job.
     last = out.stderr.rstrip().splitlines()[-1]
-    assert out.returncode == 1 and last.startswith("medbench run: FAILED: curated_task[liveqa_medquad]: task_contract: task liveqa_medquad: gate FAILED"), out.stderr[-3000:]
+    assert out.returncode == 1 and last.startswith("medbench run: FAILED: curated_task[liveqa_medquad]: task_contract: task liveqa_medquad: gate FAILED"), (
+        out.stderr[-3000:]
+    )
     assert "every licence is in the licence allowlist" in last and "'unknown'" in last  # the failing expectation and its value
     assert "kept: the new curated liveqa_medquad, refused by its gate" in last and "fix it, then: medbench run --tasks liveqa_medquad" in last
     assert "Traceback" not in out.stderr and "STEP_FAILURE" not in out.stderr
@@ -89,9 +92,13 @@ def _main_env(world, tmp_path: Path) -> dict[str, str]:
         (tmp_path / "shared_root" / "data").symlink_to(world.shared)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEDBENCH_") and k != "MLFLOW_TRACKING_URI"}
     env.update(
-        PYTHONPATH=str(ROOT), DAGSTER_HOME=str(world.dagster_home), MEDBENCH_SHARED=str(tmp_path / "shared_root"),
-        MEDBENCH_DATA=str(world.root / "data"), MEDBENCH_STATE=str(world.root / "state"),
-        MEDBENCH_MODELS=str(world.models_file), MEDBENCH_TASKS=str(world.root / "tasks.yaml"),
+        PYTHONPATH=str(ROOT),
+        DAGSTER_HOME=str(world.dagster_home),
+        MEDBENCH_SHARED=str(tmp_path / "shared_root"),
+        MEDBENCH_DATA=str(world.root / "data"),
+        MEDBENCH_STATE=str(world.root / "state"),
+        MEDBENCH_MODELS=str(world.models_file),
+        MEDBENCH_TASKS=str(world.root / "tasks.yaml"),
     )
     return env
 

@@ -36,7 +36,15 @@ def umbrela_records() -> list[dict]:
             if (q, d) in human and (q, d) not in LLM:
                 continue
             grade = LLM.get((q, d), 0)
-            rec = {"model": "gpt-4o", "query": qt, "passage": dt, "prompt": "...", "prediction": f"##final score: {grade}", "judgment": grade, "result_status": 1}
+            rec = {
+                "model": "gpt-4o",
+                "query": qt,
+                "passage": dt,
+                "prompt": "...",
+                "prediction": f"##final score: {grade}",
+                "judgment": grade,
+                "result_status": 1,
+            }
             if (q, d) == UNPARSED:
                 rec |= {"prediction": "I cannot tell.", "judgment": 0, "result_status": 0}
             out.append(rec)
@@ -48,7 +56,9 @@ def test_a_umbrela_judgement_file_scores_the_task_on_both_layers(tmp_path):
     (world.root / "judgements").mkdir()
     (world.root / "judgements" / "scifact.jsonl").write_text("".join(json.dumps(r) + "\n" for r in umbrela_records()))
     doc = json.loads(world.models_file.read_text())
-    doc["judgements"] = [{"name": "umbrela-gpt4o", "source": "file", "format": "umbrela", "judge": "gpt-4o", "path": "./judgements/{task}.jsonl", "tasks": ["scifact"]}]
+    doc["judgements"] = [
+        {"name": "umbrela-gpt4o", "source": "file", "format": "umbrela", "judge": "gpt-4o", "path": "./judgements/{task}.jsonl", "tasks": ["scifact"]}
+    ]
     world.models_file.write_text(json.dumps(doc))
     out = subprocess.run([sys.executable, "-m", "medbench_cli", "run", "--tasks", "scifact"], env=_main_env(world, tmp_path), cwd=ROOT,
                          capture_output=True, text=True, timeout=900, check=False)  # fmt: skip

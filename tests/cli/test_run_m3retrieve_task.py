@@ -19,7 +19,12 @@ from tests.orchestration.operating_env import BM25, ROOT, new_world
 
 pytestmark = pytest.mark.slow
 
-TINY_CLIP = {"name": "tiny-clip-random", "kind": "open_clip", "revision": "random-seed-0", "settings": {"architecture": "medbench-tiny-clip", "seed": 0, "fusion": "score", "fusion_weight": 0.5}}
+TINY_CLIP = {
+    "name": "tiny-clip-random",
+    "kind": "open_clip",
+    "revision": "random-seed-0",
+    "settings": {"architecture": "medbench-tiny-clip", "seed": 0, "fusion": "score", "fusion_weight": 0.5},
+}
 
 
 def test_an_m3retrieve_entry_runs_to_the_leaderboard_with_captions_and_images(tmp_path):
@@ -29,7 +34,12 @@ def test_an_m3retrieve_entry_runs_to_the_leaderboard_with_captions_and_images(tm
     catalogue += "  - {name: m3r, reader: m3retrieve, path: M3Retrieve, subsets: [Cardiology]}\n"
     (world.root / "tasks.yaml").write_text(catalogue)
     out = subprocess.run(
-        [sys.executable, "-m", "medbench_cli", "run", "--tasks", "m3r_cardiology"], env=_main_env(world, tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "medbench_cli", "run", "--tasks", "m3r_cardiology"],
+        env=_main_env(world, tmp_path),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     for line in (r"\[curate\] m3r_cardiology\s+ok", r"\[evaluate\] bm25\s+x m3r_cardiology\s+ok", r"\[evaluate\] tiny-clip-random\s+x m3r_cardiology\s+ok"):

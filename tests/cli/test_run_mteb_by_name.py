@@ -29,7 +29,9 @@ def test_an_mteb_task_by_name_runs_offline_from_the_hub_cache_and_exports_under_
     # A first run without a published score, to learn ours; then R2MED's layout holding exactly it.
     published = world.shared / "published" / "results" / "base retriever" / "bm25"
     published.mkdir(parents=True)
-    out = subprocess.run([sys.executable, "-m", "medbench_cli", "run", "--tasks", "r2med_biology"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, "-m", "medbench_cli", "run", "--tasks", "r2med_biology"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "[evaluate] bm25                     x r2med_biology          ok" in out.stdout
 
@@ -39,7 +41,9 @@ def test_an_mteb_task_by_name_runs_offline_from_the_hub_cache_and_exports_under_
     metrics = json.loads((world.root / "data" / "artifacts" / "bm25" / "r2med_biology" / "metrics" / cell["metrics_key"] / "metrics.json").read_text())
     ours = metrics["mean"]["ndcg_at_10"]
     (published / "Biology.json").write_text(json.dumps({"dataset_name": "Biology", "model_name": "bm25", "test": {"ndcg_at_10": round(ours, 5)}}))
-    again = subprocess.run([sys.executable, "-m", "medbench_cli", "run", "--tasks", "r2med_biology"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    again = subprocess.run(
+        [sys.executable, "-m", "medbench_cli", "run", "--tasks", "r2med_biology"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
     assert "[published] published scores: 1 cell compared, 1 reproduced (inside our 95% CI), 0 outside the CI" in again.stdout
 
@@ -51,7 +55,9 @@ def test_an_mteb_task_by_name_runs_offline_from_the_hub_cache_and_exports_under_
     assert run.data.params["mteb_task"] == "R2MEDBiologyRetrieval" and run.data.params["dataset_revision"] == BIOLOGY
     assert run.data.metrics["published.ndcg_at_10"] == round(ours, 5) and run.data.metrics["published_in_ci.ndcg_at_10"] == 1.0
 
-    export = subprocess.run([sys.executable, "-m", "medbench_cli", "export", "--to", str(tmp_path / "export")], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    export = subprocess.run(
+        [sys.executable, "-m", "medbench_cli", "export", "--to", str(tmp_path / "export")], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert export.returncode == 0, export.stderr[-3000:]
     import mteb
 

@@ -29,7 +29,9 @@ def test_a_catalogue_entry_alone_runs_an_mteb_folder_to_mlflow_and_the_leaderboa
     with open(world.root / "tasks.yaml", "a") as f:
         f.write("  - {name: mteb_fixture, reader: mteb, path: mteb_fixture, research_only: true}\n")  # records state no licence
     env = _main_env(world, tmp_path)
-    out = subprocess.run([sys.executable, "-m", "medbench_cli", "run", "--tasks", "mteb_fixture"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "medbench_cli", "run", "--tasks", "mteb_fixture"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "[evaluate] bm25                     x mteb_fixture           ok" in out.stdout
 
@@ -39,7 +41,9 @@ def test_a_catalogue_entry_alone_runs_an_mteb_folder_to_mlflow_and_the_leaderboa
     assert task.qrels.height == len(QRELS)
 
     with world.instance() as instance:
-        (curated,) = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("curated_task"), asset_partitions=["mteb_fixture"]), limit=1).records
+        (curated,) = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("curated_task"), asset_partitions=["mteb_fixture"]), limit=1
+        ).records
     md = curated.event_log_entry.asset_materialization.metadata
     assert md["dataset_revision"].value == revision and md["dataset"].value == "mteb_fixture"
 

@@ -165,7 +165,13 @@ def test_uniir_remote_code_and_hf_hub_clip_run_to_mlflow_and_the_leaderboard(tmp
     tiny = codefolder.import_from(late, "tiny_late").TinyLate(dim=8)
     unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
     sets = lambda out: [unit(v[m]) for v, m in zip(out["late_interaction_output"], out["context_mask"])]  # noqa: E731
-    qv = sets(tiny.encode(texts=task.queries["text"].to_list(), images=[Image.open(task.resolve_image(p)).convert("RGB") for p in task.queries["image"].to_list()], is_query=True))
+    qv = sets(
+        tiny.encode(
+            texts=task.queries["text"].to_list(),
+            images=[Image.open(task.resolve_image(p)).convert("RGB") for p in task.queries["image"].to_list()],
+            is_query=True,
+        )
+    )
     dv = sets(tiny.encode(texts=task.doc_text()))
     assert_scores("late-tiny", np.array([[float((a @ b.T).max(axis=1).sum()) for b in dv] for a in qv]), 1e-5)
 

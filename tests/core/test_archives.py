@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from medbench_core.taskdata.archives import safe_extract
 from medbench_core.errors import DataError
+from medbench_core.taskdata.archives import safe_extract
 
 
 def _tar(path: Path, members: list[tarfile.TarInfo | tuple[str, bytes]], mode: str = "w") -> Path:

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import pytrec_eval
 
-from medbench_core.retrieval import bm25
-from medbench_core.taskdata.catalog import build_task, load_catalog
 from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
+from medbench_core.retrieval import bm25
 from medbench_core.retrieval.model_registry import load_registry
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
+from medbench_core.taskdata.catalog import build_task, load_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"

@@ -9,10 +9,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from medbench_core.retrieval.index import build_index, search
 from medbench_core.evaluation.metrics import breakdown, cross_lingual_gap, evaluate, qrels_to_dict, run_to_dict
-from medbench_core.taskdata.task import TaskMeta, make_task
+from medbench_core.retrieval.index import build_index, search
 from medbench_core.retrieval.records import candidate_pools, encode_side
+from medbench_core.taskdata.task import TaskMeta, make_task
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 if not DATA.exists():
@@ -134,7 +134,9 @@ def test_bilingual_task_breakdown_and_gap_by_hand():
     # en1 judges a relevant (rank 1, nDCG 1); en2 judges b (rank 2, nDCG 1/log2 3);
     # fr1 judges c (rank 3, nDCG 1/log2 4 = .5).
     table = {"Q": [1, 0], "a": [1, 0], "b": [0.6, 0.8], "c": [0, 1]}
-    queries = pl.DataFrame({"query_id": ["en1", "en2", "fr1"], "text": ["Q", "Q", "Q"], "language": ["en", "en", "fr"], "discipline": ["cardio", "neuro", "cardio"]})
+    queries = pl.DataFrame(
+        {"query_id": ["en1", "en2", "fr1"], "text": ["Q", "Q", "Q"], "language": ["en", "en", "fr"], "discipline": ["cardio", "neuro", "cardio"]}
+    )
     corpus = pl.DataFrame({"doc_id": ["a", "b", "c"], "text": ["a", "b", "c"]})
     qrels = pl.DataFrame({"query_id": ["en1", "en2", "fr1"], "doc_id": ["a", "b", "c"], "relevance": [1, 1, 1]})
     task = make_task(TaskMeta(name="bilingual", source="test", languages=("en", "fr")), queries, corpus, qrels)

@@ -14,13 +14,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from medbench_core.retrieval import bm25
 from medbench_core.errors import DataError
-from medbench_core.retrieval.index import build_index, search
 from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
-from medbench_core.taskdata.task import TaskMeta, make_task
+from medbench_core.retrieval import bm25
+from medbench_core.retrieval.index import build_index, search
 from medbench_core.retrieval.ranking import rank_scores
 from medbench_core.retrieval.records import candidate_pools, encode_side
+from medbench_core.taskdata.task import TaskMeta, make_task
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 if not DATA.exists():
@@ -56,9 +56,14 @@ class HashEncoder:
 # Scores q1: d1 .6, d2 .8, d3 0, d4 1, d5 .6, d6 -1
 #        q2: d1 .8, d2 .6, d3 1, d4 0, d5 .8, d6 0
 TABLE = {
-    "q one": [1, 0], "q two": [0, 1],
-    "doc one": [0.6, 0.8], "doc two": [0.8, 0.6], "doc three": [0, 1],
-    "doc four": [1, 0], "doc five": [0.6, 0.8], "doc six": [-1, 0],
+    "q one": [1, 0],
+    "q two": [0, 1],
+    "doc one": [0.6, 0.8],
+    "doc two": [0.8, 0.6],
+    "doc three": [0, 1],
+    "doc four": [1, 0],
+    "doc five": [0.6, 0.8],
+    "doc six": [-1, 0],
 }
 DOCS = {"d1": "doc one", "d2": "doc two", "d3": "doc three", "d4": "doc four", "d5": "doc five", "d6": "doc six"}
 POOLS = {"q1": ["d1", "d2", "d3"], "q2": ["d1", "d4", "d5", "d6"]}
@@ -80,9 +85,13 @@ METRICS = list(EXPECTED["q1"])
 
 
 def hand_task(candidates: bool = True):
-    queries = pl.DataFrame({"query_id": ["q1", "q2"], "text": ["q one", "q two"], "language": ["en", "en"], "modality": ["text", "text"], "licence": ["CC0-1.0"] * 2})
+    queries = pl.DataFrame(
+        {"query_id": ["q1", "q2"], "text": ["q one", "q two"], "language": ["en", "en"], "modality": ["text", "text"], "licence": ["CC0-1.0"] * 2}
+    )
     corpus = pl.DataFrame({"doc_id": list(DOCS), "text": list(DOCS.values()), "language": ["en"] * 6, "modality": ["text"] * 6, "licence": ["CC0-1.0"] * 6})
-    qrels = pl.DataFrame([(q, d, r) for q, rel in QRELS.items() for d, r in rel.items()], schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "relevance": pl.Int32}, orient="row")
+    qrels = pl.DataFrame(
+        [(q, d, r) for q, rel in QRELS.items() for d, r in rel.items()], schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "relevance": pl.Int32}, orient="row"
+    )
     cands = pl.DataFrame([(q, d) for q, ds in POOLS.items() for d in ds], schema={"query_id": pl.Utf8, "doc_id": pl.Utf8}, orient="row")
     return make_task(TaskMeta(name="hand", source="test"), queries, corpus, qrels, cands if candidates else None)
 
@@ -199,7 +208,14 @@ def test_bm25_text_side_of_multimodal_records():
     # A query with no indexable text (image-only, or stopwords only) matches nothing: all
     # documents score 0 and keep the doc-id order; a corpus without any text is refused.
     retriever = bm25.fit(["aspirin", "ibuprofen", ""])
-    run = bm25.search(retriever, ["img", "stop", "asp"], ["", "the of", "aspirin"], ["d1", "d2", "d3"], 10, candidates={"img": np.array([0, 1]), "stop": np.array([0, 1, 2]), "asp": np.array([0, 1, 2])})
+    run = bm25.search(
+        retriever,
+        ["img", "stop", "asp"],
+        ["", "the of", "aspirin"],
+        ["d1", "d2", "d3"],
+        10,
+        candidates={"img": np.array([0, 1]), "stop": np.array([0, 1, 2]), "asp": np.array([0, 1, 2])},
+    )
     assert ranked(run) == {"img": ["d2", "d1"], "stop": ["d3", "d2", "d1"], "asp": ["d1", "d3", "d2"]}
     assert run.filter(pl.col("query_id") != "asp")["score"].to_list() == [0.0] * 5
     with pytest.raises(DataError, match="no document has indexable text"):

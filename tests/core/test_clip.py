@@ -235,8 +235,8 @@ def test_medicat_with_random_clip_through_faiss_matches_pytrec_eval(encoder):
     """The whole dense path on a real image+text task with candidate pools."""
     import pytrec_eval
 
-    from medbench_core.retrieval.index import build_index, search
     from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
+    from medbench_core.retrieval.index import build_index, search
     from medbench_core.retrieval.records import candidate_pools, encode_side, load_encoder
     from medbench_core.taskdata.readers.medicat import MedicatOptions, read_medicat
 
@@ -263,8 +263,8 @@ def test_medicat_with_random_clip_through_faiss_matches_pytrec_eval(encoder):
 
 @pytest.mark.slow
 def test_pneumoniamnist_1148_images_with_random_clip(tmp_path):
-    from medbench_core.retrieval.index import build_index, search
     from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
+    from medbench_core.retrieval.index import build_index, search
     from medbench_core.retrieval.records import encode_side, load_encoder
     from medbench_core.taskdata.readers import ReadContext
     from medbench_core.taskdata.readers.pneumoniamnist import PneumoniaMNISTOptions, read_pneumoniamnist

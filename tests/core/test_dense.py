@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from medbench_core.errors import DataError
 from medbench_core.retrieval.kinds.base import effective_revision
 from medbench_core.retrieval.kinds.dense import load_text_encoder
-from medbench_core.retrieval.weights import folder_revision, resolve_model_path
-from medbench_core.errors import DataError
 from medbench_core.retrieval.model_registry import model_spec
+from medbench_core.retrieval.weights import folder_revision, resolve_model_path
 
 pytestmark = pytest.mark.model
 
@@ -103,7 +103,7 @@ from medbench_core.retrieval.kinds.base import effective_revision
 from medbench_core.errors import DataError
 from medbench_core.retrieval.model_registry import model_spec
 out = {{}}
-for rev in ["{commit}", "{'b' * 40}"]:
+for rev in ["{commit}", "{"b" * 40}"]:
     spec = model_spec(name="hub", kind="sentence-transformers", path="{HUB_ID}", revision=rev, settings={SETTINGS!r})
     out[rev[:1] + "_revision"] = effective_revision(spec)
     try:

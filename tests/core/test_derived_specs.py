@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from medbench_core.retrieval.kinds.base import derived_stage_keys
 from medbench_core.errors import DataError
+from medbench_core.retrieval.kinds.base import derived_stage_keys
 from medbench_core.retrieval.model_registry import ModelSpec, evaluation_order, load_baseline, load_registry, model_spec, upstream_order
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,10 @@ def registry(tmp_path: Path, extra: str, head: str = "") -> Path:
 
 
 def test_fusion_and_reranker_entries_load_with_defaults(tmp_path):
-    specs = load_registry(registry(tmp_path, """
+    specs = load_registry(
+        registry(
+            tmp_path,
+            """
   - name: hybrid
     kind: fusion
     fusion: {method: rrf, runs: [bm25, minilm]}
@@ -43,7 +46,9 @@ def test_fusion_and_reranker_entries_load_with_defaults(tmp_path):
     kind: cross-encoder
     path: /some/folder
     rerank: {upstream: hybrid}
-"""))
+""",
+        )
+    )
     by = {s.name: s for s in specs}
     assert by["hybrid"].block.to_entry() == {"method": "rrf", "k": 60, "runs": ["bm25", "minilm"]}
     assert by["hybrid-wsum"].block.to_entry() == {"method": "wsum", "norm": "min-max", "runs": ["bm25", "minilm"], "weights": [1.0, 3.0]}
@@ -76,12 +81,18 @@ def test_identity_holds_the_settings_that_differ_from_the_kinds_defaults():
         ),
         ("  - {name: f, kind: fusion, fusion: {runs: [bm25]}}\n", r"model 'f': fusion.runs must list at least two"),
         ("  - {name: f, kind: fusion, fusion: {method: rrf, runs: [bm25, minilm], weights: [1, 2]}}\n", r"model 'f': fusion method rrf takes 'k' only"),
-        ("  - {name: f, kind: fusion, fusion: {method: wsum, runs: [bm25, minilm], weights: [1]}}\n", r"model 'f': fusion.weights must give one number >= 0 per run \(2\)"),
+        (
+            "  - {name: f, kind: fusion, fusion: {method: wsum, runs: [bm25, minilm], weights: [1]}}\n",
+            r"model 'f': fusion.weights must give one number >= 0 per run \(2\)",
+        ),
         ("  - {name: f, kind: fusion, fusion: {method: borda, runs: [bm25, minilm]}}\n", r"model 'f': fusion.method 'borda' unknown"),
         ("  - {name: r, kind: cross-encoder, path: x, rerank: {upstream: bm25, depth: 0}}\n", r"model 'r': rerank.depth must be a positive integer, not 0"),
         ("  - {name: r, kind: cross-encoder, rerank: {upstream: bm25}}\n", r"model 'r': kind cross-encoder needs 'path'"),
         ("  - {name: r, kind: cross-encoder, path: x}\n", r"model 'r': kind cross-encoder needs 'rerank:"),
-        ("  - {name: r, kind: bm25, rerank: {upstream: bm25}}\n", r"model 'r': unknown field 'rerank' for kind bm25 \('rerank' belongs to kind cross-encoder\)"),
+        (
+            "  - {name: r, kind: bm25, rerank: {upstream: bm25}}\n",
+            r"model 'r': unknown field 'rerank' for kind bm25 \('rerank' belongs to kind cross-encoder\)",
+        ),
     ],
 )
 def test_bad_entries_name_the_file_and_the_entry(tmp_path, extra, message):
@@ -113,7 +124,9 @@ def test_derived_key_follows_each_upstream_run_key(monkeypatch):
         derived_stage_keys(spec, "taskhash", "", {"bm25": "r1-new", "minilm": "r2"}, 100),
         derived_stage_keys(spec, "taskhash", "", {"bm25": "r1", "minilm": "r2-new"}, 100),
         derived_stage_keys(spec, "taskhash", "", {"bm25": "r1", "minilm": "r2"}, 50),
-        derived_stage_keys(model_spec(name="hybrid", kind="fusion", fusion={"runs": ["bm25", "minilm"], "k": 10}), "taskhash", "", {"bm25": "r1", "minilm": "r2"}, 100),
+        derived_stage_keys(
+            model_spec(name="hybrid", kind="fusion", fusion={"runs": ["bm25", "minilm"], "k": 10}), "taskhash", "", {"bm25": "r1", "minilm": "r2"}, 100
+        ),
     ]
     monkeypatch.setitem(provenance.STAGE_VERSIONS, "derived_run", "bumped")  # a new declared version of the derived run
     changed.append(derived_stage_keys(spec, "taskhash", "", {"bm25": "r1", "minilm": "r2"}, 100))
@@ -157,8 +170,8 @@ def test_registry_keys_chain_through_upstream_runs():
     import polars as pl
 
     from medbench_core.retrieval.derived import registry_partition_keys
-    from medbench_core.taskdata.task import TaskMeta, make_task
     from medbench_core.retrieval.stages import partition_keys
+    from medbench_core.taskdata.task import TaskMeta, make_task
 
     task = make_task(
         TaskMeta(name="t", source="test"),

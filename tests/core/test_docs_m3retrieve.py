@@ -46,7 +46,7 @@ def test_m3retrieve_model_entries_load_with_their_kinds(tmp_path, monkeypatch):
     hashes = code_folders(tmp_path, monkeypatch)
     body = blocks("m3retrieve.md", "yaml")[0]
     for path, digest in hashes.items():  # the page leaves the hashes for the first run to print; here they are known
-        body = body.replace(f"{{path: {path}, sha256: \"{'0' * 64}\"}}", f"{{path: {path}, sha256: {digest}}}")
+        body = body.replace(f'{{path: {path}, sha256: "{"0" * 64}"}}', f"{{path: {path}, sha256: {digest}}}")
         body = body.replace(f'{{path: "{path}", sha256: "{"0" * 64}"}}', f'{{path: "{path}", sha256: {digest}}}')
     assert "0" * 64 not in body
     (tmp_path / "models.yaml").write_text(body)
@@ -69,7 +69,9 @@ def test_m3retrieve_model_entries_load_with_their_kinds(tmp_path, monkeypatch):
     assert specs["preflmr"].settings.instructions == {"default": "Retrieve the most relevant text to the given image and image caption: "}
     assert specs["mii"].settings.calls()["image_text"].output == ["text_embeddings", "image_embeddings"]
     # The E5 / BGE readings differ in the model and pooling only.
-    readings = {n: (specs[n].path, specs[n].settings.pooling, specs[n].settings.query_prefix) for n in ("e5-large", "e5-large-v1", "bge-large-en-e5", "bge-large-m3r")}
+    readings = {
+        n: (specs[n].path, specs[n].settings.pooling, specs[n].settings.query_prefix) for n in ("e5-large", "e5-large-v1", "bge-large-en-e5", "bge-large-m3r")
+    }
     assert readings == {"e5-large": ("intfloat/e5-large-v2", "mean", "query:"), "e5-large-v1": ("intfloat/e5-large", "mean", "query:"),
                         "bge-large-en-e5": ("BAAI/bge-large-en", "mean", "query:"), "bge-large-m3r": ("BAAI/bge-large-en-v1.5", "cls", "")}  # fmt: skip
     for code in blocks("m3retrieve.md", "python"):
@@ -88,7 +90,9 @@ def test_m3retrieve_model_entries_load_with_their_kinds(tmp_path, monkeypatch):
 def test_the_summary_entry_reads_the_scripts_folder(tmp_path):
     from reader_fixtures import DISCIPLINES, image_bytes, write_release
 
-    entry = next(b for b in re.findall(r"```text\n(.*?)```", ROOT.joinpath("docs", "m3retrieve.md").read_text(), flags=re.DOTALL) if "M3Retrieve_SummaryRetrieval" in b)
+    entry = next(
+        b for b in re.findall(r"```text\n(.*?)```", ROOT.joinpath("docs", "m3retrieve.md").read_text(), flags=re.DOTALL) if "M3Retrieve_SummaryRetrieval" in b
+    )
     (tmp_path / "tasks.yaml").write_text("licence_allowlist: [CC-BY-SA-4.0]\ntasks:\n" + entry)
     catalog = load_catalog(tmp_path / "tasks.yaml")
     assert catalog.names == ["m3retrieve_summary_mmqsd_ret"]

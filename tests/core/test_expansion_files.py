@@ -167,7 +167,10 @@ def test_one_entry_reads_every_task_from_its_own_hub_dataset_in_the_local_hub_ca
         write_r2med(cache / f"datasets--R2MED--{folder}" / "snapshots" / SHAS[folder], "", "hyde", "qwq-32b", t, texts[folder])
     spec = hub_spec()
     for folder, t in (("Biology", task), ("Bioinformatics", other)):
-        assert locate_file(spec, t.name, hub_cache=cache) == cache / f"datasets--R2MED--{folder}" / "snapshots" / SHAS[folder] / "hyde/qwq-32b/query_with_hydoc.jsonl"
+        assert (
+            locate_file(spec, t.name, hub_cache=cache)
+            == cache / f"datasets--R2MED--{folder}" / "snapshots" / SHAS[folder] / "hyde/qwq-32b/query_with_hydoc.jsonl"
+        )
         frame, info = build_expansion(spec, t, hub_cache=cache)  # offline: nothing downloaded
         q = t.queries["query_id"][0]
         assert frame.filter(pl.col("query_id") == q)["answer"].item() == f"{folder} passage for {q}"  # qwq-32b: R2MED's </think> rule
@@ -178,9 +181,14 @@ def test_one_entry_reads_every_task_from_its_own_hub_dataset_in_the_local_hub_ca
     branch = hub_spec(revisions={"Biology": "main"})
     assert expansion_stage_key(branch, task, hub_cache=cache) == expansion_stage_key(spec, task, hub_cache=cache)
     # Not in the cache, offline: refused, saying how to get it.
-    with pytest.raises(DataError, match=r"hyde/qwq-32b/query_with_hydoc.jsonl of hub dataset R2MED/Bioinformatics@6021fce.* is not in the local hub cache.*hf download R2MED/Bioinformatics"):
+    with pytest.raises(
+        DataError,
+        match=r"hyde/qwq-32b/query_with_hydoc.jsonl of hub dataset R2MED/Bioinformatics@6021fce.* is not in the local hub cache.*hf download R2MED/Bioinformatics",
+    ):
         build_expansion(hub_spec(), other, hub_cache=tmp_path / "empty")
-    with pytest.raises(DataError, match=r"no revision for hub dataset 'R2MED/Bioinformatics' \(task scifact_other\); add Bioinformatics: <commit> to 'revisions'"):
+    with pytest.raises(
+        DataError, match=r"no revision for hub dataset 'R2MED/Bioinformatics' \(task scifact_other\); add Bioinformatics: <commit> to 'revisions'"
+    ):
         locate_file(hub_spec(revisions={"Biology": SHAS["Biology"]}), "scifact_other", hub_cache=cache)
 
 

@@ -118,13 +118,18 @@ def test_lamer_prompt_carries_upstream_passages(task, lm_dir, gen):
     long_doc = task.corpus["doc_id"][0]
     corpus_text = dict(zip(task.corpus["doc_id"].to_list(), task.doc_text()))
     # An upstream run by hand: every query gets the same three documents, the first one padded past 512 words.
-    task2 = dataclasses.replace(task, corpus=task.corpus.with_columns(
-        pl.when(pl.col("doc_id") == long_doc).then(pl.col("text") + " " + " ".join(f"w{i}" for i in range(600))).otherwise(pl.col("text")).alias("text")
-    ), _hash=None)
+    task2 = dataclasses.replace(
+        task,
+        corpus=task.corpus.with_columns(
+            pl.when(pl.col("doc_id") == long_doc).then(pl.col("text") + " " + " ".join(f"w{i}" for i in range(600))).otherwise(pl.col("text")).alias("text")
+        ),
+        _hash=None,
+    )
     docs = task.corpus["doc_id"].to_list()[:3]
     run = pl.DataFrame(
         [(q, d, 3.0 - r, r + 1) for q in task.queries["query_id"].to_list() for r, d in enumerate(reversed(docs))],
-        schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int32}, orient="row",
+        schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int32},
+        orient="row",
     )
     passages = lamer_passages(run, task2, k=2, words=512)
     text2 = dict(zip(task2.corpus["doc_id"].to_list(), task2.doc_text()))
@@ -132,8 +137,16 @@ def test_lamer_prompt_carries_upstream_passages(task, lm_dir, gen):
     assert passages[task.queries["query_id"][0]] == want
     assert len(cut_words(text2[long_doc], 512).split()) == 512 and corpus_text[long_doc] != text2[long_doc]
 
-    spec = ExpansionSpec(name="lamer-tiny", method="lamer", source="generate", generator=str(lm_dir), upstream="bm25", upstream_k=2,
-                         decoding={"max_new_tokens": 4, "seed": 1}, batch_size=3)
+    spec = ExpansionSpec(
+        name="lamer-tiny",
+        method="lamer",
+        source="generate",
+        generator=str(lm_dir),
+        upstream="bm25",
+        upstream_k=2,
+        decoding={"max_new_tokens": 4, "seed": 1},
+        batch_size=3,
+    )
     frame, info = build_expansion(spec, task2, prompts_dir=PROMPTS, upstream_run=run, upstream_run_key="run-key-1", generator=gen)
     template = (PROMPTS / "lamer.txt").read_text()
     q0 = task2.queries["text"][0]

@@ -192,8 +192,21 @@ def test_remote_code_embedder_with_the_instruction_on_both_equals_r2meds_nvembed
     monkeypatch.setenv("HF_HUB_CACHE", str(root / "hub"))
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(root / "hub"))
     instruction = "Given a claim, retrieve documents that support or refute the claim"
-    call = {"method": "encode", "records": {"arg": 0, "text": "txt"}, "output": "hidden_states", "query_kwargs": {"is_query": True}, "instruction": "instruction"}
-    entry = {"name": "tiny-nv", "kind": "remote-code-embedder", "path": hub_id, "revision": "main", "batch_size": 4, "settings": {"text": call, "instructions": {"default": instruction}}}
+    call = {
+        "method": "encode",
+        "records": {"arg": 0, "text": "txt"},
+        "output": "hidden_states",
+        "query_kwargs": {"is_query": True},
+        "instruction": "instruction",
+    }
+    entry = {
+        "name": "tiny-nv",
+        "kind": "remote-code-embedder",
+        "path": hub_id,
+        "revision": "main",
+        "batch_size": 4,
+        "settings": {"text": call, "instructions": {"default": instruction}},
+    }
     (tmp_path / "models.yaml").write_text(json.dumps({"trust_remote_code": [hub_id], "models": [entry]}))
     (spec,) = load_registry(tmp_path / "models.yaml")
     emb, idx, out = (tmp_path / n for n in ("emb", "idx", "out"))
@@ -238,7 +251,8 @@ def test_lamer_prompt_is_r2meds(task):
     qids = bio.queries["query_id"].to_list()
     run = pl.DataFrame(
         [(q, d, 100.0 - r, r + 1) for q in qids for r, d in enumerate(docs[:12])],
-        schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int32}, orient="row",
+        schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int32},
+        orient="row",
     )
 
     def cut_text(t, threshold=512):  # lines 31-35

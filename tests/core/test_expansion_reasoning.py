@@ -52,25 +52,40 @@ def r2med_split(model, text):  # noqa: C901 - R2MED's code as published
 
 
 # One text per family, in the format its models write (answer, reasoning as medbench keeps them).
-R1 = ("<think>\nThe question is about scurvy. Vitamin C cannot be synthesised by humans.\n</think>\n\n"
-      "Neanderthals ate fresh meat and organs, rich in vitamin C.", "Neanderthals ate fresh meat and organs, rich in vitamin C.",
-      "The question is about scurvy. Vitamin C cannot be synthesised by humans.")
-QWQ = ("Okay, so the user asks about scurvy. Let me recall what I know about vitamin C...\n</think>\n\nLiver and fresh meat supply vitamin C.",
-       "Liver and fresh meat supply vitamin C.", "Okay, so the user asks about scurvy. Let me recall what I know about vitamin C...")  # the chat template opened <think>
-HUATUO = ("## Thinking\n\nThe patient has fever and a stiff neck. Meningitis should be ruled out.\n\n## Final Response\n\n"
-          "Bacterial meningitis; start empirical antibiotics after a lumbar puncture.",
-          "Bacterial meningitis; start empirical antibiotics after a lumbar puncture.",
-          "The patient has fever and a stiff neck. Meningitis should be ruled out.\n\n##")  # R2MED's Thinking regex stops before " Final Response"
-SKY = ("<|begin_of_thought|>\n\nFirst, recall the pathway of bilirubin.\n\n<|end_of_thought|>\n\n<|begin_of_solution|>\n\n"
-       "Unconjugated hyperbilirubinaemia points to haemolysis.\n\n<|end_of_solution|>",
-       "Unconjugated hyperbilirubinaemia points to haemolysis.", "First, recall the pathway of bilirubin.")
-SEARCH_R1 = ("<think>I need to find what causes the rash.</think>\n<search> rash after amoxicillin in mononucleosis </search>\n"
-             "<information>Doc 1: ...</information>\n<think>It is the drug rash.</think>\n<answer> An ampicillin rash in infectious mononucleosis </answer>",
-             "An ampicillin rash in infectious mononucleosis",
-             "<think>I need to find what causes the rash.</think>\n<search> rash after amoxicillin in mononucleosis </search>\n"
-             "<information>Doc 1: ...</information>\n<think>It is the drug rash.</think>")
-PLAIN = ("A passage on the Final Response of the immune system </think> as written by GPT-4.\n",
-         "A passage on the Final Response of the immune system </think> as written by GPT-4.", "")  # no family marker counts here
+R1 = (
+    "<think>\nThe question is about scurvy. Vitamin C cannot be synthesised by humans.\n</think>\n\nNeanderthals ate fresh meat and organs, rich in vitamin C.",
+    "Neanderthals ate fresh meat and organs, rich in vitamin C.",
+    "The question is about scurvy. Vitamin C cannot be synthesised by humans.",
+)
+QWQ = (
+    "Okay, so the user asks about scurvy. Let me recall what I know about vitamin C...\n</think>\n\nLiver and fresh meat supply vitamin C.",
+    "Liver and fresh meat supply vitamin C.",
+    "Okay, so the user asks about scurvy. Let me recall what I know about vitamin C...",
+)  # the chat template opened <think>
+HUATUO = (
+    "## Thinking\n\nThe patient has fever and a stiff neck. Meningitis should be ruled out.\n\n## Final Response\n\n"
+    "Bacterial meningitis; start empirical antibiotics after a lumbar puncture.",
+    "Bacterial meningitis; start empirical antibiotics after a lumbar puncture.",
+    "The patient has fever and a stiff neck. Meningitis should be ruled out.\n\n##",
+)  # R2MED's Thinking regex stops before " Final Response"
+SKY = (
+    "<|begin_of_thought|>\n\nFirst, recall the pathway of bilirubin.\n\n<|end_of_thought|>\n\n<|begin_of_solution|>\n\n"
+    "Unconjugated hyperbilirubinaemia points to haemolysis.\n\n<|end_of_solution|>",
+    "Unconjugated hyperbilirubinaemia points to haemolysis.",
+    "First, recall the pathway of bilirubin.",
+)
+SEARCH_R1 = (
+    "<think>I need to find what causes the rash.</think>\n<search> rash after amoxicillin in mononucleosis </search>\n"
+    "<information>Doc 1: ...</information>\n<think>It is the drug rash.</think>\n<answer> An ampicillin rash in infectious mononucleosis </answer>",
+    "An ampicillin rash in infectious mononucleosis",
+    "<think>I need to find what causes the rash.</think>\n<search> rash after amoxicillin in mononucleosis </search>\n"
+    "<information>Doc 1: ...</information>\n<think>It is the drug rash.</think>",
+)
+PLAIN = (
+    "A passage on the Final Response of the immune system </think> as written by GPT-4.\n",
+    "A passage on the Final Response of the immune system </think> as written by GPT-4.",
+    "",
+)  # no family marker counts here
 
 CASES = [
     *[(g, "think", R1) for g in ("r1-llama-8b", "r1-qwen-32b", "r1-llama-70b", "qwen3-32b", "qwen3-8b")],
@@ -107,7 +122,9 @@ def test_a_published_file_is_read_with_its_generators_rule(tmp_path):
     task = scifact_subset()
     texts = {q: f"## Thinking\n\nWhy {q}?\n\n## Final Response\n\nBecause of {q}." for q in task.queries["query_id"].to_list()}
     write_r2med(tmp_path, "SciFact", "hyde", "huatuo-o1-70b", task, texts)
-    spec = ExpansionSpec(name="hyde-huatuo", method="hyde", source="file", generator="huatuo-o1-70b", path=str(tmp_path), task_folders={"scifact_small": "SciFact"})
+    spec = ExpansionSpec(
+        name="hyde-huatuo", method="hyde", source="file", generator="huatuo-o1-70b", path=str(tmp_path), task_folders={"scifact_small": "SciFact"}
+    )
     assert spec.reasoning == "auto" and spec.reasoning_rule() == "huatuo"
     frame, info = build_expansion(spec, task)
     q = task.queries["query_id"][0]

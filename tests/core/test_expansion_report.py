@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from _expansion_fixtures import scifact_subset, synthetic_expansions
 
+from medbench_core.evaluation.reports import Cell, leaderboard
 from medbench_core.retrieval.expansion.contract import expansion_gate_refusal, record_expansion_gate, validate_expansion
 from medbench_core.retrieval.expansion.frame import expansion_frame
 from medbench_core.retrieval.expansion.report import beside_retriever, beside_retriever_markdown, mlflow_metrics, mlflow_params
-from medbench_core.evaluation.reports import Cell, leaderboard
 from medbench_core.retrieval.model_registry import model_spec
 
 MODELS = [
@@ -24,7 +24,8 @@ def test_expanded_beside_its_retriever_with_the_difference():
     # The leaderboard the product builds (evaluation/reports.py), its task columns as reports.expanded_beside passes them.
     board = leaderboard(
         [cell("bm25", "biology", 0.19191), cell("bm25+hyde-g", "biology", 0.5734), cell("bm25", "medqa", 0.0255), cell("bm25+hyde-g", "medqa", None)],
-        ["bm25", "bm25+hyde-g"], ["biology", "medqa"],
+        ["bm25", "bm25+hyde-g"],
+        ["biology", "medqa"],
     )
     assert board["average"].to_list() == [0.1087, None]  # (0.19191 + 0.0255) / 2; medqa not scored yet for the expanded model
     rows = beside_retriever(board.select("model", "biology", "medqa"), MODELS, copies={("bm25+hyde-g", "biology"): 2})
@@ -39,17 +40,35 @@ def test_expanded_beside_its_retriever_with_the_difference():
 
 def test_mlflow_params_and_metrics():
     info = {
-        "expansion": "hyde-g", "key": "k123", "prompt_sha256": "abc", "generated_tokens": 640, "seconds": 3.2, "tokens_per_second": 200.0, "n_queries": 10,
-        "identity": {"source": "generate", "method": "hyde", "generator": "./gen", "revision": "sha256:1", "batch_size": 8, "dtype": "float32",
-                     "decoding": {"temperature": 0.7, "seed": 42}},
+        "expansion": "hyde-g",
+        "key": "k123",
+        "prompt_sha256": "abc",
+        "generated_tokens": 640,
+        "seconds": 3.2,
+        "tokens_per_second": 200.0,
+        "n_queries": 10,
+        "identity": {
+            "source": "generate",
+            "method": "hyde",
+            "generator": "./gen",
+            "revision": "sha256:1",
+            "batch_size": 8,
+            "dtype": "float32",
+            "decoding": {"temperature": 0.7, "seed": 42},
+        },
     }
     params = mlflow_params(info)
     assert params["expansion.key"] == "k123" and params["expansion.decoding.seed"] == "42" and params["expansion.revision"] == "sha256:1"
     assert "expansion.upstream_run" not in params and "expansion.file_sha256" not in params
     metrics = mlflow_metrics(info, {"max_shared_words": 41, "n_copies": 1, "copied_query_ids": ["q3"], "median_shared_words": 12.0})
     assert metrics == {
-        "expansion.n_queries": 10.0, "expansion.generated_tokens": 640.0, "expansion.seconds": 3.2, "expansion.tokens_per_second": 200.0,
-        "leakage.max_shared_words": 41.0, "leakage.n_copies": 1.0, "leakage.median_shared_words": 12.0,
+        "expansion.n_queries": 10.0,
+        "expansion.generated_tokens": 640.0,
+        "expansion.seconds": 3.2,
+        "expansion.tokens_per_second": 200.0,
+        "leakage.max_shared_words": 41.0,
+        "leakage.n_copies": 1.0,
+        "leakage.median_shared_words": 12.0,
     }
 
 

@@ -8,20 +8,19 @@ done by hand to 1e-6. R2MED's defaults are what a bare ``expanded`` entry resolv
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import pytrec_eval
 from _expansion_fixtures import ROOT, scifact_subset, synthetic_expansions
 
 from medbench_core.errors import DataError
+from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
 from medbench_core.retrieval.derived import build_derived_run
 from medbench_core.retrieval.expansion.combine import Combine
+from medbench_core.retrieval.expansion.frame import expansion_frame
 from medbench_core.retrieval.expansion.spec import ExpansionSpec
 from medbench_core.retrieval.kinds.base import StoredCorpus, StoredExpansion
 from medbench_core.retrieval.kinds.expanded import resolve_combine
-from medbench_core.retrieval.expansion.frame import expansion_frame
-from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
 from medbench_core.retrieval.model_registry import ModelSpec, load_registry, model_spec
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 

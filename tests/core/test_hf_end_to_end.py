@@ -7,12 +7,14 @@ import pytest
 import pytrec_eval
 from hf_layouts import DOCS, QRELS, QUERIES, write_mteb_parquet, write_r2med_repo
 
-from medbench_core.taskdata.catalog import build_task, load_catalog
 from medbench_core.evaluation.metrics import run_to_dict
 from medbench_core.retrieval.model_registry import model_spec
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve, score
+from medbench_core.taskdata.catalog import build_task, load_catalog
 
-BM25 = model_spec(name="bm25", kind="bm25", revision="bm25s-lucene", settings={"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"})
+BM25 = model_spec(
+    name="bm25", kind="bm25", revision="bm25s-lucene", settings={"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}
+)
 K = 10
 
 

@@ -22,8 +22,8 @@ from hf_layouts import (
     write_r2med_repo,
 )
 
-from medbench_core.taskdata.catalog import build_task, load_catalog
 from medbench_core.errors import DataError
+from medbench_core.taskdata.catalog import build_task, load_catalog
 from medbench_core.taskdata.readers import ReadContext
 from medbench_core.taskdata.readers.mteb import MtebOptions, read_mteb
 from medbench_core.taskdata.readers.r2med import R2medRepoOptions, read_r2med_repo
@@ -103,8 +103,7 @@ def test_hub_dataset_without_a_revision_is_refused(tmp_path):
     with pytest.raises(DataError) as err:
         read_mteb(None, MtebOptions(name="r2med_biology", dataset="R2MED/Biology"), ReadContext(hub_cache=tmp_path))
     assert str(err.value) == (
-        "task r2med_biology: hub dataset 'R2MED/Biology' has no revision; pin one (revision: <40-hex commit sha>) "
-        "so the task reads the same data every time"
+        "task r2med_biology: hub dataset 'R2MED/Biology' has no revision; pin one (revision: <40-hex commit sha>) so the task reads the same data every time"
     )
 
 

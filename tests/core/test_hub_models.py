@@ -17,8 +17,8 @@ import pytest
 from hf_layouts import hub_cache
 
 from medbench_core.errors import DataError
-from medbench_core.taskdata.task import TaskMeta, make_task
 from medbench_core.retrieval.model_registry import ModelSpec, load_registry, model_spec, pin_revision
+from medbench_core.taskdata.task import TaskMeta, make_task
 
 pytestmark = pytest.mark.model
 

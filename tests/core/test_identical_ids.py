@@ -57,7 +57,9 @@ def test_the_option_the_contract_count_and_the_scores(tmp_path):
     assert validate_task(keeping).identical_ids["ignored"] is False
 
     # query d2 retrieves document d2 first, then d3 (its relevant document)
-    run = pl.DataFrame({"query_id": ["q1", "q1", "d2", "d2", "d2"], "doc_id": ["d1", "d3", "d2", "d3", "d1"], "score": [3.0, 1.0, 5.0, 4.0, 1.0], "rank": [1, 2, 1, 2, 3]})
+    run = pl.DataFrame(
+        {"query_id": ["q1", "q1", "d2", "d2", "d2"], "doc_id": ["d1", "d3", "d2", "d3", "d1"], "score": [3.0, 1.0, 5.0, 4.0, 1.0], "rank": [1, 2, 1, 2, 3]}
+    )
     qrels = {"q1": {"d1": 1}, "d2": {"d3": 1}}
     results = {q: dict(zip(g["doc_id"], g["score"])) for (q,), g in run.group_by("query_id")}
     ev = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"})

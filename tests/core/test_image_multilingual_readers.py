@@ -13,10 +13,10 @@ import pytrec_eval
 from hf_layouts import write_jsonl
 from PIL import Image
 
-from medbench_core.taskdata.catalog import build_task, load_catalog
-from medbench_core.taskdata.contracts import validate_task
 from medbench_core.errors import DataError
 from medbench_core.retrieval.stages import score
+from medbench_core.taskdata.catalog import build_task, load_catalog
+from medbench_core.taskdata.contracts import validate_task
 from medbench_core.taskdata.readers import ReadContext
 from medbench_core.taskdata.readers.m3retrieve import M3RetrieveOptions, read_m3retrieve
 from medbench_core.taskdata.readers.multilingual import MultilingualOptions, read_multilingual
@@ -34,17 +34,23 @@ def write_m3_folder(folder):
     (folder / "images").mkdir(parents=True)
     for i in range(4):
         (folder / "images" / f"x{i}.png").write_bytes(png(i))
-    write_jsonl(folder / "queries.jsonl", [
-        {"_id": "q1", "txt": "Which finding does this chest film show?", "img": "images/x0.png"},
-        {"_id": "q2", "text": "", "image_path": "images/x1.png"},
-        {"_id": "q3", "text": "pleural effusion treatment"},
-    ])
-    write_jsonl(folder / "corpus.jsonl", [
-        {"_id": "p1", "text": "A right lower lobe consolidation indicates pneumonia."},
-        {"_id": "p2", "text": "Large pleural effusions are drained by thoracentesis."},
-        {"_id": "p3", "text": "", "image": "images/x2.png"},
-        {"_id": "p4", "text": "Cardiomegaly on a chest film", "img_path": "images/x3.png"},
-    ])
+    write_jsonl(
+        folder / "queries.jsonl",
+        [
+            {"_id": "q1", "txt": "Which finding does this chest film show?", "img": "images/x0.png"},
+            {"_id": "q2", "text": "", "image_path": "images/x1.png"},
+            {"_id": "q3", "text": "pleural effusion treatment"},
+        ],
+    )
+    write_jsonl(
+        folder / "corpus.jsonl",
+        [
+            {"_id": "p1", "text": "A right lower lobe consolidation indicates pneumonia."},
+            {"_id": "p2", "text": "Large pleural effusions are drained by thoracentesis."},
+            {"_id": "p3", "text": "", "image": "images/x2.png"},
+            {"_id": "p4", "text": "Cardiomegaly on a chest film", "img_path": "images/x3.png"},
+        ],
+    )
     (folder / "qrels").mkdir()
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tp1\t1\nq2\tp3\t1\nq3\tp2\t1\n")
     return folder
@@ -76,7 +82,9 @@ def test_m3retrieve_parquet_image_bytes_are_written_to_the_scratch_folder(tmp_pa
     (folder / "corpus").mkdir(parents=True)
     (folder / "queries").mkdir()
     (folder / "qrels").mkdir()
-    pl.DataFrame({"id": ["p1", "p2"], "text": ["", "pneumonia"], "image": [{"bytes": png(5), "path": "a.png"}, None]}).write_parquet(folder / "corpus" / "test.parquet")
+    pl.DataFrame({"id": ["p1", "p2"], "text": ["", "pneumonia"], "image": [{"bytes": png(5), "path": "a.png"}, None]}).write_parquet(
+        folder / "corpus" / "test.parquet"
+    )
     pl.DataFrame({"id": ["q1"], "text": ["consolidation"]}).write_parquet(folder / "queries" / "test.parquet")
     pl.DataFrame({"query-id": ["q1", "q1"], "corpus-id": ["p1", "p2"], "score": [1, 0]}).write_parquet(folder / "qrels" / "test.parquet")
     task = read_m3retrieve(folder, M3RetrieveOptions(name="m3"), ReadContext(scratch=tmp_path / "scratch"))

@@ -40,7 +40,9 @@ def top_level(modules: list[str]) -> set[str]:
 
 
 def test_importing_medbench_core_imports_no_heavy_library():
-    out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    )
     seen = json.loads(out.stdout)
     assert seen["n"] >= 60  # every module of the library, in every subpackage, was imported, not just the package
     for which in ("package", "all"):

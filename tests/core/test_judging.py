@@ -208,7 +208,12 @@ def test_the_circularity_guard_names_the_model_of_the_judges_family(tmp_path):
         "expansions:\n  - {name: hyde-qwen, method: hyde, source: file, generator: qwen-7b-ins, path: ./x}\n"
     )
     specs = {s.name: s for s in load_registry(tmp_path / "models.yaml")}
-    exps = {e.name: e for e in parse_expansions([{"name": "hyde-qwen", "method": "hyde", "source": "file", "generator": "qwen-7b-ins", "path": "./x"}], tmp_path / "models.yaml")}
+    exps = {
+        e.name: e
+        for e in parse_expansions(
+            [{"name": "hyde-qwen", "method": "hyde", "source": "file", "generator": "qwen-7b-ins", "path": "./x"}], tmp_path / "models.yaml"
+        )
+    }
     judge = families("Qwen/Qwen2.5-7B-Instruct")
     assert judge == {"qwen"} and families("r1-qwen-32b") == {"qwen", "deepseek"} and families("huatuo-o1-70b") == {"huatuo"}
     assert circular(judge, cell_builders(specs["bm25+hyde"], specs, exps)) == "hyde-qwen (generator qwen-7b-ins) (qwen)"
@@ -238,15 +243,22 @@ def test_umbrela_output_and_trec_qrels_are_read_matched_and_refused_line_by_line
     assert info["top_grade"] == 1 and onto == {0: 0, 1: 0, 2: 1, 3: 1}
     assert rows[("q00", "d01")]["judge_grade"] == 3 and rows[("q00", "d01")]["grade"] == 1 and rows[("q00", "d01")]["role"] == "fill"
     assert rows[("q01", "d02")]["grade"] is None  # UMBRELA's fallback 0 is not a grade
-    assert rows[("q02", "d00")]["role"] == "calibration" and rows[("q02", "d00")]["human"] == complete.filter((pl.col("query_id") == "q02") & (pl.col("doc_id") == "d00"))["relevance"][0]
+    assert (
+        rows[("q02", "d00")]["role"] == "calibration"
+        and rows[("q02", "d00")]["human"] == complete.filter((pl.col("query_id") == "q02") & (pl.col("doc_id") == "d00"))["relevance"][0]
+    )
     assert info["n_unparsed"] == 1 and info["identity"]["source"] == "file" and len(info["identity"]["file_sha256"]) == 64
     (tmp_path / "synthetic.trec").write_text("q00 0 d01 3\nq01 Q0 d02 1\n")
     trec = JudgementSpec(name="trec", source="file", judge="gpt-4o", path="synthetic.trec", format="trec", base_dir=str(tmp_path))
     assert build_judgements(trec, sparse)[0].select("query_id", "doc_id", "judge_grade", "grade").rows() == [("q00", "d01", 3, 1), ("q01", "d02", 1, 0)]
 
     (tmp_path / "synthetic.jsonl").write_text(
-        json.dumps({"query": "not a query", "passage": d["d01"], "judgment": 1}) + "\n{broken\n"
-        + json.dumps({"qid": "q00", "docid": "d09", "judgment": 1}) + "\n" + json.dumps({"qid": "q00", "docid": "d01", "judgment": 5}) + "\n"
+        json.dumps({"query": "not a query", "passage": d["d01"], "judgment": 1})
+        + "\n{broken\n"
+        + json.dumps({"qid": "q00", "docid": "d09", "judgment": 1})
+        + "\n"
+        + json.dumps({"qid": "q00", "docid": "d01", "judgment": 5})
+        + "\n"
     )
     with pytest.raises(DataError) as err:
         build_judgements(spec, sparse)
@@ -274,7 +286,9 @@ def test_the_real_judge_path_prompts_batches_constrains_caches_and_keys(tiny_jud
     task, complete = complete_task(n_queries=6, n_docs=6)
     sparse = make_task(task.meta, task.queries, task.corpus, complete.filter(pl.col("doc_id") <= "d01"))
     runs = {"a": full_run(task, 1)}
-    spec = JudgementSpec(name="tiny", source="generate", judge=str(tiny_judge), pool={"models": ["a"], "depth": 4, "calibration": 5}, batch_size=3, base_dir=str(ROOT))
+    spec = JudgementSpec(
+        name="tiny", source="generate", judge=str(tiny_judge), pool={"models": ["a"], "depth": 4, "calibration": 5}, batch_size=3, base_dir=str(ROOT)
+    )
     judge = load_judge(spec)
     prompts = judge.prompts(["what is x"], ["x is y"])
     assert prompts[0].startswith("[user] Given a query and a passage") and "Query: what is x\nPassage: x is y" in prompts[0]

@@ -89,7 +89,11 @@ def test_the_base_claims_nothing_dense_and_the_encoder_base_holds_the_dense_defa
     kind = _Plain()
     assert kind.index_identity(spec) == "plain"  # no FAISS index: the index stage is keyed by a constant
     assert kind.long_text_params(spec) == {} and kind.mteb_meta(spec, {})["model_type"] == []
-    assert kind.build_index(spec, Path("unused"), Path("unused"), use_gpu=None, progress=None, available=None) == {"type": "none", "built_on": "cpu", "files": []}
+    assert kind.build_index(spec, Path("unused"), Path("unused"), use_gpu=None, progress=None, available=None) == {
+        "type": "none",
+        "built_on": "cpu",
+        "files": [],
+    }
     assert not isinstance(kind, Retriever)  # the three compute methods are the subclass's own
     encoder = EncoderKind()
     assert encoder.index_identity(spec) == {"type": "flat"}
@@ -144,7 +148,10 @@ def test_the_grep_would_notice_a_comparison(tmp_path):
         ({"name": "bm25", "kind": "bm25", "settings": {"k1": "high"}}, r"setting 'k1' must be float, not 'high'"),
         ({"name": "bm25", "kind": "bm25", "settings": {"method": "bm26"}}, r"method 'bm26' unknown; use one of lucene, robertson"),
         ({"name": "bm25", "kind": "bm25", "settings": {"stemmer": "klingon"}}, r"stemmer 'klingon' unknown; PyStemmer has"),
-        ({"name": "st", "kind": "sentence-transformers", "path": "x", "settings": {"normalise": True}}, r"unknown setting 'normalise' .*did you mean 'normalize'"),
+        (
+            {"name": "st", "kind": "sentence-transformers", "path": "x", "settings": {"normalise": True}},
+            r"unknown setting 'normalise' .*did you mean 'normalize'",
+        ),
         ({"name": "st", "kind": "sentence-transformers", "path": "x", "settings": {"pooling": "cls"}}, r"use kind transformers to choose mean or cls"),
         ({"name": "c", "kind": "open_clip", "settings": {"architecture": "medbench-tiny-clip", "fusion_wieght": 0.3}}, r"did you mean 'fusion_weight'"),
         ({"name": "c", "kind": "open_clip", "settings": {"architecture": "medbench-tiny-clip", "fusion_weight": 2}}, r"fusion_weight 2.0 must lie in \[0, 1\]"),

@@ -13,11 +13,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from medbench_core.retrieval.chunking import LongText, long_text, pool, split_text, windows
 from medbench_core.errors import DataError
-from medbench_core.taskdata.task import TaskMeta, make_task
+from medbench_core.retrieval.chunking import LongText, long_text, pool, split_text, windows
 from medbench_core.retrieval.model_registry import model_spec
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve, run_params, stage_keys
+from medbench_core.taskdata.task import TaskMeta, make_task
 
 CODES = {"embeddings": "a", "index": "b", "run": "c", "metrics": "d"}
 
@@ -49,7 +49,11 @@ def test_settings_are_checked():
     assert long_text(settings()) == LongText(mode="truncate")
     assert long_text(settings(long_text="chunk", max_length=16)) == LongText("chunk", "max", 14, 14, 16)
     assert long_text(settings(long_text="chunk", chunk_size=8, chunk_stride=6, chunk_pooling="mean")).describe() == {
-        "long_text": "chunk", "chunk_pooling": "mean", "chunk_size": 8, "chunk_stride": 6, "max_length": None,
+        "long_text": "chunk",
+        "chunk_pooling": "mean",
+        "chunk_size": 8,
+        "chunk_stride": 6,
+        "max_length": None,
     }
     for values, message in [
         ({"long_text": "slide"}, "long_text 'slide' unknown"),
@@ -127,7 +131,12 @@ def test_max_and_mean_pooling_rank_differently(tmp_path, pooling, ranking, score
     assert enc.seen == [("passage", ["alpha", "beta", "gamma", "delta", "omega"])]
     assert np.load(dirs["emb"] / "chunk_doc.npy").tolist() == [0, 0, 1, 1, 2]
     assert info["n_chunks"] == 5 and info["n_docs"] == 3
-    assert {k: info[k] for k in ("long_text", "chunk_pooling", "chunk_size", "chunk_stride")} == {"long_text": "chunk", "chunk_pooling": pooling, "chunk_size": 1, "chunk_stride": 1}
+    assert {k: info[k] for k in ("long_text", "chunk_pooling", "chunk_size", "chunk_stride")} == {
+        "long_text": "chunk",
+        "chunk_pooling": pooling,
+        "chunk_size": 1,
+        "chunk_stride": 1,
+    }
     build_corpus_index(spec, dirs["emb"], dirs["idx"])
     run, rinfo = retrieve(spec, task, dirs["emb"], dirs["idx"], dirs["run"], k=3, encoder=enc)
     assert run["doc_id"].to_list() == ranking

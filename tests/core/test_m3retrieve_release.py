@@ -178,7 +178,10 @@ def test_two_matching_members_are_refused_as_ambiguous(local, tmp_path):
     data, catalog = local
     with zipfile.ZipFile(data / "M3Retrieve" / "images.zip", "a") as zf:
         zf.writestr("images/c1.jpg", jpeg(1))  # c1.jpg is also images/Cardiology/c1.jpg
-    with pytest.raises(DataError, match=r"queries.jsonl:1: record c-q1: image 'c1.jpg' matches 2 members of .*images.zip: \['images/c1.jpg', 'images/Cardiology/c1.jpg'\]; refusing to guess"):
+    with pytest.raises(
+        DataError,
+        match=r"queries.jsonl:1: record c-q1: image 'c1.jpg' matches 2 members of .*images.zip: \['images/c1.jpg', 'images/Cardiology/c1.jpg'\]; refusing to guess",
+    ):
         build_task(catalog.task("m3r_cardiology"), data, tmp_path / "w")
 
 
@@ -196,7 +199,9 @@ def test_a_missing_discipline_lists_those_there_are(local, tmp_path):
     data, _ = local
     cat = tmp_path / "t.yaml"
     cat.write_text("tasks:\n  - {name: m3r, reader: m3retrieve, path: M3Retrieve, subsets: [Cardiologgy]}\n")
-    with pytest.raises(DataError, match=r"task m3r_cardiologgy: discipline folder 'Cardiologgy' not found in .*M3Retrieve; it holds \['Anatomy and Physiology', 'Cardiology'\]"):
+    with pytest.raises(
+        DataError, match=r"task m3r_cardiologgy: discipline folder 'Cardiologgy' not found in .*M3Retrieve; it holds \['Anatomy and Physiology', 'Cardiology'\]"
+    ):
         build_task(load_catalog(cat).task("m3r_cardiologgy"), data, tmp_path / "w")
 
 

@@ -13,10 +13,26 @@ SHA = "98dc570c2645fec8e1fd42c7d4ac9853f46051fd"
 
 QUERIES = [
     # CIRR-like task 7: an image and a modification text -> an image
-    {"qid": "7:1", "query_txt": "make the dog sit on grass", "query_img_path": "mbeir_images/cirr_images/q1.png", "query_modality": "image,text",
-     "query_src_content": "{\"id\": 1}", "pos_cand_list": ["7:11"], "neg_cand_list": [], "task_id": 7},
-    {"qid": "7:2", "query_txt": "the same cat, but black", "query_img_path": "mbeir_images/cirr_images/q2.png", "query_modality": "image,text",
-     "query_src_content": "{}", "pos_cand_list": ["7:12"], "neg_cand_list": ["7:11"], "task_id": 7},
+    {
+        "qid": "7:1",
+        "query_txt": "make the dog sit on grass",
+        "query_img_path": "mbeir_images/cirr_images/q1.png",
+        "query_modality": "image,text",
+        "query_src_content": '{"id": 1}',
+        "pos_cand_list": ["7:11"],
+        "neg_cand_list": [],
+        "task_id": 7,
+    },
+    {
+        "qid": "7:2",
+        "query_txt": "the same cat, but black",
+        "query_img_path": "mbeir_images/cirr_images/q2.png",
+        "query_modality": "image,text",
+        "query_src_content": "{}",
+        "pos_cand_list": ["7:12"],
+        "neg_cand_list": ["7:11"],
+        "task_id": 7,
+    },
 ]
 POOL = [
     {"did": "7:11", "txt": "", "img_path": "mbeir_images/cirr_images/c11.png", "modality": "image", "src_content": "{}"},

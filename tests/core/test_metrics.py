@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import pytrec_eval
 
+from medbench_core.evaluation.metrics import DEFAULT_METRICS, TREC_METRICS, evaluate, parse_metric, qrels_to_dict, run_to_dict
 from medbench_core.retrieval import bm25
 from medbench_core.taskdata.catalog import build_task, load_catalog
-from medbench_core.evaluation.metrics import DEFAULT_METRICS, TREC_METRICS, evaluate, parse_metric, qrels_to_dict, run_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -143,7 +143,10 @@ def test_queries_missing_from_run_unjudged_only_and_no_relevant():
     assert ev.per_query["absent"] == {m: 0.0 for m in DEFAULT_METRICS}  # nothing retrieved: nothing judged, no holes, bounds 0
     # two unjudged documents retrieved: Judged@10 0, two holes, and nDCG@10 anywhere in [0, 1] once they are judged
     assert {m: ev.per_query["unjudged_only"][m] for m in ("judged_at_10", "holes_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10")} == {
-        "judged_at_10": 0.0, "holes_at_10": 2.0, "ndcg_lower_at_10": 0.0, "ndcg_upper_at_10": 1.0
+        "judged_at_10": 0.0,
+        "holes_at_10": 2.0,
+        "ndcg_lower_at_10": 0.0,
+        "ndcg_upper_at_10": 1.0,
     }
     assert ev.per_query["hit"]["mrr_at_10"] == 0.5
     # mean over the four judged queries: only "hit" scores

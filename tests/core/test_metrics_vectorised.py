@@ -91,8 +91,20 @@ def random_case(seed: int, *, depth_mix: bool, grades: int, n_queries: int = 60)
 
 
 def frames(qrels, run, shuffle_seed=None):
-    q = pl.DataFrame({"query_id": [q for q, r in qrels.items() for _ in r], "doc_id": [d for r in qrels.values() for d in r], "relevance": [v for r in qrels.values() for v in r.values()]})
-    r = pl.DataFrame({"query_id": [q for q, d in run.items() for _ in d], "doc_id": [x for d in run.values() for x in d], "score": [float(s) for d in run.values() for s in d.values()]})
+    q = pl.DataFrame(
+        {
+            "query_id": [q for q, r in qrels.items() for _ in r],
+            "doc_id": [d for r in qrels.values() for d in r],
+            "relevance": [v for r in qrels.values() for v in r.values()],
+        }
+    )
+    r = pl.DataFrame(
+        {
+            "query_id": [q for q, d in run.items() for _ in d],
+            "doc_id": [x for d in run.values() for x in d],
+            "score": [float(s) for d in run.values() for s in d.values()],
+        }
+    )
     if shuffle_seed is not None:
         r = r.sample(fraction=1.0, shuffle=True, seed=shuffle_seed)  # qrels keep their order: it fixes the mean's
     return q, r
@@ -117,7 +129,9 @@ def test_bit_identical_to_the_scalar_evaluator(seed, depth_mix, grades):
     # Asked beside the hole-aware measures (which join every judgment, not only the positives), the
     # trec_eval measures keep their bits.
     together = evaluate(qrels, run, DEFAULT_METRICS)
-    assert {q: {m: v[m] for m in TREC_METRICS} for q, v in together.per_query.items()} == {q: {m: v[m] for m in TREC_METRICS} for q, v in want_per_query.items()}
+    assert {q: {m: v[m] for m in TREC_METRICS} for q, v in together.per_query.items()} == {
+        q: {m: v[m] for m in TREC_METRICS} for q, v in want_per_query.items()
+    }
 
 
 def test_every_query_cut_at_one_depth_takes_the_partition_path_and_agrees():

@@ -62,7 +62,12 @@ def test_an_r2med_task_by_its_mteb_name_alone_reads_the_hub_cache_at_mtebs_pin(t
     entry = catalog(tmp_path, "  - {reader: mteb, task: R2MEDBiologyRetrieval}\n").task("r2med_biology")
     md = mteb.get_task("R2MEDBiologyRetrieval").metadata
     assert entry.options["dataset"] == md.dataset["path"] == "R2MED/Biology" and entry.options["revision"] == md.revision == BIOLOGY
-    assert (entry.options["split"], entry.options["main_metric"], entry.options["language"], entry.options["licence"]) == ("test", "ndcg_at_10", "en", "CC-BY-4.0")
+    assert (entry.options["split"], entry.options["main_metric"], entry.options["language"], entry.options["licence"]) == (
+        "test",
+        "ndcg_at_10",
+        "en",
+        "CC-BY-4.0",
+    )
     assert entry.options["domains"] == ["Medical"] and entry.options["mteb_task"] == "R2MEDBiologyRetrieval" and not entry.research_only
     cache, _ = hub_cache(tmp_path / "hub", "R2MED/Biology", write_r2med_hub, sha=BIOLOGY)
     task = build_task(entry, tmp_path / "data", tmp_path / "work", hub_cache=cache)  # offline: the cache only

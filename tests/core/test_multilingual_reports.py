@@ -28,9 +28,7 @@ QUERIES = pl.DataFrame(
         "concept_ids": [[f"icd10:c{i}"] for i in (1, 2, 3, 4, 1, 2, 3, 4, 1, 2)],
     }
 )
-QRELS = pl.DataFrame(
-    {"query_id": QUERIES["query_id"], "doc_id": [q.split(":")[1] for q in QUERIES["query_id"]], "relevance": 1}
-)
+QRELS = pl.DataFrame({"query_id": QUERIES["query_id"], "doc_id": [q.split(":")[1] for q in QUERIES["query_id"]], "relevance": 1})
 # nDCG@10 per query of model A and B (A: strong in English and French, weak in Japanese; B the other way).
 A = [1.0, 1.0, 1.0, 0.5, 0.8, 0.6, 0.9, 0.5, 0.0, 0.1]
 B = [0.9, 0.9, 0.9, 0.4, 0.7, 0.5, 0.7, 0.5, 0.9, 0.8]
@@ -48,9 +46,9 @@ def _cells(tmp_path):
         others = [d for d in ("c1", "c2", "c3", "c4", "c5") if d != concept]
         ranked = others[:3] if rank is None else [*others[: rank - 1], concept, *others[rank - 1 :]][:3]
         rows += [(q, d, float(10 - r), r + 1) for r, d in enumerate(ranked)]
-    pl.DataFrame(
-        rows, schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int32}, orient="row"
-    ).write_parquet(run_dir / "run.parquet")
+    pl.DataFrame(rows, schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int32}, orient="row").write_parquet(
+        run_dir / "run.parquet"
+    )
     pq = lambda v: pl.DataFrame({"query_id": QUERIES["query_id"], "ndcg_at_10": v})
     metrics = lambda v: {"mean": {"ndcg_at_10": float(np.mean(v))}}
     return [Cell("A", "x", metrics(A), per_query=pq(A), run_dir=run_dir), Cell("B", "x", metrics(B), per_query=pq(B))]
@@ -74,46 +72,30 @@ def test_every_table_against_hand_worked_values(tmp_path):
         rng=np.random.default_rng(0),
         vectorized=True,
     ).confidence_interval
-    assert (langs[("A", "fr")]["ci_low"], langs[("A", "fr")]["ci_high"]) == pytest.approx(
-        (ref.low, ref.high), abs=1e-12
-    )
+    assert (langs[("A", "fr")]["ci_low"], langs[("A", "fr")]["ci_high"]) == pytest.approx((ref.low, ref.high), abs=1e-12)
     assert set(t["languages"]["task"]) == {"x"} and langs[("A", "ja")]["script"] == "CJK"
 
     gaps = {(r["model"], r["language"]): r for r in t["gaps"].iter_rows(named=True)}
     en, fr = np.array(A[:4]), np.array(A[4:8])
     assert gaps[("A", "fr")]["gap"] == pytest.approx((en - fr).mean()) == pytest.approx(0.175)
     assert gaps[("A", "fr")]["p_perm"] == paired_permutation(en, fr, n_resamples=2000, seed=0)
-    assert gaps[("A", "ja")]["n_concepts"] == 2 and gaps[("A", "ja")]["gap"] == pytest.approx(
-        ((1.0 - 0.0) + (1.0 - 0.1)) / 2
-    )
+    assert gaps[("A", "ja")]["n_concepts"] == 2 and gaps[("A", "ja")]["gap"] == pytest.approx(((1.0 - 0.0) + (1.0 - 0.1)) / 2)
 
     scripts = {(r["model"], r["script"]): r for r in t["scripts"].iter_rows(named=True)}
-    assert (
-        scripts[("B", "Latin")]["mean"] == pytest.approx(np.mean(B[:8]))
-        and scripts[("B", "Latin")]["languages"] == "en, fr"
-    )
+    assert scripts[("B", "Latin")]["mean"] == pytest.approx(np.mean(B[:8])) and scripts[("B", "Latin")]["languages"] == "en, fr"
 
     agg = {(r["model"], r["task"]): r for r in t["aggregate"].iter_rows(named=True)}
     # A: plain 0.64, balanced (0.875 + 0.7 + 0.05) / 3 = 0.5417; B: plain 0.72... B leads both: no inversion here.
-    assert agg[("A", "x")]["plain"] == pytest.approx(np.mean(A)) and agg[("A", "x")]["balanced"] == pytest.approx(
-        (0.875 + 0.7 + 0.05) / 3
-    )
+    assert agg[("A", "x")]["plain"] == pytest.approx(np.mean(A)) and agg[("A", "x")]["balanced"] == pytest.approx((0.875 + 0.7 + 0.05) / 3)
     assert agg[("B", "x")]["balanced"] == pytest.approx((np.mean(B[:4]) + np.mean(B[4:8]) + np.mean(B[8:])) / 3)
 
     var = t["variance"].row(0, named=True)
     # c1: ranks 1, 2, 3 -> variance 2/3; c2: 1, 1, 4 (not retrieved: k + 1) -> 2; c3: 1, 1 -> 0; c4: 2, 2 -> 0.
-    assert (var["model"], var["n_concepts"]) == ("A", 4) and var["mean_rank_variance"] == pytest.approx(
-        (2 / 3 + 2 + 0 + 0) / 4
-    )
+    assert (var["model"], var["n_concepts"]) == ("A", 4) and var["mean_rank_variance"] == pytest.approx((2 / 3 + 2 + 0 + 0) / 4)
     assert var["mean_rank"] == pytest.approx((2 + 2 + 1 + 2) / 4)
 
     md = multilingual_markdown(t, n_resamples=2000)
-    assert (
-        "| A | x | 0.8750 [" in md
-        and "ja (CJK)" in md
-        and "p=" in md
-        and "Rank inversions (plain mean vs language-balanced): none" in md
-    )
+    assert "| A | x | 0.8750 [" in md and "ja (CJK)" in md and "p=" in md and "Rank inversions (plain mean vs language-balanced): none" in md
     keys = multilingual_mlflow_metrics(t)
     assert keys["multilingual/x/A/gap.fr"] == pytest.approx(0.175) and "multilingual/x/B/script.CJK.ci_low" in keys
     assert "languages,A,x,ja,mean,0.05" in multilingual_csv(t)
@@ -138,9 +120,7 @@ def test_a_model_first_by_the_plain_mean_and_second_by_the_balanced_one_is_an_in
     )
     # plain: C 0.72 > D 0.66; balanced: C 0.45 < D 0.75.
     assert t["inversions"].rows() == [("y", "C", "D", pytest.approx(0.06), pytest.approx(-0.30))]
-    assert "y: C above D by the plain mean (+0.0600), below by the balanced (-0.3000)" in multilingual_markdown(
-        t, n_resamples=1000
-    )
+    assert "y: C above D by the plain mean (+0.0600), below by the balanced (-0.3000)" in multilingual_markdown(t, n_resamples=1000)
 
 
 def test_the_leaderboard_prints_the_section_and_writes_multilingual_csv(tmp_path):
@@ -155,17 +135,11 @@ def test_the_leaderboard_prints_the_section_and_writes_multilingual_csv(tmp_path
         out,
         query_groups={"x": query_groups(QUERIES, QRELS)},
     )
-    assert (
-        "## Multilingual" in written["markdown"]
-        and "multilingual.csv" in written["files"]
-        and (out / "multilingual.csv").is_file()
-    )
+    assert "## Multilingual" in written["markdown"] and "multilingual.csv" in written["files"] and (out / "multilingual.csv").is_file()
     import json
 
     doc = json.loads((out / "leaderboard.json").read_text())
     assert {r["language"] for r in doc["multilingual"]["gaps"]} == {"fr", "ja"}
-    again = write_leaderboard(
-        cells, ["A", "B"], ["x"], Significance("A", n_resamples=1000), out
-    )  # no multilingual task: no section, no file
+    again = write_leaderboard(cells, ["A", "B"], ["x"], Significance("A", n_resamples=1000), out)  # no multilingual task: no section, no file
     assert "## Multilingual" not in again["markdown"] and not (out / "multilingual.csv").exists()
     assert script_of("pt_BR") == "Latin" and script_of("el") == "Greek" and script_of("xx") == "other"

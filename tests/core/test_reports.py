@@ -20,9 +20,6 @@ import polars as pl
 import pytest
 from PIL import Image
 
-from medbench_core.taskdata.task import TaskMeta, make_task
-from medbench_core.retrieval.stages import score
-from medbench_core.retrieval.ranking import write_trec
 from medbench_core.evaluation.exports import export, mteb_result
 from medbench_core.evaluation.plots import diff_plot_png, diff_plot_size, heatmap_png, heatmap_size
 from medbench_core.evaluation.reports import (
@@ -36,6 +33,9 @@ from medbench_core.evaluation.reports import (
     wide,
 )
 from medbench_core.evaluation.stats import compare, format_cell
+from medbench_core.retrieval.ranking import write_trec
+from medbench_core.retrieval.stages import score
+from medbench_core.taskdata.task import TaskMeta, make_task
 
 R2 = 1 / math.log2(3)
 TASK_QUERIES = {
@@ -54,8 +54,15 @@ def make(name: str):
     langs = sorted({lang for lang, _ in qs.values()})
     return make_task(
         TaskMeta(name=name, source="test", languages=tuple(langs)),
-        pl.DataFrame({"query_id": list(qs), "text": [f"query {q}" for q in qs], "language": [l for l, _ in qs.values()],
-                      "tier": [t for _, t in qs.values()], "discipline": ["cardiology"] * len(qs)}),
+        pl.DataFrame(
+            {
+                "query_id": list(qs),
+                "text": [f"query {q}" for q in qs],
+                "language": [l for l, _ in qs.values()],
+                "tier": [t for _, t in qs.values()],
+                "discipline": ["cardiology"] * len(qs),
+            }
+        ),
         pl.DataFrame({"doc_id": [f"d{q}" for q in qs] + ["zz"], "text": ["x"] * (len(qs) + 1)}),
         pl.DataFrame({"query_id": list(qs), "doc_id": [f"d{q}" for q in qs], "relevance": [1] * len(qs)}),
     )
@@ -117,8 +124,9 @@ def test_breakdowns_and_cross_lingual_gap(world):
     _, _, cells = world
     tiers = breakdown_table(cells, "tier")
     got = {(r["model"], r["task"], r["tier"]): r["ndcg_at_10"] for r in tiers.iter_rows(named=True)}
-    assert got == pytest.approx({("bm25", "t1", "easy"): (1 + R2) / 2, ("bm25", "t1", "hard"): 0.5,
-                                 ("dense", "t1", "easy"): 1.0, ("dense", "t1", "hard"): (1 + R2) / 2}, abs=1e-12)
+    assert got == pytest.approx(
+        {("bm25", "t1", "easy"): (1 + R2) / 2, ("bm25", "t1", "hard"): 0.5, ("dense", "t1", "easy"): 1.0, ("dense", "t1", "hard"): (1 + R2) / 2}, abs=1e-12
+    )
     w = wide(tiers, "tier", models=["dense", "bm25"])
     assert w.columns == ["model", "t1/easy", "t1/hard"] and w["model"].to_list() == ["dense", "bm25"]
     assert w.row(1) == ("bm25", round((1 + R2) / 2, 4), 0.5)
@@ -148,8 +156,10 @@ def test_cells_with_confidence_intervals_and_markers(world):
     # A clear difference over 20 queries gets its star. 1000 random sign patterns (of 2^20) do not reach it:
     # p = 2 (0 + 1) / (1000 + 1) = 0.001998.
     ids = [f"q{i}" for i in range(20)]
-    strong = [Cell("bm25", "s", metrics={"mean": {"ndcg_at_10": 0.0}}, per_query=pl.DataFrame({"query_id": ids, "ndcg_at_10": [0.0] * 20})),
-              Cell("best", "s", metrics={"mean": {"ndcg_at_10": 0.9}}, per_query=pl.DataFrame({"query_id": ids, "ndcg_at_10": [0.8, 1.0] * 10}))]
+    strong = [
+        Cell("bm25", "s", metrics={"mean": {"ndcg_at_10": 0.0}}, per_query=pl.DataFrame({"query_id": ids, "ndcg_at_10": [0.0] * 20})),
+        Cell("best", "s", metrics={"mean": {"ndcg_at_10": 0.9}}, per_query=pl.DataFrame({"query_id": ids, "ndcg_at_10": [0.8, 1.0] * 10})),
+    ]
     st = significance(strong, "bm25", n_resamples=1000)
     best = st.filter(pl.col("model") == "best").row(0, named=True)
     assert best["p_perm"] == pytest.approx(2 / 1001, abs=1e-15) and best["significant"] is True
@@ -180,7 +190,9 @@ def test_export_writes_mteb_json_and_trec_runs(world, tmp_path):
     index = export(cells, tmp_path / "out", code_version="abc123")
     # No registry given: every model is medbench/<name>; tasks from no hub dataset keep medbench's names.
     want = [f"results/medbench__{m}/rev_{m}/{t}.json" for m in ("bm25", "dense") for t in ("t1", "t2")]
-    assert sorted(index["results"]) == sorted(want + ["results/medbench__dense/no_revision_available/img.json", "results/medbench__late/no_revision_available/t1.json"])
+    assert sorted(index["results"]) == sorted(
+        want + ["results/medbench__dense/no_revision_available/img.json", "results/medbench__late/no_revision_available/t1.json"]
+    )
     assert index["skipped"] == [{"model": "bm25", "task": "img", "reason": "not applicable"}]
     assert index["tasks"]["t1"] == {"mteb_task": None, "kept_medbench_name": True, "reason": "not read from a hub dataset (a local or bundled source)"}
     assert index["models"] == {"bm25": "medbench/bm25", "dense": "medbench/dense", "late": "medbench/late"}
@@ -218,5 +230,6 @@ def test_a_task_without_baseline_results_gets_cis_but_no_test(world, tmp_path):
     assert (row["mean"], row["ci_low"], row["ci_high"]) == (0.5, lo, hi) and row["baseline"] is None and row["p_perm"] is None
     assert f"| {format_cell(0.5, lo, hi)} |" in out["markdown"] and "| n/a |" in out["markdown"]
     assert "No test on img: bm25 has no result there (CIs only)." in out["markdown"]
-    assert sorted(out["files"]) == sorted(["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", "diff/t1.png", "diff/t2.png",
-                                    "trust/bm25.png", "trust/dense.png"])  # what each cell rests on, per model (issue 33)
+    assert sorted(out["files"]) == sorted(
+        ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", "diff/t1.png", "diff/t2.png", "trust/bm25.png", "trust/dense.png"]
+    )  # what each cell rests on, per model (issue 33)

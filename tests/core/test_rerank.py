@@ -16,8 +16,8 @@ from medbench_core.retrieval.fuse_rerank import rerank
 from medbench_core.retrieval.kinds.base import UpstreamRun
 from medbench_core.retrieval.kinds.cross_encoder import load_cross_encoder
 from medbench_core.retrieval.model_registry import ModelSpec, model_spec
-from medbench_core.taskdata.task import TaskMeta, make_task
 from medbench_core.retrieval.ranking import RUN_SCHEMA
+from medbench_core.taskdata.task import TaskMeta, make_task
 
 pytestmark = pytest.mark.model
 
@@ -45,8 +45,14 @@ def task():
 def upstream():
     """A BM25-like upstream run, k = 4 per query (ranks 1-4 by score)."""
     rows = [
-        ("q1", "d5", 3.0, 1), ("q1", "d3", 2.0, 2), ("q1", "d1", 1.5, 3), ("q1", "d4", 0.1, 4),
-        ("q2", "d4", 2.5, 1), ("q2", "d2", 2.4, 2), ("q2", "d1", 0.3, 3), ("q2", "d3", 0.2, 4),
+        ("q1", "d5", 3.0, 1),
+        ("q1", "d3", 2.0, 2),
+        ("q1", "d1", 1.5, 3),
+        ("q1", "d4", 0.1, 4),
+        ("q2", "d4", 2.5, 1),
+        ("q2", "d2", 2.4, 2),
+        ("q2", "d1", 0.3, 3),
+        ("q2", "d3", 0.2, 4),
     ]
     return pl.DataFrame(rows, schema=RUN_SCHEMA, orient="row")
 

@@ -31,7 +31,9 @@ def test_the_digest_is_sha256_over_relative_names_and_file_sha256s_in_name_order
         + b"qrels/test.tsv" + _sha(b"query-id\tcorpus-id\tscore\nq1\td1\t1\n").encode()
     )  # fmt: skip
     assert source_files_digest(src) == want
-    assert want == "4c0b10f5488ed2332fcf07cc4229aea9a1462c74fcf39497f7b014c6782140e6"  # what medbench_release.record.source_digest gave before it moved (main at ac11004)
+    assert (
+        want == "4c0b10f5488ed2332fcf07cc4229aea9a1462c74fcf39497f7b014c6782140e6"
+    )  # what medbench_release.record.source_digest gave before it moved (main at ac11004)
     one = src / "corpus.jsonl"
     assert source_files_digest(one) == _sha(b"corpus.jsonl" + _sha(one.read_bytes()).encode())
 

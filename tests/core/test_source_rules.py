@@ -388,11 +388,17 @@ def test_an_anchor_bomb_is_refused_at_once_naming_the_file(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_catalog(path)
     assert time.monotonic() - started < 5
-    assert re.fullmatch(rf"{path}: its aliases repeat \d+ nodes, over the limit of 100000 \(an anchor bomb\?\); write the values out, or use fewer aliases", str(err.value))
+    assert re.fullmatch(
+        rf"{path}: its aliases repeat \d+ nodes, over the limit of 100000 \(an anchor bomb\?\); write the values out, or use fewer aliases", str(err.value)
+    )
 
 
 def test_aliases_within_the_bound_merge_keys_and_a_cycle(tmp_path):
-    assert load_yaml("base: &b {k1: 1.5, b: 0.75}\nm1: {<<: *b, b: 0.5}\nm2: *b\n", "f") == {"base": {"k1": 1.5, "b": 0.75}, "m1": {"k1": 1.5, "b": 0.5}, "m2": {"k1": 1.5, "b": 0.75}}
+    assert load_yaml("base: &b {k1: 1.5, b: 0.75}\nm1: {<<: *b, b: 0.5}\nm2: *b\n", "f") == {
+        "base": {"k1": 1.5, "b": 0.75},
+        "m1": {"k1": 1.5, "b": 0.5},
+        "m2": {"k1": 1.5, "b": 0.75},
+    }
     with pytest.raises(DataError, match=r"^f:1: an alias refers to the anchor it is inside \(a cycle\)"):
         load_yaml("a: &a [1, *a]\n", "f")
     lists = "x: &x [" + ", ".join(["1"] * 1000) + "]\n" + "".join(f"y{i}: *x\n" for i in range(99))  # 99 * 1001 = 99099 repeated

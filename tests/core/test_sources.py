@@ -20,13 +20,13 @@ from PIL import Image
 
 from medbench_core.errors import DataError
 from medbench_core.taskdata.images import load_image
-from medbench_core.taskdata.task import check_referential_integrity
 from medbench_core.taskdata.readers import ReadContext
 from medbench_core.taskdata.readers.common import normalise_text, text_concept_id
 from medbench_core.taskdata.readers.frenchmedmcqa import FrenchMedMCQAOptions, mcqa_tier, read_frenchmedmcqa
 from medbench_core.taskdata.readers.medicat import MedicatOptions, read_medicat
 from medbench_core.taskdata.readers.pneumoniamnist import PneumoniaMNISTOptions, read_pneumoniamnist
 from medbench_core.taskdata.readers.vqa_rad import VqaRadOptions, read_vqa_rad
+from medbench_core.taskdata.task import check_referential_integrity
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 if not DATA.exists():
@@ -119,7 +119,14 @@ def test_frenchmedmcqa_dev_split_and_research_flag():
 
 
 def _mcqa_record(**over):
-    rec = {"id": "q1", "question": "Quelle est la bonne réponse ?", "answers": {c: f"option {c}" for c in "abcde"}, "correct_answers": ["b"], "subject_name": "pharmacie", "nbr_correct_answers": 1}
+    rec = {
+        "id": "q1",
+        "question": "Quelle est la bonne réponse ?",
+        "answers": {c: f"option {c}" for c in "abcde"},
+        "correct_answers": ["b"],
+        "subject_name": "pharmacie",
+        "nbr_correct_answers": 1,
+    }
     rec.update(over)
     return rec
 
@@ -221,7 +228,9 @@ def test_pneumoniamnist_bad_input(tmp_path):
 
 def test_pneumoniamnist_custom_prompts(tmp_path):
     np.savez(tmp_path / "s.npz", val_images=np.arange(3 * 4 * 4, dtype=np.uint8).reshape(3, 4, 4), val_labels=np.array([[1], [0], [1]], np.uint8))
-    t = read_pneumoniamnist(tmp_path / "s.npz", PneumoniaMNISTOptions(splits=("val",), prompts={"pneumonia": ["lobar pneumonia"]}), ReadContext(scratch=tmp_path / "img"))
+    t = read_pneumoniamnist(
+        tmp_path / "s.npz", PneumoniaMNISTOptions(splits=("val",), prompts={"pneumonia": ["lobar pneumonia"]}), ReadContext(scratch=tmp_path / "img")
+    )
     assert t.queries["query_id"].to_list() == ["pneumonia_0"]
     assert sorted(t.qrels.filter(pl.col("relevance") == 1)["doc_id"]) == ["val_0000", "val_0002"]
 
@@ -240,7 +249,9 @@ def test_medicat_shape_and_licences(medicat):
     assert t.candidates.height == 2 * 10 * 10
     assert t.meta.research_only is True
     assert t.meta.licences == ("CC-BY-NC", "CC-BY-NC-ND", "unknown")
-    per_record = {q.split(":", 1)[1][:8]: lic for q, lic in t.queries.filter(pl.col("query_id").str.starts_with("fig2cap:")).select("query_id", "licence").iter_rows()}
+    per_record = {
+        q.split(":", 1)[1][:8]: lic for q, lic in t.queries.filter(pl.col("query_id").str.starts_with("fig2cap:")).select("query_id", "licence").iter_rows()
+    }
     assert per_record == MEDICAT_LICENCES
     counts = Counter(t.queries.filter(pl.col("query_id").str.starts_with("cap2fig:"))["licence"])
     assert counts == {"CC-BY-NC-ND": 6, "CC-BY-NC": 2, "unknown": 2}

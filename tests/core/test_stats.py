@@ -98,8 +98,12 @@ def test_compare_equals_scipy_called_directly(three_models):
         r = rows[model]
         assert r["p_ttest"] == pytest.approx(sps.ttest_rel(x, y).pvalue, abs=1e-12)
         perm = sps.permutation_test(
-            (x, y), lambda a, b, axis: np.mean(a, axis=axis) - np.mean(b, axis=axis),
-            permutation_type="samples", vectorized=True, n_resamples=2000, rng=np.random.default_rng(11),
+            (x, y),
+            lambda a, b, axis: np.mean(a, axis=axis) - np.mean(b, axis=axis),
+            permutation_type="samples",
+            vectorized=True,
+            n_resamples=2000,
+            rng=np.random.default_rng(11),
         )
         assert r["p_perm"] == pytest.approx(perm.pvalue, abs=1e-12)
         assert r["mean"] == pytest.approx(x.mean(), abs=1e-12)
@@ -152,8 +156,23 @@ def test_format_cell_and_mlflow_keys():
     assert format_cell(0.66021, 0.6312, 0.6898, True) == "0.6602 [0.63, 0.69] *"
     assert format_cell(0.66021, 0.6312, 0.6898, False) == "0.6602 [0.63, 0.69]"
     assert format_cell(None) == "-"
-    row = {"metric": "ndcg_at_10", "baseline": "bm25", "ci_low": 0.6, "ci_high": 0.7, "diff": -0.03, "p_ttest": 0.01, "p_perm": 0.02, "p_holm": 0.04, "significant": True}
+    row = {
+        "metric": "ndcg_at_10",
+        "baseline": "bm25",
+        "ci_low": 0.6,
+        "ci_high": 0.7,
+        "diff": -0.03,
+        "p_ttest": 0.01,
+        "p_perm": 0.02,
+        "p_holm": 0.04,
+        "significant": True,
+    }
     assert mlflow_metrics(row) == {
-        "ci_low.ndcg_at_10": 0.6, "ci_high.ndcg_at_10": 0.7, "diff.vs_bm25.ndcg_at_10": -0.03, "p_ttest.vs_bm25.ndcg_at_10": 0.01,
-        "p_perm.vs_bm25.ndcg_at_10": 0.02, "p_holm.vs_bm25.ndcg_at_10": 0.04, "significant.vs_bm25.ndcg_at_10": 1.0,
+        "ci_low.ndcg_at_10": 0.6,
+        "ci_high.ndcg_at_10": 0.7,
+        "diff.vs_bm25.ndcg_at_10": -0.03,
+        "p_ttest.vs_bm25.ndcg_at_10": 0.01,
+        "p_perm.vs_bm25.ndcg_at_10": 0.02,
+        "p_holm.vs_bm25.ndcg_at_10": 0.04,
+        "significant.vs_bm25.ndcg_at_10": 1.0,
     }

@@ -33,7 +33,9 @@ def scipy_perm(x, y, n_resamples, seed):
 
 
 def scipy_ci(x, n_resamples, seed, confidence=0.95):
-    ci = sps.bootstrap((x,), np.mean, n_resamples=n_resamples, vectorized=True, method="percentile", confidence_level=confidence, rng=np.random.default_rng(seed)).confidence_interval
+    ci = sps.bootstrap(
+        (x,), np.mean, n_resamples=n_resamples, vectorized=True, method="percentile", confidence_level=confidence, rng=np.random.default_rng(seed)
+    ).confidence_interval
     return float(ci.low), float(ci.high)
 
 
@@ -87,9 +89,7 @@ def test_compare_unchanged_at_5000_queries(monkeypatch):
     monkeypatch.setattr(stats, "_COMPILED_MIN", 20_000_000)  # the default: compiled from 2,000 queries
     x, y = pair(5000, 9)
     ids = [f"q{i:05d}" for i in range(5000)]
-    out = compare(
-        {"bm25": pl.DataFrame({"query_id": ids, "ndcg_at_10": y}), "m": pl.DataFrame({"query_id": ids, "ndcg_at_10": x})}, "bm25", task="t"
-    )
+    out = compare({"bm25": pl.DataFrame({"query_id": ids, "ndcg_at_10": y}), "m": pl.DataFrame({"query_id": ids, "ndcg_at_10": x})}, "bm25", task="t")
     rows = {r["model"]: r for r in out.iter_rows(named=True)}
     assert (rows["m"]["ci_low"], rows["m"]["ci_high"]) == scipy_ci(x, 10_000, 0)
     assert (rows["bm25"]["ci_low"], rows["bm25"]["ci_high"]) == scipy_ci(y, 10_000, 0)

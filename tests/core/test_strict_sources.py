@@ -162,8 +162,7 @@ def test_ids_are_strings_integer_ids_are_read_as_their_digits_and_collisions_are
     with pytest.raises(DataError) as err:
         read("mteb", w, tmp_path)
     assert str(err.value) == (
-        f"{corpus}:2: corpus id '1' appears twice (first at {corpus}:1); "
-        'the number 1 and the string "1" are the same id once ids are read as strings'
+        f"{corpus}:2: corpus id '1' appears twice (first at {corpus}:1); the number 1 and the string \"1\" are the same id once ids are read as strings"
     )
     for bad, kind in ((1.5, "float 1.5"), (True, "bool True"), ([1], "list [1]")):
         jsonl(corpus, [{"_id": bad, "text": "x"}])

@@ -31,7 +31,9 @@ def task(candidates: dict[str, list[str]] | None = None):
         pl.DataFrame({"query_id": list(QUERIES), "text": list(QUERIES.values()), "language": ["en"] * len(QUERIES)}),
         pl.DataFrame({"doc_id": list(DOCS), "text": list(DOCS.values()), "language": ["en"] * len(DOCS)}),
         pl.DataFrame({"query_id": ["q1", "q2", "q3"], "doc_id": ["d1", "d2", "d6"], "relevance": [1, 1, 1]}),
-        candidates=None if candidates is None else pl.DataFrame([(q, d) for q, ds in candidates.items() for d in ds], schema=["query_id", "doc_id"], orient="row"),
+        candidates=None
+        if candidates is None
+        else pl.DataFrame([(q, d) for q, ds in candidates.items() for d in ds], schema=["query_id", "doc_id"], orient="row"),
     )
 
 
@@ -74,7 +76,11 @@ def as_lists(run: pl.DataFrame) -> dict[str, list[tuple[str, float]]]:
 
 @pytest.mark.parametrize(
     "settings",
-    [{}, {"sublinear_tf": True, "ngram_range": [1, 2], "stop_words": "english"}, {"analyzer": "char_wb", "ngram_range": [2, 4], "smooth_idf": False, "min_df": 2}],
+    [
+        {},
+        {"sublinear_tf": True, "ngram_range": [1, 2], "stop_words": "english"},
+        {"analyzer": "char_wb", "ngram_range": [2, 4], "smooth_idf": False, "min_df": 2},
+    ],
 )
 def test_the_run_equals_scikit_learn_called_directly(tmp_path, settings):
     spec = model_spec(name="tfidf", kind="tfidf", settings=settings)

@@ -21,9 +21,18 @@ pytestmark = pytest.mark.model
 
 TINY = "medbench-tiny-clip"
 CAPTIONS = [
-    "Chest film with an enlarged cardiac silhouette", "ECG showing ST elevation", "", "Axial CT of the abdomen",
-    "Fundus photograph with cotton wool spots", "MRI of the knee", "", "Histology of a renal biopsy",
-    "Skin lesion with irregular borders", "Ultrasound of the gallbladder", "Bone scan of the spine", "Mammogram with calcifications",
+    "Chest film with an enlarged cardiac silhouette",
+    "ECG showing ST elevation",
+    "",
+    "Axial CT of the abdomen",
+    "Fundus photograph with cotton wool spots",
+    "MRI of the knee",
+    "",
+    "Histology of a renal biopsy",
+    "Skin lesion with irregular borders",
+    "Ultrasound of the gallbladder",
+    "Bone scan of the spine",
+    "Mammogram with calcifications",
 ]
 
 
@@ -40,9 +49,18 @@ def save_uniir_checkpoint(model, path: Path) -> Path:
     from omegaconf import OmegaConf
 
     config = OmegaConf.create(
-        {"model": {"name": "CLIPScoreFusion", "short_name": "CLIP_SF", "size": "Large", "clip_vision_model_name": "ViT-L/14",
-                   "ckpt_config": {"ckpt_dir": "checkpoint/CLIP_SF", "ckpt_name": "clip_sf_large.pth"}},
-         "data_config": {"in_batch_neg_num": 0, "image_size": "224, 224"}, "dataset_names": ["mscoco_task0", "cirr_task7"], "seed": 2023}
+        {
+            "model": {
+                "name": "CLIPScoreFusion",
+                "short_name": "CLIP_SF",
+                "size": "Large",
+                "clip_vision_model_name": "ViT-L/14",
+                "ckpt_config": {"ckpt_dir": "checkpoint/CLIP_SF", "ckpt_name": "clip_sf_large.pth"},
+            },
+            "data_config": {"in_batch_neg_num": 0, "image_size": "224, 224"},
+            "dataset_names": ["mscoco_task0", "cirr_task7"],
+            "seed": 2023,
+        }
     )
     state = {f"clip_model.{k}": v.detach().clone() for k, v in model.state_dict().items()}
     torch.save(

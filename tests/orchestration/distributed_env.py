@@ -83,7 +83,19 @@ def postgres_server():
     started = False
     try:
         pg(bin_dir / "initdb", "-D", data, "-U", PG_USER, f"--pwfile={base / 'pw'}", "--auth=scram-sha-256", "--no-sync")
-        pg(bin_dir / "pg_ctl", "-D", data, "-l", base / "server.log", "-w", "-t", "30", "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+        pg(
+            bin_dir / "pg_ctl",
+            "-D",
+            data,
+            "-l",
+            base / "server.log",
+            "-w",
+            "-t",
+            "30",
+            "-o",
+            f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "start",
+        )
         started = True
         pg(bin_dir / "createdb", "-h", "127.0.0.1", "-p", port, "-U", PG_USER, PG_DB, env={**os.environ, "PGPASSWORD": PG_PASSWORD})
         yield {"host": "127.0.0.1", "port": port, "base": base}
@@ -201,7 +213,9 @@ class CeleryBed(KillBed):
         # The bed's, not the test's that asked for it: the bed stops it, whichever test started it.
         self.workers[name] = processes.start(cmd, env=self.env, test=None, cwd=self.world.root, stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        wait_for(f"celery worker {name} to answer (log: {log.name})", lambda: self.hostname(name) in self.alive_workers() or self._worker_died(name), 180, every=1)
+        wait_for(
+            f"celery worker {name} to answer (log: {log.name})", lambda: self.hostname(name) in self.alive_workers() or self._worker_died(name), 180, every=1
+        )
         if self._worker_died(name):
             raise RuntimeError(f"celery worker {name} exited {self.workers[name].returncode}:\n{Path(log.name).read_text()[-3000:]}")
 

@@ -38,7 +38,12 @@ LQ_DOCS = {
 LQ_QUERIES = {"1": "what causes gout in the joints", "2": "how is a migraine treated", "3": "why am I tired all the time, is it anaemia"}
 LQ_QRELS = [("1", "a1", 2), ("2", "a3", 3), ("3", "a4", 1)]
 
-BM25 = {"name": "bm25", "kind": "bm25", "revision": "bm25s-lucene", "settings": {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}}
+BM25 = {
+    "name": "bm25",
+    "kind": "bm25",
+    "revision": "bm25s-lucene",
+    "settings": {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"},
+}
 BM25_K12 = {**BM25, "name": "bm25-k12", "settings": {**BM25["settings"], "k1": 1.2}}
 
 
@@ -172,8 +177,8 @@ def operated_world(tmp_path_factory, models: tuple[str, ...] = ("bm25", "bm25-k1
     """A world where both tasks are curated and ``models`` evaluated on both (built once per test session)."""
     key = ",".join(models)
     if key not in _TEMPLATES:
-        from runtime.partitions import partition_key
         from orchestration.registry_sync import sync_model_partitions
+        from runtime.partitions import partition_key
 
         specs = {"bm25": BM25, "bm25-k12": BM25_K12}
         world = new_world(tmp_path_factory.mktemp("operated_world") / "w", [specs[m] for m in models])

@@ -31,7 +31,7 @@ from tests.orchestration.operating_env import ROOT
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
-DEFS = '''
+DEFS = """
 import os, time
 from pathlib import Path
 import dagster as dg
@@ -51,7 +51,7 @@ defs = dg.Definitions(
     assets=[hold_slot, next_encode],
     jobs=[dg.define_asset_job("hold", [hold_slot]), dg.define_asset_job("after", [next_encode])],
 )
-'''
+"""
 
 
 # A run executed in process, as a medbench command executes its runs (tagged) or as an older one did.
@@ -219,7 +219,10 @@ def test_an_untagged_in_process_run_killed_holding_the_slot_is_judged_by_its_eve
             result = inprocess.execute(after, instance, what="evaluate after", tell=said.append, raise_on_error=False)
             assert result.success
             # Reclaimed once it had written nothing for free_slots_after_run_end_seconds (1 s here; meanwhile named as gone).
-            assert said[-1] == f"[recover] Dagster run {held.run_id[:8]} (hold): its process {holder.pid} is gone: marked failed and freed its slot(s) in pool encode"
+            assert (
+                said[-1]
+                == f"[recover] Dagster run {held.run_id[:8]} (hold): its process {holder.pid} is gone: marked failed and freed its slot(s) in pool encode"
+            )
             assert all(f"(hold, step hold_slot; process {holder.pid}, gone)" in line for line in said[:-1])
             assert instance.get_run_by_id(held.run_id).status == dg.DagsterRunStatus.FAILURE
             assert instance.event_log_storage.get_concurrency_info("encode").claimed_slots == []

@@ -4,8 +4,8 @@ import dagster as dg
 import pytest
 
 from medbench_core.taskdata.catalog import load_catalog
-from runtime import settings
 from orchestration.definitions import build_definitions
+from runtime import settings
 from runtime.partitions import MODEL_PARTITIONS_NAME, partition_key, split_key
 
 MODEL_TASK_ASSETS = ("corpus_embeddings", "corpus_index", "retrieval_run", "task_metrics")

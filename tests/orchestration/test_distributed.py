@@ -141,7 +141,9 @@ def test_a_backfill_runs_its_steps_on_both_celery_workers(bed, instance):
         assert {w for _, w in steps} <= hosts, steps
         every = celery_steps(instance, run.run_id, stages_only=False)
         assert sorted(s for s, _ in every if s not in STEPS) == EXPANSION_STEPS and {w for _, w in every} <= hosts, every
-        submitted = [e.message for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT) if e.message.startswith("Submitting celery task")]
+        submitted = [
+            e.message for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT) if e.message.startswith("Submitting celery task")
+        ]
         assert len(submitted) == len(STEPS) + len(EXPANSION_STEPS) and all('to queue "dagster"' in m for m in submitted)
         ran_on.update({f"{run.tags['dagster/partition']}:{s}": w for s, w in steps})
     assert set(ran_on.values()) == hosts, f"every step ran on one worker: {ran_on}"  # both workers took steps

@@ -97,7 +97,10 @@ def test_the_run_launcher_and_the_step_executor_construct_against_a_dummy_kubeco
 
     monkeypatch.setattr(settings, "EXECUTOR", "k8s")
     executor_def = definitions.executor()
-    exec_config = process_config(executor_def.config_schema.config_type, {"load_incluster_config": False, "kubeconfig_file": str(kubeconfig), "job_image": ENV["MEDBENCH_IMAGE"], "max_concurrent": 4})
+    exec_config = process_config(
+        executor_def.config_schema.config_type,
+        {"load_incluster_config": False, "kubeconfig_file": str(kubeconfig), "job_image": ENV["MEDBENCH_IMAGE"], "max_concurrent": 4},
+    )
     assert exec_config.success, exec_config.errors
 
     @dg.op

@@ -37,8 +37,8 @@ import dagster as dg
 import psutil
 import pytest
 
-from runtime.partitions import partition_key
 from medbench_release.release import verify_tree
+from runtime.partitions import partition_key
 from tests import processes
 from tests.cli.command import Forked
 from tests.orchestration.kill_env import (
@@ -96,15 +96,17 @@ def mlflow_ids(bed) -> dict[tuple[str, str], list[str]]:
 
 
 def finished(instance: dg.DagsterInstance, run_id: str, bed) -> dg.DagsterRun:
-    wait_for(f"run {run_id} to finish (logs in {bed.world.root.parent})", lambda: instance.get_run_by_id(run_id).is_finished, RUN_TIMEOUT, progress=lambda: last_event(instance))
+    wait_for(
+        f"run {run_id} to finish (logs in {bed.world.root.parent})",
+        lambda: instance.get_run_by_id(run_id).is_finished,
+        RUN_TIMEOUT,
+        progress=lambda: last_event(instance),
+    )
     return instance.get_run_by_id(run_id)
 
 
 def failure_messages(instance: dg.DagsterInstance, run_id: str) -> str:
-    return "\n".join(
-        str(e.dagster_event.event_specific_data.error.to_string())
-        for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
-    )
+    return "\n".join(str(e.dagster_event.event_specific_data.error.to_string()) for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE))
 
 
 def partition_artifacts(bed, model: str, task: str) -> dict[str, str]:
@@ -221,9 +223,17 @@ def test_one_failed_partition_of_a_backfill_reruns_alone_and_the_others_keep_the
 
             def where() -> str:  # a slow machine or a stuck run: which runs and steps got how far
                 runs = [r for r in instance.get_runs() if r.run_id not in known]
-                return "; ".join(f"{r.tags.get('dagster/partition')}: {r.status.value}, steps {steps_started(instance, r.run_id)}" for r in runs) or "no run yet"
+                return (
+                    "; ".join(f"{r.tags.get('dagster/partition')}: {r.status.value}, steps {steps_started(instance, r.run_id)}" for r in runs) or "no run yet"
+                )
 
-            found = wait_for(f"the backfill's runs to finish (logs in {bed.world.root.parent})", backfill_runs, RUN_TIMEOUT, state=where, progress=lambda: last_event(instance))
+            found = wait_for(
+                f"the backfill's runs to finish (logs in {bed.world.root.parent})",
+                backfill_runs,
+                RUN_TIMEOUT,
+                state=where,
+                progress=lambda: last_event(instance),
+            )
             runs = {r.tags["dagster/partition"]: r for r in found}
         finally:
             shutil.move(tmp_path / "corpus.parquet", corpus)
@@ -291,7 +301,14 @@ def test_medbench_run_killed_at_any_point_leaves_nothing_that_blocks_or_poisons_
         started.append(pid_file)
         out = forked.submit("run", "--models", model, "--tasks", task, env=env)
         said = lambda: out.read_text(errors="replace")[-3000:]
-        pid = int(wait_for(f"medbench run --models {model} --tasks {task} to stop at {stage}", lambda: pid_file.exists() and pid_file.read_text(), COMMAND_TIMEOUT, state=said))
+        pid = int(
+            wait_for(
+                f"medbench run --models {model} --tasks {task} to stop at {stage}",
+                lambda: pid_file.exists() and pid_file.read_text(),
+                COMMAND_TIMEOUT,
+                state=said,
+            )
+        )
         with world.instance() as instance:
             (run,) = instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED], tags={"dagster/partition": pkey(model, task)}))
         owners[run.run_id] = (pid, run.tags)
@@ -364,7 +381,10 @@ def test_medbench_run_killed_at_any_point_leaves_nothing_that_blocks_or_poisons_
         assert said_holder.rstrip().splitlines()[-1].startswith("medbench run: error: stopped by SIGINT")
         assert "[evaluate]" not in said_holder  # it stopped, rather than going on to its next partition
         pid, run_id = killed["metrics"]  # ... and when it began, it had reclaimed the run killed logging metrics
-        assert f"[recover] Dagster run {run_id[:8]} (evaluate_partition bm25-k20|scifact): its medbench process {pid} on {host} is gone: marked failed\n" in said_holder
+        assert (
+            f"[recover] Dagster run {run_id[:8]} (evaluate_partition bm25-k20|scifact): its medbench process {pid} on {host} is gone: marked failed\n"
+            in said_holder
+        )
         assert f"[recover] MLflow: 1 run(s) left RUNNING by them marked KILLED: {running.info.run_id[:8]}\n" in said_holder
         with world.instance() as instance:
             assert instance.get_run_by_id(holder_run).status == dg.DagsterRunStatus.FAILURE
@@ -395,7 +415,9 @@ def test_medbench_run_killed_at_any_point_leaves_nothing_that_blocks_or_poisons_
         assert {instance.get_run_by_id(run_id).status for _, run_id in killed.values()} == {dg.DagsterRunStatus.FAILURE}
     assert encode_slots() == ([], [])
     runs = mlflow_runs(world)  # one FINISHED run for each partition, nothing RUNNING, no duplicate
-    assert {k: [r.info.status for r in v] for k, v in runs.items()} == {(m["name"], t): ["FINISHED"] for m in (BM25, BM25_K12, BM25_K09, BM25_K20) for t in TASKS}
+    assert {k: [r.info.status for r in v] for k, v in runs.items()} == {
+        (m["name"], t): ["FINISHED"] for m in (BM25, BM25_K12, BM25_K09, BM25_K20) for t in TASKS
+    }
     client = world.resources()["mlflow"].client()
     assert client.search_runs([client.get_experiment_by_name("medbench-test").experiment_id], "attributes.status = 'RUNNING'") == []
     after = manifest_hashes(data)

@@ -11,8 +11,8 @@ import shutil
 import dagster as dg
 import pytest
 
-from runtime.partitions import partition_key
 from orchestration.registry_sync import sync_model_partitions
+from runtime.partitions import partition_key
 from tests.orchestration.distributed_env import PG_DB, PG_PASSWORD, PG_USER, postgres_server
 from tests.orchestration.operating_env import BM25, ROOT, curate, evaluate, new_world
 
@@ -54,7 +54,9 @@ def test_a_partitioned_materialisation_against_the_production_profile(postgres, 
     import psycopg2
 
     with psycopg2.connect(host=postgres["host"], port=postgres["port"], user=USER, password=PASSWORD, dbname=DB) as conn, conn.cursor() as cur:
-        cur.execute("SELECT partition FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION' AND asset_key = %s ORDER BY partition", ('["curated_task"]',))
+        cur.execute(
+            "SELECT partition FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION' AND asset_key = %s ORDER BY partition", ('["curated_task"]',)
+        )
         assert [r[0] for r in cur.fetchall()] == ["scifact"]
         cur.execute("SELECT partition FROM dynamic_partitions WHERE partitions_def_name = 'models'")
         assert [r[0] for r in cur.fetchall()] == ["bm25"]

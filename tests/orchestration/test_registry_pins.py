@@ -12,8 +12,8 @@ import types
 import dagster as dg
 import pytest
 
-from medbench_core.retrieval.model_versions import model_version
 from medbench_core.retrieval.model_registry import load_registry
+from medbench_core.retrieval.model_versions import model_version
 from orchestration.registry_sync import observed_model_version, pin_revisions, sync_model_partitions
 from runtime.resources import RegistryResource
 from tests.cli.command import medbench
@@ -92,7 +92,9 @@ def test_an_unresolvable_revision_is_recorded_as_such_and_the_command_says_so(tm
     with world.instance() as instance:
         sync_model_partitions(instance, world.resources()["registry"])
         meta = observation(instance, "elsewhere").metadata
-    assert meta["pinned_revision"].value.startswith("unresolved: model elsewhere: model medbench-test/not-cached: revision 'main' is not in the local hub cache")
+    assert meta["pinned_revision"].value.startswith(
+        "unresolved: model elsewhere: model medbench-test/not-cached: revision 'main' is not in the local hub cache"
+    )
     env = {"DAGSTER_HOME": str(world.dagster_home), "MEDBENCH_MODELS": str(world.models_file), "MEDBENCH_TASKS": str(world.root / "tasks.yaml"),
            "MEDBENCH_DATA": str(world.root / "data"), "MEDBENCH_STATE": str(world.root / "state"), "HF_HUB_CACHE": str(hub)}  # fmt: skip
     out = medbench("models", "sync", env=env)

@@ -7,9 +7,9 @@ import dagster as dg
 import pytest
 from dagster._utils.schedules import cron_string_iterator
 
-from runtime import settings
 from orchestration.definitions import build_definitions
 from orchestration.schedules import build_nightly_evaluation, nightly_evaluation
+from runtime import settings
 from tests.orchestration.operating_env import BM25, BM25_K12, operated_world, write_models
 
 

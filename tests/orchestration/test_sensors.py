@@ -86,9 +86,7 @@ def test_a_renamed_model_is_a_new_model_and_the_old_partition_keeps_its_history(
         # nothing new now; the skip message says what happened to the old name and how to retire it
         quiet = registry_tick(instance, world.resources()["registry"], world.resources()["store"])
         assert quiet.run_requests == []
-        assert quiet.skip_reason.skip_message == (
-            "no longer registered (kept with their history; retire with `medbench models retire NAME`): bm25"
-        )
+        assert quiet.skip_reason.skip_message == ("no longer registered (kept with their history; retire with `medbench models retire NAME`): bm25")
 
         # retiring is deliberate: refused while registered, then the partition goes and the history stays
         with pytest.raises(ValueError, match="still listed"):

@@ -148,7 +148,13 @@ def hostile_mutations(base: str, port: int, mutation: str) -> list[tuple[str, st
         ("GET", f"{base}/graphql?{q}", {"Sec-Fetch-Site": "cross-site"}, None),  # an <img src=...>: no Origin
         ("GET", f"{base}/graphql?{q}", {}, None),  # even with no browser header at all
         ("GET", f"{base}/graphql?{q}", {"Origin": base, "Sec-Fetch-Site": "same-origin"}, None),
-        ("GET", f"{base}/graphql?" + urllib.parse.urlencode({"query": "query ok { version } " + mutation.replace("mutation", "mutation m", 1), "operationName": "m"}), {}, None),
+        (
+            "GET",
+            f"{base}/graphql?"
+            + urllib.parse.urlencode({"query": "query ok { version } " + mutation.replace("mutation", "mutation m", 1), "operationName": "m"}),
+            {},
+            None,
+        ),
         ("GET", f"{base}/graphql?" + urllib.parse.urlencode({"query": f"# a comment first\n{mutation}"}), {}, None),
         # simple POSTs (a form, or fetch with no-cors): Dagster reads the query from the URL when the body is not JSON
         ("POST", f"{base}/graphql?{q}", {**evil, "Content-Type": "text/plain"}, b""),

@@ -15,7 +15,17 @@ import pytest
 from orchestration.freshness import EVALUATION_ASSETS, due_partitions, stale_status_resolver
 from orchestration.schedules import nightly_evaluation
 from orchestration.sensors import registry_tick
-from tests.orchestration.operating_env import BM25, BM25_K12, apply_sensor_result, curate, data_version, evaluate, materialization_ids, operated_world, write_models
+from tests.orchestration.operating_env import (
+    BM25,
+    BM25_K12,
+    apply_sensor_result,
+    curate,
+    data_version,
+    evaluate,
+    materialization_ids,
+    operated_world,
+    write_models,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +51,10 @@ def all_ids(instance) -> dict[str, dict[str, int]]:
 
 def nightly(instance, defs, world) -> list[dg.RunRequest]:
     context = dg.build_schedule_context(
-        instance=instance, resources=world.resources(), repository_def=defs.get_repository_def(), scheduled_execution_time=datetime(2026, 11, 23, 2, tzinfo=timezone.utc)
+        instance=instance,
+        resources=world.resources(),
+        repository_def=defs.get_repository_def(),
+        scheduled_execution_time=datetime(2026, 11, 23, 2, tzinfo=timezone.utc),
     )
     return list(nightly_evaluation.evaluate_tick(context).run_requests or [])
 

@@ -59,7 +59,20 @@ def test_the_asset_graph_shows_the_medbench_assets_and_what_is_stale(stale_world
         "MLFLOW_TRACKING_URI": f"sqlite:///{w.root / 'mlflow.db'}",
         "PYTHONPATH": str(ROOT),
     }
-    cmd = [sys.executable, "-m", "medbench_cli.webserver", "serve", "--allowed-hosts", allowed_hosts(port), "-h", "127.0.0.1", "-p", str(port), "-m", "orchestration.definitions"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "medbench_cli.webserver",
+        "serve",
+        "--allowed-hosts",
+        allowed_hosts(port),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-m",
+        "orchestration.definitions",
+    ]
     base = f"http://127.0.0.1:{port}"
     with server(cmd, f"{base}/server_info", env=env, log=tmp_path / "webserver.log"), sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -93,6 +106,8 @@ LAUNCH_LEADERBOARD = (
     'mutation { launchRun(executionParams: {selector: {repositoryLocationName: "orchestration.definitions", '
     'repositoryName: "__repository__", jobName: "build_leaderboard"}, mode: "default"}) { __typename } }'
 )
+
+
 @contextmanager
 def foreign_page(html: str):
     """``html`` served by a server of its own on this machine, at ``http://localhost:PORT/``: another origin (and

@@ -58,7 +58,11 @@ def test_the_mlflow_ui_shows_the_latest_leaderboards_heatmap(tmp_path_factory, t
             # Issue 29.7: medbench's experiment, in a browser with nothing stored yet (a new context).
             bench = client.get_experiment_by_name("medbench-test")
             assert bench.tags[EXPERIMENT_KIND_TAG] == CLASSIC_ML and exp.tags[EXPERIMENT_KIND_TAG] == CLASSIC_ML
-            assert json.loads(json.loads(bench.tags[VIEW_TAG])["state"])["selectedColumns"][:3] == ["metrics.`ndcg_at_10`", "metrics.`ci_low.ndcg_at_10`", "metrics.`ci_high.ndcg_at_10`"]
+            assert json.loads(json.loads(bench.tags[VIEW_TAG])["state"])["selectedColumns"][:3] == [
+                "metrics.`ndcg_at_10`",
+                "metrics.`ci_low.ndcg_at_10`",
+                "metrics.`ci_high.ndcg_at_10`",
+            ]
             fresh = browser.new_context(viewport={"width": 1600, "height": 1000})
             runs_page = fresh.new_page()
             runs_page.goto(f"{base}/#/experiments/{bench.experiment_id}")

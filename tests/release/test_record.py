@@ -131,7 +131,12 @@ def test_the_version_file_text_reads_back_and_gives_each_file_one_line():
     from medbench_release.record import dumps_version
 
     files = {f"images/{i:04d}.png": {"sha256": f"{i:064x}", "size": i, "rule": "exact"} for i in range(3)}
-    record = {"format": 2, "tag": "v1", "artifacts": [{"stage": "curated_task", "model": None, "task": "t", "path": "tasks/t", "key": "k", "files": files}], "runs": []}
+    record = {
+        "format": 2,
+        "tag": "v1",
+        "artifacts": [{"stage": "curated_task", "model": None, "task": "t", "path": "tasks/t", "key": "k", "files": files}],
+        "runs": [],
+    }
     text = dumps_version(record)
     assert json.loads(text) == record
     assert [ln.strip() for ln in text.splitlines() if "images/" in ln] == [
@@ -175,4 +180,3 @@ def test_a_run_keeps_the_top_of_a_few_queries_and_older_version_files_are_read_w
     assert run_probe(tmp_path / "run.parquet") == probe
     # A format-2 file of before the rule recorded "exact" for runs and their per-query metrics.
     assert [effective_rule(n, "exact") for n in ("run.parquet", "run.trec", "per_query.parquet", "doc_ids.json")] == ["run", "run", "per_query", "exact"]
-

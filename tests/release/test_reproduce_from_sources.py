@@ -169,7 +169,14 @@ def test_a_shallow_clone_without_the_versions_commit_rebuilds_with_its_own_code_
     shallow = world.base / "clone-shallow"
     git(world.base, "clone", "-q", "--depth", "1", f"file://{world.origin}", str(shallow))
     record = json.loads((shallow / "versions" / "v1.json").read_text())
-    kw = {"mode": "pinned", "models_file": shallow / "models.yaml", "tasks_file": shallow / "tasks.yaml", "venv_root": tmp_path, "scratch": tmp_path, "log": print}
+    kw = {
+        "mode": "pinned",
+        "models_file": shallow / "models.yaml",
+        "tasks_file": shallow / "tasks.yaml",
+        "venv_root": tmp_path,
+        "scratch": tmp_path,
+        "log": print,
+    }
 
     choice = choose_code(shallow, record, **kw)
     assert choice.code_dir == shallow and choice.worktree is None
@@ -250,7 +257,9 @@ def test_release_keeps_only_runs_current_for_its_commit_and_prune_moves_the_rest
     proc = ok(world.medbench(repo, "release", "v2", "--prune", "--tracking-uri", f"sqlite:///{db}"))
 
     stale = [ln for ln in proc.stdout.splitlines() if "left out" in ln]
-    assert len(stale) == 2 and all("bm25-k12 x" in ln and "stale for this code, registry or curated task (embeddings, index, run, metrics key(s) differ)" in ln for ln in stale)
+    assert len(stale) == 2 and all(
+        "bm25-k12 x" in ln and "stale for this code, registry or curated task (embeddings, index, run, metrics key(s) differ)" in ln for ln in stale
+    )
     assert "9 folder(s) no run of the version uses moved to" in proc.stdout  # bm25-k12's 8 and the stray one
     record = json.loads((repo / "versions" / "v2.json").read_text())
     assert sorted({r["model"] for r in record["runs"]}) == ["bm25", "tiny-clip-random"] and len(record["artifacts"]) == 18

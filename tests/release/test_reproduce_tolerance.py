@@ -29,7 +29,7 @@ import pytest
 from medbench_core.storage import read_manifest, write_manifest
 from medbench_release.compare import Rebuilt, compare_version, first_difference, partitions
 from medbench_release.record import ARRAY_TOLERANCE
-from tests.release.version_world import TASKS, VersionWorld, git, ok
+from tests.release.version_world import TASKS, VersionWorld, git
 
 pytestmark = [pytest.mark.dvc, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -43,7 +43,13 @@ def one_thread(world) -> tuple[subprocess.CompletedProcess, dict]:
     clone = world.clone("clone-one-thread")
     env = {**world.env(clone), **{v: "1" for v in THREADS}}
     proc = subprocess.run(
-        [sys.executable, "-m", "medbench_cli", "reproduce", "v1", "--from-sources"], cwd=clone, env=env, capture_output=True, text=True, timeout=900, check=False
+        [sys.executable, "-m", "medbench_cli", "reproduce", "v1", "--from-sources"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
     return proc, _report(proc)
 
@@ -118,7 +124,13 @@ def _neighbours_apart(run: pl.DataFrame, gap: float) -> tuple[str, dict, dict]:
 
 
 def _compare(world: VersionWorld, data: Path, clone: Path):
-    rebuilt = Rebuilt(data, world.record["registry"]["models.yaml"]["text"], world.record["registry"]["tasks.yaml"]["text"], world.record["code_versions"], world.shared / "data")
+    rebuilt = Rebuilt(
+        data,
+        world.record["registry"]["models.yaml"]["text"],
+        world.record["registry"]["tasks.yaml"]["text"],
+        world.record["code_versions"],
+        world.shared / "data",
+    )
     results = compare_version(world.record, rebuilt)
     return results, {r.label: r for r in results}, first_difference(results, world.record, rebuilt)
 

@@ -33,13 +33,36 @@ pytestmark = [pytest.mark.dvc, pytest.mark.slow, pytest.mark.timeout(900)]
 
 PROJECT = Path(__file__).resolve().parents[2]
 COPY = [
-    "medbench_core", "runtime", "assets", "orchestration", "medbench_cli", "medbench_release", "tasks.yaml", "models.yaml", "dagster.yaml", "pyproject.toml",
-    "requirements.lock", ".gitignore", ".dvcignore", ".dvc/config", ".dvc/.gitignore",
+    "medbench_core",
+    "runtime",
+    "assets",
+    "orchestration",
+    "medbench_cli",
+    "medbench_release",
+    "tasks.yaml",
+    "models.yaml",
+    "dagster.yaml",
+    "pyproject.toml",
+    "requirements.lock",
+    ".gitignore",
+    ".dvcignore",
+    ".dvc/config",
+    ".dvc/.gitignore",
 ]
 MODELS = ("bm25", "tiny-clip-random")
 TASK = "liveqa_medquad"
 # Everything a subprocess could inherit that would point it at the real checkout's data.
-_SCRUB = ("MEDBENCH_ROOT", "MEDBENCH_DATA", "MEDBENCH_STATE", "MEDBENCH_MODELS", "MEDBENCH_TASKS", "MEDBENCH_DVC_REMOTE", "MLFLOW_TRACKING_URI", "DAGSTER_HOME", "PYTHONPATH")
+_SCRUB = (
+    "MEDBENCH_ROOT",
+    "MEDBENCH_DATA",
+    "MEDBENCH_STATE",
+    "MEDBENCH_MODELS",
+    "MEDBENCH_TASKS",
+    "MEDBENCH_DVC_REMOTE",
+    "MLFLOW_TRACKING_URI",
+    "DAGSTER_HOME",
+    "PYTHONPATH",
+)
 
 
 @dataclass
@@ -296,8 +319,11 @@ def test_a_pull_killed_midway_leaves_no_half_file_and_a_rerun_completes(bench):
     cache = clone / ".dvc" / "cache" / "files" / "md5"
     # One transfer at a time, so that the kill lands between objects or inside one.
     proc = processes.start(
-        [sys.executable, "-m", "dvc", "pull", "-j", "1"], cwd=clone, env=bench.env(clone),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "dvc", "pull", "-j", "1"],
+        cwd=clone,
+        env=bench.env(clone),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     seen = 0
     deadline = time.monotonic() + 120

@@ -32,10 +32,27 @@ from tests.orchestration.operating_env import (
 
 PROJECT = Path(__file__).resolve().parents[2]
 COPY = [
-    "medbench_core", "runtime", "assets", "orchestration", "medbench_cli", "medbench_release", "dagster.yaml", "pyproject.toml",
-    "requirements.lock", ".gitignore", ".dvcignore", ".dvc/config", ".dvc/.gitignore",
+    "medbench_core",
+    "runtime",
+    "assets",
+    "orchestration",
+    "medbench_cli",
+    "medbench_release",
+    "dagster.yaml",
+    "pyproject.toml",
+    "requirements.lock",
+    ".gitignore",
+    ".dvcignore",
+    ".dvc/config",
+    ".dvc/.gitignore",
 ]
-CLIP = {"name": "tiny-clip-random", "kind": "open_clip", "revision": "random-seed-0", "settings": {"architecture": "medbench-tiny-clip", "seed": 0}, "batch_size": 256}
+CLIP = {
+    "name": "tiny-clip-random",
+    "kind": "open_clip",
+    "revision": "random-seed-0",
+    "settings": {"architecture": "medbench-tiny-clip", "seed": 0},
+    "batch_size": 256,
+}
 MODELS = [BM25, BM25_K12, CLIP]
 TASKS = ("scifact", "liveqa_medquad")
 CATALOGUE = (
@@ -46,12 +63,22 @@ CATALOGUE = (
     "  - {name: liveqa_medquad, reader: beir, path: lq, split: test, query_licence: CC-BY-4.0, doc_licence: CC-BY-4.0}\n"
 )
 GIT_ENV = {
-    "GIT_AUTHOR_NAME": "medbench test", "GIT_AUTHOR_EMAIL": "test@localhost",
-    "GIT_COMMITTER_NAME": "medbench test", "GIT_COMMITTER_EMAIL": "test@localhost",
+    "GIT_AUTHOR_NAME": "medbench test",
+    "GIT_AUTHOR_EMAIL": "test@localhost",
+    "GIT_COMMITTER_NAME": "medbench test",
+    "GIT_COMMITTER_EMAIL": "test@localhost",
 }
 _SCRUB = (
-    "MEDBENCH_ROOT", "MEDBENCH_DATA", "MEDBENCH_STATE", "MEDBENCH_MODELS", "MEDBENCH_TASKS", "MEDBENCH_DVC_REMOTE", "MEDBENCH_SHARED",
-    "MLFLOW_TRACKING_URI", "DAGSTER_HOME", "PYTHONPATH",
+    "MEDBENCH_ROOT",
+    "MEDBENCH_DATA",
+    "MEDBENCH_STATE",
+    "MEDBENCH_MODELS",
+    "MEDBENCH_TASKS",
+    "MEDBENCH_DVC_REMOTE",
+    "MEDBENCH_SHARED",
+    "MLFLOW_TRACKING_URI",
+    "DAGSTER_HOME",
+    "PYTHONPATH",
 )
 
 

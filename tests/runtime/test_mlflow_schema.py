@@ -144,12 +144,16 @@ def test_the_schema_comparison_sees_a_missing_index_constraint_or_column(tmp_pat
     end += 1
     without = runs_sql[:start].rstrip().rstrip(",") + runs_sql[end:]
     no_check = _altered_copy(
-        schema, tmp_path / "no_check.db", "PRAGMA writable_schema = ON",
+        schema,
+        tmp_path / "no_check.db",
+        "PRAGMA writable_schema = ON",
         f"UPDATE sqlite_master SET sql = '{without.replace(chr(39), chr(39) * 2)}' WHERE name = 'runs'",
     )
     no_column = _altered_copy(schema, tmp_path / "no_column.db", "ALTER TABLE runs DROP COLUMN deleted_time")
     base = _schema(schema)
     for altered in (no_index, no_check, no_column):
         assert _schema(altered) != base, altered.name
-    assert [i for i in base["tables"]["metrics"]["indices"] if i[0] == index] and not [i for i in _schema(no_index)["tables"]["metrics"]["indices"] if i[0] == index]
+    assert [i for i in base["tables"]["metrics"]["indices"] if i[0] == index] and not [
+        i for i in _schema(no_index)["tables"]["metrics"]["indices"] if i[0] == index
+    ]
     assert len(_schema(no_check)["tables"]["runs"]["checks"]) == len(base["tables"]["runs"]["checks"]) - 1

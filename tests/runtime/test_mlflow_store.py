@@ -101,16 +101,19 @@ def finish(procs: list[subprocess.Popen], work: Path, timeout: float = 300) -> t
 
 # --- 11: sixteen concurrent writers ---------------------------------------------------------
 
-WRITER = textwrap.dedent(
-    """
+WRITER = (
+    textwrap.dedent(
+        """
     import sys, time
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
     uri, experiment, i, n_metrics = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     """
-) + READY_THEN_GO + textwrap.dedent(
-    """
+    )
+    + READY_THEN_GO
+    + textwrap.dedent(
+        """
     client = MlflowClient(tracking_uri=uri)  # its own client, engine and connections
     exp = client.get_experiment_by_name(experiment).experiment_id
     run = client.create_run(exp, tags={"writer": str(i)})
@@ -119,6 +122,7 @@ WRITER = textwrap.dedent(
         client.log_batch(run.info.run_id, metrics=[Metric(f"m{k}", i * 1000.0 + k, now, 0) for k in range(k0, k0 + 10)])
     client.set_terminated(run.info.run_id)
     """
+    )
 )
 
 
@@ -146,8 +150,9 @@ def test_sixteen_concurrent_writers_lose_nothing(store, tmp_path):
 
 # --- 12: killed runs are never FINISHED; stale ones are reconciled --------------------------
 
-LOG_RUN = textwrap.dedent(
-    """
+LOG_RUN = (
+    textwrap.dedent(
+        """
     import os, sys, time
     from pathlib import Path
     from mlflow.tracking import MlflowClient
@@ -170,14 +175,17 @@ LOG_RUN = textwrap.dedent(
 
     MlflowClient.log_artifact = log_artifact
     """
-) + READY_THEN_GO + textwrap.dedent(
-    """
+    )
+    + READY_THEN_GO
+    + textwrap.dedent(
+        """
     run_id, reused = MLflowResource(tracking_uri=uri, artifact_root=artifacts).log_run(
         experiment, key, "bm25/liveqa_medquad", {"model": "bm25"}, {"ndcg_at_10": 0.5},
         {"medbench.dagster_run_id": "dagster-" + mode}, [Path(artifact)],
     )
     Path(work, f"result.{os.getpid()}").write_text(f"{run_id} {reused}")
     """
+    )
 )
 
 
@@ -277,7 +285,12 @@ def tiny_world(tmp: Path, mlflow: MLflowResource) -> dict:
     """liveqa_medquad (a real partition key) backed by four medical sentences."""
     src = tmp / "shared" / "lq"
     (src / "qrels").mkdir(parents=True)
-    docs = {"a1": "Gout is arthritis caused by uric acid crystals.", "a2": "Shingles is a painful rash.", "a3": "Migraine is treated with triptans.", "a4": "Anaemia causes tiredness."}
+    docs = {
+        "a1": "Gout is arthritis caused by uric acid crystals.",
+        "a2": "Shingles is a painful rash.",
+        "a3": "Migraine is treated with triptans.",
+        "a4": "Anaemia causes tiredness.",
+    }
     queries = {"1": "what causes gout", "2": "how to treat a migraine"}
     (src / "corpus.jsonl").write_text("".join(f'{{"_id": "{d}", "title": "", "text": "{t}"}}\n' for d, t in docs.items()))
     (src / "queries.jsonl").write_text("".join(f'{{"_id": "{q}", "text": "{t}"}}\n' for q, t in queries.items()))
@@ -309,7 +322,10 @@ def materialise_bm25(resources: dict, instance: dg.DagsterInstance, force: bool 
     config = {"ops": {"task_metrics": {"config": {"force": True}}}} if force else None
     res = dg.materialize(
         [corpus_embeddings, corpus_index, retrieval_run, task_metrics],
-        partition_key=partition_key("bm25", "liveqa_medquad"), resources=resources, instance=instance, run_config=config,
+        partition_key=partition_key("bm25", "liveqa_medquad"),
+        resources=resources,
+        instance=instance,
+        run_config=config,
     )
     assert res.success
     return {k: v.value for k, v in res.asset_materializations_for_node("task_metrics")[0].metadata.items()}
@@ -384,9 +400,22 @@ def test_a_partition_logs_to_an_mlflow_server_over_http(tmp_path):
     port = free_port()
     served = tmp_path / "served_artifacts"
     server = processes.start(
-        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination", str(served)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            str(Path(sys.executable).parent / "mlflow"),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination",
+            str(served),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     uri = f"http://127.0.0.1:{port}"
     try:

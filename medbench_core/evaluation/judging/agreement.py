@@ -41,7 +41,9 @@ def weighted_kappa(a: Sequence[int], b: Sequence[int], labels: Sequence[int], we
     index = {g: i for i, g in enumerate(labels)}
     n = len(labels)
     conf = np.zeros((n, n), dtype=np.float64)
-    np.add.at(conf, (np.array([index[x] for x in np.asarray(a).tolist()], dtype=np.intp), np.array([index[x] for x in np.asarray(b).tolist()], dtype=np.intp)), 1.0)
+    np.add.at(
+        conf, (np.array([index[x] for x in np.asarray(a).tolist()], dtype=np.intp), np.array([index[x] for x in np.asarray(b).tolist()], dtype=np.intp)), 1.0
+    )
     expected = np.outer(conf.sum(axis=1), conf.sum(axis=0)) / conf.sum()
     i, j = np.indices((n, n))
     w = np.abs(i - j) if weights == "linear" else (i - j) ** 2
@@ -155,5 +157,12 @@ def moved_intervals(human: Sequence[Mapping], filled: Sequence[Mapping]) -> list
         if f is None:
             continue
         if (r["rank"], r["rank_low"], r["rank_high"]) != (f["rank"], f["rank_low"], f["rank_high"]):
-            out.append({"task": r["task"], "model": r["model"], "human": [r["rank"], r["rank_low"], r["rank_high"]], "filled": [f["rank"], f["rank_low"], f["rank_high"]]})
+            out.append(
+                {
+                    "task": r["task"],
+                    "model": r["model"],
+                    "human": [r["rank"], r["rank_low"], r["rank_high"]],
+                    "filled": [f["rank"], f["rank_low"], f["rank_high"]],
+                }
+            )
     return out

@@ -128,13 +128,21 @@ def _read_umbrela(spec, task, path: Path):
             if q is None:
                 found = by_query.get(_norm(obj.get("query")), [])
                 if len(found) != 1:
-                    problems.append(f"{where}: its 'query' matches {'no' if not found else len(found)} query of task {task.name}" + (f" ({found[:3]})" if found else "") + "; give 'qid'")
+                    problems.append(
+                        f"{where}: its 'query' matches {'no' if not found else len(found)} query of task {task.name}"
+                        + (f" ({found[:3]})" if found else "")
+                        + "; give 'qid'"
+                    )
                     continue
                 q = found[0]
             if d is None:
                 found_d = sorted(by_passage.get(_norm(obj.get("passage")), set()))
                 if len(found_d) != 1:
-                    problems.append(f"{where}: its 'passage' matches {'no' if not found_d else len(found_d)} document of task {task.name}" + (f" ({found_d[:3]})" if found_d else "") + "; give 'docid'")
+                    problems.append(
+                        f"{where}: its 'passage' matches {'no' if not found_d else len(found_d)} document of task {task.name}"
+                        + (f" ({found_d[:3]})" if found_d else "")
+                        + "; give 'docid'"
+                    )
                     continue
                 d = found_d[0]
             q, d = str(q), str(d)

@@ -28,7 +28,9 @@ FILES = ("metrics.json", "per_query.parquet")
 def filled_qrels(human: pl.DataFrame, judgements: pl.DataFrame) -> pl.DataFrame:
     """Human qrels plus the LLM grades of the pairs they leave unjudged (query_id, doc_id, relevance)."""
     h = human.select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("relevance").cast(pl.Int64))
-    llm = judgements.filter((pl.col("role") == "fill") & pl.col("grade").is_not_null()).select("query_id", "doc_id", pl.col("grade").cast(pl.Int64).alias("relevance"))
+    llm = judgements.filter((pl.col("role") == "fill") & pl.col("grade").is_not_null()).select(
+        "query_id", "doc_id", pl.col("grade").cast(pl.Int64).alias("relevance")
+    )
     llm = llm.join(h, on=["query_id", "doc_id"], how="anti")
     return pl.concat([h, llm])
 

@@ -78,7 +78,9 @@ def calibration_sample(task, qrels: pl.DataFrame, n: int, seed: int) -> pl.DataF
             elif len(taken) < n:
                 taken.append(row)
     out = pl.DataFrame(taken, schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "human": pl.Int64}, orient="row")
-    return out.with_columns(pl.lit(CALIBRATION).alias("role"), pl.lit(None, dtype=pl.Utf8).alias("pool_models"), pl.lit(None, dtype=pl.Int64).alias("best_rank")).sort("query_id", "doc_id")
+    return out.with_columns(
+        pl.lit(CALIBRATION).alias("role"), pl.lit(None, dtype=pl.Utf8).alias("pool_models"), pl.lit(None, dtype=pl.Int64).alias("best_rank")
+    ).sort("query_id", "doc_id")
 
 
 def pair_texts(task, pool: pl.DataFrame, passage_words: int) -> tuple[list[str], list[str]]:

@@ -106,7 +106,11 @@ class JudgementSpec:
         if not grades or any(not isinstance(g, int) or g < 0 or g > 9 for g in grades) or len(set(grades)) != len(grades):
             raise DataError(f"{where}: grades must be distinct single-digit integers, e.g. [0, 1, 2, 3]")
         if self.grade_map != "auto":
-            if not isinstance(self.grade_map, dict) or set(self.grade_map) != set(grades) or not all(isinstance(v, int) and v >= 0 for v in self.grade_map.values()):
+            if (
+                not isinstance(self.grade_map, dict)
+                or set(self.grade_map) != set(grades)
+                or not all(isinstance(v, int) and v >= 0 for v in self.grade_map.values())
+            ):
                 raise DataError(f"{where}: grade_map must be 'auto' or map every grade {list(grades)} to a task grade (an integer >= 0)")
         unknown = sorted(set(self.pool) - set(DEFAULT_POOL))
         if unknown:
@@ -161,7 +165,9 @@ def parse_judgements(entries: Any, where: str | Path, models: list[str] | None =
             import difflib
 
             near = difflib.get_close_matches(unknown[0], sorted(known), n=1)
-            raise DataError(f"{where}: judgement {name!r} has unknown field(s) {unknown}" + (f"; did you mean {near[0]!r}?" if near else f"; known: {sorted(known)}"))
+            raise DataError(
+                f"{where}: judgement {name!r} has unknown field(s) {unknown}" + (f"; did you mean {near[0]!r}?" if near else f"; known: {sorted(known)}")
+            )
         wrong = [k for k in (_GENERATE_ONLY if e["source"] == "file" else _FILE_ONLY if e["source"] == "generate" else ()) if k in e]
         if wrong:
             raise DataError(f"{where}: judgement {name!r} (source {e['source']}) does not take {wrong}")

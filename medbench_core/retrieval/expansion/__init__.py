@@ -21,6 +21,13 @@ from medbench_core.retrieval.expansion.frame import EXPANSION_SCHEMA, load_expan
 from medbench_core.retrieval.expansion.spec import METHODS, ExpansionSpec, find_expansion, load_expansions, parse_expansions
 
 __all__ = [
-    "EXPANSION_SCHEMA", "METHODS", "ExpansionSpec", "find_expansion", "load_expansion", "load_expansions",
-    "parse_expansions", "split_reasoning", "store_expansion",
+    "EXPANSION_SCHEMA",
+    "METHODS",
+    "ExpansionSpec",
+    "find_expansion",
+    "load_expansion",
+    "load_expansions",
+    "parse_expansions",
+    "split_reasoning",
+    "store_expansion",
 ]

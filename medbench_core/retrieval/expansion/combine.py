@@ -55,7 +55,9 @@ def dense_query_texts(queries: list[str], expansions: list[str], combine: Combin
     raise DataError(f"combine {combine.mode!r} embeds query and expansion separately; see dense_query_vectors")
 
 
-def dense_query_vectors(encode, queries: list[str], expansions: list[str], combine: Combine, prompt: tuple[str, str] | None, normalize: bool = True) -> np.ndarray:
+def dense_query_vectors(
+    encode, queries: list[str], expansions: list[str], combine: Combine, prompt: tuple[str, str] | None, normalize: bool = True
+) -> np.ndarray:
     """Query vectors of the expanded queries, as R2MED's encoder classes make them (utils.py at 62b7074).
 
     ``encode(texts, role, prompt)`` embeds texts as the retriever's kind does: role ``query`` with
@@ -73,7 +75,9 @@ def dense_query_vectors(encode, queries: list[str], expansions: list[str], combi
     """
     if combine.mode == "mean":
         q = np.asarray(encode(list(queries), "query", prompt), dtype=np.float64)
-        e = np.asarray(encode(list(expansions), "query", prompt) if combine.instruct_expansion else encode(list(expansions), "expansion", None), dtype=np.float64)
+        e = np.asarray(
+            encode(list(expansions), "query", prompt) if combine.instruct_expansion else encode(list(expansions), "expansion", None), dtype=np.float64
+        )
         m = (q + e) / 2.0
         if normalize:
             m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)

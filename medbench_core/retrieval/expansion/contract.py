@@ -130,7 +130,9 @@ class ExpansionVerdict:
         return list(self.summary["copied_query_ids"])
 
 
-def validate_expansion(expansions: pl.DataFrame, task: Task, name: str, out_dir: str | Path | None = None, *, file: str = "expansions.parquet") -> ExpansionVerdict:
+def validate_expansion(
+    expansions: pl.DataFrame, task: Task, name: str, out_dir: str | Path | None = None, *, file: str = "expansions.parquet"
+) -> ExpansionVerdict:
     """Run the expansion contract (see the module docstring). Never raises on bad data.
 
     With ``out_dir`` the GX results, the verdict (``contract.json``), data docs and
@@ -151,8 +153,20 @@ def validate_expansion(expansions: pl.DataFrame, task: Task, name: str, out_dir:
         Spec("ExpectTableRowCountToBeBetween", {"min_value": 1}, "integrity", f"{file} has at least one row"),
         Spec("ExpectColumnValuesToNotBeNull", {"column": "query_id"}, "schema", "every expansion has a query_id", show_values=False),
         Spec("ExpectColumnValuesToBeUnique", {"column": "query_id"}, "integrity", "one expansion per query id"),
-        Spec("ExpectColumnValuesToBeInSet", {"column": "query_known", "value_set": [True]}, "integrity", f"every query_id is a query of task {task.name}", show_values=False),
-        Spec("ExpectColumnValuesToBeInSet", {"column": "has_answer", "value_set": [True]}, "schema", "every expansion's answer (after any </think>) has text", show_values=False),
+        Spec(
+            "ExpectColumnValuesToBeInSet",
+            {"column": "query_known", "value_set": [True]},
+            "integrity",
+            f"every query_id is a query of task {task.name}",
+            show_values=False,
+        ),
+        Spec(
+            "ExpectColumnValuesToBeInSet",
+            {"column": "has_answer", "value_set": [True]},
+            "schema",
+            "every expansion's answer (after any </think>) has text",
+            show_values=False,
+        ),
         Spec(
             "ExpectColumnValuesToBeBetween",
             {"column": "longest_shared_words", "max_value": COPY_WORDS - 1},
@@ -166,7 +180,15 @@ def validate_expansion(expansions: pl.DataFrame, task: Task, name: str, out_dir:
         pl.col("query_id").alias("record_id"),
         pl.Series("has_expansion", [q in covered for q in task.queries["query_id"].to_list()], dtype=pl.Boolean),
     )
-    q_specs = [Spec("ExpectColumnValuesToBeInSet", {"column": "has_expansion", "value_set": [True]}, "integrity", f"every query of task {task.name} has an expansion", show_values=False)]
+    q_specs = [
+        Spec(
+            "ExpectColumnValuesToBeInSet",
+            {"column": "has_expansion", "value_set": [True]},
+            "integrity",
+            f"every query of task {task.name} has an expansion",
+            show_values=False,
+        )
+    ]
     tables = [Table("expansions", file, frame, specs), Table("task_queries", "queries.parquet", tq, q_specs)]
     outcomes, results_path, docs_path = run_tables(f"expansion.{name}.{task.name}", tables, Path(out_dir) if out_dir else None)
     summary = leakage_summary(leakage)

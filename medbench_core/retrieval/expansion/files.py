@@ -27,8 +27,8 @@ import polars as pl
 from medbench_core.errors import DataError
 from medbench_core.retrieval.expansion.frame import expansion_frame
 from medbench_core.retrieval.expansion.spec import DEFAULT_FILES, ExpansionSpec, file_identity
-from medbench_core.taskdata.task import Task
 from medbench_core.storage import sha256_file
+from medbench_core.taskdata.task import Task
 
 SHOW = 10  # problems named in one error
 

@@ -58,7 +58,7 @@ def rule_for_generator(generator: str) -> str:
 
 
 def split_reasoning(text: str, rule: str = "think") -> tuple[str, str]:
-    """``(answer, reasoning)`` of a generated text under ``rule`` (:data:`RULES`).
+    r"""``(answer, reasoning)`` of a generated text under ``rule`` (:data:`RULES`).
 
     ``think``: the answer is what follows the first ``</think>``, the reasoning what precedes
     it (a leading ``<think>`` dropped). ``huatuo``: the answer is what follows the first
@@ -78,7 +78,7 @@ def split_reasoning(text: str, rule: str = "think") -> tuple[str, str]:
         reasoning, answer = text.split(THINK_CLOSE, 1)
         reasoning = reasoning.strip()
         if reasoning.startswith(THINK_OPEN):
-            reasoning = reasoning[len(THINK_OPEN):].strip()
+            reasoning = reasoning[len(THINK_OPEN) :].strip()
         return answer.strip(), reasoning
     if rule == "huatuo":
         m = _HUATUO.search(text)

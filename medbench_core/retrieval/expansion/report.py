@@ -61,16 +61,26 @@ def beside_retriever(board: pl.DataFrame, models: list[ModelSpec], copies: dict[
             continue
         for t in tasks:
             v, base = values.get((m.name, t)), values.get((retriever, t))
-            rows.append({
-                "model": m.name,
-                "retriever": retriever,
-                "task": t,
-                "value": v,
-                "retriever_value": base,
-                "delta": None if v is None or base is None else round(v - base, 4),
-                "copies": (copies or {}).get((m.name, t), 0),
-            })
-    schema = {"model": pl.Utf8, "retriever": pl.Utf8, "task": pl.Utf8, "value": pl.Float64, "retriever_value": pl.Float64, "delta": pl.Float64, "copies": pl.Int64}
+            rows.append(
+                {
+                    "model": m.name,
+                    "retriever": retriever,
+                    "task": t,
+                    "value": v,
+                    "retriever_value": base,
+                    "delta": None if v is None or base is None else round(v - base, 4),
+                    "copies": (copies or {}).get((m.name, t), 0),
+                }
+            )
+    schema = {
+        "model": pl.Utf8,
+        "retriever": pl.Utf8,
+        "task": pl.Utf8,
+        "value": pl.Float64,
+        "retriever_value": pl.Float64,
+        "delta": pl.Float64,
+        "copies": pl.Int64,
+    }
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
 
 
@@ -78,6 +88,7 @@ def beside_retriever_markdown(rows: pl.DataFrame, metric: str = "nDCG@10") -> st
     """Markdown of :func:`beside_retriever`: ``0.5734 (bm25 0.1919, +0.3815)``; a warning names the
     expansions that copy a relevant passage."""
     lines = [f"{metric} of expanded models beside their retrievers", "", "| model | task | expanded | retriever | difference |", "|---|---|---|---|---|"]
+
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.4f}"
 

@@ -11,7 +11,6 @@ from typing import Any
 
 from medbench_core.errors import DataError
 
-
 MODES = ("concat", "replace", "mean")
 DEFAULT_SEPARATOR = "[SEP]"
 

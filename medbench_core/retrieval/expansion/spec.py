@@ -259,7 +259,9 @@ def prompt_file(spec: ExpansionSpec, task: str, prompts_dir: str | Path | None =
     for p in (root / spec.method / f"{task}.txt", root / f"{spec.method}.txt"):
         if p.is_file():
             return p
-    raise DataError(f"expansion {spec.name}: no prompt template for method {spec.method} ({root / spec.method / (task + '.txt')} or {root / (spec.method + '.txt')})")
+    raise DataError(
+        f"expansion {spec.name}: no prompt template for method {spec.method} ({root / spec.method / (task + '.txt')} or {root / (spec.method + '.txt')})"
+    )
 
 
 def prompt_text(spec: ExpansionSpec, task: str, prompts_dir: str | Path | None = None) -> str:

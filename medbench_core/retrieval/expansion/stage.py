@@ -116,8 +116,15 @@ def build_expansion(
 
         template = prompt_text(spec, task.name, prompts_dir)
         frame, identity, info = generate_expansions(
-            spec, task, template, upstream_run=upstream_run, upstream_run_key=upstream_run_key,
-            generator=generator, online=online, device=device, progress=progress,
+            spec,
+            task,
+            template,
+            upstream_run=upstream_run,
+            upstream_run_key=upstream_run_key,
+            generator=generator,
+            online=online,
+            device=device,
+            progress=progress,
         )
         info["prompt_sha256"] = text_sha256(template)
     code = code or stage_code()

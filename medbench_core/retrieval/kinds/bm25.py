@@ -147,7 +147,14 @@ class BM25Kind(RetrieverKind):
         files = bm25.save(bm25.fit_tokens(tokens, analyzer, progress=progress), out)
         scoring = {k: analyzer[k] for k in ("k1", "b", "method")}
         described = {str(lang or ""): a.describe() for lang, a in analyzers.items()}
-        return {"representation": "bm25s-sparse", "n_docs": task.corpus.height, "settings": scoring, "analyzers": described, **self.long_text_params(spec), "files": files}
+        return {
+            "representation": "bm25s-sparse",
+            "n_docs": task.corpus.height,
+            "settings": scoring,
+            "analyzers": described,
+            **self.long_text_params(spec),
+            "files": files,
+        }
 
     def build_index(self, spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None, progress: bool | None, available: Any) -> dict[str, Any]:
         return {"type": "bm25s-sparse", "built_on": "cpu", "files": []}

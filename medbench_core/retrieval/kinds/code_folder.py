@@ -195,13 +195,14 @@ def verify_trust(spec: ModelSpec) -> TrustedCode:
     trusted = spec.block
     if not isinstance(trusted, TrustedCode):
         raise DataError(
-            f"model {spec.name}: its code runs only when models.yaml lists it under trust_code (path and sha256); "
-            "this entry was not read from such a registry"
+            f"model {spec.name}: its code runs only when models.yaml lists it under trust_code (path and sha256); this entry was not read from such a registry"
         )
     for written, folder, allowed in trusted.folders:
         now = code_hash(Path(folder))
         if now != allowed:
-            raise DataError(f"model {spec.name}: the code in {folder} changed after models.yaml allowlisted it (sha256 now {now}); read the change, then update trust_code")
+            raise DataError(
+                f"model {spec.name}: the code in {folder} changed after models.yaml allowlisted it (sha256 now {now}); read the change, then update trust_code"
+            )
     return trusted
 
 
@@ -221,7 +222,9 @@ def load_code_folder_object(spec: ModelSpec, device: str = "cpu") -> Any:
         raise DataError(f"model {spec.name}: importing {module_name!r} from {folder} failed ({type(exc).__name__}: {exc})") from exc
     origin = Path(getattr(module, "__file__", "") or "").resolve()
     if folder not in origin.parents:
-        raise DataError(f"model {spec.name}: module {module_name!r} was imported from {origin}, not from the allowlisted {folder}; rename it or remove the other copy")
+        raise DataError(
+            f"model {spec.name}: module {module_name!r} was imported from {origin}, not from the allowlisted {folder}; rename it or remove the other copy"
+        )
     target: Any = module
     for part in attr.split("."):
         target = getattr(target, part, None)
@@ -274,7 +277,9 @@ class CodeFolderMixin:
                     f"{{path: {path}, sha256: {now}}} under trust_code"
                 )
             if listed[1].lower() != now:
-                raise DataError(f"{where}: model {spec.name!r}: the code in {folder} changed since trust_code listed it (sha256 now {now}, listed {listed[1]}); read the change, then update the hash")
+                raise DataError(
+                    f"{where}: model {spec.name!r}: the code in {folder} changed since trust_code listed it (sha256 now {now}, listed {listed[1]}); read the change, then update the hash"
+                )
             folders.append((path, str(folder), now))
         return dataclasses.replace(spec, block=TrustedCode(tuple(folders)))
 
@@ -320,7 +325,11 @@ class CodeFolderLateKind(CodeFolderMixin, LateInteractionKind):
     def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
         calls = spec.settings.calls(f"model {spec.name}")
         images = "image" in calls or "image_text" in calls
-        return {**super().mteb_meta(spec, registry), "use_instructions": bool(spec.settings.instructions), "modalities": ["image", "text"] if images else ["text"]}
+        return {
+            **super().mteb_meta(spec, registry),
+            "use_instructions": bool(spec.settings.instructions),
+            "modalities": ["image", "text"] if images else ["text"],
+        }
 
 
 KIND = CodeFolderKind()

@@ -42,8 +42,13 @@ from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.weights import DTYPES
 
 PYLATE_DEFAULTS = {
-    "query_prefix": "[Q] ", "document_prefix": "[D] ", "query_length": 32, "document_length": 180,
-    "do_query_expansion": True, "attend_to_expansion_tokens": False, "skiplist_words": list(string.punctuation),
+    "query_prefix": "[Q] ",
+    "document_prefix": "[D] ",
+    "query_length": 32,
+    "document_length": 180,
+    "do_query_expansion": True,
+    "attend_to_expansion_tokens": False,
+    "skiplist_words": list(string.punctuation),
 }  # fmt: skip  (pylate/models/colbert.py ColBERT.__init__, when the folder's config gives none)
 DENSE_TYPES = ("pylate.models.Dense.Dense", "pylate.models.Dense", "sentence_transformers.models.Dense", "sentence_transformers.models.Dense.Dense")
 ACTIVATIONS = {"torch.nn.modules.linear.Identity": lambda x: x, "torch.nn.modules.activation.Tanh": np.tanh}
@@ -140,7 +145,9 @@ class ColbertEncoder:
         self.dense: list[tuple[np.ndarray, np.ndarray | None, Any, np.ndarray | None]] = []
         for entry in modules[1:]:
             if entry.get("type") not in DENSE_TYPES:
-                raise DataError(f"model {spec.name}: module {entry.get('type')!r} in {folder / 'modules.json'} is not a Dense layer; ColBERT is a Transformer then Dense layers")
+                raise DataError(
+                    f"model {spec.name}: module {entry.get('type')!r} in {folder / 'modules.json'} is not a Dense layer; ColBERT is a Transformer then Dense layers"
+                )
             sub = folder / entry.get("path", "")
             conf = _read_json(sub / "config.json", "Dense config")
             act = conf.get("activation_function", "torch.nn.modules.linear.Identity")
@@ -150,7 +157,9 @@ class ColbertEncoder:
                 raise DataError(f"model {spec.name}: {sub} has no model.safetensors (a pickled Dense layer is not loaded)")
             w = load_file(str(sub / "model.safetensors"))
             residual = w.get("residual.weight") if conf.get("use_residual") else None
-            self.dense.append((w["linear.weight"], w.get("linear.bias"), ACTIVATIONS[act], residual if residual is not None else (True if conf.get("use_residual") else None)))
+            self.dense.append(
+                (w["linear.weight"], w.get("linear.bias"), ACTIVATIONS[act], residual if residual is not None else (True if conf.get("use_residual") else None))
+            )
         dtype = torch_dtype(spec)
         if dtype is not None:
             model = model.to(dtype)
@@ -164,7 +173,9 @@ class ColbertEncoder:
         if self.lower:
             texts = [t.lower() for t in texts]
         pad = "max_length" if role == "query" and self.expansion else True
-        feats = dict(self.tokenizer(texts, padding=pad, truncation="longest_first", max_length=length - 1 if prefix is not None else length, return_tensors="pt"))
+        feats = dict(
+            self.tokenizer(texts, padding=pad, truncation="longest_first", max_length=length - 1 if prefix is not None else length, return_tensors="pt")
+        )
         if prefix is not None:
             insert = lambda t, v: torch.cat([t[:, :1], torch.full((t.shape[0], 1), v, dtype=t.dtype), t[:, 1:]], dim=1)  # noqa: E731
             feats["input_ids"] = insert(feats["input_ids"], prefix)

@@ -135,7 +135,9 @@ class EncoderKind(RetrieverKind):
             texts = format_queries(texts, query_prompt) if query_prompt is not None else texts
             return model.encode_records(texts, [None] * len(texts), langs, role, **extra)
 
-        return dense_query_vectors(encode, task.queries["text"].fill_null("").to_list(), expansions, combine, prompt, normalize=bool(getattr(spec.settings, "normalize", True)))
+        return dense_query_vectors(
+            encode, task.queries["text"].fill_null("").to_list(), expansions, combine, prompt, normalize=bool(getattr(spec.settings, "normalize", True))
+        )
 
     def query_files(self, queries: Any, out: Path) -> list[str]:
         np.save(out / "query_embeddings.npy", queries, allow_pickle=False)

@@ -89,7 +89,9 @@ class ExpandedKind(DerivedKind):
         b = spec.block
         r = registry.get(b.retriever)
         if r is None or r.derived:
-            raise DataError(f"{where}: model {spec.name!r}: retriever {b.retriever!r} must be another, non-expanded entry of 'models:' that searches the corpus itself (not a fusion or a reranker)")
+            raise DataError(
+                f"{where}: model {spec.name!r}: retriever {b.retriever!r} must be another, non-expanded entry of 'models:' that searches the corpus itself (not a fusion or a reranker)"
+            )
         if b.expansion not in expansions:
             raise DataError(f"{where}: model {spec.name!r}: expansion {b.expansion!r} is not in 'expansions:' (known: {sorted(expansions)})")
         e = expansions[b.expansion]

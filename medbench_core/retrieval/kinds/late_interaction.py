@@ -98,7 +98,9 @@ class LateInteractionKind(RetrieverKind):
         check_disk(Path(emb_dir).parents[1].name, out, plaid_bytes(n_tokens, dim, settings["nbits"], 0))
         return {**build_plaid(Path(emb_dir), out, settings), "built_on": "cpu"}
 
-    def represent_queries(self, spec: ModelSpec, task: Task, model: Any, *, prompt: tuple[str, str] | None, expansion: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    def represent_queries(
+        self, spec: ModelSpec, task: Task, model: Any, *, prompt: tuple[str, str] | None, expansion: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(queries, lengths)``: each query's token vectors, zero-padded to the longest (a zero vector adds 0 to MaxSim)."""
         from medbench_core.retrieval.multivector import pad_queries
         from medbench_core.retrieval.records import side_records

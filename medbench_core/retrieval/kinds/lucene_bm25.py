@@ -104,7 +104,9 @@ class LuceneBM25Kind(RetrieverKind):
         from medbench_core.retrieval import lucene_bm25
 
         index = lucene_bm25.load(corpus.embeddings)
-        return lucene_bm25.search_terms(index, task.queries["query_id"].to_list(), queries, task.corpus["doc_id"].to_list(), k, candidates=pools, progress=progress)
+        return lucene_bm25.search_terms(
+            index, task.queries["query_id"].to_list(), queries, task.corpus["doc_id"].to_list(), k, candidates=pools, progress=progress
+        )
 
 
 KIND = LuceneBM25Kind()

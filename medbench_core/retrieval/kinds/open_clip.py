@@ -81,7 +81,12 @@ class OpenClipKind(EncoderKind):
         return clip_revision(spec)
 
     def mteb_meta(self, spec: ModelSpec, registry: Any) -> dict[str, Any]:
-        return {**super().mteb_meta(spec, registry), "framework": ["PyTorch"], "similarity_fn_name": "cosine", "open_weights": True if self.hub_id(spec) else None}
+        return {
+            **super().mteb_meta(spec, registry),
+            "framework": ["PyTorch"],
+            "similarity_fn_name": "cosine",
+            "open_weights": True if self.hub_id(spec) else None,
+        }
 
     def load(self, spec: ModelSpec, *, device: str = "cpu", progress: bool | None = False, online: bool = False) -> Any:
         from medbench_core.retrieval.clip import load_clip_encoder

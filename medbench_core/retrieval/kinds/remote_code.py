@@ -82,7 +82,16 @@ class Call:
         for key in raw:
             if key not in CALL_KEYS:
                 raise DataError(f"{at}: unknown key {key!r}{closest(str(key), CALL_KEYS)}; known keys: {', '.join(CALL_KEYS)}")
-        types = {"method": str, "single": bool, "processor": bool, "instruction": str, "output": (str, list), "fuse": str, "mask": str, "records": (dict, type(None))}
+        types = {
+            "method": str,
+            "single": bool,
+            "processor": bool,
+            "instruction": str,
+            "output": (str, list),
+            "fuse": str,
+            "mask": str,
+            "records": (dict, type(None)),
+        }
         for key, want in types.items():
             if key in raw and not isinstance(raw[key], want):
                 named = {"records": "a mapping", "output": "a key or a list of keys"}.get(key) or want.__name__
@@ -115,7 +124,9 @@ class Call:
                 raise DataError(f"{at}: records takes arg (where the list goes) and the keys text and image, not {rec!r}")
             missing = [w for w in wants if (w[:-1] if w == "texts" else "image") not in rec]
             if missing or call.texts is not None or call.images is not None:
-                raise DataError(f"{at}: with records, name the record keys ({', '.join(w[:-1] if w == 'texts' else 'image' for w in wants)}) inside records, not texts/images")
+                raise DataError(
+                    f"{at}: with records, name the record keys ({', '.join(w[:-1] if w == 'texts' else 'image' for w in wants)}) inside records, not texts/images"
+                )
         else:
             missing = [w for w in wants if getattr(call, w) is None]
             if missing:
@@ -209,7 +220,9 @@ def _vectors(result: Any, output: str | list, n: int, what: str) -> np.ndarray:
     try:
         arr = np.asarray(result, dtype=np.float32)
     except (TypeError, ValueError) as exc:
-        raise DataError(f"{what} returned {type(result).__name__}, not an array of vectors; name the key or attribute that holds them (settings output)") from exc
+        raise DataError(
+            f"{what} returned {type(result).__name__}, not an array of vectors; name the key or attribute that holds them (settings output)"
+        ) from exc
     if arr.ndim == 1 and n == 1:
         arr = arr[None, :]
     if arr.ndim != 2 or arr.shape[0] != n:
@@ -401,7 +414,9 @@ class RemoteCodeEncoder:
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
 
-def load_remote_code_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None) -> RemoteCodeEncoder:
+def load_remote_code_encoder(
+    spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None
+) -> RemoteCodeEncoder:
     """The model of ``spec`` loaded with its own code (only when the registry trusts it), in eval mode on ``device``."""
     from transformers import AutoModel
 
@@ -422,7 +437,9 @@ def load_remote_code_encoder(spec: ModelSpec, device: str = "cpu", progress: boo
     if spec.settings.processor_method:
         setup = getattr(model, spec.settings.processor_method, None)
         if not callable(setup):
-            raise DataError(f"model {spec.name}: the loaded {type(model).__name__} has no method {spec.settings.processor_method!r} (settings.processor_method)")
+            raise DataError(
+                f"model {spec.name}: the loaded {type(model).__name__} has no method {spec.settings.processor_method!r} (settings.processor_method)"
+            )
         setup(str(folder))  # BGE-VL: model.set_processor(<model folder>)
     encoder = RemoteCodeEncoder(spec, model, device=device, progress=progress)
     if any(c.processor for c in encoder.calls.values()):

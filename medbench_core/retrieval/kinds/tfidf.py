@@ -113,7 +113,9 @@ class TfidfKind(RetrieverKind):
         """Every setting with its value (the vectorizer's parameters), as info.json records them."""
         return {**asdict(spec.settings), "norm": "l2"}
 
-    def represent_queries(self, spec: ModelSpec, task: Task, model: object, *, prompt: QueryPrompt | None, expansion: QueryExpansion | None = None) -> list[str]:
+    def represent_queries(
+        self, spec: ModelSpec, task: Task, model: object, *, prompt: QueryPrompt | None, expansion: QueryExpansion | None = None
+    ) -> list[str]:
         """The query texts (the vectorizer analyses them in ``search``, with the corpus's vocabulary)."""
         return task.queries["text"].fill_null("").to_list()
 

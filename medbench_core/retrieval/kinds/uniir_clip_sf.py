@@ -76,7 +76,9 @@ class UniIRSettings(KindSettings):
         if self.instructions is not None and not all(
             isinstance(v, str) or isinstance(v, list) and v and all(isinstance(p, str) and p.strip() for p in v) for v in self.instructions.values()
         ):
-            raise DataError(f"{where}: instructions must map a task name, task type or 'default' to an instruction text or a list of them (one drawn per query)")
+            raise DataError(
+                f"{where}: instructions must map a task name, task type or 'default' to an instruction text or a list of them (one drawn per query)"
+            )
         template = self.query_template or UNIIR_TEMPLATE
         if "{query}" not in template or "{instruction}" not in template:
             raise DataError(f"{where}: query_template {template!r} needs both {{instruction}} and {{query}}")
@@ -189,7 +191,9 @@ def checkpoint_file(spec: ModelSpec, *, online: bool = False, cache_dir: str | P
     return path
 
 
-def load_uniir_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None) -> Any:
+def load_uniir_encoder(
+    spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None
+) -> Any:
     """The CLIP-SF encoder of ``spec``: the architecture built by open_clip, the checkpoint loaded strictly, in eval mode on ``device``."""
     import open_clip
 

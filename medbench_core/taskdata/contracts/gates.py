@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from medbench_core.taskdata.contracts.results import ALL_TASKS, GATE_FILE, OVERLAP_GATE_FILE, ContractResult
 from medbench_core.storage import write_json_atomic
+from medbench_core.taskdata.contracts.results import ALL_TASKS, GATE_FILE, OVERLAP_GATE_FILE, ContractResult
 
 
 def gate_status_path(task_dir: str | Path) -> Path:

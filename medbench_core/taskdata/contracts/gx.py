@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from medbench_core.taskdata.contracts.results import DOCS_DIR, ID_COLUMNS, RESULTS_FILE, Outcome
 from medbench_core.storage import replace_dir_atomic, write_json_atomic
+from medbench_core.taskdata.contracts.results import DOCS_DIR, ID_COLUMNS, RESULTS_FILE, Outcome
 
 CHUNK_ROWS = 50_000  # rows turned into Python values at a time by the derived columns
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from medbench_core.errors import DataError
+from medbench_core.storage import sha256_file
 from medbench_core.taskdata.contracts.gx import Spec, Table, run_tables
 from medbench_core.taskdata.contracts.results import (
     ALL_TASKS,
@@ -21,9 +23,7 @@ from medbench_core.taskdata.contracts.results import (
     summarise,
     write_contract,
 )
-from medbench_core.errors import DataError
 from medbench_core.taskdata.task import Task
-from medbench_core.storage import sha256_file
 
 _SPACE = re.compile(r"\s+")
 
@@ -157,7 +157,14 @@ def _cross_tables(tasks: Sequence[Task], threshold: float, fail_on_near_duplicat
             "shared_queries",
             "queries.parquet of every task",
             shared,
-            [S("ExpectColumnValuesToBeUnique", {"column": "normalised_query"}, "overlap", "no query text shared between tasks (after NFKC, case folding, punctuation and whitespace normalisation)")],
+            [
+                S(
+                    "ExpectColumnValuesToBeUnique",
+                    {"column": "normalised_query"},
+                    "overlap",
+                    "no query text shared between tasks (after NFKC, case folding, punctuation and whitespace normalisation)",
+                )
+            ],
         )
     )
 
@@ -259,7 +266,9 @@ def validate_tasks(
     failed_tasks = sorted(_tasks_named(r for o in outcomes if not o.success and o.blocking for r in o.rows))
     extra = []
     if dups:
-        shown = "; ".join(f"{d.task_a}:{d.query_a} ~ {d.task_b}:{d.query_b} ({d.similarity:.3f}: {d.text_a[:60]!r} / {d.text_b[:60]!r})" for d in dups[:SHOW_ROWS])
+        shown = "; ".join(
+            f"{d.task_a}:{d.query_a} ~ {d.task_b}:{d.query_b} ({d.similarity:.3f}: {d.text_a[:60]!r} / {d.text_b[:60]!r})" for d in dups[:SHOW_ROWS]
+        )
         extra.append(f"{len(dups)} near-duplicate pair(s) at cosine >= {threshold}: {shown}")
     if failed_tasks:
         extra.append(f"tasks involved: {', '.join(failed_tasks)}")

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medbench_core.taskdata.task import CANDIDATES_SCHEMA, CORPUS_SCHEMA, QRELS_SCHEMA, QUERY_SCHEMA
 from medbench_core.storage import write_json_atomic
+from medbench_core.taskdata.task import CANDIDATES_SCHEMA, CORPUS_SCHEMA, QRELS_SCHEMA, QUERY_SCHEMA
 
 NEAR_DUPLICATE_THRESHOLD = 0.9
 NGRAM_RANGE = (3, 5)

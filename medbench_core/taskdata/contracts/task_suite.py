@@ -6,6 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
+from medbench_core.errors import DataError
 from medbench_core.taskdata.contracts.gx import CHUNK_ROWS, Spec, Table, column_values, is_int_column, pandas_dtype, record_ids, run_tables
 from medbench_core.taskdata.contracts.results import (
     ID_COLUMNS,
@@ -15,7 +16,6 @@ from medbench_core.taskdata.contracts.results import (
     summarise,
     write_contract,
 )
-from medbench_core.errors import DataError
 from medbench_core.taskdata.licences import DEFAULT_POLICY, LicencePolicy, normalise_licence
 from medbench_core.taskdata.task import MODALITIES, Task, has_text
 
@@ -92,17 +92,42 @@ def _record_table(task: Task, table: str, policy: LicencePolicy, research_only: 
     if key in df.columns:
         specs.append(Spec("ExpectColumnValuesToBeUnique", {"column": key}, "schema", f"{key} is unique"))
     what = "query" if table == "queries" else "document"
-    specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": "has_content", "value_set": [True]}, "schema", f"every {what} has non-empty text or an image", show_values=False))
+    specs.append(
+        Spec(
+            "ExpectColumnValuesToBeInSet",
+            {"column": "has_content", "value_set": [True]},
+            "schema",
+            f"every {what} has non-empty text or an image",
+            show_values=False,
+        )
+    )
     derived: dict[str, pl.Series] = {"has_content": _has_content(df, table)}
     if "image" in df.columns:
         derived["image_check"] = pl.Series(
             [check_image(r) for start in range(0, df.height, CHUNK_ROWS) for r in column_values(df.slice(start, CHUNK_ROWS), "image")], dtype=pl.Utf8
         )
-        specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": "image_check", "value_set": ["ok"]}, "schema", "every image reference resolves to a readable image inside the task's image folder"))
+        specs.append(
+            Spec(
+                "ExpectColumnValuesToBeInSet",
+                {"column": "image_check", "value_set": ["ok"]},
+                "schema",
+                "every image reference resolves to a readable image inside the task's image folder",
+            )
+        )
     if "modality" in df.columns:
-        specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": "modality", "value_set": list(MODALITIES)}, "schema", f"modality is one of {list(MODALITIES)}"))
+        specs.append(
+            Spec("ExpectColumnValuesToBeInSet", {"column": "modality", "value_set": list(MODALITIES)}, "schema", f"modality is one of {list(MODALITIES)}")
+        )
     if "licence" in df.columns:
-        specs.append(Spec("ExpectColumnValuesToNotBeNull", {"column": "licence"}, "licence", "every record carries a licence ('unknown' when the source states none)", show_values=False))
+        specs.append(
+            Spec(
+                "ExpectColumnValuesToNotBeNull",
+                {"column": "licence"},
+                "licence",
+                "every record carries a licence ('unknown' when the source states none)",
+                show_values=False,
+            )
+        )
         derived["licence_canonical"] = _canonical_licences(df)
         allowed = sorted(policy.allowed(research_only))
         scope = "allowlist + unknown/NC/ND (research-only task)" if research_only else "licence allowlist"
@@ -120,12 +145,29 @@ def _record_table(task: Task, table: str, policy: LicencePolicy, research_only: 
             pos = task.qrels.filter(pl.col("relevance") > 0).group_by("query_id").len()
             n_pos = dict(zip(pos["query_id"].to_list(), pos["len"].to_list()))
             derived["positive_judgments"] = pl.Series([n_pos.get(q, 0) for q in qids], dtype=pl.Int64)
-            specs.append(Spec("ExpectColumnValuesToBeBetween", {"column": "positive_judgments", "min_value": 1}, "integrity", "every query has at least one positive judgment in qrels.parquet", blocking=refuse, show_values=False))
+            specs.append(
+                Spec(
+                    "ExpectColumnValuesToBeBetween",
+                    {"column": "positive_judgments", "min_value": 1},
+                    "integrity",
+                    "every query has at least one positive judgment in qrels.parquet",
+                    blocking=refuse,
+                    show_values=False,
+                )
+            )
         if task.candidates is not None and "query_id" in task.candidates.columns:
             pools = task.candidates.group_by("query_id").len()
             n_cand = dict(zip(pools["query_id"].to_list(), pools["len"].to_list()))
             derived["candidates"] = pl.Series([n_cand.get(q, 0) for q in qids], dtype=pl.Int64)
-            specs.append(Spec("ExpectColumnValuesToBeBetween", {"column": "candidates", "min_value": 1}, "integrity", "every query has a non-empty candidate pool in candidates.parquet", show_values=False))
+            specs.append(
+                Spec(
+                    "ExpectColumnValuesToBeBetween",
+                    {"column": "candidates", "min_value": 1},
+                    "integrity",
+                    "every query has a non-empty candidate pool in candidates.parquet",
+                    show_values=False,
+                )
+            )
     frame = df.with_columns(record_ids(df, table), *[s.alias(n) for n, s in derived.items()])
     return Table(table, TABLE_FILES[table], frame, specs)
 
@@ -138,7 +180,15 @@ def _pair_table(task: Task, table: str, qrels_holes: str = "refuse") -> Table:
     specs = _schema_specs(df, table)
     derived: dict[str, pl.Series] = {}
     if {"query_id", "doc_id"} <= set(df.columns):
-        specs.append(Spec("ExpectCompoundColumnsToBeUnique", {"column_list": ["query_id", "doc_id"]}, "schema", "no (query_id, doc_id) pair appears twice", show_values=False))
+        specs.append(
+            Spec(
+                "ExpectCompoundColumnsToBeUnique",
+                {"column_list": ["query_id", "doc_id"]},
+                "schema",
+                "no (query_id, doc_id) pair appears twice",
+                show_values=False,
+            )
+        )
     for col, side, other in (("query_id", "queries", task.queries), ("doc_id", "corpus", task.corpus)):
         if col in df.columns:
             known = set(other[col].to_list()) if col in other.columns else set()
@@ -146,11 +196,25 @@ def _pair_table(task: Task, table: str, qrels_holes: str = "refuse") -> Table:
             absent_docs_marked = table == "qrels" and col == "doc_id" and qrels_holes == "mark"
             specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": f"{col}_known", "value_set": [True]}, "holes" if absent_docs_marked else "integrity",
                               f"every {col} names a row of {TABLE_FILES[side]}", blocking=not absent_docs_marked, show_values=False))  # fmt: skip
-    if table == "qrels" and task.candidates is not None and {"query_id", "doc_id"} <= set(df.columns) and is_int_column(df, "relevance") and {"query_id", "doc_id"} <= set(task.candidates.columns):
+    if (
+        table == "qrels"
+        and task.candidates is not None
+        and {"query_id", "doc_id"} <= set(df.columns)
+        and is_int_column(df, "relevance")
+        and {"query_id", "doc_id"} <= set(task.candidates.columns)
+    ):
         pool = set(zip(task.candidates["query_id"].to_list(), task.candidates["doc_id"].to_list()))
         in_pool = [None if (r is None or r <= 0) else (q, d) in pool for q, d, r in df.select("query_id", "doc_id", "relevance").iter_rows()]
         derived["positive_in_pool"] = pl.Series(in_pool, dtype=pl.Boolean)
-        specs.append(Spec("ExpectColumnValuesToBeInSet", {"column": "positive_in_pool", "value_set": [True]}, "integrity", "every positive judgment is inside its query's candidate pool", show_values=False))
+        specs.append(
+            Spec(
+                "ExpectColumnValuesToBeInSet",
+                {"column": "positive_in_pool", "value_set": [True]},
+                "integrity",
+                "every positive judgment is inside its query's candidate pool",
+                show_values=False,
+            )
+        )
     if "relevance" in df.columns:
         specs.append(Spec("ExpectColumnValuesToNotBeNull", {"column": "relevance"}, "schema", "every judgment has a relevance", show_values=False))
     frame = df.with_columns(record_ids(df, table), *[s.alias(n) for n, s in derived.items()])
@@ -198,7 +262,12 @@ def validate_task(
     extra = [describe(holes)] if holes["n_absent_doc_rows"] or holes["n_queries_without_judgment"] or holes["n_queries_without_positive"] else []
     if research_only:
         extra.append(
-            "research-only task: " + (f"admits licence(s) {', '.join(f'{x} ({licences[x]} records)' for x in admitted)} outside the allowlist" if admitted else "every licence is also in the allowlist")
+            "research-only task: "
+            + (
+                f"admits licence(s) {', '.join(f'{x} ({licences[x]} records)' for x in admitted)} outside the allowlist"
+                if admitted
+                else "every licence is also in the allowlist"
+            )
         )
     from medbench_core.taskdata.task import identical_id_pairs
 
@@ -209,7 +278,11 @@ def validate_task(
     if identical.get("queries"):
         extra.append(
             f"{identical['queries']} query id(s) are also document ids ({identical['judged_relevant']} such pair(s) judged relevant); "
-            + ("scoring drops such a document when it is retrieved (ignore_identical_ids)" if identical["ignored"] else "scoring keeps them (ignore_identical_ids: false)")
+            + (
+                "scoring drops such a document when it is retrieved (ignore_identical_ids)"
+                if identical["ignored"]
+                else "scoring keeps them (ignore_identical_ids: false)"
+            )
         )
     passed, message = summarise(f"task {task.name}", outcomes, extra)
     try:

@@ -116,7 +116,11 @@ def parse_options(reader: Reader, raw: dict[str, Any], where: str, called: str =
             hint = closest(str(key), known) or f"; its options: {', '.join(sorted(reader.option_names))}"
             raise DataError(f"{where}: unknown option {key!r} for reader {called}{hint}")
         values[key] = _check_type(value, hints[key], f"{where}: option {key!r}")
-    missing = [f.name for f in dataclasses.fields(reader.options) if f.name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [
+        f.name
+        for f in dataclasses.fields(reader.options)
+        if f.name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise DataError(f"{where}: reader {called} needs option(s) {', '.join(repr(m) for m in missing)}")
     return reader.options(**values)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.storage import write_bytes_atomic
 from medbench_core.taskdata.source_rules import GRADE_MAX, ID_MAX_CHARS, check_grade, check_id
 from medbench_core.taskdata.task import (
     CANDIDATES_SCHEMA,
@@ -31,7 +32,6 @@ from medbench_core.taskdata.task import (
     check_referential_integrity,
     make_task,
 )
-from medbench_core.storage import write_bytes_atomic
 
 if TYPE_CHECKING:
     import numpy as np
@@ -254,8 +254,7 @@ def iter_qrels_tsv(path: str | Path) -> Iterator[tuple[str, str, str, int]]:
         if not header:
             if row[0].strip().lower() not in QRELS_HEADER_IDS:
                 raise DataError(
-                    f"{where}: no header line; a qrels .tsv starts with 'query-id<TAB>corpus-id<TAB>score' "
-                    f"(found {chr(9).join(row)[:60]!r}); add the header"
+                    f"{where}: no header line; a qrels .tsv starts with 'query-id<TAB>corpus-id<TAB>score' (found {chr(9).join(row)[:60]!r}); add the header"
                 )
             header = True
             continue
@@ -364,8 +363,15 @@ def _deep_line(text: str, depth: int = 200) -> int:
 
 
 def build_task_from_rows(
-    meta: TaskMeta, queries: list[dict], corpus: list[dict], qrels: list[dict], candidates: list[dict] | None, image_root: Path | None, where: str,
-    *, qrels_holes: str = "refuse",
+    meta: TaskMeta,
+    queries: list[dict],
+    corpus: list[dict],
+    qrels: list[dict],
+    candidates: list[dict] | None,
+    image_root: Path | None,
+    where: str,
+    *,
+    qrels_holes: str = "refuse",
 ) -> Task:
     """Build and integrity-check a task from row dicts (make_task fills the columns a side lacks);
     ``qrels_holes`` as for :func:`~medbench_core.taskdata.task.check_referential_integrity`."""
@@ -388,7 +394,6 @@ def build_task_from_rows(
     except DataError as exc:
         raise DataError(f"{where}: {exc}") from exc
     return task
-
 
 
 def png_bytes(arr: np.ndarray) -> bytes:

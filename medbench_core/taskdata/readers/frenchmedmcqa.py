@@ -105,7 +105,17 @@ def read_frenchmedmcqa(folder: str | Path, options: FrenchMedMCQAOptions | None 
                 raise DataError(f"{where}: option {letter!r} has no text; an option needs text to be ranked")
             did = f"{qid}:{letter}"
             concepts[letter] = text_concept_id(text)
-            corpus.append({"doc_id": did, "text": text.strip(), "language": "fr", "modality": "text", "discipline": discipline, "concept_ids": [concepts[letter]], "licence": lic})
+            corpus.append(
+                {
+                    "doc_id": did,
+                    "text": text.strip(),
+                    "language": "fr",
+                    "modality": "text",
+                    "discipline": discipline,
+                    "concept_ids": [concepts[letter]],
+                    "licence": lic,
+                }
+            )
             qrels.append({"query_id": qid, "doc_id": did, "relevance": int(letter in correct)})
             cands.append({"query_id": qid, "doc_id": did})
         queries.append(
@@ -125,7 +135,8 @@ def read_frenchmedmcqa(folder: str | Path, options: FrenchMedMCQAOptions | None 
     meta = TaskMeta(
         name=name,
         source=o.source or f"FrenchMedMCQA (Labrak et al., 2022), {split} split",
-        description=o.description or "French pharmacy exam question -> its own five options; correct options relevant (MMed-Bench-IR concept discrimination shape)",
+        description=o.description
+        or "French pharmacy exam question -> its own five options; correct options relevant (MMed-Bench-IR concept discrimination shape)",
         licences=(lic,),
         languages=("fr",),
         research_only=o.research_only,

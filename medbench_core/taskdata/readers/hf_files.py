@@ -181,7 +181,9 @@ class Source:
         if self.hub and not inside:  # the repository's blobs, or the cache-wide store they may link to
             inside = any(real.is_relative_to(b.resolve()) for b in (self.blobs, self.blobs.parent.parent / "blobs"))
         if not inside:
-            raise DataError(f"{where}{path} leads to {real}, outside {self.root}" + (f" and its repository's blobs ({self.blobs})" if self.hub else "") + "; refusing it")
+            raise DataError(
+                f"{where}{path} leads to {real}, outside {self.root}" + (f" and its repository's blobs ({self.blobs})" if self.hub else "") + "; refusing it"
+            )
         return path
 
     def file(self, rel: str, what: str) -> Path | None:
@@ -255,8 +257,7 @@ def locate(folder: str | Path | None, *, name: str, dataset: str, revision: str,
             raise DataError(f"task {name}: give 'path' (a local folder) or 'dataset' (a hub dataset id with a pinned revision)")
         if not revision:
             raise DataError(
-                f"task {name}: hub dataset {dataset!r} has no revision; pin one (revision: <40-hex commit sha>) "
-                "so the task reads the same data every time"
+                f"task {name}: hub dataset {dataset!r} has no revision; pin one (revision: <40-hex commit sha>) so the task reads the same data every time"
             )
         from medbench_core.hub import snapshot
 

@@ -181,7 +181,9 @@ def discipline_folder(base: Path, subset: str, where: str) -> str:
     names = next((pair for pair in SPELLINGS if subset in pair), (subset,))
     found = [n for n in dict.fromkeys((subset, *names)) if (base / n).is_dir()]
     if len(found) > 1:
-        raise DataError(f"{where}: {base} holds both {found[0]!r} and {found[1]!r}, the two spellings of one case-study folder in M3Retrieve's scripts; keep one")
+        raise DataError(
+            f"{where}: {base} holds both {found[0]!r} and {found[1]!r}, the two spellings of one case-study folder in M3Retrieve's scripts; keep one"
+        )
     if not found:
         have = sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
         other = f" (or {', '.join(repr(n) for n in names if n != subset)})" if len(names) > 1 else ""

@@ -54,7 +54,12 @@ def check_modality(side: str, obj: dict[str, Any], row: dict[str, Any], where: s
 
 
 LAYOUT = Layout(
-    queries=Side(ids=("qid",), text=("query_txt",), image=("query_img_path",), ignored=("query_modality", "query_src_content", "pos_cand_list", "neg_cand_list", "task_id")),
+    queries=Side(
+        ids=("qid",),
+        text=("query_txt",),
+        image=("query_img_path",),
+        ignored=("query_modality", "query_src_content", "pos_cand_list", "neg_cand_list", "task_id"),
+    ),
     corpus=Side(ids=("did",), text=("txt",), image=("img_path",), ignored=("modality", "src_content")),
     check=check_modality,
 )

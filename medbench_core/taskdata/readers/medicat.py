@@ -13,9 +13,7 @@ from medbench_core.taskdata.source_rules import check_id
 from medbench_core.taskdata.task import Task, TaskMeta, resolve_inside
 
 # The fields of a MedICaT record (its release's JSON lines).
-FIELDS = frozenset(
-    {"pdf_hash", "fig_key", "fig_uri", "s2_caption", "s2orc_caption", "s2orc_references", "radiology", "scope", "predicted_type", "oa_info"}
-)
+FIELDS = frozenset({"pdf_hash", "fig_key", "fig_uri", "s2_caption", "s2orc_caption", "s2orc_references", "radiology", "scope", "predicted_type", "oa_info"})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -66,7 +66,8 @@ def read_found(
     sha = source.revision or files_revision([p for ps in parts.values() for p in ps] + (images.files() if images else []), source.root)
     shown = sha[:19] if sha.startswith("sha256:") else sha[:12]
     meta: dict[str, Any] = {
-        "source": o.source or (default_source or "{dataset}@{revision}").format(dataset=source.dataset, revision=shown) + (f" ({o.subset})" if o.subset else ""),
+        "source": o.source
+        or (default_source or "{dataset}@{revision}").format(dataset=source.dataset, revision=shown) + (f" ({o.subset})" if o.subset else ""),
         "description": o.description,
         "dataset": source.dataset,
         "source_revision": sha,

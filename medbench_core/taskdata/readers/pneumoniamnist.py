@@ -100,19 +100,40 @@ def read_pneumoniamnist(npz_path: str | Path, options: PneumoniaMNISTOptions | N
             write_bytes_if_changed(resolve_inside(image_dir, ref, what=f"{npz_path} image {did}"), png_bytes(imgs[i]))
             finding = PNEUMONIA_FINDINGS[int(labs[i])]
             labels[did] = finding
-            corpus.append({"doc_id": did, "image": ref, "language": "en", "modality": "image", "discipline": "radiology", "concept_ids": [f"finding:{finding}"], "licence": lic})
+            corpus.append(
+                {
+                    "doc_id": did,
+                    "image": ref,
+                    "language": "en",
+                    "modality": "image",
+                    "discipline": "radiology",
+                    "concept_ids": [f"finding:{finding}"],
+                    "licence": lic,
+                }
+            )
     queries, qrels = [], []
     for finding, texts in prompts.items():
         for j, text in enumerate(texts):
             if not text or not text.strip():
                 raise DataError(f"prompt {finding}_{j} is empty; a query needs text")
             qid = f"{finding}_{j}"
-            queries.append({"query_id": qid, "text": text.strip(), "language": "en", "modality": "text", "discipline": "radiology", "concept_ids": [f"finding:{finding}"], "licence": lic})
+            queries.append(
+                {
+                    "query_id": qid,
+                    "text": text.strip(),
+                    "language": "en",
+                    "modality": "text",
+                    "discipline": "radiology",
+                    "concept_ids": [f"finding:{finding}"],
+                    "licence": lic,
+                }
+            )
             qrels.extend({"query_id": qid, "doc_id": d, "relevance": int(f == finding)} for d, f in labels.items())
     meta = TaskMeta(
         name=name,
         source=o.source or f"PneumoniaMNIST (MedMNIST v2), {'+'.join(splits)} splits",
-        description=o.description or "Text prompt describing a finding (normal / pneumonia) -> 28x28 chest X-rays with that label (M3Retrieve query-to-image shape)",
+        description=o.description
+        or "Text prompt describing a finding (normal / pneumonia) -> 28x28 chest X-rays with that label (M3Retrieve query-to-image shape)",
         licences=(lic,),
         query_modality="text",
         doc_modality="image",

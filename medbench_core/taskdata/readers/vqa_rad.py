@@ -18,8 +18,20 @@ _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 # The fields of a VQA-RAD question record (its release's JSON).
 FIELDS = frozenset(
     {
-        "qid", "phrase_type", "qid_linked_id", "image_case_url", "image_name", "image_organ", "evaluation", "question",
-        "question_rephrase", "question_relation", "question_frame", "question_type", "answer", "answer_type",
+        "qid",
+        "phrase_type",
+        "qid_linked_id",
+        "image_case_url",
+        "image_name",
+        "image_organ",
+        "evaluation",
+        "question",
+        "question_rephrase",
+        "question_relation",
+        "question_frame",
+        "question_type",
+        "answer",
+        "answer_type",
     }
 )
 
@@ -101,7 +113,17 @@ def read_vqa_rad(folder: str | Path, options: VqaRadOptions | None = None, conte
     for did, fname in on_disk.items():
         check_id(did, f"{root}: image {fname!r}", "image id (the file name without its suffix)")
         load_image(resolve_inside(root, fname, what=f"{root} image {did}"), did)
-        corpus.append({"doc_id": did, "image": fname, "language": "en", "modality": "image", "discipline": organ_of.get(did, "unknown"), "concept_ids": [], "licence": lic})
+        corpus.append(
+            {
+                "doc_id": did,
+                "image": fname,
+                "language": "en",
+                "modality": "image",
+                "discipline": organ_of.get(did, "unknown"),
+                "concept_ids": [],
+                "licence": lic,
+            }
+        )
     if not queries:
         raise DataError(f"{path}: no questions in split {split!r}")
     meta = TaskMeta(
