@@ -20,7 +20,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.stage import CODE_VERSION
+from assets.stage import CORE_SOURCE_DIGEST
 from medbench_core.evaluation.run_record import canary_params, canary_tags, flat_fingerprint
 from medbench_core.evaluation.scoring import flat_metrics, score
 from medbench_core.layout import STAGES
@@ -117,7 +117,7 @@ def drift_canary(
     record = {
         "model": spec.name, "task": task.name, "model_identity": spec.identity(), "task_content_hash": task.content_hash(),
         "metrics": {m: float(result["mean"][m]) for m in config.metrics}, "fingerprint": environment_fingerprint(),
-        "lock_hash": registry.lock_hash(), "git_sha": registry.git_sha(), "code_version": CODE_VERSION,
+        "lock_hash": registry.lock_hash(), "git_sha": registry.git_sha(), "code_version": CORE_SOURCE_DIGEST,
         "dagster_run_id": context.run_id, "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }  # fmt: skip
     path = baseline_path(store, spec.name, task.name)

@@ -6,7 +6,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from assets.stage import CODE_VERSION, CODE_VERSIONS, Stage, StageRun
+from assets.stage import CORE_SOURCE_DIGEST, STAGE_VERSIONS, Stage, StageRun
 from medbench_core.evaluation.run_record import derived_params, evaluation_params, evaluation_tags
 from medbench_core.evaluation.scoring import flat_metrics, score
 from medbench_core.storage import verify_manifest
@@ -24,8 +24,8 @@ def finish(run: StageRun) -> dict:
     result = json.loads((run.dir("metrics") / "metrics.json").read_text())
     benchmark = registry.catalog().benchmark
     params = evaluation_params(
-        p.spec, p.task, revision=p.revision, keys=p.keys, k=run.config.k, code_version=CODE_VERSION,
-        code_version_metrics=CODE_VERSIONS["metrics"], git_sha=registry.git_sha(), lock_hash=registry.lock_hash(),
+        p.spec, p.task, revision=p.revision, keys=p.keys, k=run.config.k, code_version=CORE_SOURCE_DIGEST,
+        code_version_metrics=STAGE_VERSIONS["metrics"], git_sha=registry.git_sha(), lock_hash=registry.lock_hash(),
     )  # fmt: skip
     if p.spec.derived:  # what it was built from: upstream run keys (an expanded model's expansion and combination)
         params |= derived_params(p.spec, p.upstream_run_keys(), json.loads((run.dir("run") / "info.json").read_text()))

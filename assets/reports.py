@@ -42,7 +42,7 @@ from medbench_core.taskdata.contracts import read_gate
 from runtime.partitions import Partitions, partition_key
 from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryResource
 
-CODE_VERSION = stage_version("reports")
+REPORTS_VERSION = stage_version("reports")  # the declared output version of the reports (logged and keyed as code_version)
 KIND_TAG = "medbench.kind"
 STALE_TAG = "medbench.stale"
 
@@ -118,7 +118,7 @@ def run_error(instance: dg.DagsterInstance, run_id: str) -> str:
 
 @dg.asset(
     deps=[ASSET_OF_STAGE["metrics"], "relevance_judgements"],
-    code_version=CODE_VERSION,
+    code_version=REPORTS_VERSION,
     group_name="reports",
     kinds={"markdown", "mlflow"},
     description=(
@@ -182,7 +182,7 @@ def leaderboard(
     mteb_tasks = {t: v["mteb_task"] for t, v in mteb_task_names(evaluated).items() if v["mteb_task"]} if sources else {}
     written = write_leaderboard(
         cells, [s.name for s in specs], catalog.names, sig, out, research_only=research_only, specs=specs, copies=copies,
-        footer=f"code version {CODE_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
+        footer=f"code version {REPORTS_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
         extra_json={"benchmark": catalog.benchmark, "cells": provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
         trust=trust, qrels_holes=data_holes, judgements=judged,
         query_groups=groups,
@@ -235,12 +235,12 @@ def log_leaderboard(
     filled = {f"{r['model']}/{r['task']}": r["judgements"] for r in trusted.iter_rows(named=True) if r["judgements"]} if trusted is not None else {}
     run_key = artifact_key(
         **({"trust": (trust or TrustSettings()).describe(), "filled": filled} if trusted is not None and trusted.height else {}),
-        kind="leaderboard", code=CODE_VERSION, significance=sig.describe(), cells={k: v["metrics_key"] for k, v in provenance.items()},
+        kind="leaderboard", code=REPORTS_VERSION, significance=sig.describe(), cells={k: v["metrics_key"] for k, v in provenance.items()},
         table=written["board"].columns + written["board"]["model"].to_list(), copies={f"{m}/{t}": n for (m, t), n in copies.items()},
         **({"published": published.select("model", "task", "published", "status", "file").to_dicts()} if published.height else {}),
         **({"stale": {f"{m}/{t}": why for (m, t), why in written["stale"].items()}} if written["stale"] else {}),
     )  # fmt: skip
-    params = {**{f"significance.{k}": v for k, v in sig.describe().items()}, "cells": len(provenance), "code_version": CODE_VERSION}
+    params = {**{f"significance.{k}": v for k, v in sig.describe().items()}, "cells": len(provenance), "code_version": REPORTS_VERSION}
     metrics: dict[str, float] = {}
     for r in stats.iter_rows(named=True):
         prefix = "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"{r['task']}/{r['model']}")

@@ -41,8 +41,10 @@ from runtime import verified
 from runtime.partitions import Partitions, model_of_partition, split_key, task_of_partition
 from runtime.resources import ArtifactStoreResource, RegistryResource
 
-CODE_VERSION = source_digest()
-CODE_VERSIONS = stage_code_versions()
+# A digest of medbench_core's sources (which code ran: provenance only, never a key; logged as code_version), and the
+# declared output version of each stage (what keys and Dagster's code_version use).
+CORE_SOURCE_DIGEST = source_digest()
+STAGE_VERSIONS = stage_code_versions()
 
 # The asset of each stage, keyed in STAGES order; everything else (jobs, freshness, the command
 # line) takes the names from here.
@@ -263,7 +265,7 @@ def provenance_metadata(p: Partition, stage: str) -> dict:
         "task": p.task_name,
         "model_revision": p.revision,
         "task_content_hash": p.task.content_hash(),
-        "code_version": CODE_VERSIONS.get(stage) or stage_version(stage),
+        "code_version": STAGE_VERSIONS.get(stage) or stage_version(stage),
         "provenance_key": p.keys[stage],
         "research_only": p.task.meta.research_only,
         "path": dg.MetadataValue.path(str(p.dir(stage))),
@@ -377,7 +379,7 @@ def stage_asset(stage: Stage, partitions: Partitions) -> dg.AssetsDefinition:
         name=stage.asset_name,
         partitions_def=partitions.model_task,
         deps=stage.deps(),
-        code_version=CODE_VERSIONS[stage.name],
+        code_version=STAGE_VERSIONS[stage.name],
         group_name=stage.group,
         kinds=set(stage.kinds),
         pool="encode" if stage.name in ENCODING_STAGES else None,  # one model encodes at a time

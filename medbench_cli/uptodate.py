@@ -54,15 +54,15 @@ def _files(path: Path) -> list[Path]:
 
 
 def source_digest(entry: Any, data_root: Path) -> str:
-    """The digest of a task's source files the release record uses (:func:`medbench_release.record.source_digest`);
+    """The digest of a task's source files (:func:`medbench_core.taskdata.catalog.source_files_digest`, what releases record);
     a hub dataset (whose cached branch may move) or a missing source is undecided."""
-    from medbench_release.record import source_digest as record_source_digest
+    from medbench_core.taskdata.catalog import source_files_digest
 
     if not entry.path:
         raise Undecided(f"task {entry.name} reads a hub dataset")
     if not (Path(data_root) / entry.path).exists():
         raise Undecided(f"task {entry.name}: source {Path(data_root) / entry.path} not found")
-    return noted_source_digest(Path(data_root) / entry.path, lambda: record_source_digest(Path(data_root), {"path": entry.path}))
+    return noted_source_digest(Path(data_root) / entry.path, lambda: source_files_digest(Path(data_root) / entry.path))
 
 
 def noted_source_digest(source: Path, digest: Any) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from medbench_core.storage import read_manifest, sha256_noting
+from medbench_core.storage import read_manifest
 from medbench_core.yaml_file import load_yaml
 
 FORMAT = 2
@@ -185,18 +185,15 @@ def describe_files(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def source_digest(shared_data: Path, entry: dict[str, Any]) -> str:
-    """sha256 over the source files a catalogue entry reads (names and bytes), or its hub dataset and revision."""
+    """:func:`medbench_core.taskdata.catalog.source_files_digest` of the source files a catalogue entry reads, or its hub dataset and revision."""
     if not entry.get("path"):
         return f"hub:{entry.get('dataset', '')}@{entry.get('revision', '')}"
+    from medbench_core.taskdata.catalog import source_files_digest
+
     src = Path(shared_data) / entry["path"]
     if not src.exists():
         return "missing"
-    files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
-    h = hashlib.sha256()
-    for p in files:
-        h.update(str(p.relative_to(src)).encode() if p != src else p.name.encode())
-        h.update(sha256_noting(p).encode())  # not read again while its stat is unchanged (storage.sha256_noting)
-    return h.hexdigest()
+    return source_files_digest(src)
 
 
 def entry_digest(entry: dict[str, Any] | None) -> str:

@@ -43,6 +43,7 @@ import numpy as np
 from medbench_core.errors import DataError
 from medbench_core.progress import bar as progress_bar
 from medbench_core.progress import resolve as resolve_progress
+from medbench_core.retrieval.checkpoints import CHECKPOINT_SUFFIXES, load_state_dict
 from medbench_core.retrieval.instructions import apply_prefixes
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.storage import sha256_file, write_with
@@ -50,7 +51,7 @@ from medbench_core.taskdata.images import load_image
 
 CONFIG_DIR = Path(__file__).with_name("clip_configs")
 FUSIONS = ("score", "embedding")
-TORCH_SUFFIXES = (".pt", ".pth", ".bin")
+TORCH_SUFFIXES = CHECKPOINT_SUFFIXES[1:]  # .pt .pth .bin
 _registered = False
 
 
@@ -80,7 +81,7 @@ def clip_settings(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-def checkpoint_kind(checkpoint: str) -> str:
+def checkpoint_format_of(checkpoint: str) -> str:
     """``random``, ``safetensors``, ``torch`` (weights-only), ``hub`` (hf-hub:) or ``tag``; refuses other files."""
     if not checkpoint:
         return "random"
@@ -103,15 +104,15 @@ def checkpoint_kind(checkpoint: str) -> str:
 def clip_revision(spec: ModelSpec) -> str:
     """What identifies the weights: ``random:seed=N``, ``sha256:<16 hex>`` of a local file, or the hub id/tag."""
     s = clip_settings(spec)
-    kind = checkpoint_kind(s["checkpoint"])
-    if kind == "random":
+    checkpoint_format = checkpoint_format_of(s["checkpoint"])
+    if checkpoint_format == "random":
         return f"random:seed={s['seed']}"
-    if kind in ("safetensors", "torch"):
+    if checkpoint_format in ("safetensors", "torch"):
         p = Path(s["checkpoint"])
         if not p.is_file():
             raise DataError(f"model {spec.name}: checkpoint {p} not found")
         return "sha256:" + sha256_file(p)[:16]
-    if kind == "hub":
+    if checkpoint_format == "hub":
         revision = spec.revision or s["checkpoint"]
         if spec.revision:
             from medbench_core.hub import resolve_revision
@@ -132,37 +133,6 @@ def _text_revision_suffix(spec: ModelSpec) -> str:
     except DataError:
         return ""  # loading will say what is missing
     return "".join(f"+{repo}@{sha}" for repo, (_, sha) in sorted(repos.items()))
-
-
-def _load_state_dict(path: Path, kind: str, model_name: str) -> dict[str, Any]:
-    if not path.is_file():
-        raise DataError(f"model {model_name}: checkpoint {path} not found")
-    if kind == "safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(str(path), device="cpu")
-        except (SafetensorError, OSError) as exc:
-            raise DataError(f"model {model_name}: {path} is not a readable safetensors file ({exc})") from exc
-    import pickle
-
-    import torch
-
-    try:
-        obj = torch.load(str(path), map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, TypeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(
-            f"model {model_name}: refused {path}: it does not load with torch.load(weights_only=True) ({first}). "
-            "It may hold code; convert trusted weights to .safetensors"
-        ) from exc
-    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
-        obj = obj["state_dict"]
-    if not isinstance(obj, dict) or not all(hasattr(v, "shape") for v in obj.values()):
-        raise DataError(f"model {model_name}: {path} does not hold a state dict of tensors")
-    # Checkpoints saved from DistributedDataParallel prefix every key with "module.".
-    return {k.removeprefix("module."): v for k, v in obj.items()}
 
 
 class ClipEncoder:
@@ -433,11 +403,11 @@ def load_clip_encoder(
     from medbench_core.retrieval.weights import torch_dtype
 
     s = clip_settings(spec)
-    kind = checkpoint_kind(s["checkpoint"])
+    checkpoint_format = checkpoint_format_of(s["checkpoint"])
     dtype = torch_dtype(spec)
-    folder = hub_checkpoint_folder(spec, online=online, cache_dir=cache_dir) if kind == "hub" else None
+    folder = hub_checkpoint_folder(spec, online=online, cache_dir=cache_dir) if checkpoint_format == "hub" else None
     local_dir = f"local-dir:{folder}" if folder else ""
-    arch = resolve_architecture(spec.name, s["architecture"]) if kind != "hub" else s["architecture"]
+    arch = resolve_architecture(spec.name, s["architecture"]) if checkpoint_format != "hub" else s["architecture"]
     try:
         # A private RNG stream: random weights depend on the seed only, not on what ran before.
         with torch.random.fork_rng(devices=[]), _quiet_random_init_warning():
@@ -457,7 +427,7 @@ def load_clip_encoder(
                 else:
                     tokenizer = open_clip.get_tokenizer(local_dir)
             else:
-                pretrained = s["checkpoint"] if kind == "tag" else None
+                pretrained = s["checkpoint"] if checkpoint_format == "tag" else None
                 model, _, preprocess = open_clip.create_model_and_transforms(
                     arch, pretrained=pretrained, pretrained_text=False, device="cpu", weights_only=True
                 )
@@ -469,9 +439,9 @@ def load_clip_encoder(
             f"model {spec.name}: open_clip could not build {arch or s['checkpoint']!r} with checkpoint {s['checkpoint'] or 'random'!r} "
             f"({type(exc).__name__}: {exc}); offline runs need a local .safetensors checkpoint"
         ) from exc
-    if kind in ("safetensors", "torch"):
+    if checkpoint_format in ("safetensors", "torch"):
         path = Path(s["checkpoint"])
-        state = _load_state_dict(path, kind, spec.name)
+        state = load_state_dict(path, spec.name)
         try:
             model.load_state_dict(state, strict=True)
         except RuntimeError as exc:

@@ -22,12 +22,51 @@ INDEX_TYPES = ("flat", "ivf", "hnsw")
 ADD_CHUNK = 16_384  # vectors per add() of a flat index: one progress step
 
 
-def _add(index: Any, emb: np.ndarray, kind: str, progress: bool | None) -> None:
+def index_settings(spec: dict[str, Any] | None, n_rows: int) -> dict[str, Any]:
+    """A models.yaml ``index:`` with FAISS's defaults filled in for ``n_rows`` vectors: the one place an index type is
+    checked and its parameters chosen (:func:`build_index` builds it, :func:`index_bytes` sizes it).
+
+    flat: no parameter; ivf: ``nlist`` (default sqrt(n), 1 to 4096) and ``nprobe`` (default min(nlist, 8));
+    hnsw: ``m`` (32), ``ef_construction`` (200), ``ef_search`` (128).
+    """
+    spec = dict(spec or {"type": "flat"})
+    index_type = spec.get("type", "flat")
+    if index_type not in INDEX_TYPES:
+        raise DataError(f"index type {index_type!r} unknown; use one of {INDEX_TYPES}")
+    if index_type == "ivf":
+        nlist = int(spec.get("nlist", max(1, min(4096, int(np.sqrt(max(n_rows, 1)))))))
+        return {"type": index_type, "nlist": nlist, "nprobe": int(spec.get("nprobe", min(nlist, 8)))}
+    if index_type == "hnsw":
+        return {
+            "type": index_type,
+            "m": int(spec.get("m", 32)),
+            "ef_construction": int(spec.get("ef_construction", 200)),
+            "ef_search": int(spec.get("ef_search", 128)),
+        }
+    return {"type": index_type}
+
+
+def index_bytes(n_rows: int, dim: int, spec: dict[str, Any] | None = None) -> int:
+    """Memory a FAISS index over ``n_rows`` x ``dim`` float32 vectors holds, by type.
+
+    flat: the vectors; ivf: the vectors, their ids (8 bytes each) and the centroids; hnsw: the
+    vectors and about ``2 * m`` neighbour links (4 bytes) per vector on level 0, 10 % more above.
+    """
+    settings = index_settings(spec, n_rows)
+    vectors = n_rows * dim * 4
+    if settings["type"] == "ivf":
+        return vectors + n_rows * 8 + settings["nlist"] * dim * 4
+    if settings["type"] == "hnsw":
+        return vectors + int(n_rows * 2 * settings["m"] * 4 * 1.1)
+    return vectors
+
+
+def _add(index: Any, emb: np.ndarray, index_type: str, progress: bool | None) -> None:
     # A flat add only appends, so chunks give the same index. IVF assigns through a FAISS search
     # and HNSW links each vector to those added before it: FAISS picks its kernels by batch size,
     # so they are added in one call (one progress step), exactly as before.
-    step = ADD_CHUNK if kind == "flat" else max(emb.shape[0], 1)
-    for i in bar(range(0, emb.shape[0], step), desc=f"faiss {kind} add", unit="chunk", progress=progress):
+    step = ADD_CHUNK if index_type == "flat" else max(emb.shape[0], 1)
+    for i in bar(range(0, emb.shape[0], step), desc=f"faiss {index_type} add", unit="chunk", progress=progress):
         index.add(emb[i : i + step])
 
 
@@ -59,49 +98,54 @@ def build_index(
     import faiss
 
     spec = dict(spec or {"type": "flat"})
-    kind = spec.get("type", "flat")
-    if kind not in INDEX_TYPES:
-        raise DataError(f"index type {kind!r} unknown; use one of {INDEX_TYPES}")
+    index_type = index_settings(spec, 0)["type"]  # refuses an unknown type before the vectors are read
     source = emb  # a memory map (np.load(mmap_mode="r")) stays one: see _drop_mapped_pages
     emb = np.ascontiguousarray(emb, dtype=np.float32)
     if emb.ndim != 2 or emb.shape[0] == 0:
         raise DataError(f"cannot index embeddings of shape {emb.shape}")
     n, dim = emb.shape
-    if kind == "flat":
+    settings = index_settings(spec, n)
+    if index_type == "flat":
         index = faiss.IndexFlatIP(dim)
-    elif kind == "ivf":
-        nlist = int(spec.get("nlist", max(1, min(4096, int(np.sqrt(n))))))
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        index.nprobe = int(spec.get("nprobe", min(nlist, 8)))
+    elif index_type == "ivf":
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, settings["nlist"], faiss.METRIC_INNER_PRODUCT)
+        index.nprobe = settings["nprobe"]
     else:
-        index = faiss.IndexHNSWFlat(dim, int(spec.get("m", 32)), faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = int(spec.get("ef_construction", 200))
-        index.hnsw.efSearch = int(spec.get("ef_search", 128))
+        index = faiss.IndexHNSWFlat(dim, settings["m"], faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = settings["ef_construction"]
+        index.hnsw.efSearch = settings["ef_search"]
 
     want_gpu = gpu_available() if use_gpu is None else use_gpu
-    on_gpu = bool(want_gpu and kind != "hnsw")
+    on_gpu = bool(want_gpu and index_type != "hnsw")
     if on_gpu:
         res = faiss.StandardGpuResources()
         gpu_index = faiss.index_cpu_to_gpu(res, 0, index)
-        if kind == "ivf":
+        if index_type == "ivf":
             gpu_index.train(emb)
-        _add(gpu_index, emb, kind, progress)
+        _add(gpu_index, emb, index_type, progress)
         index = faiss.index_gpu_to_cpu(gpu_index)
     else:
-        if kind == "ivf":
+        if index_type == "ivf":
             index.train(emb)
             _drop_mapped_pages(source)
-        if add_blocks is not None and kind != "hnsw":
-            if kind == "flat":  # room for every vector at once: growing block by block would copy them (peak 2x)
+        if add_blocks is not None and index_type != "hnsw":
+            if index_type == "flat":  # room for every vector at once: growing block by block would copy them (peak 2x)
                 index.codes.resize(n * index.code_size)
                 index.codes.resize(0)
-            for block in bar(add_blocks(), desc=f"faiss {kind} add", unit="block", progress=progress):
+            for block in bar(add_blocks(), desc=f"faiss {index_type} add", unit="block", progress=progress):
                 index.add(np.ascontiguousarray(block, dtype=np.float32))
             if index.ntotal != n:
                 raise DataError(f"index blocks held {index.ntotal} vectors for {n} embeddings")
         else:
-            _add(index, emb, kind, progress)
-    info = {"type": kind, "params": spec, "built_on": "gpu" if on_gpu else "cpu", "ntotal": int(index.ntotal), "dim": dim, "faiss_version": faiss.__version__}
+            _add(index, emb, index_type, progress)
+    info = {
+        "type": index_type,
+        "params": spec,
+        "built_on": "gpu" if on_gpu else "cpu",
+        "ntotal": int(index.ntotal),
+        "dim": dim,
+        "faiss_version": faiss.__version__,
+    }
     return index, info
 
 

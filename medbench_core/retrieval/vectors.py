@@ -35,23 +35,6 @@ def available_memory() -> int:
     return int(psutil.virtual_memory().available)
 
 
-def index_bytes(n_rows: int, dim: int, spec: dict[str, Any] | None = None) -> int:
-    """Memory a FAISS index over ``n_rows`` x ``dim`` float32 vectors holds, by type.
-
-    flat: the vectors; ivf: the vectors, their ids (8 bytes each) and the centroids; hnsw: the
-    vectors and about ``2 * m`` neighbour links (4 bytes) per vector on level 0, 10 % more above.
-    """
-    spec = spec or {"type": "flat"}
-    kind = spec.get("type", "flat")
-    vectors = n_rows * dim * 4
-    if kind == "ivf":
-        nlist = int(spec.get("nlist", max(1, min(4096, int(np.sqrt(max(n_rows, 1)))))))
-        return vectors + n_rows * 8 + nlist * dim * 4
-    if kind == "hnsw":
-        return vectors + int(n_rows * 2 * int(spec.get("m", 32)) * 4 * 1.1)
-    return vectors
-
-
 def check_memory(
     task: str,
     what: str,
@@ -75,9 +58,10 @@ def check_memory(
 
 def corpus_bytes(n_rows: int, dim: int, spec: dict[str, Any] | None) -> tuple[int, str]:
     """Bytes the index and search stages will need for this corpus, and a phrase saying what they are."""
+    from medbench_core.retrieval.index import index_bytes, index_settings
+
     need = index_bytes(n_rows, dim, spec) + BLOCK_ROWS * dim * 4
-    kind = (spec or {}).get("type", "flat")
-    return need, f"the {kind} index over {n_rows:,} documents x {dim} dims (float32)"
+    return need, f"the {index_settings(spec, n_rows)['type']} index over {n_rows:,} documents x {dim} dims (float32)"
 
 
 def write_npy_blocks(path: str | Path, n_rows: int, dim: int, blocks: Iterable[tuple[np.ndarray | slice, np.ndarray]]) -> None:

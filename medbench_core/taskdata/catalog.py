@@ -240,13 +240,13 @@ def local_source(entry: TaskEntry, data_root: str | Path) -> Path | None:
 def curation_inputs(entry: TaskEntry, data_root: str | Path) -> dict[str, Any]:
     """What curating ``entry`` reads, as digests recorded beside the curated task: ``entry`` (its reader,
     path and options as tasks.yaml gives them) and, for a local source, ``files`` (sha256 over its
-    files' names and bytes) with ``stat`` (over their names, sizes and modification times: the cheap
+    files' names and bytes, :func:`source_files_digest`) with ``stat`` (over their names, sizes and modification times: the cheap
     check :func:`changed_inputs` makes first)."""
     out: dict[str, Any] = {"entry": _entry_digest(entry)}
     src = _local_source(entry, data_root)
     if src is not None and src.exists():
         local_source(entry, data_root)  # no file outside the data folder is read, not even to be hashed
-        out["stat"], out["files"] = _source_digests(src, with_bytes=True)
+        out["stat"], out["files"] = _stat_digest(src), source_files_digest(src)
     return out
 
 
@@ -263,9 +263,12 @@ def changed_inputs(recorded: dict[str, Any] | None, entry: TaskEntry, data_root:
     src = _local_source(entry, data_root)
     if src is None or not src.exists():
         return ""
-    if _source_digests(src, with_bytes=False)[0] == recorded.get("stat"):
+    if _stat_digest(src) == recorded.get("stat"):
         return ""
-    if _source_digests(src, with_bytes=True)[1] != recorded["files"]:
+    if len(recorded["files"]) != len(digest := source_files_digest(src)):
+        # Recorded (16 hex) before the one source digest was shared with releases: it cannot be compared.
+        return f"its source files ({src}) were touched since it was curated, and the digest recorded then is of an older form"
+    if digest != recorded["files"]:
         return f"its source files ({src}) changed since it was curated"
     return ""
 
@@ -282,18 +285,32 @@ def _local_source(entry: TaskEntry, data_root: str | Path) -> Path | None:
     return Path(data_root) / entry.path if entry.path else None
 
 
-def _source_digests(src: Path, with_bytes: bool) -> tuple[str, str]:
-    """(over names, sizes and mtimes; over names and bytes, or '' without ``with_bytes``) of the files of ``src``."""
+def source_files_digest(src: Path) -> str:
+    """sha256 (64 hex) over the names and bytes of the files of ``src``, a task's source file or folder: the one digest of a
+    task's source files. Releases record it as ``source_sha256`` (medbench_release.record), ``medbench run``'s warm path
+    compares it (medbench_cli.uptodate) and curated tasks record it as their ``files`` input; do not change it, or every
+    recorded release stops verifying. A file is read again only when its stat changed (storage.sha256_noting)."""
     import hashlib
 
-    from medbench_core.storage import sha256_file
+    from medbench_core.storage import sha256_noting
+
+    src = Path(src)
+    files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
+    h = hashlib.sha256()
+    for p in files:
+        h.update(str(p.relative_to(src)).encode() if p != src else p.name.encode())
+        h.update(sha256_noting(p).encode())
+    return h.hexdigest()
+
+
+def _stat_digest(src: Path) -> str:
+    """Over the names, sizes and mtimes of the files of ``src``: the cheap check made before :func:`source_files_digest`."""
+    import hashlib
 
     files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
-    stat, content = hashlib.sha256(), hashlib.sha256()
+    stat = hashlib.sha256()
     for p in files:
         name = (p.name if p == src else str(p.relative_to(src))).encode() + b"\0"
         st = p.stat()
         stat.update(name + f"{st.st_size}:{st.st_mtime_ns}\0".encode())
-        if with_bytes:
-            content.update(name + sha256_file(p).encode())
-    return stat.hexdigest()[:16], content.hexdigest()[:16] if with_bytes else ""
+    return stat.hexdigest()[:16]

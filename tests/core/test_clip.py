@@ -153,6 +153,13 @@ def test_bad_checkpoints(encoder, tmp_path):
     save_file(state, str(tmp_path / "partial.safetensors"))
     with pytest.raises(DataError, match=r"partial\.safetensors does not fit architecture 'medbench-tiny-clip'.*logit_scale"):
         load_clip_encoder(spec(checkpoint=str(tmp_path / "partial.safetensors")))
+    # The one checkpoint reader (checkpoints.load_state_dict, shared with uniir-clip-sf): an empty or tensor-less file is refused by name.
+    import torch
+
+    for name, content in (("empty.pt", {}), ("epoch.pth", {"epoch": 3})):
+        torch.save(content, tmp_path / name)
+        with pytest.raises(DataError, match=rf"{name.replace('.', '[.]')} holds no state dict of tensors"):
+            load_clip_encoder(spec(checkpoint=str(tmp_path / name)))
 
 
 def test_bad_settings():

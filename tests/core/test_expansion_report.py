@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from _expansion_fixtures import scifact_subset, synthetic_expansions
 
-from medbench_core.evaluation.leaderboard import Entry, table
+from medbench_core.evaluation.reports import Cell, leaderboard
 from medbench_core.retrieval.expansion.contract import expansion_gate_refusal, record_expansion_gate, validate_expansion
 from medbench_core.retrieval.expansion.frame import expansion_frame
 from medbench_core.retrieval.expansion.report import beside_retriever, beside_retriever_markdown, mlflow_metrics, mlflow_params
@@ -18,12 +18,17 @@ MODELS = [
 
 
 def test_expanded_beside_its_retriever_with_the_difference():
-    board = table(
-        [Entry("bm25", "biology", 0.1919), Entry("bm25+hyde-g", "biology", 0.5734), Entry("bm25", "medqa", 0.0255), Entry("bm25+hyde-g", "medqa", None)],
+    def cell(model, task, value):
+        return Cell(model, task, metrics=None if value is None else {"mean": {"ndcg_at_10": value}})
+
+    # The leaderboard the product builds (evaluation/reports.py), its task columns as reports.expanded_beside passes them.
+    board = leaderboard(
+        [cell("bm25", "biology", 0.19191), cell("bm25+hyde-g", "biology", 0.5734), cell("bm25", "medqa", 0.0255), cell("bm25+hyde-g", "medqa", None)],
         ["bm25", "bm25+hyde-g"],
         ["biology", "medqa"],
     )
-    rows = beside_retriever(board, MODELS, copies={("bm25+hyde-g", "biology"): 2})
+    assert board["average"].to_list() == [0.1087, None]  # (0.19191 + 0.0255) / 2; medqa not scored yet for the expanded model
+    rows = beside_retriever(board.select("model", "biology", "medqa"), MODELS, copies={("bm25+hyde-g", "biology"): 2})
     assert rows.to_dicts() == [
         {"model": "bm25+hyde-g", "retriever": "bm25", "task": "biology", "value": 0.5734, "retriever_value": 0.1919, "delta": 0.3815, "copies": 2},
         {"model": "bm25+hyde-g", "retriever": "bm25", "task": "medqa", "value": None, "retriever_value": 0.0255, "delta": None, "copies": 0},

@@ -173,7 +173,7 @@ def test_duplicate_ids_name_both_places(tmp_path):
         ("q1\td01\t0.5", "relevance '0.5' is not an integer"),
         ("q1\td01", "expected 3 tab-separated fields (query-id, corpus-id, score), got 2"),
         ("q1\tghost\t1", "judgment names document id 'ghost', which the corpus"),
-        ("q7\td01\t1\nq7\td01\t2", "judgment for (q7, d01) appears again"),
+        ("q7\td01\t1\nq7\td01\t2", "judgment for query id 'q7' and document id 'd01' appears twice (first at "),
     ],
     ids=["word", "fraction", "short", "unknown-doc", "duplicate"],
 )

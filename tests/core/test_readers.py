@@ -30,7 +30,11 @@ def test_liveqa_medquad_counts_duplicates_and_grades():
     # 168 (question, answer) pairs are judged twice: refused unless asked to keep the higher grade.
     # Both places are named: lines 4 and 13 of the file (grep -n "^1\tADAM_0002818_Sec2.txt").
     qrels = re.escape(str(folder / "qrels" / "test.tsv"))
-    with pytest.raises(DataError, match=rf"^{qrels}:13: judgment for \(1, ADAM_0002818_Sec2\.txt\) appears more than once \(first at {qrels}:4\)"):
+    with pytest.raises(
+        DataError,
+        match=rf"^{qrels}:13: judgment for query id '1' and document id 'ADAM_0002818_Sec2\.txt' appears twice "
+        rf"\(first at {qrels}:4\); set duplicate_judgments: max",
+    ):
         read_beir(folder, BeirOptions(name="lq", **LICENCES))
     task = read_beir(folder, BeirOptions(name="lq", duplicate_judgments="max", **LICENCES))
     assert (task.queries.height, task.corpus.height, task.qrels.height) == (103, 1935, 2479 - 168)

@@ -194,7 +194,8 @@ def test_checkpoint_layouts_load_the_same_weights(source, checkpoint, tmp_path):
     import torch
     from safetensors.torch import save_file
 
-    from medbench_core.retrieval.kinds.uniir_clip_sf import load_checkpoint_state, pickle_globals
+    from medbench_core.retrieval.checkpoints import pickle_globals
+    from medbench_core.retrieval.kinds.uniir_clip_sf import load_checkpoint_state
 
     # The OmegaConf config is in the pickle; torch refuses it by default.
     assert {"omegaconf.dictconfig.DictConfig", "omegaconf.base.Metadata", "collections.defaultdict", "typing.Any"} <= set(pickle_globals(checkpoint))

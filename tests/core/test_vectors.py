@@ -18,9 +18,10 @@ import polars as pl
 import pytest
 
 from medbench_core.errors import DataError
+from medbench_core.retrieval.index import index_bytes, index_settings
 from medbench_core.retrieval.model_registry import model_spec
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
-from medbench_core.retrieval.vectors import GIB, MemoryBudgetError, check_memory, index_bytes, iter_blocks, load_vectors, npy_shape, write_npy_blocks
+from medbench_core.retrieval.vectors import GIB, MemoryBudgetError, check_memory, iter_blocks, load_vectors, npy_shape, write_npy_blocks
 from medbench_core.taskdata.task import TaskMeta, make_task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +58,13 @@ def test_memory_estimates_and_the_message():
     assert index_bytes(1_200_000, 384) == 1_200_000 * 384 * 4  # flat: the vectors
     assert index_bytes(1_200_000, 384, {"type": "ivf", "nlist": 1024}) == 1_200_000 * (384 * 4 + 8) + 1024 * 384 * 4
     assert index_bytes(1_000, 384, {"type": "hnsw", "m": 32}) == 1_000 * 384 * 4 + int(1_000 * 64 * 4 * 1.1)
+    # Sized with the parameters the index is built with (index.index_settings, the one switch): IVF's default nlist is
+    # sqrt(n) = 1095 for 1.2M vectors, nprobe min(nlist, 8); an unknown type is refused before any sizing.
+    assert index_settings({"type": "ivf"}, 1_200_000) == {"type": "ivf", "nlist": 1095, "nprobe": 8}
+    assert index_bytes(1_200_000, 384, {"type": "ivf"}) == 1_200_000 * (384 * 4 + 8) + 1095 * 384 * 4
+    assert index_settings({"type": "hnsw"}, 10) == {"type": "hnsw", "m": 32, "ef_construction": 200, "ef_search": 128}
+    with pytest.raises(DataError, match=r"index type 'ivfpq' unknown; use one of \('flat', 'ivf', 'hnsw'\)"):
+        index_bytes(10, 4, {"type": "ivfpq"})
     check_memory("t", "x", needed=900, available=1000)  # within 90 %
     with pytest.raises(MemoryBudgetError, match=r"task m3: the index needs 1\.72 GiB of memory and 1\.00 GiB is available"):
         check_memory("m3", "the index", needed=int(1.72 * GIB) + 1, available=lambda: GIB)

@@ -48,7 +48,7 @@ def beside_retriever(board: pl.DataFrame, models: list[ModelSpec], copies: dict[
     """Each expanded model's score beside its plain retriever's, task by task, with the difference.
 
     ``board`` is the wide leaderboard (``model`` + one column per task, as
-    :func:`medbench_core.evaluation.leaderboard.table` builds it); ``copies`` maps (model, task) to the number
+    the task columns of :func:`medbench_core.evaluation.reports.leaderboard`); ``copies`` maps (model, task) to the number
     of expansions flagged as copying a relevant passage. Rows: model, retriever, task, value,
     retriever_value, delta (None where either side is missing), copies.
     """

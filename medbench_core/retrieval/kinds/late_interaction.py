@@ -31,10 +31,10 @@ def index_settings(spec: ModelSpec, where: str = "") -> dict[str, Any]:
     from medbench_core.retrieval.multivector import plaid_settings
 
     where = where or f"model {spec.name}"
-    kind = (spec.index or {}).get("type", "flat")
-    if kind not in INDEX_TYPES:
-        raise DataError(f"{where}: index type {kind!r} is not one for late interaction; use flat (exact MaxSim) or plaid")
-    if kind == "flat":
+    index_type = (spec.index or {}).get("type", "flat")
+    if index_type not in INDEX_TYPES:
+        raise DataError(f"{where}: index type {index_type!r} is not one for late interaction; use flat (exact MaxSim) or plaid")
+    if index_type == "flat":
         extra = sorted(set(spec.index or {}) - {"type"})
         if extra:
             raise DataError(f"{where}: index type flat (exact MaxSim) takes no settings, not {extra[0]!r}")

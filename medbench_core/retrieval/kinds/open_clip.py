@@ -56,16 +56,16 @@ class OpenClipKind(EncoderKind):
     reads = frozenset({"text", "image"})
 
     def parse_block(self, spec: ModelSpec, fields: dict[str, Any], where: str) -> Any:
-        from medbench_core.retrieval.clip import bundled_architectures, checkpoint_kind, clip_settings
+        from medbench_core.retrieval.clip import bundled_architectures, checkpoint_format_of, clip_settings
 
         s = clip_settings(spec)
         if not s["architecture"] and not s["checkpoint"].startswith("hf-hub:"):
             raise DataError(f"{where}: settings need 'architecture' (an open_clip model name or one of {bundled_architectures()})")
         try:
-            kind = checkpoint_kind(s["checkpoint"])
+            checkpoint_format = checkpoint_format_of(s["checkpoint"])
         except DataError as exc:
             raise DataError(f"{where}: {exc}") from exc
-        if spec.settings.text_revision and kind != "hub":
+        if spec.settings.text_revision and checkpoint_format != "hub":
             raise DataError(f"{where}: text_revision pins the text tower repositories of an hf-hub: checkpoint; this model has none")
         return None
 

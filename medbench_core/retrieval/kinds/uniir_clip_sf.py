@@ -24,11 +24,7 @@ without running code.
 
 from __future__ import annotations
 
-import pickletools
 import random
-import re
-import zipfile
-from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from medbench_core.errors import DataError
+from medbench_core.retrieval.checkpoints import CHECKPOINT_SUFFIXES, load_state_dict
 from medbench_core.retrieval.clip import ClipEncoder
 from medbench_core.retrieval.kinds.encoder import EncoderKind
 from medbench_core.retrieval.kinds.settings import KindSettings
@@ -45,7 +42,6 @@ from medbench_core.taskdata.task import Task
 
 UNIIR_TEMPLATE = "{instruction} {query}"  # mbeir_dataset.py l.220 and l.336: f"{query_prompt} {query_txt}"
 UNIIR_SEED = 2023  # UniIR's eval configs: ``seed: 2023``, set_seed(seed + rank) in mbeir_embedder.py l.465-467
-CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin")
 PREFIXES = ("module.", "clip_model.")  # DDP, then CLIPScoreFusion's one submodule
 OPENAI_EXTRA_KEYS = ("input_resolution", "context_length", "vocab_size")  # in OpenAI's JIT state dicts only
 
@@ -130,128 +126,17 @@ def uniir_query_texts(texts: list[str | None], prompt: tuple[str, Any] | None, t
     return out
 
 
-# --- reading a checkpoint without running its pickle ------------------------------------------
-
-
-class _Inert:
-    """Stands in for a class named in a checkpoint's pickle (UniIR's OmegaConf config): records what it was given, runs nothing."""
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> _Inert:
-        return object.__new__(cls)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.args = args
-
-    def __setstate__(self, state: Any) -> None:
-        self.state = state
-
-    def __repr__(self) -> str:
-        return f"<stand-in for {type(self).__qualname__}>"
-
-
-def _plain_dict(*args: Any) -> dict:
-    """``collections.defaultdict(factory)`` read as an empty dict (the factory, a stand-in, is not kept)."""
-    return {}
-
-
-def _standin_for(full_name: str) -> Any:
-    """What a global of a UniIR checkpoint's pickle becomes, or None for one that is not a config class."""
-    module = full_name.rsplit(".", 1)[0]
-    if module == "omegaconf" or module.startswith("omegaconf.") or module == "typing":
-        return type(full_name, (_Inert,), {})
-    if full_name == "collections.defaultdict":
-        return _plain_dict
-    if full_name in {f"builtins.{t}" for t in ("dict", "list", "int", "float", "str", "bool", "tuple", "bytes")}:
-        return type(full_name, (_Inert,), {})  # type tags inside OmegaConf's metadata
-    return None
-
-
-def pickle_globals(path: Path) -> list[str]:
-    """The globals (``module.name``) a ``torch.save`` zip file's pickle names, read with pickletools (nothing is unpickled)."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            members = [n for n in zf.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
-            if not members:
-                return []
-            data = zf.read(members[0])
-    except zipfile.BadZipFile:
-        return []  # a legacy (pre-1.6) torch file: torch.load(weights_only=True) decides alone
-    found = []
-    for op, arg, _ in pickletools.genops(data):
-        if op.name == "GLOBAL" and isinstance(arg, str):
-            module, name = arg.split(" ", 1)
-            if (module, name) in NAME_MAPPING:  # as torch's weights-only unpickler maps protocol-2 names
-                module, name = NAME_MAPPING[(module, name)]
-            elif module in IMPORT_MAPPING:
-                module = IMPORT_MAPPING[module]
-            found.append(f"{module}.{name}")
-    return sorted(set(found))
+# --- reading a checkpoint -----------------------------------------------------------------------
 
 
 def load_checkpoint_state(path: str | Path, model_name: str) -> dict[str, Any]:
-    """The CLIP state dict in ``path``: a ``.safetensors`` file, or a torch file read with ``torch.load(weights_only=True)``.
+    """The CLIP state dict in ``path`` in open_clip's key layout, read by :func:`medbench_core.retrieval.checkpoints.load_state_dict`.
 
-    UniIR's ``clip_sf_large.pth`` also pickles its OmegaConf training config, which
-    ``weights_only`` refuses. Its pickle is read with pickletools first (nothing runs); the
-    OmegaConf classes (and the ``typing``/``defaultdict``/builtin type tags inside them) are then
-    given to torch's weights-only unpickler as inert stand-ins (``torch.serialization.safe_globals``
-    with ``(stand-in, "module.Name")`` pairs): they record their arguments and execute nothing, and
-    every other global still goes through torch's allowlist, so a pickle that would call code is
-    refused. The file is memory-mapped: the optimizer state it carries is never read into memory.
-    Keys lose ``module.`` and ``clip_model.`` (UniIR's layout); a ``model`` or ``state_dict`` entry
-    is unwrapped.
+    UniIR's layout is accepted: keys lose ``module.`` and ``clip_model.``, a ``model`` entry is
+    unwrapped, and the OpenAI JIT extras (``input_resolution`` ...) are dropped.
     """
-    import pickle
-
-    import torch
-
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"model {model_name}: checkpoint {path} not found")
-    suffix = path.suffix.lower()
-    if suffix not in CHECKPOINT_SUFFIXES:
-        raise DataError(f"model {model_name}: checkpoint {path}: use a .safetensors file or a torch file ({'/'.join(CHECKPOINT_SUFFIXES[1:])})")
-    if suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            obj: Any = load_file(str(path), device="cpu")
-        except (SafetensorError, OSError) as exc:
-            raise DataError(f"model {model_name}: {path} is not a readable safetensors file ({exc})") from exc
-    else:
-        standins = {name: s for name in pickle_globals(path) if (s := _standin_for(name)) is not None}
-        mmap = zipfile.is_zipfile(path)
-        try:
-            with torch.serialization.safe_globals([(s, name) for name, s in standins.items()]):
-                obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=mmap)
-        except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, TypeError, ValueError) as exc:
-            text = str(exc)
-            named = re.search(r"GLOBAL ([\w.]+)", text)
-            why = (
-                f"its pickle names {named.group(1)}, which is neither a tensor nor a UniIR config class"
-                if named
-                else text.strip().splitlines()[0]
-                if text.strip()
-                else type(exc).__name__
-            )
-            raise DataError(
-                f"model {model_name}: refused {path}: it does not load with torch.load(weights_only=True) ({why}). "
-                "It may hold code; convert trusted weights to .safetensors (docs/models_and_kinds.md, uniir-clip-sf)"
-            ) from exc
-    if isinstance(obj, dict) and isinstance(obj.get("model"), dict):
-        obj = obj["model"]
-    elif isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
-        obj = obj["state_dict"]
-    if not isinstance(obj, dict) or not obj or not all(hasattr(v, "shape") for v in obj.values()):
-        raise DataError(f"model {model_name}: {path} holds no state dict of tensors (looked at the file, its 'model' and its 'state_dict' entry)")
-    state = {}
-    for key, value in obj.items():
-        for prefix in PREFIXES:
-            key = key.removeprefix(prefix)
-        if key not in OPENAI_EXTRA_KEYS:
-            state[key] = value
-    return state
+    state = load_state_dict(path, model_name, strip_prefixes=PREFIXES)
+    return {key: value for key, value in state.items() if key not in OPENAI_EXTRA_KEYS}
 
 
 # --- the encoder --------------------------------------------------------------------------------

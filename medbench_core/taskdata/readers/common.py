@@ -279,21 +279,33 @@ def read_qrels_tsv(path: str | Path, duplicates: str = "error") -> pl.DataFrame:
     grades: dict[tuple[str, str], int] = {}
     first_at: dict[tuple[str, str], str] = {}
     for where, qid, did, grade in iter_qrels_tsv(path):
-        pair = (qid, did)
-        if pair in grades:
-            if duplicates == "error":
-                raise DataError(
-                    f"{where}: judgment for ({qid}, {did}) appears more than once (first at {first_at[pair]}); "
-                    "pass duplicates='max' (duplicate_judgments: max) to keep the highest grade"
-                )
-            grades[pair] = max(grades[pair], grade)
-        else:
-            grades[pair] = grade
-            first_at[pair] = where
+        add_judgment(grades, first_at, where, qid, did, grade, duplicates)
     if not grades:
         raise DataError(f"{path}: no judgments")
     rows = [(q, d, g) for (q, d), g in grades.items()]
     return pl.DataFrame(rows, schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "relevance": pl.Int32}, orient="row")
+
+
+def add_judgment(
+    grades: dict[tuple[str, str], int], first_at: dict[tuple[str, str], str], where: str, qid: str, did: str, grade: int, duplicates: str = "error"
+) -> None:
+    """Put the grade of (``qid``, ``did``), read at ``where`` (``file:line``), into ``grades``: the one duplicate-judgement rule.
+
+    A pair judged again raises naming both places and both ids, unless ``duplicates="max"``
+    (a task's ``duplicate_judgments: max``), which keeps its highest grade. ``first_at`` holds
+    where each pair was first read.
+    """
+    pair = (qid, did)
+    if pair in grades:
+        if duplicates == "error":
+            raise DataError(
+                f"{where}: judgment for query id {qid!r} and document id {did!r} appears twice (first at {first_at[pair]}); "
+                "set duplicate_judgments: max to keep the highest grade"
+            )
+        grades[pair] = max(grades[pair], grade)
+    else:
+        grades[pair] = grade
+        first_at[pair] = where
 
 
 def normalise_text(text: str) -> str:

@@ -32,6 +32,7 @@ from medbench_core.taskdata.licences import UNKNOWN, normalise_licence
 from medbench_core.taskdata.readers.base import ReaderOptions
 from medbench_core.taskdata.readers.common import (
     SeenIds,
+    add_judgment,
     build_task_from_rows,
     first_present,
     id_value,
@@ -394,16 +395,7 @@ def read_retrieval_files(
                 raise DataError(f"{where}: judgment names query id {qid!r}, which the queries ({', '.join(map(str, query_files))}) do not hold")
             if did not in dids:
                 raise DataError(f"{where}: judgment names document id {did!r}, which the corpus ({', '.join(map(str, corpus_files))}) does not hold")
-            pair = (qid, did)
-            if pair in grades:
-                if o.duplicate_judgments == "error":
-                    raise DataError(
-                        f"{where}: judgment for ({qid}, {did}) appears again (first at {first_at[pair]}); set duplicate_judgments: max to keep the higher grade"
-                    )
-                grades[pair] = max(grades[pair], grade)
-            else:
-                grades[pair] = grade
-                first_at[pair] = where
+            add_judgment(grades, first_at, where, qid, did, grade, o.duplicate_judgments)
     if not grades:
         raise DataError(f"{', '.join(map(str, qrels_files))}: no judgments")
     if o.require_positive:
