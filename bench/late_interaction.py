@@ -105,19 +105,24 @@ def prepare(out: Path, n_docs: int, n_queries: int) -> None:
 # --- one measured step, in its own process -----------------------------------------------------
 
 
-def step(out: Path, which: str, nbits: int) -> dict:
-    """One build or search of medbench's or pylate's PLAID; returns seconds, peak RSS and (searches) recall@10."""
+def step(out: Path, which: str, nbits: int, seed: int = 42) -> dict:
+    """One build or search of medbench's or pylate's PLAID; returns seconds, peak RSS and (searches) recall@10.
+
+    ``seed`` seeds both libraries' document sample and k-means (42 is both libraries' default). The two draw
+    with different generators, so the same seed is not the same k-means run: compare several seeds, not one.
+    """
     import torch
 
     from medbench_core.retrieval import multivector as mv
 
     q = np.load(out / "queries.npy")
     exact = np.load(out / "exact_top10.npy")
-    settings = mv.plaid_settings({"type": "plaid", "nbits": nbits}, "bench")
-    result: dict = {"step": which, "nbits": nbits}
+    settings = mv.plaid_settings({"type": "plaid", "nbits": nbits, "seed": seed}, "bench")
+    result: dict = {"step": which, "nbits": nbits, "seed": seed}
+    tag = f"{nbits}" if seed == 42 else f"{nbits}-s{seed}"  # the index folders' suffix
     t0 = time.perf_counter()
     if which == "medbench-build":
-        idx = out / f"medbench-{nbits}"
+        idx = out / f"medbench-{tag}"
         idx.mkdir(exist_ok=True)
         info = mv.build_plaid(out / "emb", idx, settings)
         result["n_centroids"] = info["n_centroids"]
@@ -127,11 +132,11 @@ def step(out: Path, which: str, nbits: int) -> dict:
 
         tokens, offsets = mv.load_tokens(out / "emb")
         docs = [torch.from_numpy(np.asarray(tokens[offsets[i] : offsets[i + 1]])) for i in range(len(offsets) - 1)]
-        index = indexes.PLAID(index_folder=str(out), index_name=f"pylate-{nbits}", override=True, nbits=nbits, show_progress=False, device="cpu")
+        index = indexes.PLAID(index_folder=str(out), index_name=f"pylate-{tag}", override=True, nbits=nbits, seed=seed, show_progress=False, device="cpu")
         index.add_documents(documents_ids=[str(i) for i in range(len(docs))], documents_embeddings=docs)
-        result["disk_bytes"] = sum(f.stat().st_size for f in (out / f"pylate-{nbits}").rglob("*") if f.is_file())
+        result["disk_bytes"] = sum(f.stat().st_size for f in (out / f"pylate-{tag}").rglob("*") if f.is_file())
     elif which == "medbench-search":
-        index = mv.PlaidIndex(out / f"medbench-{nbits}", settings)
+        index = mv.PlaidIndex(out / f"medbench-{tag}", settings)
         result["load_seconds"] = round(time.perf_counter() - t0, 3)
         t0 = time.perf_counter()
         found = [index.search(qq, 10)[0][:10].tolist() for qq in q]
@@ -139,7 +144,7 @@ def step(out: Path, which: str, nbits: int) -> dict:
     elif which == "pylate-search":
         from pylate import indexes, retrieve
 
-        index = indexes.PLAID(index_folder=str(out), index_name=f"pylate-{nbits}", override=False, nbits=nbits, show_progress=False, device="cpu")
+        index = indexes.PLAID(index_folder=str(out), index_name=f"pylate-{tag}", override=False, nbits=nbits, show_progress=False, device="cpu")
         retriever = retrieve.ColBERT(index=index)
         result["load_seconds"] = round(time.perf_counter() - t0, 3)
         t0 = time.perf_counter()
@@ -190,6 +195,7 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=1_000)
     parser.add_argument("--which", default="")
     parser.add_argument("--nbits", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=42, help="step: the build's sample and k-means seed (both libraries)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--build-repeats", type=int, default=None, help="builds per library (default --repeats)")
     parser.add_argument("--earlier", type=Path, default=None, help="a compare log whose rows count (resume)")
@@ -197,7 +203,7 @@ def main() -> int:
     if args.action == "prepare":
         prepare(args.out, args.docs, args.queries)
     elif args.action == "step":
-        print(json.dumps(step(args.out, args.which, args.nbits)))
+        print(json.dumps(step(args.out, args.which, args.nbits, args.seed)))
     else:
         compare(args.out, args.repeats, args.nbits, args.build_repeats, args.earlier)
     return 0
