@@ -7,6 +7,7 @@ import pytest
 from tests import processes
 
 _LEFT_BEHIND: list[str] = []
+_WORKER_KEY = "medbench_processes_left_behind"
 
 
 def pytest_configure(config):
@@ -17,6 +18,22 @@ def pytest_configure(config):
 
     restore_stop_signals()
     processes.begin_session()
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # an xdist worker: heaviest modules first (tests/scheduling.py)
+        from tests.scheduling import heaviest_scopes_first
+
+        items[:] = heaviest_scopes_first(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") == "loadscope":
+        from tests.scheduling import ModuleScheduling
+
+        return ModuleScheduling(config, log)
+    return None
 
 
 @pytest.fixture(autouse=True)
@@ -32,17 +49,28 @@ def _stop_what_the_test_started(request):
         processes.kill(left)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """On the xdist controller: takes in what a worker found left behind (each worker keeps its own books)."""
+    _LEFT_BEHIND.extend(getattr(node, "workeroutput", {}).get(_WORKER_KEY, []))
+
+
 def pytest_sessionfinish(session, exitstatus):
-    """Fails the run naming every process a test left running, and any the suite started that still runs."""
+    """Fails the run naming every process a test left running, and any the suite started that still runs.
+
+    An xdist worker hands its lines to the controller, which reports them all and fails the run."""
 
     def running():
         return list({p.pid: p for p in [*processes.started_by(), *processes.descendants()]}.values())
 
     still = processes.settle(running, grace=10)
     lines = _LEFT_BEHIND + [f"{processes.describe(p)}: still running at the end of the session" for p in still]
+    processes.kill(still)
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput[_WORKER_KEY] = lines
+        return
     if not lines:
         return
-    processes.kill(still)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.ensure_newline()

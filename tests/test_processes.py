@@ -84,19 +84,25 @@ def test_a_run_that_leaves_processes_behind_fails_naming_them(tmp_path):
 
 @pytest.mark.slow
 def test_under_xdist_the_workers_leftovers_fail_the_run_naming_them(tmp_path):
-    """``scripts/test`` runs the suite on xdist workers: each keeps its own books and the controller reports them."""
+    """``scripts/test`` runs the suite on xdist workers: each keeps its own books and the controller reports them all."""
+    # --dist load (the default of -n): the two tests go to the two workers.
     (tmp_path / "test_leaky.py").write_text(LEAKY)
     env = {k: v for k, v in os.environ.items() if k not in (processes.SESSION_VAR, processes.TEST_VAR)} | {"PYTHONPATH": str(ROOT)}
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest", "-n", "2", "-q", str(tmp_path / "test_leaky.py")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 1, out.stdout[-3000:]
     assert "2 passed" in out.stdout
     report = out.stdout[out.stdout.index("processes left behind") :]
     lines = sorted(line for line in report.splitlines()[1:] if line.startswith("pid "))
     assert len(lines) == 3, report
-    assert any("(sleep 3001), started by" in line and "test_leaves_two_processes: still running after the test; stopped at its teardown" in line for line in lines), report
-    assert any("(sleep 3002), started by" in line and "test_leaves_two_processes: still running after the test; stopped at its teardown" in line for line in lines), report
+    stopped = "test_leaves_two_processes: still running after the test; stopped at its teardown"
+    assert any("(sleep 3001), started by" in line and stopped in line for line in lines), report
+    assert any("(sleep 3002), started by" in line and stopped in line for line in lines), report
     assert sum("still running at the end of the session" in line for line in lines) == 1, report  # the fork, found by its worker
     assert subprocess.run(["pgrep", "-f", "^sleep 300[123]$"], capture_output=True).stdout == b""
