@@ -189,12 +189,11 @@ def nightly(world: World, instance, defs) -> list[str]:
 
     from orchestration.schedules import nightly_evaluation
 
-    context = dg.build_schedule_context(
+    with dg.build_schedule_context(  # a context manager: see tests/orchestration/test_sensors.py tick()
         instance=instance, resources=world.resources(), repository_def=defs.get_repository_def(), scheduled_execution_time=datetime(2026, 11, 24, 2, tzinfo=UTC)
-    )
-    return [
-        str(r.partition_key) for r in nightly_evaluation.evaluate_tick(context).run_requests or [] if r.partition_key.keys_by_dimension["task"] == "scifact"
-    ]
+    ) as context:
+        requests = nightly_evaluation.evaluate_tick(context).run_requests or []
+    return [str(r.partition_key) for r in requests if r.partition_key.keys_by_dimension["task"] == "scifact"]
 
 
 def test_the_nightly_runs_a_fusion_and_a_reranker_after_their_stale_upstream(world):

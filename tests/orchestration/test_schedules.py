@@ -53,13 +53,13 @@ def test_nothing_to_do_launches_nothing_and_a_missing_model_is_requested(tmp_pat
     defs = world.defs()
 
     def evaluate_tick(instance):
-        context = dg.build_schedule_context(
+        with dg.build_schedule_context(  # a context manager: see tests/orchestration/test_sensors.py tick()
             instance=instance,
             resources=world.resources(),
             repository_def=defs.get_repository_def(),
             scheduled_execution_time=datetime(2026, 11, 23, 2, tzinfo=timezone.utc),
-        )
-        return nightly_evaluation.evaluate_tick(context)
+        ) as context:
+            return nightly_evaluation.evaluate_tick(context)
 
     with world.instance() as instance:
         quiet = evaluate_tick(instance)

@@ -24,8 +24,10 @@ def world(tmp_path_factory, tmp_path):
 
 
 def tick(world, instance, defs) -> dg.SensorResult:
-    context = dg.build_sensor_context(instance=instance, resources=world.resources(), definitions=defs)
-    return model_registry_sensor(context)
+    # As a context manager: it builds the resources on an instance of its own and sets Dagster's current
+    # state storage; left to the garbage collector, that is reset in whatever test runs next.
+    with dg.build_sensor_context(instance=instance, resources=world.resources(), definitions=defs) as context:
+        return model_registry_sensor(context)
 
 
 def test_the_sensor_is_registered_and_running_by_default():

@@ -50,13 +50,13 @@ def all_ids(instance) -> dict[str, dict[str, int]]:
 
 
 def nightly(instance, defs, world) -> list[dg.RunRequest]:
-    context = dg.build_schedule_context(
+    with dg.build_schedule_context(  # a context manager: see tests/orchestration/test_sensors.py tick()
         instance=instance,
         resources=world.resources(),
         repository_def=defs.get_repository_def(),
         scheduled_execution_time=datetime(2026, 11, 23, 2, tzinfo=timezone.utc),
-    )
-    return list(nightly_evaluation.evaluate_tick(context).run_requests or [])
+    ) as context:
+        return list(nightly_evaluation.evaluate_tick(context).run_requests or [])
 
 
 def rerun(instance, defs, world, expected: set[str]) -> None:
