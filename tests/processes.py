@@ -34,6 +34,12 @@ def begin_session() -> None:
     os.environ[SESSION_VAR] = SESSION
 
 
+def nested_env() -> dict[str, str]:
+    """This process's environment without the session's variables: for a pytest run started inside a test,
+    which keeps books of its own (its processes are not taken for this session's)."""
+    return {k: v for k, v in os.environ.items() if k not in (SESSION_VAR, TEST_VAR)}
+
+
 def begin_test(test_id: str) -> None:
     os.environ[TEST_VAR] = test_id
 

@@ -28,11 +28,13 @@ def weight(item: pytest.Item) -> int:
 
 def heaviest_scopes_first(items: list[pytest.Item]) -> list[pytest.Item]:
     """``items`` with their scopes ordered by total weight, heaviest first; the order inside a scope kept (a stable sort)."""
+    scopes = [scope_of(item.nodeid) for item in items]
     totals: dict[str, int] = {}
-    for item in items:
-        totals[scope_of(item.nodeid)] = totals.get(scope_of(item.nodeid), 0) + weight(item)
+    for scope, item in zip(scopes, items):
+        totals[scope] = totals.get(scope, 0) + weight(item)
     first_seen = {scope: i for i, scope in enumerate(totals)}
-    return sorted(items, key=lambda item: (-totals[scope_of(item.nodeid)], first_seen[scope_of(item.nodeid)]))
+    order = sorted(range(len(items)), key=lambda i: (-totals[scopes[i]], first_seen[scopes[i]]))
+    return [items[i] for i in order]
 
 
 class ModuleScheduling(LoadScopeScheduling):

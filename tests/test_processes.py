@@ -2,7 +2,6 @@
 variables it inherits wherever it moved, a test's leftovers are stopped at its teardown, and a run
 that left any process behind fails naming it."""
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -55,14 +54,14 @@ LEAKY = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
-def test_a_run_that_leaves_processes_behind_fails_naming_them(tmp_path):
+def run_leaky(tmp_path, *pytest_args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """LEAKY run by a pytest of its own with tests/conftest.py: its outcome, and the sorted ``pid ...``
+    lines of its "processes left behind" report."""
     (tmp_path / "test_leaky.py").write_text(LEAKY)
-    env = {k: v for k, v in os.environ.items() if k not in (processes.SESSION_VAR, processes.TEST_VAR)} | {"PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "tests.conftest", "-q", str(tmp_path / "test_leaky.py")],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest", *pytest_args, "-q", str(tmp_path / "test_leaky.py")],
         cwd=ROOT,
-        env=env,
+        env=processes.nested_env() | {"PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=300,
@@ -70,39 +69,28 @@ def test_a_run_that_leaves_processes_behind_fails_naming_them(tmp_path):
     assert out.returncode == 1, out.stdout[-3000:]
     assert "2 passed" in out.stdout
     report = out.stdout[out.stdout.index("processes left behind") :]
-    lines = sorted(line for line in report.splitlines()[1:] if line.startswith("pid "))
-    assert len(lines) == 3, report
-    assert any(
-        "(sleep 3001), started by" in line and "test_leaves_two_processes: still running after the test; stopped at its teardown" in line for line in lines
-    ), report
-    assert any(
-        "(sleep 3002), started by" in line and "test_leaves_two_processes: still running after the test; stopped at its teardown" in line for line in lines
-    ), report
-    assert any("-p tests.conftest" in line and "still running at the end of the session" in line for line in lines), report  # the fork
+    return out, sorted(line for line in report.splitlines()[1:] if line.startswith("pid "))
+
+
+STOPPED = "test_leaves_two_processes: still running after the test; stopped at its teardown"
+
+
+@pytest.mark.slow
+def test_a_run_that_leaves_processes_behind_fails_naming_them(tmp_path):
+    out, lines = run_leaky(tmp_path, "-p", "no:randomly")
+    assert len(lines) == 3, out.stdout
+    assert any("(sleep 3001), started by" in line and STOPPED in line for line in lines), out.stdout
+    assert any("(sleep 3002), started by" in line and STOPPED in line for line in lines), out.stdout
+    assert any("-p tests.conftest" in line and "still running at the end of the session" in line for line in lines), out.stdout  # the fork
     assert subprocess.run(["pgrep", "-f", "^sleep 300[12]$"], capture_output=True).stdout == b""
 
 
 @pytest.mark.slow
 def test_under_xdist_the_workers_leftovers_fail_the_run_naming_them(tmp_path):
     """``scripts/test`` runs the suite on xdist workers: each keeps its own books and the controller reports them all."""
-    # --dist load (the default of -n): the two tests go to the two workers.
-    (tmp_path / "test_leaky.py").write_text(LEAKY)
-    env = {k: v for k, v in os.environ.items() if k not in (processes.SESSION_VAR, processes.TEST_VAR)} | {"PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest", "-n", "2", "-q", str(tmp_path / "test_leaky.py")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 1, out.stdout[-3000:]
-    assert "2 passed" in out.stdout
-    report = out.stdout[out.stdout.index("processes left behind") :]
-    lines = sorted(line for line in report.splitlines()[1:] if line.startswith("pid "))
-    assert len(lines) == 3, report
-    stopped = "test_leaves_two_processes: still running after the test; stopped at its teardown"
-    assert any("(sleep 3001), started by" in line and stopped in line for line in lines), report
-    assert any("(sleep 3002), started by" in line and stopped in line for line in lines), report
-    assert sum("still running at the end of the session" in line for line in lines) == 1, report  # the fork, found by its worker
+    out, lines = run_leaky(tmp_path, "-n", "2")  # --dist load (the default of -n): the two tests go to the two workers
+    assert len(lines) == 3, out.stdout
+    assert any("(sleep 3001), started by" in line and STOPPED in line for line in lines), out.stdout
+    assert any("(sleep 3002), started by" in line and STOPPED in line for line in lines), out.stdout
+    assert sum("still running at the end of the session" in line for line in lines) == 1, out.stdout  # the fork, found by its worker
     assert subprocess.run(["pgrep", "-f", "^sleep 300[123]$"], capture_output=True).stdout == b""

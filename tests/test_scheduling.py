@@ -1,6 +1,5 @@
 """How scripts/test spreads the suite over xdist workers (tests/scheduling.py)."""
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -65,8 +64,7 @@ def test_under_xdist_each_module_and_the_release_folder_run_whole_on_one_worker_
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(body.replace("def test_t", "@pytest.mark.slow\ndef test_t") if name == "tests/test_b.py" else body)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: x\n")
-    env = {k: v for k, v in os.environ.items() if k not in (processes.SESSION_VAR, processes.TEST_VAR)}
-    env |= {"PYTHONPATH": str(ROOT), "RAN_LOG": str(tmp_path / "ran.log")}
+    env = processes.nested_env() | {"PYTHONPATH": str(ROOT), "RAN_LOG": str(tmp_path / "ran.log")}
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest", "-n", "2", "--dist", "loadscope", "-q", "tests"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
