@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import gc
+import json
+import os
 import sys
+import time
 
 import pytest
 
@@ -21,6 +24,31 @@ def pytest_configure(config):
 
     restore_stop_signals()
     processes.begin_session()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With MEDBENCH_TEST_CPU_LOG=FILE: one JSON line per test, the CPU seconds it cost this process and the
+    children it waited for (their own children included; commands forked from tests/forked.py's zygote too),
+    fixtures of any scope set up for it or torn down after it counted: where the suite's CPU goes
+    (docs/contributing/testing.md)."""
+    path = os.environ.get("MEDBENCH_TEST_CPU_LOG")
+    if not path:
+        yield
+        return
+    from tests import forked
+
+    t0, f0, w0 = os.times(), forked.cpu_seconds(), time.monotonic()
+    yield
+    t1, f1 = os.times(), forked.cpu_seconds()
+    line = {
+        "test": item.nodeid,
+        "self": round(t1.user + t1.system - t0.user - t0.system, 2),
+        "children": round(t1.children_user + t1.children_system - t0.children_user - t0.children_system + f1 - f0, 2),
+        "wall": round(time.monotonic() - w0, 2),
+    }
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -80,6 +108,15 @@ def pytest_sessionfinish(session, exitstatus):
     """Fails the run naming every process a test left running, and any the suite started that still runs.
 
     An xdist worker hands its lines to the controller, which reports them all and fails the run."""
+    if path := os.environ.get("MEDBENCH_TEST_CPU_LOG"):  # this process's whole CPU: collection and gaps too
+        t = os.times()
+        name = getattr(session.config, "workerinput", {}).get("workerid", "controller")
+        with open(path, "a") as f:
+            f.write(json.dumps({"session": name, "self": round(t.user + t.system, 2), "children": round(t.children_user + t.children_system, 2)}) + "\n")
+
+    from tests import forked
+
+    forked.close_all()
 
     def running():
         return list({p.pid: p for p in [*processes.started_by(), *processes.descendants()]}.values())

@@ -19,6 +19,7 @@ from orchestration.registry_sync import sync_model_partitions
 from orchestration.run_steps import model_to_warm
 from runtime.partitions import partition_key
 from tests.cli.command import without_trust
+from tests.forked import python_m
 from tests.orchestration.operating_env import BM25, ROOT, curate, evaluate, new_world
 
 pytestmark = pytest.mark.slow
@@ -56,8 +57,7 @@ def test_a_failed_gate_refuses_its_task_although_the_model_was_loaded_beside_it(
     )
     (world.root / "tasks.yaml").write_text(catalogue)
     env = _main_env(world, tmp_path)
-    argv = [sys.executable, "-m", "medbench_cli", "run", "--tasks", "scifact,liveqa_medquad"]
-    out = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = python_m("medbench_cli", "run", "--tasks", "scifact,liveqa_medquad", env=env, timeout=600)
     # The failed contract fails liveqa's curation run, and so the main job.
     last = out.stderr.rstrip().splitlines()[-1]
     assert out.returncode == 1 and last.startswith("medbench run: FAILED: curated_task[liveqa_medquad]: task_contract: task liveqa_medquad: gate FAILED"), (
@@ -80,7 +80,7 @@ def test_a_failed_gate_refuses_its_task_although_the_model_was_loaded_beside_it(
     assert minilm_row.split("|")[2].strip() != "-" and minilm_row.split("|")[3].strip() == "-"
 
     # Run again: nothing left to compute, so no model is loaded and nothing runs beside.
-    again = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    again = python_m("medbench_cli", "run", "--tasks", "scifact,liveqa_medquad", env=env, timeout=600)
     assert again.returncode == 1, again.stderr[-3000:]
     assert "[warm-up]" not in again.stdout and "x scifact                ok (cached)" in again.stdout
     assert not (artifacts / "liveqa_medquad").exists()
@@ -106,8 +106,7 @@ def _main_env(world, tmp_path: Path) -> dict[str, str]:
 def test_a_model_that_cannot_load_fails_its_partitions_not_the_preparation(tmp_path):
     broken = {"name": "broken-folder", "kind": "sentence-transformers", "path": str(tmp_path / "no-such-model"), "revision": "x"}
     world = new_world(tmp_path / "w", [broken, BM25])
-    argv = [sys.executable, "-m", "medbench_cli", "run", "--tasks", "scifact,liveqa_medquad"]
-    out = subprocess.run(argv, env=_main_env(world, tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = python_m("medbench_cli", "run", "--tasks", "scifact,liveqa_medquad", env=_main_env(world, tmp_path), timeout=600)
     assert out.returncode == 1
     assert "[warm-up] broken-folder could not be loaded" in out.stdout
     assert "[curate] scifact                ok" in out.stdout and "[curate] liveqa_medquad         ok" in out.stdout

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ import pytrec_eval
 from medbench_core.evaluation.metrics import qrels_to_dict, run_to_dict
 from tests.cli.test_run import _main_env
 from tests.core._expansion_fixtures import leaky_query
+from tests.forked import python_m
 from tests.orchestration.derived_env import (
     MINILM,
     R2MED_FOLDER,
@@ -38,7 +38,7 @@ from tests.orchestration.derived_env import (
     write_registry,
     write_scifact_small,
 )  # fmt: skip
-from tests.orchestration.operating_env import BM25, ROOT, new_world
+from tests.orchestration.operating_env import BM25, new_world
 
 pytestmark = pytest.mark.slow
 
@@ -49,8 +49,7 @@ EXPANDED = [
 
 
 def medbench_run(world, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "medbench_cli", "run", "--tasks", "scifact", *args]
-    return subprocess.run(argv, env=_main_env(world, tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    return python_m("medbench_cli", "run", "--tasks", "scifact", *args, env=_main_env(world, tmp_path), timeout=900)
 
 
 def cli_runs(world, model: str | None = None, experiment: str = "medbench-test") -> list:

@@ -12,14 +12,13 @@ cell's annotated MLflow run say what was judged and how well it agrees with the 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import pytrec_eval
 
 from tests.cli.test_run import _main_env
-from tests.orchestration.operating_env import BM25, ROOT, SCI_DOCS, SCI_QRELS, SCI_QUERIES, new_world
+from tests.forked import python_m
+from tests.orchestration.operating_env import BM25, SCI_DOCS, SCI_QRELS, SCI_QUERIES, new_world
 
 pytestmark = pytest.mark.slow
 
@@ -60,8 +59,7 @@ def test_a_umbrela_judgement_file_scores_the_task_on_both_layers(tmp_path):
         {"name": "umbrela-gpt4o", "source": "file", "format": "umbrela", "judge": "gpt-4o", "path": "./judgements/{task}.jsonl", "tasks": ["scifact"]}
     ]
     world.models_file.write_text(json.dumps(doc))
-    out = subprocess.run([sys.executable, "-m", "medbench_cli", "run", "--tasks", "scifact"], env=_main_env(world, tmp_path), cwd=ROOT,
-                         capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
+    out = python_m("medbench_cli", "run", "--tasks", "scifact", env=_main_env(world, tmp_path), timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "[judge] scifact" in out.stdout and " ok " in out.stdout.split("[judge] scifact")[1].splitlines()[0] + " "
 

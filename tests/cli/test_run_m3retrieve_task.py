@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 import pytrec_eval
@@ -15,7 +13,8 @@ import pytrec_eval
 from medbench_core.layout import Layout
 from tests.cli.test_run import _main_env
 from tests.core.reader_fixtures import DISCIPLINES, bare_bm25, write_release
-from tests.orchestration.operating_env import BM25, ROOT, new_world
+from tests.forked import python_m
+from tests.orchestration.operating_env import BM25, new_world
 
 pytestmark = pytest.mark.slow
 
@@ -33,14 +32,7 @@ def test_an_m3retrieve_entry_runs_to_the_leaderboard_with_captions_and_images(tm
     catalogue = (world.root / "tasks.yaml").read_text().replace("licence_allowlist: [", "licence_allowlist: [CC-BY-SA-4.0, ")
     catalogue += "  - {name: m3r, reader: m3retrieve, path: M3Retrieve, subsets: [Cardiology]}\n"
     (world.root / "tasks.yaml").write_text(catalogue)
-    out = subprocess.run(
-        [sys.executable, "-m", "medbench_cli", "run", "--tasks", "m3r_cardiology"],
-        env=_main_env(world, tmp_path),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    out = python_m("medbench_cli", "run", "--tasks", "m3r_cardiology", env=_main_env(world, tmp_path), timeout=900)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     for line in (r"\[curate\] m3r_cardiology\s+ok", r"\[evaluate\] bm25\s+x m3r_cardiology\s+ok", r"\[evaluate\] tiny-clip-random\s+x m3r_cardiology\s+ok"):
         assert re.search(line, out.stdout), (line, out.stdout)

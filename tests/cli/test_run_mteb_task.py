@@ -6,8 +6,6 @@ the leaderboard's per-cell provenance."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import dagster as dg
 import numpy as np
@@ -18,7 +16,8 @@ from scipy.stats import bootstrap
 from medbench_core.layout import Layout
 from tests.cli.test_run import _main_env
 from tests.core.hf_layouts import QRELS, write_mteb_parquet
-from tests.orchestration.operating_env import BM25, ROOT, new_world
+from tests.forked import python_m
+from tests.orchestration.operating_env import BM25, new_world
 
 pytestmark = pytest.mark.slow
 
@@ -29,9 +28,7 @@ def test_a_catalogue_entry_alone_runs_an_mteb_folder_to_mlflow_and_the_leaderboa
     with open(world.root / "tasks.yaml", "a") as f:
         f.write("  - {name: mteb_fixture, reader: mteb, path: mteb_fixture, research_only: true}\n")  # records state no licence
     env = _main_env(world, tmp_path)
-    out = subprocess.run(
-        [sys.executable, "-m", "medbench_cli", "run", "--tasks", "mteb_fixture"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
+    out = python_m("medbench_cli", "run", "--tasks", "mteb_fixture", env=env, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "[evaluate] bm25                     x mteb_fixture           ok" in out.stdout
 

@@ -27,6 +27,7 @@ from medbench_release.gc import leftover_temp_files, missing_on_remote, rehash_o
 from medbench_release.release import verify_tree
 from runtime import settings
 from tests import processes
+from tests.forked import python_m
 from tests.release.version_world import GIT_ENV, git, ok
 
 pytestmark = [pytest.mark.dvc, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -96,8 +97,8 @@ class Bench:
     def run(self, repo: Path, *args: str, remote: Path | None = None, db: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, *args], cwd=repo, env=self.env(repo, remote, db), capture_output=True, text=True, timeout=timeout)
 
-    def medbench(self, repo: Path, *args: str, **kw) -> subprocess.CompletedProcess:
-        return self.run(repo, "-m", "medbench_cli", *args, **kw)
+    def medbench(self, repo: Path, *args: str, remote: Path | None = None, db: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+        return python_m("medbench_cli", *args, cwd=repo, env=self.env(repo, remote, db), timeout=timeout)
 
     def dvc(self, repo: Path, *args: str, **kw) -> subprocess.CompletedProcess:
         return self.run(repo, "-m", "dvc", *args, **kw)
@@ -137,7 +138,7 @@ def bench(tmp_path_factory) -> Bench:
     git(origin, "add", "-A")
     git(origin, "commit", "-q", "-m", "code")
     b = Bench(base, origin, base / "remote", base / "state" / "mlflow.db", settings.SHARED.resolve(), "", {})
-    ok(b.run(origin, "-m", "medbench_cli", "run", "--models", ",".join(MODELS), "--tasks", TASK, timeout=600))
+    ok(b.medbench(origin, "run", "--models", ",".join(MODELS), "--tasks", TASK, timeout=600))
     ok(b.medbench(origin, "release", "v1"))
     b.record = json.loads((origin / "versions" / "v1.json").read_text())
     b.version = b.record["data_version"]

@@ -14,10 +14,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.forked import python_m
 from tests.orchestration.operating_env import (
     BM25,
     BM25_K12,
@@ -116,9 +116,7 @@ class VersionWorld:
         return env
 
     def medbench(self, repo: Path, *args: str, timeout: int = 600, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "medbench_cli", *args], cwd=repo, env=self.env(repo, **kw), capture_output=True, text=True, timeout=timeout, check=False
-        )
+        return python_m("medbench_cli", *args, cwd=repo, env=self.env(repo, **kw), timeout=timeout)
 
     def clone(self, name: str) -> Path:
         """A fresh clone of the origin at main (which holds data.dvc and versions/v1.json), without its tags."""
