@@ -34,6 +34,7 @@ fails if an upgrade moves them (and test_ui_mlflow.py if MLflow's UI keeps its s
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -317,6 +318,9 @@ def mlflow_ui(argv: list[str]) -> None:
         return build(uvicorn_opts, host, port, workers, "medbench_cli.webserver:mlflow_app", *args, **kwargs)
 
     mlflow_server._build_uvicorn_command = build_checked
+    # MLflow's job runner (huey consumers for GenAI scorers and prompt optimisation, 3.x) serves nothing
+    # medbench logs, and costs each server a handful of processes: off unless the environment asks.
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     sys.argv = ["mlflow", "ui", "--allowed-hosts", hosts, *rest]
     cli.main(prog_name="mlflow")
 

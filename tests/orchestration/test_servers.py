@@ -94,7 +94,8 @@ def test_the_mlflow_server_listens_on_loopback_and_refuses_foreign_host_headers(
     api = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1"
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--port", str(port), "--workers", "1",
            "--allowed-hosts", f"mlflow.medbench.internal:{port},localhost:{port},127.0.0.1:{port}"]  # fmt: skip
-    with server(cmd, f"http://127.0.0.1:{port}/health", log=tmp_path / "mlflow.log"):
+    no_jobs = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # its job runner's processes serve nothing here
+    with server(cmd, f"http://127.0.0.1:{port}/health", env=no_jobs, log=tmp_path / "mlflow.log"):
         assert listening_addresses(port) == {"127.0.0.1"}  # no --host: the default
         assert refused_on(other_address(), port)
         assert get(api, f"127.0.0.1:{port}") == 200

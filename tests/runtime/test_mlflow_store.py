@@ -414,6 +414,7 @@ def test_a_partition_logs_to_an_mlflow_server_over_http(tmp_path):
             "--artifacts-destination",
             str(served),
         ],
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},  # its job runner's processes serve nothing here
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
