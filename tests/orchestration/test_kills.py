@@ -133,6 +133,9 @@ def test_a_step_killed_mid_encode_is_retried_in_its_run_and_loses_nothing(bed, t
     pid_file = bed.hold("embeddings", model, task)
     run_id = bed.launch(model, task)
     step = bed.held_pid(pid_file)
+    # The step process was forked from the run worker's forkserver (orchestration/definitions.py), not spawned.
+    forkserver = psutil.Process(step).parent()
+    assert "from multiprocessing.forkserver import main" in " ".join(forkserver.cmdline()), forkserver.cmdline()
 
     # The kill lands mid-write: the vectors are in the temporary folder, which has no manifest yet.
     (partial,) = (bed.data / "artifacts" / model / task / "embeddings").iterdir()

@@ -73,7 +73,8 @@ def test_the_production_executor_is_dagsters_celery_executor(monkeypatch):
     celery = definitions.executor()
     assert celery.name == "celery" and celery.executor_creation_fn.__module__.startswith("dagster_celery")
     monkeypatch.setattr(settings, "EXECUTOR", "multiprocess")
-    assert definitions.executor() is None  # Dagster's default multiprocess executor
+    local = definitions.executor()  # Dagster's multiprocess executor (in-process for execute_in_process), steps from a forkserver
+    assert local.name == "multi_or_in_process_executor" and local.executor_creation_fn.__module__.startswith("dagster")
     monkeypatch.setattr(settings, "EXECUTOR", "k8s")
     assert definitions.executor().name == "k8s"  # dagster-k8s' k8s_job_executor (tests/orchestration/test_k8s_profile.py)
     monkeypatch.setattr(settings, "EXECUTOR", "dask")
