@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from tests import processes
@@ -112,9 +113,9 @@ for line in sys.stdin:
                 sys.stdout.flush(); sys.stderr.flush()
             finally:
                 os._exit(code)
-    print(json.dumps({"pid": pid}), flush=True)
+    print(json.dumps({"id": req["out"], "pid": pid}), flush=True)
     _, status, usage = os.wait4(pid, 0)  # its CPU, with what it waited for of its own children
-    print(json.dumps({"rc": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime}), flush=True)
+    print(json.dumps({"id": req["out"], "rc": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime}), flush=True)
 """
 
 
@@ -128,8 +129,9 @@ def base_env() -> dict[str, str]:
 class Zygote:
     """One forking process and the command it runs (one at a time): ``submit`` starts one, ``result`` waits for it."""
 
-    def __init__(self, workdir: Path, prelude: str = "", *, owner: str | None = None) -> None:
-        self.workdir, self.prelude, self.base = Path(workdir), prelude, base_env()
+    def __init__(self, workdir: Path, prelude: str = "", *, owner: str | None = None, env: dict[str, str] | None = None) -> None:
+        self.workdir, self.prelude, self.base = Path(workdir), prelude, base_env() if env is None else env
+        self.lock = threading.Lock()  # held by the thread whose command runs (python_m)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.proc = processes.start(
             [sys.executable, "-c", _ZYGOTE, json.dumps(PRELOAD), json.dumps(OURS)],
@@ -141,7 +143,7 @@ class Zygote:
             text=True,
         )
         # Once the imports are done: what they set in the environment (a process importing them sets the same).
-        self.imports_set = self._read()["imports_set"]
+        self.imports_set = self._read("imports_set")
         self.count, self.pid = 0, None
 
     def forkable(self, env: dict[str, str]) -> bool:
@@ -162,7 +164,7 @@ class Zygote:
             request["err"] = str(self.err)
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
-        self.pid = self._read()["pid"]
+        self.pid = self._read("pid")
         return self.out
 
     def result(self, timeout: float | None = None) -> int:
@@ -170,7 +172,7 @@ class Zygote:
         without its end, TimeoutError (the command still runs: :meth:`kill` it or wait again)."""
         if timeout is not None and not select.select([self.proc.stdout], [], [], timeout)[0]:
             raise TimeoutError(f"the command did not end within {timeout:.0f} s; it said:\n{self.out.read_text(errors='replace')[-3000:]}")
-        said = self._read()
+        said = self._read("rc")
         self.pid = None
         global _CPU
         _CPU += said["cpu"]
@@ -185,11 +187,15 @@ class Zygote:
             self.proc.stdin.close()
             self.proc.wait(timeout=60)
 
-    def _read(self) -> dict:
+    def _read(self, field: str) -> dict:
+        """The zygote's next line, which must answer the command in flight (``field`` of it)."""
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the forking process ended (exit {self.proc.poll()})")
-        return json.loads(line)
+        said = json.loads(line)
+        if field not in said or said.get("id", str(getattr(self, "out", ""))) != str(getattr(self, "out", "")):
+            raise RuntimeError(f"the forking process answered {said}, not the {field} of {getattr(self, 'out', None)}")
+        return said if field == "rc" else said[field]
 
 
 _CPU = 0.0  # CPU seconds of the commands forked in this process so far (tests/conftest.py's CPU log)
@@ -199,30 +205,39 @@ def cpu_seconds() -> float:
     return _CPU
 
 
-_SHARED: dict[int, Zygote] = {}  # this worker's, started by the first command that can use it
+_SHARED: dict[int, Zygote] = {}  # this worker's, started by its first command
+_STARTING = threading.Lock()
 
 
 def python_m(module: str, *args: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 600) -> subprocess.CompletedProcess:
     """``subprocess.run([python, -m, module, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)``,
-    forked from this worker's zygote when ``env`` allows (see the module's docstring)."""
+    forked from this worker's zygote when ``env`` allows and no other thread's command is in flight (see the module's docstring)."""
     argv = [sys.executable, "-m", module, *map(str, args)]
-    zygote = _SHARED.get(os.getpid())
-    if zygote is None:
-        import tempfile
+    with _STARTING:
+        zygote = _SHARED.get(os.getpid())
+        if zygote is None:
+            import tempfile
 
-        zygote = _SHARED[os.getpid()] = Zygote(Path(tempfile.mkdtemp(prefix="medbench-zygote-")), owner=None)
-    if not zygote.forkable(env):
+            zygote = _SHARED[os.getpid()] = Zygote(Path(tempfile.mkdtemp(prefix="medbench-zygote-")), owner=None)
+    if not zygote.forkable(env) or not zygote.lock.acquire(blocking=False):
         return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    zygote.submit(module, *args, env=env, cwd=cwd, merged=False)
     try:
-        code = zygote.result(timeout)
-    except TimeoutError:
-        zygote.kill()
-        raise subprocess.TimeoutExpired(argv, timeout, zygote.out.read_text(errors="replace"), zygote.err.read_text(errors="replace")) from None
-    stdout, stderr = zygote.out.read_text(errors="replace"), zygote.err.read_text(errors="replace")
-    zygote.out.unlink()
-    zygote.err.unlink()
-    return subprocess.CompletedProcess(argv, code, stdout, stderr)
+        zygote.submit(module, *args, env=env, cwd=cwd, merged=False)
+        try:
+            code = zygote.result(timeout)
+        except TimeoutError:
+            zygote.kill()
+            raise subprocess.TimeoutExpired(argv, timeout, zygote.out.read_text(errors="replace"), zygote.err.read_text(errors="replace")) from None
+        stdout, stderr = zygote.out.read_text(errors="replace"), zygote.err.read_text(errors="replace")
+        zygote.out.unlink()
+        zygote.err.unlink()
+        return subprocess.CompletedProcess(argv, code, stdout, stderr)
+    except (RuntimeError, OSError, ValueError):  # out of step with its zygote: the next command starts a new one
+        _SHARED.pop(os.getpid(), None)
+        processes.stop(zygote.proc, grace=5)
+        raise
+    finally:
+        zygote.lock.release()
 
 
 def close_all() -> None:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -39,8 +40,10 @@ def test_a_forked_command_runs_as_python_m_would_in_its_own_environment_folder_a
     env, cwd = probe
     argv = [sys.executable, "-m", "probe_module", "a", "b"]
     real = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    fork = forked.python_m("probe_module", "a", "b", env=env, cwd=cwd, timeout=60)
+    forked.python_m("probe_module", env=env, cwd=cwd, timeout=60)  # this worker's zygote, started by its first command
     zygote = forked._SHARED[os.getpid()]
+    before = zygote.count
+    fork = forked.python_m("probe_module", "a", "b", env=env, cwd=cwd, timeout=60)
     assert fork.args == real.args and fork.returncode == real.returncode == 3
     assert fork.stderr == real.stderr == "to stderr\n"
     said, shown = fork.stdout.splitlines(), real.stdout.splitlines()
@@ -48,25 +51,41 @@ def test_a_forked_command_runs_as_python_m_would_in_its_own_environment_folder_a
     ours, theirs = json.loads(said[0]), json.loads(shown[0])
     assert ours == theirs, (ours, theirs)  # argv, __main__, cwd, sys.path (cwd, then PYTHONPATH), variable, empty stdin
     assert ours["var"] == "its own" and ours["path"][:2] == [str(cwd), env["PYTHONPATH"]] and ours["medbench imported"] == []
-    assert zygote.proc.poll() is None and zygote.count == 1  # it was forked, and the zygote lives on for the next one
+    assert zygote.proc.poll() is None and zygote.count == before + 1  # it was forked, and the zygote lives on for the next one
 
 
-def test_an_environment_a_preloaded_library_reads_at_import_runs_in_a_process_of_its_own(probe):
+@pytest.mark.slow
+def test_an_environment_a_preloaded_library_reads_at_import_runs_in_a_process_of_its_own(probe, tmp_path):
     env, cwd = probe
-    forked.python_m("probe_module", env=env, cwd=cwd, timeout=60)  # the worker's zygote, started by its first command
-    zygote = forked._SHARED[os.getpid()]
-    base = zygote.base
-    assert zygote.forkable({**base, "MEDBENCH_DATA": "/x", "DAGSTER_HOME": "/y", "PYTHONPATH": "/z"})
-    for variable in ("HF_HOME", "OMP_NUM_THREADS", "POLARS_MAX_THREADS"):
-        assert not zygote.forkable({**base, variable: "1"}), variable
-    assert not zygote.forkable({k: v for k, v in base.items() if k != "HF_HUB_OFFLINE"})
-    # What the preloaded libraries set when imported (torch: KMP_INIT_AT_FORK), as an in-process test leaves it in os.environ.
-    assert zygote.imports_set.get("KMP_INIT_AT_FORK") == "FALSE" and zygote.forkable({**base, **zygote.imports_set})
-    assert not zygote.forkable({**base, "KMP_INIT_AT_FORK": "TRUE"})
-    before = forked._SHARED[os.getpid()].count if os.getpid() in forked._SHARED else 0
+    # A zygote of its own, started as the first of a worker's is: before any test imported torch in the worker.
+    set_by_imports = ("KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "TORCHINDUCTOR_CACHE_DIR")
+    zygote = forked.Zygote(tmp_path / "zygote", env={k: v for k, v in forked.base_env().items() if k not in set_by_imports})
+    try:
+        base = zygote.base
+        assert zygote.forkable({**base, "MEDBENCH_DATA": "/x", "DAGSTER_HOME": "/y", "PYTHONPATH": "/z"})
+        for variable in ("HF_HOME", "OMP_NUM_THREADS", "POLARS_MAX_THREADS"):
+            assert not zygote.forkable({**base, variable: "1"}), variable
+        assert not zygote.forkable({k: v for k, v in base.items() if k != "HF_HUB_OFFLINE"})
+        # What the preloaded libraries set when imported (torch: KMP_INIT_AT_FORK), as an in-process test leaves it in os.environ.
+        assert zygote.imports_set.get("KMP_INIT_AT_FORK") == "FALSE" and zygote.forkable({**base, **zygote.imports_set})
+        assert not zygote.forkable({**base, "KMP_INIT_AT_FORK": "TRUE"})
+    finally:
+        zygote.close()
+    forked.python_m("probe_module", env=env, cwd=cwd, timeout=60)
+    shared = forked._SHARED[os.getpid()]
+    before = shared.count
     out = forked.python_m("probe_module", env={**env, "HF_HOME": str(cwd)}, cwd=cwd, timeout=60)
     assert out.returncode == 3 and json.loads(out.stdout.splitlines()[0])["var"] == "its own"
-    assert (forked._SHARED[os.getpid()].count if os.getpid() in forked._SHARED else 0) == before  # not forked
+    assert shared.count == before  # not forked
+
+
+def test_commands_from_two_threads_at_once_both_run(probe):
+    env, cwd = probe
+    with ThreadPoolExecutor(2) as pool:  # one is forked, the other, finding the zygote busy, runs as a process of its own
+        outs = list(pool.map(lambda arg: forked.python_m("probe_module", arg, env=env, cwd=cwd, timeout=60), ["x", "y"]))
+    assert [o.returncode for o in outs] == [3, 3]
+    assert [json.loads(o.stdout.splitlines()[0])["argv"][1:] for o in outs] == [["x"], ["y"]]
+    assert forked.python_m("probe_module", "z", env=env, cwd=cwd, timeout=60).stdout.startswith('{"argv"')  # still in step
 
 
 def test_a_forked_command_past_its_timeout_is_killed_and_the_next_one_runs(probe):
