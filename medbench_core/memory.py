@@ -4,6 +4,11 @@ Python objects and C buffers freed after a stage (a reader's per-record dicts, a
 copies) leave glibc's heap with free pages it keeps for later; the next stage then starts from that
 resident size, and the process's peak is the sum of both. ``malloc_trim(0)`` hands the free pages
 back (glibc only; elsewhere nothing happens).
+
+A full collection walks every object the collector tracks: with torch, Dagster and Great Expectations
+imported, ~630K of them, 0.35 s a time, whatever the data (a third of a tiny task's `medbench run`).
+The first call freezes what survives it (``gc.freeze``: the libraries, the definitions, alive for the
+whole process), so each later collection walks only what the stages made since.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import sys
 def give_back_free_memory() -> None:
     """Collect garbage, then return glibc's free heap pages to the OS (a no-op without glibc)."""
     gc.collect()
+    if not gc.get_freeze_count():
+        gc.freeze()  # the first call's survivors are out of later collections' walk (see above)
     if not sys.platform.startswith("linux"):
         return
     try:
