@@ -173,9 +173,7 @@ class Zygote:
         if timeout is not None and not select.select([self.proc.stdout], [], [], timeout)[0]:
             raise TimeoutError(f"the command did not end within {timeout:.0f} s; it said:\n{self.out.read_text(errors='replace')[-3000:]}")
         said = self._read("rc")
-        self.pid = None
-        global _CPU
-        _CPU += said["cpu"]
+        self.pid, self.cpu = None, said["cpu"]
         return said["rc"]
 
     def kill(self) -> int:
@@ -198,7 +196,7 @@ class Zygote:
         return said if field == "rc" else said[field]
 
 
-_CPU = 0.0  # CPU seconds of the commands forked in this process so far (tests/conftest.py's CPU log)
+_CPU = 0.0  # CPU seconds of the commands python_m forked in this process so far (tests/conftest.py's CPU log)
 
 
 def cpu_seconds() -> float:
@@ -228,6 +226,8 @@ def python_m(module: str, *args: str, env: dict[str, str], cwd: Path = ROOT, tim
         except TimeoutError:
             zygote.kill()
             raise subprocess.TimeoutExpired(argv, timeout, zygote.out.read_text(errors="replace"), zygote.err.read_text(errors="replace")) from None
+        global _CPU
+        _CPU += zygote.cpu  # the zygote, reaped at the session's end, would count it for no test
         stdout, stderr = zygote.out.read_text(errors="replace"), zygote.err.read_text(errors="replace")
         zygote.out.unlink()
         zygote.err.unlink()
