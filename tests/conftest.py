@@ -51,6 +51,13 @@ def pytest_runtest_protocol(item, nextitem):
         f.write(json.dumps(line) + "\n")
 
 
+def pytest_collection_finish(session):
+    # The test modules and the libraries they imported live as long as the session: out of the walk of
+    # every later full collection (automatic, medbench's between stages, the fixture below's).
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(config, items):
     if hasattr(config, "workerinput"):  # an xdist worker: heaviest modules first (tests/scheduling.py)
         from tests.scheduling import heaviest_scopes_first
