@@ -37,6 +37,7 @@ from tests.orchestration.kill_env import (
     _hold_if_asked,
     _install_hold_points,
     kill_tree,
+    no_schedules,
     wait_for,
     world_process_env,
 )
@@ -182,15 +183,12 @@ def _install_mlflow_hold() -> None:
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    """The project's definitions on the world named by $MEDBENCH_KILL_WORLD, executor from MEDBENCH_EXECUTOR, hooks installed."""
+    """The project's definitions on the world named by $MEDBENCH_KILL_WORLD, executor from MEDBENCH_EXECUTOR, hooks installed, no schedules."""
     from orchestration.definitions import executor
 
     _install_hold_points()
     _install_mlflow_hold()
-    d = World(Path(os.environ[WORLD_ENV])).defs()
-    return dg.Definitions(
-        assets=d.assets, asset_checks=d.asset_checks, jobs=d.jobs, schedules=d.schedules, sensors=d.sensors, resources=d.resources, executor=executor()
-    )
+    return no_schedules(World(Path(os.environ[WORLD_ENV])).defs(), executor=executor())
 
 
 # --- the deployment ---------------------------------------------------------------------------
