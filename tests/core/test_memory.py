@@ -11,7 +11,7 @@ from tests.orchestration.operating_env import ROOT
 
 SCRIPT = textwrap.dedent(
     """
-    import gc, json, time, weakref
+    import gc, json, weakref
     import dagster, great_expectations  # ~hundreds of thousands of tracked objects, as in a `medbench run`
     from medbench_core.memory import give_back_free_memory
 
@@ -24,11 +24,11 @@ SCRIPT = textwrap.dedent(
         return weakref.ref(a)
 
     before = cycle()  # garbage before the first call: collected by it, not frozen
-    t = time.process_time(); give_back_free_memory(); first = time.process_time() - t
+    give_back_free_memory()
     frozen = gc.get_freeze_count()
     later = cycle()  # garbage made after the first call
-    t = time.process_time(); give_back_free_memory(); second = time.process_time() - t
-    print(json.dumps({"frozen": frozen, "before": before() is None, "later": later() is None, "first": first, "second": second,
+    give_back_free_memory()
+    print(json.dumps({"frozen": frozen, "before": before() is None, "later": later() is None, "walked": len(gc.get_objects()),
                       "frozen after": gc.get_freeze_count()}))
     """
 )
@@ -39,4 +39,4 @@ def test_the_first_call_freezes_the_survivors_and_later_cycles_are_still_collect
     said = json.loads(out.stdout.splitlines()[-1])
     assert said["before"] and said["later"]  # both cycles collected: the one made before and the one made after the freeze
     assert said["frozen"] > 100_000 and said["frozen after"] == said["frozen"]  # frozen once: the libraries, not each stage's objects
-    assert said["second"] < said["first"] / 5, said  # the second walks only what was made since
+    assert said["walked"] < said["frozen"] / 10, said  # a later collection walks only what was made since (not a timing)
