@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests import processes
+from tests import forked, processes
 
 _LEFT_BEHIND: list[str] = []
 _WORKER_KEY = "medbench_processes_left_behind"
@@ -36,8 +36,6 @@ def pytest_runtest_protocol(item, nextitem):
     if not path:
         yield
         return
-    from tests import forked
-
     t0, f0, w0 = os.times(), forked.cpu_seconds(), time.monotonic()
     yield
     t1, f1 = os.times(), forked.cpu_seconds()
@@ -120,8 +118,6 @@ def pytest_sessionfinish(session, exitstatus):
         name = getattr(session.config, "workerinput", {}).get("workerid", "controller")
         with open(path, "a") as f:
             f.write(json.dumps({"session": name, "self": round(t.user + t.system, 2), "children": round(t.children_user + t.children_system, 2)}) + "\n")
-
-    from tests import forked
 
     forked.close_all()
 

@@ -142,9 +142,9 @@ class Zygote:
             stdout=subprocess.PIPE,
             text=True,
         )
+        self.count, self.pid, self.out = 0, None, None
         # Once the imports are done: what they set in the environment (a process importing them sets the same).
-        self.imports_set = self._read("imports_set")
-        self.count, self.pid = 0, None
+        self.imports_set = self._read("imports_set")["imports_set"]
 
     def forkable(self, env: dict[str, str]) -> bool:
         """Whether a command with ``env`` can be forked: it differs from the zygote's environment only in
@@ -164,7 +164,7 @@ class Zygote:
             request["err"] = str(self.err)
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
-        self.pid = self._read("pid")
+        self.pid = self._read("pid")["pid"]
         return self.out
 
     def result(self, timeout: float | None = None) -> int:
@@ -186,14 +186,14 @@ class Zygote:
             self.proc.wait(timeout=60)
 
     def _read(self, field: str) -> dict:
-        """The zygote's next line, which must answer the command in flight (``field`` of it)."""
+        """The zygote's next line, which must carry ``field`` for the command in flight (none before the first)."""
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the forking process ended (exit {self.proc.poll()})")
         said = json.loads(line)
-        if field not in said or said.get("id", str(getattr(self, "out", ""))) != str(getattr(self, "out", "")):
-            raise RuntimeError(f"the forking process answered {said}, not the {field} of {getattr(self, 'out', None)}")
-        return said if field == "rc" else said[field]
+        if field not in said or said.get("id") != (self.out and str(self.out)):
+            raise RuntimeError(f"the forking process answered {said}, not the {field} of {self.out}")
+        return said
 
 
 _CPU = 0.0  # CPU seconds of the commands python_m forked in this process so far (tests/conftest.py's CPU log)
@@ -235,6 +235,7 @@ def python_m(module: str, *args: str, env: dict[str, str], cwd: Path = ROOT, tim
     except (RuntimeError, OSError, ValueError):  # out of step with its zygote: the next command starts a new one
         _SHARED.pop(os.getpid(), None)
         processes.stop(zygote.proc, grace=5)
+        shutil.rmtree(zygote.workdir, ignore_errors=True)
         raise
     finally:
         zygote.lock.release()
