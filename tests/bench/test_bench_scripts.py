@@ -48,3 +48,16 @@ def test_the_scale_profile_runs_every_phase_on_the_smallest_synthetic_task(tmp_p
     assert phases[:2] == ["imports (polars, bm25s, GX, scipy)", "read_beir (reader, frames)"]
     assert "contract: validate_task (whole)" in phases and phases[-1] == "leaderboard: compare (2 models)"
     assert "nDCG@10 1.0" in proc.stdout  # each synthetic query's one relevant document is its own text: BM25 ranks it first
+
+
+@pytest.mark.slow
+def test_the_platform_floor_has_each_library_do_its_bookkeeping_on_the_bundled_task():
+    # The floor is a figure in BENCHMARKS.md: the libraries' calls it makes must still run and pass
+    # (a suite that fails or a Dagster job that no longer builds would make its number meaningless).
+    proc = _run("bench/platform_floor_work.py", timeout=300)
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    spent = json.loads(proc.stdout.strip().splitlines()[-1])["cpu_s"]
+    assert sorted(spent) == ["dagster", "gx", "mlflow"] and all(v > 0 for v in spent.values()), spent

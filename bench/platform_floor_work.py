@@ -1,0 +1,163 @@
+"""The platform's libraries doing one partition's bookkeeping, with no medbench code: a floor, not a copy.
+
+    python bench/platform_floor_work.py
+
+Run as a side of ``bench/import_floor.py --work``. What ``medbench run --models all-MiniLM-L6-v2
+--tasks liveqa_medquad`` asks of Dagster, Great Expectations and MLflow, done by the bare library calls
+in the simplest form each allows (so what it costs is a lower bound of what any run through them costs):
+
+- Dagster: a SQLite instance in a new DAGSTER_HOME and the four runs a partition takes (curation with
+  its blocking check, the overlap check, the partition's six steps with the expansion check, the
+  leaderboard), executed in process; every body does nothing;
+- Great Expectations: an ephemeral context, one suite and checkpoint per table of the task (queries,
+  corpus, qrels as polars reads them, handed over as pandas) with as many expectations of each type
+  as medbench's contract has (28, 26 and 13; counted in its gx_results.json on 2026-11-28), results in
+  COMPLETE format, data docs built;
+- MLflow: a SQLite tracking store and two runs (the partition's, the leaderboard's) with the counts a
+  medbench run logs (35 params, 68 metric values, 11 tags over both), one small artifact each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+SHARED = Path(os.environ.get("MEDBENCH_SHARED") or Path(__file__).resolve().parents[2] / "shared")
+LIVEQA = SHARED / "data" / "liveqa_medquad"
+
+
+def dagster_runs(home: Path) -> None:
+    import dagster as dg
+
+    @dg.asset
+    def curated_task() -> None: ...
+
+    @dg.asset_check(asset=curated_task, blocking=True)
+    def task_contract():
+        return dg.AssetCheckResult(passed=True)
+
+    @dg.asset_check(asset=curated_task)
+    def tasks_do_not_overlap():
+        return dg.AssetCheckResult(passed=True)
+
+    @dg.asset(deps=[curated_task])
+    def corpus_embeddings() -> None: ...
+
+    @dg.asset(deps=[curated_task])
+    def query_expansion() -> None: ...
+
+    @dg.asset_check(asset=query_expansion, blocking=True)
+    def expansion_contract():
+        return dg.AssetCheckResult(passed=True)
+
+    @dg.asset(deps=[corpus_embeddings])
+    def corpus_index() -> None: ...
+
+    @dg.asset(deps=[corpus_index, query_expansion])
+    def retrieval_run() -> None: ...
+
+    @dg.asset(deps=[retrieval_run])
+    def task_metrics() -> None: ...
+
+    @dg.asset(deps=[task_metrics])
+    def leaderboard() -> None: ...
+
+    instance = dg.DagsterInstance.from_config(str(home))
+    defs = dg.Definitions(
+        assets=[curated_task, corpus_embeddings, query_expansion, corpus_index, retrieval_run, task_metrics, leaderboard],
+        asset_checks=[task_contract, tasks_do_not_overlap, expansion_contract],
+        jobs=[
+            dg.define_asset_job("curate", selection=dg.AssetSelection.assets(curated_task).without_checks() | dg.AssetSelection.checks(task_contract)),
+            dg.define_asset_job("overlap", selection=dg.AssetSelection.checks(tasks_do_not_overlap)),
+            dg.define_asset_job("partition", selection=dg.AssetSelection.assets(corpus_embeddings, query_expansion, corpus_index, retrieval_run, task_metrics)),
+            dg.define_asset_job("board", selection=dg.AssetSelection.assets(leaderboard)),
+        ],
+    )
+    for name in ("curate", "overlap", "partition", "board"):
+        if not defs.resolve_job_def(name).execute_in_process(instance=instance).success:
+            raise SystemExit(f"dagster job {name} failed")
+
+
+def gx_checkpoints(docs_dir: Path) -> None:
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+    import polars as pl
+    from great_expectations.data_context.types.base import DataContextConfig, InMemoryStoreBackendDefaults, ProgressBarsConfig
+
+    cfg = DataContextConfig(store_backend_defaults=InMemoryStoreBackendDefaults(), analytics_enabled=False, progress_bars=ProgressBarsConfig(globally=False))
+    ctx = gx.get_context(project_config=cfg, mode="ephemeral")
+    source = ctx.data_sources.add_pandas("floor")
+    tables = {
+        "queries": (pl.read_ndjson(LIVEQA / "queries.jsonl").select(pl.col("_id").cast(pl.Utf8), pl.col("text")), "_id", 9, 2, 4, 2),
+        "corpus": (pl.read_ndjson(LIVEQA / "corpus.jsonl").select(pl.col("_id").cast(pl.Utf8), "title", "text"), "_id", 9, 2, 4, 0),
+        # one row per judged pair, as curation leaves it (the file repeats some pairs)
+        "qrels": (pl.read_csv(LIVEQA / "qrels" / "test.tsv", separator="\t", infer_schema_length=0).unique(["query-id", "corpus-id"]), "query-id", 3, 3, 2, 0),
+    }
+    for name, (frame, key, columns, not_null, in_set, between) in tables.items():
+        cols = frame.columns
+        pick = [cols[i % len(cols)] for i in range(columns)]
+        ex = [gxe.ExpectTableRowCountToBeBetween(min_value=1)]
+        ex += [gxe.ExpectColumnToExist(column=c) for c in pick]
+        pdf = frame.to_pandas()
+        ex += [gxe.ExpectColumnValuesToBeOfType(column=c, type_=str(pdf.dtypes[c])) for c in pick]
+        ex += [gxe.ExpectColumnValuesToNotBeNull(column=cols[i % len(cols)]) for i in range(not_null)]
+        ex += [gxe.ExpectColumnValuesToBeUnique(column=key)] if name != "qrels" else [gxe.ExpectCompoundColumnsToBeUnique(column_list=cols[:2])]
+        ex += [gxe.ExpectColumnValuesToBeInSet(column=key, value_set=frame[key].unique().to_list()) for _ in range(in_set)]
+        ex += [gxe.ExpectColumnValueLengthsToBeBetween(column=key, min_value=0) for _ in range(between)]
+        suite = ctx.suites.add(gx.ExpectationSuite(name=f"floor.{name}", expectations=ex))
+        batch = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("whole")
+        vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=f"floor.{name}", data=batch, suite=suite))
+        cp = ctx.checkpoints.add(gx.Checkpoint(name=f"floor.{name}", validation_definitions=[vd], result_format={"result_format": "COMPLETE"}))
+        result = cp.run(batch_parameters={"dataframe": pdf})
+        if not result.success:
+            bad = [r.expectation_config.type for vr in result.run_results.values() for r in vr.results if not r.success]
+            raise SystemExit(f"gx suite {name} failed: {bad}")
+    site = {"class_name": "SiteBuilder", "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}}
+    site["store_backend"] = {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir)}
+    ctx.add_data_docs_site(site_name="floor", site_config=site)
+    ctx.build_data_docs(site_names=["floor"])
+
+
+def mlflow_runs(folder: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
+    (folder / "artifact.json").write_text("{}")
+    for exp, params, metrics, tags in (("floor", 30, 60, 6), ("floor-leaderboard", 5, 8, 5)):
+        eid = client.create_experiment(exp, artifact_location=(folder / "mlartifacts" / exp).as_uri())
+        run = client.create_run(eid, tags={f"tag{i}": "x" for i in range(tags)})
+        from mlflow.entities import Metric, Param
+
+        client.log_batch(run.info.run_id, params=[Param(f"p{i}", "v") for i in range(params)], metrics=[Metric(f"m{i}", 0.5, 0, 0) for i in range(metrics)])
+        client.log_artifact(run.info.run_id, str(folder / "artifact.json"))
+        client.set_terminated(run.info.run_id)
+
+
+def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    import dagster  # noqa: F401  the platform's imports first, as in import_floor.py's platform side
+    import great_expectations  # noqa: F401
+    import mlflow  # noqa: F401
+    import polars  # noqa: F401
+    import sentence_transformers  # noqa: F401
+
+    with tempfile.TemporaryDirectory(prefix="medbench-floor-") as tmp:
+        root = Path(tmp)
+        (root / "dagster_home").mkdir()
+        (root / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        spent = {}
+        parts = {"dagster": lambda: dagster_runs(root / "dagster_home"), "gx": lambda: gx_checkpoints(root / "docs"), "mlflow": lambda: mlflow_runs(root)}
+        for name, part in parts.items():
+            t = time.process_time()
+            part()
+            spent[name] = round(time.process_time() - t, 3)
+    print(json.dumps({"cpu_s": spent}))
+
+
+if __name__ == "__main__":
+    main()
