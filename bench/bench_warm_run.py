@@ -1,6 +1,6 @@
 """A warm ``medbench run`` from a new process: the recorded-state answer vs every step re-checked, paired.
 
-    python bench/bench_warm_run.py [--pairs N] [--world DIR] [--no-recheck]
+    python bench/bench_warm_run.py [--pairs N] [--world DIR] [--no-recheck] [--bit-rot]
 
 Needs a project state where the main job already ran (``scripts/demo``; or ``--world``, a folder
 ``bench/bench_scale.py pipeline --keep`` left: its data, state, models.yaml and tasks.yaml).
@@ -13,6 +13,12 @@ leaderboard; prints each side's wall and CPU (the process and its children), the
 recheck / answered, and where the answered run's time goes (interpreter start, reading the
 registry and catalogue, the inputs' hashes, the checks). With ``--no-recheck`` (a large world,
 where a recheck takes many minutes) only the answered run is timed, n times.
+
+With ``--bit-rot``, afterwards: one byte of the run stage's ``run.parquet`` is flipped, its size kept
+and its stat written into the verified notes (as a disk's own corruption leaves a file: the case
+tests/cli/test_uptodate_recheck.py holds at a small size); then ``medbench run`` (the answered
+path trusts the stat: it still answers), ``medbench run --recheck`` (must rebuild that stage and
+write the first bytes back) and ``medbench run`` again (answered). Each is timed and checked.
 """
 
 from __future__ import annotations
@@ -50,6 +56,48 @@ print(f"{t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f} {t4 - t3:.3f}")
 """
 
 
+BIT_ROT = """
+import hashlib, json, os
+from runtime import settings, verified
+(folder,) = (settings.DATA / "artifacts").glob("*/*/run/*")
+notes = verified.notes_file(folder)
+kept = json.loads(notes.read_text())
+target = folder / "run.parquet"
+data = bytearray(target.read_bytes())
+good = hashlib.sha256(data).hexdigest()
+data[len(data) // 2] ^= 0xFF
+target.write_bytes(bytes(data))
+st = os.stat(target)
+kept["files"]["run.parquet"][:5] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+notes.write_text(json.dumps(kept))
+print(json.dumps({"file": str(target), "sha256": good}))
+"""
+
+
+def bit_rot(medbench: list[str], env: dict[str, str], tmp: Path) -> None:
+    """Flip a byte of the run stage's file behind the warm path's back; --recheck must rebuild it (module docstring)."""
+    import hashlib
+    import json
+
+    rot = json.loads(subprocess.run([sys.executable, "-c", BIT_ROT], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout)
+    target = Path(rot["file"])
+    print(f"bit rot: one byte of {target} flipped, size and stat notes kept", flush=True)
+    steps = (
+        ("run", medbench, True, "answered: the warm path trusts the unchanged stat"),
+        ("run --recheck", medbench + ["--recheck"], False, ""),
+        ("run", medbench, True, "answered again"),
+    )
+    for label, argv, answered, said in steps:
+        s = run(argv, env, tmp / "rot.log")
+        assert s.value.startswith("[up to date]") == answered, s.value[-3000:]
+        if not answered:
+            line = next(x for x in s.value.splitlines() if x.startswith("[evaluate]"))
+            assert " ok " in line and "(cached)" not in line, s.value[-3000:]
+            assert hashlib.sha256(target.read_bytes()).hexdigest() == rot["sha256"], "the rebuilt run.parquet differs from the first"
+        what = said if answered else f"rebuilt the run stage, bytes as first written: {line.strip()}"
+        print(f"  medbench {label}: wall {s.wall:.2f} s, CPU {s.cpu:.2f} s; {what}", flush=True)
+
+
 def world_env(world: Path | None) -> dict[str, str]:
     """This checkout's environment, or that of a world bench_scale.py kept (``--world``)."""
     env = os.environ.copy()
@@ -77,6 +125,7 @@ def main() -> None:
     paired.add_arguments(ap)
     ap.add_argument("--world", type=Path, help="a world folder bench_scale.py pipeline --keep left (default: this checkout's state)")
     ap.add_argument("--no-recheck", action="store_true", help="time the answered run alone")
+    ap.add_argument("--bit-rot", action="store_true", help="then corrupt the run stage's file behind the warm path's back and check --recheck rebuilds it")
     args = ap.parse_args()
     env = world_env(args.world)
     print(paired.header(f"warm medbench run{f' in {args.world}' if args.world else ''}"), flush=True)
@@ -124,6 +173,8 @@ def main() -> None:
     print(f"  python start-up: {start:.3f} s")
     for name, value in zip(names, phases, strict=True):
         print(f"  {name}: {float(value):.3f} s")
+    if args.bit_rot:
+        bit_rot(medbench, env, tmp)
 
 
 if __name__ == "__main__":
