@@ -27,16 +27,40 @@ def doc_order(doc_ids: list[str]) -> np.ndarray:
     return pos
 
 
+BOUND_BLOCK = 1024  # scores per block whose maximum bounds the k-th best from below
+
+
 def topk(scores: np.ndarray, tie_key: np.ndarray, k: int) -> np.ndarray:
     """Indices of the ``k`` best scores, ties by ascending ``tie_key``; exact, O(n log k)."""
     n = scores.shape[0]
     if k >= n:
         cand = np.arange(n)
     else:
-        kth = np.partition(scores, n - k)[n - k]
-        cand = np.flatnonzero(scores >= kth)  # keeps every tie at the boundary
+        pre = _above_bound(scores, k)
+        sub = scores if pre is None else scores[pre]
+        kth = np.partition(sub, sub.shape[0] - k)[sub.shape[0] - k]
+        cand = np.flatnonzero(sub >= kth) if pre is None else pre[sub >= kth]  # keeps every tie at the boundary
     order = np.lexsort((tie_key[cand], -scores[cand].astype(np.float64)))
     return cand[order[:k]]
+
+
+def _above_bound(scores: np.ndarray, k: int) -> np.ndarray | None:
+    """Positions of the scores at least the k-th largest block maximum; None where that bound cannot be used.
+
+    The k largest maxima of disjoint blocks belong to k different scores, so at least k scores
+    reach the k-th largest maximum: the k-th best score is at or above it, and every score the
+    selection keeps (ties included) is among these positions. Partitioning them instead of all n
+    scores cut the top-k of a 1.2M-document BM25 row about tenfold (bench/bench_topk.py).
+    A NaN (whose order partition and comparison do not share) takes the plain path.
+    """
+    blocks = scores.shape[0] // BOUND_BLOCK
+    if blocks < k:
+        return None
+    maxima = scores[: blocks * BOUND_BLOCK].reshape(blocks, BOUND_BLOCK).max(axis=1)
+    if np.isnan(maxima).any() or np.isnan(scores[blocks * BOUND_BLOCK :]).any():
+        return None
+    bound = np.partition(maxima, blocks - k)[blocks - k]
+    return np.flatnonzero(scores >= bound)
 
 
 def run_frame(query_ids: list[str], hits: list[tuple[np.ndarray, np.ndarray]], doc_ids: list[str]) -> pl.DataFrame:
