@@ -122,6 +122,7 @@ def gx_checkpoints(docs_dir: Path) -> None:
 
 
 def mlflow_runs(folder: Path) -> None:
+    from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
@@ -129,8 +130,6 @@ def mlflow_runs(folder: Path) -> None:
     for exp, params, metrics, tags in (("floor", 30, 60, 6), ("floor-leaderboard", 5, 8, 5)):
         eid = client.create_experiment(exp, artifact_location=(folder / "mlartifacts" / exp).as_uri())
         run = client.create_run(eid, tags={f"tag{i}": "x" for i in range(tags)})
-        from mlflow.entities import Metric, Param
-
         client.log_batch(run.info.run_id, params=[Param(f"p{i}", "v") for i in range(params)], metrics=[Metric(f"m{i}", 0.5, 0, 0) for i in range(metrics)])
         client.log_artifact(run.info.run_id, str(folder / "artifact.json"))
         client.set_terminated(run.info.run_id)
