@@ -26,11 +26,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import paired  # noqa: E402
+from bench_scale import BM25, K  # noqa: E402  # the settings and depth the world was built with
 
 from medbench_core.retrieval import ranking  # noqa: E402
-
-K = 100
-BM25 = {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}
 
 
 def world_rows(world: Path, queries: int) -> tuple[list[np.ndarray], np.ndarray]:
