@@ -7,7 +7,8 @@ Model settings (all enter the model identity, hence the provenance key):
 - ``chunk_pooling``: ``max`` (default) or ``mean``: a document's score for a query is the max
   (or the mean) of its chunks' scores, each chunk scored by inner product as a passage of its own;
 - ``chunk_size``: tokens of the passage's own text per chunk (default ``max_length - 2``, room
-  for the tokenizer's [CLS]/[SEP]; prefixes come on top and are cut at ``max_length``);
+  for the tokenizer's [CLS]/[SEP], or ``max_length - 3`` with ``passage_pair``'s [CLS] [SEP] text
+  [SEP]; prefixes come on top and are cut at ``max_length``);
 - ``chunk_stride``: tokens from one chunk's start to the next (default ``chunk_size``: no overlap).
 
 Chunks are cut on the tokenizer's tokens and taken from the original text by character offsets,
@@ -62,12 +63,13 @@ def long_text(settings: Any, model: str = "model") -> LongText:
     pooling = settings.chunk_pooling
     if pooling not in POOLINGS:
         raise DataError(f"model {model}: chunk_pooling {pooling!r} unknown; use one of {POOLINGS}")
-    default_size = int(max_length) - 2 if max_length else 0
+    special = 3 if getattr(settings, "passage_pair", False) else 2  # [CLS] text [SEP], or the pair's [CLS] [SEP] text [SEP]
+    default_size = int(max_length) - special if max_length else 0
     size = int(settings.chunk_size or default_size)
     if size < 1:
         raise DataError(f"model {model}: long_text: chunk needs chunk_size (tokens) or max_length")
-    if max_length and size + 2 > int(max_length):
-        raise DataError(f"model {model}: chunk_size {size} + 2 special tokens exceeds max_length {max_length}; chunks would be truncated")
+    if max_length and size + special > int(max_length):
+        raise DataError(f"model {model}: chunk_size {size} + {special} special tokens exceeds max_length {max_length}; chunks would be truncated")
     stride = int(settings.chunk_stride or size)
     if not 1 <= stride <= size:
         raise DataError(f"model {model}: chunk_stride {stride} must lie in [1, chunk_size={size}] (gaps would drop text)")

@@ -86,7 +86,13 @@ class SentenceTransformerEncoder:
 
 
 class TransformersEncoder:
-    """Plain transformers AutoModel with mean or CLS pooling."""
+    """Plain transformers AutoModel with mean or CLS pooling.
+
+    With ``passage_pair`` a passage goes to the tokenizer as the second text of the pair
+    ``("", text)`` (``truncation="longest_first"``: the empty first text has nothing to give, so the
+    passage is cut), which is how R2MED's ``BiEncoderModel`` feeds MedCPT's article encoder
+    (src/utils.py l.371-378 at 62b7074); queries are always single texts.
+    """
 
     def __init__(self, spec: ModelSpec, device: str = "cpu", progress: bool | None = False, *, online: bool = False, cache_dir: str | Path | None = None):
         import torch
@@ -108,6 +114,7 @@ class TransformersEncoder:
             self.model.to(dtype)
         self.max_length = int(spec.settings.max_length or min(getattr(self.tokenizer, "model_max_length", 512), 512))
         self.pooling = spec.settings.pooling
+        self.passage_pair = bool(spec.settings.passage_pair)
         self.progress = resolve_progress(progress)
         self._torch = torch
 
@@ -119,7 +126,12 @@ class TransformersEncoder:
         batches = range(0, len(texts), bs)
         with torch.inference_mode():
             for i in progress_bar(batches, desc=f"{self.spec.name} {role}s", unit="batch", progress=self.progress):
-                batch = self.tokenizer(texts[i : i + bs], padding=True, truncation=True, max_length=self.max_length, return_tensors="pt").to(self.device)
+                chunk = texts[i : i + bs]
+                if self.passage_pair and role == "passage":
+                    pair = {"text": [""] * len(chunk), "text_pair": chunk, "truncation": "longest_first"}
+                else:
+                    pair = {"text": chunk, "truncation": True}
+                batch = self.tokenizer(**pair, padding=True, max_length=self.max_length, return_tensors="pt").to(self.device)
                 hidden = self.model(**batch).last_hidden_state
                 if self.pooling == "cls":
                     vec = hidden[:, 0]

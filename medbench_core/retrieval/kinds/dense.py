@@ -8,7 +8,12 @@ is cosine), ``dtype`` (applied to the weights), ``long_text`` (truncate | chunk)
 ``chunk_pooling``, ``chunk_size``, ``chunk_stride`` (:mod:`medbench_core.retrieval.chunking`),
 ``instructions`` and ``query_template`` (:mod:`medbench_core.retrieval.instructions`; they change
 only the queries, so they key the run, not the corpus vectors); ``transformers`` adds ``pooling``
-(mean | cls). Text-only: a task with image-only records is ``n/a``.
+(mean | cls) and ``passage_pair``: passages encoded as the text pair ``("", text)``, truncated
+``longest_first``, i.e. ``[CLS] [SEP] text [SEP]`` with the text's tokens of token type 1, as R2MED
+encodes documents with MedCPT's article encoder (its ``BiEncoderModel.encode``, src/utils.py
+l.366-384 at 62b7074: ``title_batch = ["" ...]``, ``doc_tokenizer(title_batch, sentences_batch,
+truncation='longest_first', max_length=512)``; MedCPT's article encoder reads ``[title, abstract]``
+pairs). Queries stay single texts. Text-only: a task with image-only records is ``n/a``.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ class TextEncoderSettings(KindSettings):
 @dataclass(frozen=True)
 class TransformersSettings(TextEncoderSettings):
     pooling: str = "mean"
+    passage_pair: bool = False  # passages as the pair ("", text): R2MED's MedCPT documents (module docstring)
 
     CHOICES = {**TextEncoderSettings.CHOICES, "pooling": ("mean", "cls")}
     HINTS = {}
