@@ -8,7 +8,8 @@ and the same top 10:
   (eval_retrieval.py line 42) -- on the bundled all-MiniLM-L6-v2 with an instruction;
 - NV-Embed (utils.py lines 637-650, ``encode`` 667-678; GritLM 567-582 and Instructor 220-237 the
   same): the query's instruction on both, each normalised, averaged -- on a remote-code tiny model
-  (tests/core/tiny_models.py), ``instruct_expansion: true``;
+  (tests/core/tiny_models.py) whose call takes the instruction as a keyword, so by default
+  (``instruct_expansion`` left out);
 - reasoning generators (base.py lines 5-6): the answer alone with BM25 (eval_BM25.py lines
   125-126), the mean with a dense retriever whatever the method (eval_retrieval.py lines 38-39);
 - BM25 (eval_BM25.py lines 128-133): R2MED's query string, ``text * 2 + " " + hy_doc`` for query2doc.
@@ -216,7 +217,7 @@ def test_remote_code_embedder_with_the_instruction_on_both_equals_r2meds_nvembed
     build_corpus_index(spec, emb, idx)
     texts = synthetic_expansions(task)
     qids, qtexts = task.queries["query_id"].to_list(), task.queries["text"].to_list()
-    run, _ = expanded_run(spec, task, texts, "hyde", "gpt4", emb, idx, out, settings={"instruct_expansion": True})
+    run, _ = expanded_run(spec, task, texts, "hyde", "gpt4", emb, idx, out)  # no setting: R2MED's NVEmbedModel's default for this kind of call
 
     folder = root / "hub" / f"models--{hub_id.replace('/', '--')}" / "snapshots" / sha
     model = AutoModel.from_pretrained(str(folder), trust_remote_code=True, local_files_only=True).eval()
@@ -229,6 +230,33 @@ def test_remote_code_embedder_with_the_instruction_on_both_equals_r2meds_nvembed
     queries = r2med_dense_queries("hyde", "gpt4", qtexts, [texts[q] for q in qids])
     expected = cosine_top10(nvembed_encode_queries(nv_encode, instruction, queries), nv_encode("", list(task.doc_text())), task.corpus["doc_id"].to_list())
     assert_same_top10(run, expected, qids)
+    # written out, the default is the same combination; false gives FlagDRES's bare expansion, other vectors
+    assert expanded_run(spec, task, texts, "hyde", "gpt4", emb, idx, out, settings={"instruct_expansion": True})[1]["combine"]["instruct_expansion"] is True
+    bare = np.load(out / "query_embeddings.npy")
+    expanded_run(spec, task, texts, "hyde", "gpt4", emb, idx, out, settings={"instruct_expansion": False})
+    assert np.abs(np.load(out / "query_embeddings.npy") - bare).max() > 1e-3
+
+
+def test_instruct_expansion_defaults_to_how_the_retriever_hands_over_its_instruction():
+    """R2MED's classes (utils.py at 62b7074): an instruction passed to the model's encode as an argument
+    goes to the expansion too (NVEmbedModel l.643-649, GritModel l.574-580, InstructorModel l.227-233);
+    one written into the query's text does not (FlagDRESModel l.86-97, BiEncoderModel l.313-323)."""
+    from medbench_core.retrieval.kinds.expanded import resolve_combine
+
+    call = {"method": "encode", "texts": 0}
+    nv = model_spec(name="nv", kind="remote-code-embedder", path="x/nv", settings={"text": {**call, "instruction": "instruction"}})
+    templated = model_spec(name="t", kind="remote-code-embedder", path="x/t", settings={"text": call, "instructions": {"default": "Find"}})
+    bge_settings = {"instructions": {"default": "Represent: "}, "query_template": "{instruction}{query}"}
+    bge = model_spec(name="bge", kind="transformers", path="x/bge", settings=bge_settings)
+    grit = model_spec(name="grit", kind="code-folder", path="pkg:gritlm", settings={"entry": "gritlm:GritLM", "text": {**call, "instruction": "instruction"}})
+    for retriever, want in ((nv, True), (grit, True), (templated, False), (bge, False)):
+        for setting, expected in ((None, want), (True, True), (False, False)):
+            settings = {} if setting is None else {"instruct_expansion": setting}
+            entry = model_spec(name="e", kind="expanded", retriever=retriever.name, expansion="x", settings=settings)
+            assert resolve_combine(entry, retriever, "hyde") == Combine("mean", instruct_expansion=expected), (retriever.name, setting)
+        # query2doc is one string (the instruction once, in front): the default does not apply, and no error
+        plain = model_spec(name="e", kind="expanded", retriever=retriever.name, expansion="x")
+        assert resolve_combine(plain, retriever, "query2doc") == Combine("concat", 1, "[SEP]")
 
 
 def test_lamer_prompt_is_r2meds(task):

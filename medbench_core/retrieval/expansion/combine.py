@@ -8,7 +8,8 @@ Modes (a model entry's ``combine`` and ``repeat_query``; ``settings.separator`` 
   prefix in front of the whole.
 - ``replace``: the expansion alone stands for the query (a dense encoder gives it the query prefix).
 - ``mean`` (dense only): the query (with its prefix and instruction) and the expansion (no
-  prefix, no instruction; with ``instruct_expansion`` the query's prefix and instruction too) are
+  prefix, no instruction; with ``instruct_expansion`` the query's prefix and instruction too: the
+  default for a retriever that hands its instruction to the model as a keyword) are
   embedded separately and averaged with equal weight; with ``normalize`` (the default) the mean
   is L2-normalised, so the inner product the index computes is the cosine similarity R2MED's
   BEIR scoring uses. Rankings are the same either way.

@@ -81,11 +81,14 @@ def resolve_combination(
     separator: str | None = None,
     retriever: str = "its retriever",
     generator: str = "",
-    instruct_expansion: bool = False,
+    instruct_expansion: bool | None = None,
+    instruct_default: bool = False,
 ) -> Combine:
     """The combination expanded model ``model`` asks for (``combine``, ``repeat_query``, ``separator``,
     ``instruct_expansion``) with a retriever of family ``fam``, R2MED's default for ``method`` and
-    the expansion's ``generator`` (:func:`r2med_default`) filling what it leaves out.
+    the expansion's ``generator`` (:func:`r2med_default`) filling what it leaves out;
+    ``instruct_default`` is the retriever's own default for ``instruct_expansion`` under ``mean``
+    (:meth:`~medbench_core.retrieval.kinds.base.Kind.instructs_expansion`).
 
     Equal settings give an equal :class:`Combine`, so writing a default out does not change a key.
     """
@@ -98,6 +101,8 @@ def resolve_combination(
         raise DataError(f"{where}: combine 'mean' averages embeddings; retriever {retriever} is BM25 (use concat or replace)")
     if instruct_expansion and mode != "mean":
         raise DataError(f"{where}: settings.instruct_expansion is for combine 'mean' (concat and replace give the one string the query's instruction)")
+    if instruct_expansion is None:
+        instruct_expansion = instruct_default and mode == "mean"
     sep = separator
     if mode != "concat":
         if repeat_query is not None:

@@ -209,6 +209,20 @@ class Kind:
         """The ``expansions:`` entry its queries are expanded by, or None."""
         return None
 
+    def instructs_expansion(self, spec: ModelSpec) -> bool:
+        """Whether, averaged with its query (``combine: mean``), an expansion gets the query's instruction
+        too by default (an expanded entry's ``settings.instruct_expansion`` overrides it).
+
+        R2MED's classes decide it by how they hand the instruction to the model (src/utils.py at
+        62b7074): those that pass it to the model's own encode as an argument put it on the
+        expansion too (NVEmbedModel l.643-649 ``self.encode(self.query_instruction_for_retrieval,
+        queries_rewrite)``; GritModel l.574-580; InstructorModel l.227-233), those that write it
+        into the query's text leave the expansion bare (FlagDRESModel l.86-97, BiEncoderModel
+        l.313-323, HighScaleModel l.436-446). A kind that writes the instruction into the text
+        (the default) says False.
+        """
+        return False
+
     def hub_id(self, spec: ModelSpec) -> str:
         """The hub repository of its weights (``org/name``), or ``""``."""
         return ""

@@ -31,10 +31,11 @@ from medbench_core.taskdata.task import Task
 @dataclass(frozen=True)
 class ExpandedSettings(KindSettings):
     separator: str | None = None  # dense concat: between the (repeated) query and the expansion
-    # dense mean: the expansion is embedded with the query's instruction too (R2MED's NV-Embed,
-    # GritLM and Instructor classes, utils.py lines 637-650, 560-580, 218-237); without it, as its
-    # FlagDRES class (lines 65-90), the expansion is embedded bare
-    instruct_expansion: bool = False
+    # dense mean: the expansion is embedded with the query's instruction too (true) or bare (false);
+    # left out, as R2MED's class for that kind of retriever does (Kind.instructs_expansion: NV-Embed,
+    # GritLM and Instructor, utils.py l.643-649, 574-580, 227-233, give it to both; FlagDRES,
+    # l.86-97, to the query only)
+    instruct_expansion: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def resolve_combine(spec: ModelSpec, retriever: ModelSpec, method: str, generato
     b = spec.block
     return resolve_combination(
         spec.name, family(retriever), method, combine=b.combine, repeat_query=b.repeat_query, separator=spec.settings.separator, retriever=retriever.name,
-        generator=generator, instruct_expansion=spec.settings.instruct_expansion,
+        generator=generator, instruct_expansion=spec.settings.instruct_expansion, instruct_default=retriever.plugin.instructs_expansion(retriever),
     )  # fmt: skip
 
 
@@ -66,6 +67,7 @@ class ExpandedKind(DerivedKind):
     Settings = ExpandedSettings
     # 2: dense runs give the query its instruction (and the expansion too with instruct_expansion);
     #    reasoning generators default to the answer alone (BM25) or the mean (dense)
+    # (instruct_expansion's default per retriever kind changed the resolved combination, which is in the run key)
     version = "2"
     entry_fields = ("retriever", "expansion", "combine", "repeat_query")
     takes_path = False

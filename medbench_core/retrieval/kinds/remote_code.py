@@ -460,7 +460,13 @@ class RemoteCodeKind(EncoderKind):
     version = "2"
     needs_path = True
     reads = frozenset({"text", "image"})
-    expansion_family = "dense"  # text expansions: R2MED's NV-Embed rows (settings.instruct_expansion of the expanded entry)
+    expansion_family = "dense"  # text expansions: R2MED's NV-Embed rows
+
+    def instructs_expansion(self, spec: ModelSpec) -> bool:
+        """True when the text call hands the instruction to the model as a keyword (``instruction: instruction``):
+        R2MED's NV-Embed, GritLM and Instructor classes, which pass it so, give it to the expansion too (Kind.instructs_expansion)."""
+        call = spec.settings.calls(f"model {spec.name}").get("text")
+        return bool(call is not None and call.instruction)
 
     def hub_id(self, spec: ModelSpec) -> str:
         from medbench_core.hub import is_repo_id
