@@ -49,6 +49,8 @@ def finish(run: StageRun) -> dict:
     if run.partition.spec.derived:
         ups = info.get("upstream", {})
         shown["upstream"] = ", ".join(f"{name} {ups.get(name, '')}" for name in inputs(run.partition.spec))
+    if info.get("notes"):  # e.g. an expanded run's empty expansions, scored as R2MED scores them
+        shown["notes"] = "\n".join(info["notes"])
     return shown
 
 

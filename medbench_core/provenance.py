@@ -47,8 +47,9 @@ STAGE_VERSIONS: dict[str, str] = {
     "metrics": "2",  # per-query metrics, means, bootstrap CIs, breakdowns; 2: judged@10, holes, bpref, condensed nDCG, bounds
     "derived_run": "1",  # runs built from upstream runs (fusion, rerank)
     "expanded_run": "1",  # a retriever on expanded queries
-    "expansion": "2",  # expansion texts (published or generated) and their split (2: R2MED's rule per generator family)
-    "expansion_contract": "1",  # the expansion gate and its leakage measure
+    "expansion": "3",  # expansion texts (published or generated) and their split (2: R2MED's rule per generator family;
+    # 3: an answer without its family's marker is the text as written, unstripped, and an empty R2MED hy_doc is kept, as R2MED's code)
+    "expansion_contract": "2",  # the expansion gate and its leakage measure (2: an empty answer warns, as R2MED scores it, instead of failing)
     "judgements": "1",  # LLM relevance judgements of a task's pool, or a judgement file read (evaluation/judging)
     "filled_metrics": "1",  # a cell's run scored on the human + LLM qrels layer
     "leaderboard": "1",  # the leaderboard cells

@@ -16,6 +16,12 @@ the bits: the weights in float64 in gensim's order of operations, stored as floa
 query's terms in the order of gensim's term ids (a term's id is its rank by the first document
 it occurs in, then alphabetically within that document, as ``Dictionary.doc2bow`` numbers them).
 
+The top ``k`` are R2MED's too: ``sorted(..., key=score, reverse=True)[:100]`` (eval_BM25.py l.80) is
+a stable sort, so among documents tied at the last place kept, the ones **first in the corpus**
+are kept (an empty query, all scores 0: the first 100 documents of the corpus). The documents kept
+are then ranked, ties by doc id as trec_eval orders them (:mod:`medbench_core.retrieval.ranking`),
+which is how R2MED's pytrec_eval reads its run.
+
 One difference is left: gensim's ``Dictionary`` prunes its vocabulary to its 2,000,000 most
 frequent terms when it grows past that (``prune_at``); this index keeps every term, so a corpus
 with more distinct terms than that scores its rare terms where R2MED's code would drop them.
@@ -34,7 +40,7 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.progress import bar
-from medbench_core.retrieval.ranking import rank_scores
+from medbench_core.retrieval.ranking import doc_order, run_frame, topk
 
 K1, B = 0.9, 0.4  # R2MED's eval_BM25.py line 66
 FILES = ("params.json", "vocab.json", "idf.npy", "term_indptr.npy", "doc_indices.npy", "weights.npy")
@@ -219,12 +225,20 @@ def search_terms(
     candidates: dict[str, np.ndarray] | None = None,
     progress: bool | None = False,
 ) -> pl.DataFrame:
-    """Top ``k`` documents per analysed query, ties by doc id (trec_eval's order; medbench's run schema)."""
+    """Top ``k`` documents per analysed query, R2MED's (ties at the cut: the first in the corpus; module
+    docstring), ranked with ties by doc id (trec_eval's order; medbench's run schema)."""
+    tie = doc_order(doc_ids)
+    position = np.arange(len(doc_ids), dtype=np.int64)
+    hits = []
     with bar(total=len(queries), desc="lucene-bm25 search", unit="query", progress=progress) as pbar:
-
-        def rows():
-            for terms in queries:
-                yield index.scores(terms)
-                pbar.update(1)
-
-        return rank_scores(query_ids, doc_ids, rows(), k, candidates=candidates)
+        for qid, terms in zip(query_ids, queries):
+            row = index.scores(terms)
+            if candidates is not None:
+                pool = np.sort(candidates.get(qid, np.empty(0, dtype=np.int64)))
+                kept = pool[topk(row[pool], position[pool], k)]
+            else:
+                kept = topk(row, position, k)  # R2MED's stable sort: ties at the cut by corpus position
+            kept = kept[np.lexsort((tie[kept], -row[kept].astype(np.float64)))]
+            hits.append((kept, row[kept]))
+            pbar.update(1)
+    return run_frame(query_ids, hits, doc_ids)

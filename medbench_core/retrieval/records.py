@@ -42,8 +42,11 @@ class TextOnly:
     def max_length(self) -> int | None:
         return getattr(self.encoder, "max_length", None)
 
-    def encode_records(self, texts, images, languages, role, ids=None):
-        missing = [i for i, t in enumerate(texts) if not t]
+    def encode_records(self, texts, images, languages, role, ids=None, allow_empty: bool = False):
+        """``allow_empty``: an empty text is encoded as ``""`` (an empty expansion, as R2MED encodes it) instead of refused."""
+        if allow_empty:
+            texts = ["" if t is None else t for t in texts]
+        missing = [] if allow_empty else [i for i, t in enumerate(texts) if not t]
         if missing:
             first = ids[missing[0]] if ids is not None else f"position {missing[0]}"
             raise DataError(f"model {self.model_name} reads text only, but {len(missing)} {role} record(s) have no text (e.g. {first})")

@@ -50,7 +50,7 @@ def test_reads_r2med_layout(tmp_path, task):
 
 def test_reasoning_split_off_think():
     assert split_reasoning("<think>\nstep 1, step 2\n</think>\n\nThe answer.") == ("The answer.", "step 1, step 2")
-    assert split_reasoning("no tags at all ") == ("no tags at all", "")
+    assert split_reasoning("no tags at all ") == ("no tags at all ", "")  # as written: R2MED's base.py l.13 returns the text itself
     # Only the first </think> splits; an unclosed <think> is all answer (R2MED reads it so).
     assert split_reasoning("a</think>b</think>c") == ("b</think>c", "a")
     assert split_reasoning("<think>never closed") == ("<think>never closed", "")
@@ -84,7 +84,9 @@ BAD_CASES = [
     ("unknown id", [json.dumps({"id": "no-such-query", "hy_doc": "some text"})], set(), [":31: id no-such-query is not a query of task scifact_small"]),
     ("malformed line", ['{"id": "1", "hy_doc": '], set(), [":31: malformed JSON"]),
     ("duplicate id", ["DUP"], set(), [":31: id {q0} appears again (first at line 1)"]),
-    ("empty expansion", ["EMPTY"], {"q1"}, [":30: id {q1} has an empty or missing 'hy_doc'"]),  # its own line left out
+    # what R2MED's code fails on (KeyError on e["hy_doc"]; text*2 + " " + None): its own line left out
+    ("missing hy_doc", ["NOFIELD"], {"q1"}, [":30: id {q1} has a missing 'hy_doc' (R2MED's code fails on it too)"]),
+    ("null hy_doc", ["NULL"], {"q1"}, [":30: id {q1} has a NoneType (not a string) 'hy_doc' (R2MED's code fails on it too)"]),
     ("query without expansion", [], {"q2"}, ["1 query id(s) of task scifact_small have no expansion, e.g. {q2}"]),
 ]
 
@@ -106,8 +108,10 @@ def test_bad_file_refused_naming_file_line_and_id_nothing_stored(tmp_path, task,
     for e in extra:
         if e == "DUP":
             lines.append(json.dumps({"id": qids[0], "hy_doc": "again"}))
-        elif e == "EMPTY":
-            lines.append(json.dumps({"id": qids[1], "text": task.queries["text"][1], "hy_doc": "   "}))
+        elif e == "NOFIELD":
+            lines.append(json.dumps({"id": qids[1], "text": task.queries["text"][1]}))
+        elif e == "NULL":
+            lines.append(json.dumps({"id": qids[1], "text": task.queries["text"][1], "hy_doc": None}))
         else:
             lines.append(e)
     bad_root = tmp_path / "bad"
@@ -125,6 +129,34 @@ def test_bad_file_refused_naming_file_line_and_id_nothing_stored(tmp_path, task,
     verify_manifest(folder)
     assert sorted(p.name for p in folder.parent.iterdir()) == ["key"]
     assert load_expansion(folder)[0].equals(good)
+
+
+def test_empty_r2med_expansions_are_kept_counted_and_named_plain_files_refuse_them(tmp_path, task):
+    """R2MED's load_retrieval_data (eval_BM25.py l.124-133, eval_retrieval.py l.37-44 at 62b7074) takes
+    ``e["hy_doc"]`` whatever string it holds, and split_response_for_r1 (base.py l.8-13) an empty answer after ``</think>``."""
+    qids = task.queries["query_id"].to_list()
+    texts = {**synthetic_expansions(task), qids[1]: "", qids[4]: "  \n "}
+    write_r2med(tmp_path / "r2med", "SciFact", "hyde", "gpt4", task, texts)
+    frame, info = build_expansion(r2med_spec(tmp_path / "r2med"), task)
+    assert dict(frame.select("query_id", "answer").iter_rows())[qids[4]] == "  \n "  # as written (R2MED passes it on as it is)
+    assert info["empty_answers"] == [qids[1], qids[4]]
+    assert info["notes"] == [
+        f"2 of 30 queries have an empty expansion, scored with the empty string as R2MED's code scores them (kept in the mean): {qids[1]}, {qids[4]}"
+    ]
+    # a reasoning generator's answer that is empty after </think> too
+    reasoning = {**synthetic_expansions(task), qids[2]: "<think>the steps</think>\n"}
+    write_r2med(tmp_path / "r2med", "SciFact", "hyde", "qwq-32b", task, reasoning)
+    spec = ExpansionSpec(
+        name="hyde-qwq", method="hyde", source="file", generator="qwq-32b", path=str(tmp_path / "r2med"), task_folders={"scifact_small": "SciFact"}
+    )
+    frame, info = build_expansion(spec, task)
+    assert info["empty_answers"] == [qids[2]] and frame.filter(pl.col("query_id") == qids[2])["reasoning"][0] == "the steps"
+    # medbench's own plain format refuses an empty text, as before
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "scifact_small.jsonl").write_text("".join(json.dumps({"id": q, "expansion": texts[q]}) + "\n" for q in qids))
+    plain = ExpansionSpec(name="plain", method="hyde", source="file", generator="x", path=str(tmp_path / "plain"), format="jsonl")
+    with pytest.raises(DataError, match=rf":2: id {qids[1]} has an empty 'expansion'"):
+        build_expansion(plain, task)
 
 
 def test_r2med_text_must_be_the_tasks_query(tmp_path, task):

@@ -215,8 +215,8 @@ def test_remote_code_embedder_with_the_instruction_on_both_equals_r2meds_nvembed
         folder.mkdir()
     embed_corpus(spec, task, emb)
     build_corpus_index(spec, emb, idx)
-    texts = synthetic_expansions(task)
     qids, qtexts = task.queries["query_id"].to_list(), task.queries["text"].to_list()
+    texts = {**synthetic_expansions(task), qids[2]: ""}  # an empty one: NVEmbedModel encodes "" with the instruction
     run, _ = expanded_run(spec, task, texts, "hyde", "gpt4", emb, idx, out)  # no setting: R2MED's NVEmbedModel's default for this kind of call
 
     folder = root / "hub" / f"models--{hub_id.replace('/', '--')}" / "snapshots" / sha
@@ -257,6 +257,101 @@ def test_instruct_expansion_defaults_to_how_the_retriever_hands_over_its_instruc
         # query2doc is one string (the instruction once, in front): the default does not apply, and no error
         plain = model_spec(name="e", kind="expanded", retriever=retriever.name, expansion="x")
         assert resolve_combine(plain, retriever, "query2doc") == Combine("concat", 1, "[SEP]")
+
+
+# --- empty expansions, scored as R2MED's code scores them ------------------------------------
+
+
+def r2med_top100(query_ids: list[str], scores: list[list[float]], doc_ids: list[str]) -> dict[str, dict[str, float]]:
+    """retrieval_bm25's ranking (eval_BM25.py l.72-83 at 62b7074), given every document's score: a stable sort, the first 100."""
+    results = {}
+    for query_id, similarities in zip(query_ids, scores):
+        results[str(query_id)] = {}
+        for did, s in zip(doc_ids, similarities):
+            results[str(query_id)][did] = s
+        cur_scores = sorted(results[str(query_id)].items(), key=lambda x: x[1], reverse=True)[:100]
+        results[str(query_id)] = {}
+        for pair in cur_scores:
+            results[str(query_id)][pair[0]] = pair[1]
+    return results
+
+
+def test_lucene_bm25_keeps_r2meds_top_k_when_scores_tie_at_the_cut():
+    """R2MED's sorted(reverse=True)[:100] is stable: of documents tied at the cut, the first in the corpus
+    stay; the ones kept are then read by pytrec_eval, ties by doc id descending, as medbench ranks them."""
+    from medbench_core.retrieval import lucene_bm25
+    from medbench_core.retrieval.lucene_analysis import EnglishAnalyzer
+
+    docs = ["aspirin"] * 3 + ["statin"] * 150 + ["aspirin"] * 2
+    ids = [f"d{i:03d}" for i in range(len(docs))]
+    index = lucene_bm25.fit(docs)
+    an = EnglishAnalyzer()
+    queries = ["aspirin", "", "metformin"]  # 5 scored, 150 tied at 0 across the cut; nothing scored; nothing known
+    run = lucene_bm25.search_terms(index, ["q1", "q2", "q3"], [an.analyze(q) for q in queries], ids, 100)
+    want = r2med_top100(["q1", "q2", "q3"], [index.scores(an.analyze(q)).tolist() for q in queries], ids)
+    for q in ("q1", "q2", "q3"):
+        got = run.filter(pl.col("query_id") == q)
+        assert set(got["doc_id"]) == set(want[q]), q
+        expected_order = sorted(want[q].items(), key=lambda x: (-x[1], [-ord(c) for c in x[0]]))  # trec_eval: score, then doc id descending
+        assert got.sort("rank")["doc_id"].to_list() == [d for d, _ in expected_order], q
+    assert set(run.filter(pl.col("query_id") == "q2")["doc_id"]) == set(ids[:100])  # an empty query: the corpus's first 100
+
+
+@pytest.mark.slow
+def test_empty_bm25_expansions_score_as_r2meds_code(tmp_path):
+    """An empty hy_doc (hyde: the query is "") or an empty answer after </think>: R2MED's
+    load_retrieval_data (eval_BM25.py l.124-133), retrieval_bm25 with pyserini and gensim (l.58-83) and
+    calculate_retrieval_metrics with pytrec_eval (l.12-56); the queries stay in the mean."""
+    import pytrec_eval
+
+    from medbench_core.evaluation.metrics import evaluate_frame
+    from tests.core import pyserini_reference as ref
+
+    if ref.available():
+        pytest.skip(f"pyserini reference: {ref.available()}")
+    task = scifact_subset(n_queries=12, n_other_docs=150)  # relevant abstracts first in the corpus: an empty query's first 100 hold them
+    qids, qtexts = task.queries["query_id"].to_list(), task.queries["text"].to_list()
+    texts = {**synthetic_expansions(task), qids[0]: "", qids[5]: "   "}
+    spec = model_spec(name="r2med-bm25", kind="lucene-bm25")
+    emb, idx = tmp_path / "emb", tmp_path / "idx"
+    emb.mkdir(), idx.mkdir()
+    embed_corpus(spec, task, emb)
+    build_corpus_index(spec, emb, idx)
+    doc_ids = task.corpus["doc_id"].to_list()
+    qrels = {q: {d: int(r)} for q, d, r in task.qrels.select("query_id", "doc_id", "relevance").iter_rows()}
+    for method in ("hyde", "lamer"):
+        e = ExpansionSpec(name="e", method=method, source="file", generator="gpt4", path=".")
+        frame = expansion_frame([{"query_id": q, "raw": texts[q]} for q in qids], "none")
+        entry = model_spec(name=f"bm25+{method}", kind="expanded", retriever="r2med-bm25", expansion="e")
+        inputs = {"r2med-bm25": StoredCorpus(spec, emb, idx, key="idx"), "expansion:e": StoredExpansion(e, frame, key="exp")}
+        out = tmp_path / method
+        out.mkdir()
+        run, info = build_derived_run(entry, task, inputs, out, k=100)
+        assert info["empty_expansions"] == [qids[0], qids[5]] and "2 of 12 queries have an empty expansion" in info["notes"][0]
+        strings = [texts[q] if method == "hyde" else t + " " + texts[q] for q, t in zip(qids, qtexts)]
+        want = r2med_top100(qids, ref.r2med_bm25(list(task.doc_text()), strings), doc_ids)
+        for q in qids:
+            assert set(run.filter(pl.col("query_id") == q)["doc_id"]) == set(want[q]), (method, q)
+        r2med = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(want)
+        ours = evaluate_frame(task.qrels, run, ["ndcg_at_10"]).per_query
+        for q in qids:
+            assert ours[q]["ndcg_at_10"] == pytest.approx(r2med[q]["ndcg_cut_10"], abs=1e-12), (method, q)
+        if method == "hyde":  # the empty queries found relevant abstracts among the corpus's first 100, as R2MED's do
+            assert r2med[qids[0]]["ndcg_cut_10"] == ours[qids[0]]["ndcg_at_10"] and len(r2med) == 12
+            assert set(want[qids[0]]) == set(doc_ids[:100])
+
+
+@pytest.mark.model
+def test_empty_dense_expansions_are_embedded_as_the_empty_string_as_r2meds_flagdres(task, minilm_setup, bare_minilm, tmp_path):
+    """FlagDRESModel.encode_queries (utils.py l.79-90) embeds an empty rewrite as "" and averages it with the query."""
+    spec, encoder, emb, idx = minilm_setup
+    qids, qtexts = task.queries["query_id"].to_list(), task.queries["text"].to_list()
+    texts = {**synthetic_expansions(task), qids[0]: "", qids[3]: " \n"}
+    run, info = expanded_run(spec, task, texts, "hyde", "gpt4", emb, idx, tmp_path, encoder=encoder)
+    assert info["empty_expansions"] == [qids[0], qids[3]]
+    queries = r2med_dense_queries("hyde", "gpt4", qtexts, [texts[q] for q in qids])
+    expected = cosine_top10(flagdres_encode_queries(bare_minilm, INSTRUCTION, queries), bare_minilm(list(task.doc_text())), task.corpus["doc_id"].to_list())
+    assert_same_top10(run, expected, qids)
 
 
 def test_lamer_prompt_is_r2meds(task):

@@ -3,8 +3,7 @@
 ``r2med_split`` below is ``split_response_for_r1`` of src/base.py in github.com/R2MED/R2MED at
 62b7074, copied verbatim (only the unused ``think`` variables and the bare ``except`` kept as they
 are): the reference every rule is checked against, on a text written in that family's output
-format. R2MED returns an unmatched text unstripped; medbench strips both parts, so the reference
-is compared stripped.
+format. R2MED returns an unmatched text unstripped, and so does medbench (compared as they are).
 """
 
 from __future__ import annotations
@@ -83,9 +82,9 @@ SEARCH_R1 = (
 )
 PLAIN = (
     "A passage on the Final Response of the immune system </think> as written by GPT-4.\n",
-    "A passage on the Final Response of the immune system </think> as written by GPT-4.",
+    "A passage on the Final Response of the immune system </think> as written by GPT-4.\n",
     "",
-)  # no family marker counts here
+)  # no family marker counts here; the text as written, its newline too (base.py l.35)
 
 CASES = [
     *[(g, "think", R1) for g in ("r1-llama-8b", "r1-qwen-32b", "r1-llama-70b", "qwen3-32b", "qwen3-8b")],
@@ -102,14 +101,14 @@ def test_each_generator_familys_answer_is_what_r2meds_code_uses(generator, rule,
     text, answer, reasoning = case
     assert rule_for_generator(generator) == rule
     assert split_reasoning(text, rule) == (answer, reasoning)
-    assert split_reasoning(text, rule)[0] == r2med_split(generator, text).strip()
+    assert split_reasoning(text, rule)[0] == r2med_split(generator, text)
 
 
 def test_every_family_of_r2meds_code_is_covered_and_a_missing_marker_keeps_the_whole_text():
     assert {g for g, _, _ in CASES} >= set(R2MED_GENERATOR_RULES)
     for generator, rule, _ in CASES:
         text = "  A text with no marker of any family.  "
-        assert split_reasoning(text, rule) == (text.strip(), "") and r2med_split(generator, text).strip() == text.strip()
+        assert split_reasoning(text, rule) == (text, "") and r2med_split(generator, text) == text
     # Only the first marker counts, as in R2MED's code.
     assert split_reasoning("a</think>b</think>c", "think") == ("b</think>c", "a")
     assert split_reasoning("x <answer>first</answer> <answer>second</answer>", "answer") == ("first", "x")

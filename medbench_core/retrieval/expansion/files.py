@@ -14,6 +14,16 @@ online run downloads a missing file.
 A file is refused whole, naming file, line (Parquet: row) and id, when a line is malformed,
 has no id, names a query the task does not have, repeats an id, has no text, or when a query
 of the task has no expansion. Nothing is returned, so nothing is stored.
+
+An **empty** text is R2MED's case apart: an R2MED file's ``hy_doc`` that is an empty (or blank)
+string, or a reasoning text whose answer after the marker is empty, is kept and scored as R2MED
+scores it, with the empty string (its ``load_retrieval_data``, eval_BM25.py l.124-133 and
+eval_retrieval.py l.37-44 at 62b7074, reads ``e["hy_doc"]`` whatever it holds; the query stays in
+the mean). They are counted and named (:func:`empty_answers`, the expansion's info and the
+expanded run's notes). What R2MED's code fails on is refused: a line without ``hy_doc``
+(``KeyError``) or with one that is not a string (``null``: ``text*2 + " " + None`` is a
+``TypeError``). The plain formats (``jsonl``, ``parquet``), medbench's own, refuse an empty text
+or answer as before.
 """
 
 from __future__ import annotations
@@ -170,8 +180,11 @@ def read_expansion_file(spec: ExpansionSpec, task: Task, path: str | Path) -> pl
             continue
         first_line[qid] = where
         text = obj.get(field)
-        if not isinstance(text, str) or not text.strip():
-            problems.append(f"{where}: id {qid} has an empty or missing {field!r}")
+        if spec.format == "r2med" and isinstance(text, str):
+            pass  # empty or blank too: R2MED scores it as the empty string (module docstring)
+        elif not isinstance(text, str) or not text.strip():
+            what = "a missing" if field not in obj else f"a {type(text).__name__} (not a string)" if not isinstance(text, str) else "an empty"
+            problems.append(f"{where}: id {qid} has {what} {field!r}" + (" (R2MED's code fails on it too)" if spec.format == "r2med" else ""))
             continue
         if spec.format == "r2med" and "text" in obj and _norm(obj["text"]) != _norm(query_text[qid] or ""):
             problems.append(f"{where}: id {qid}: its 'text' is not the query of task {task.name} (is task_folders right?)")
@@ -185,14 +198,28 @@ def read_expansion_file(spec: ExpansionSpec, task: Task, path: str | Path) -> pl
         raise DataError(f"expansion {spec.name} x {task.name}: {len(problems)} problem(s), nothing stored:\n" + "\n".join(problems[:SHOW]) + more)
     rule = spec.reasoning_rule()
     frame = expansion_frame(rows, rule)
-    empty = frame.filter(pl.col("answer") == "")["query_id"].to_list()
-    if empty:
+    empty = empty_answers(frame)
+    if empty and spec.format != "r2med":
         where = {q: first_line[q] for q in empty}
         raise DataError(
             f"expansion {spec.name} x {task.name}: {len(empty)} expansion(s) have reasoning but an empty answer (rule {rule!r}), nothing stored: "
             + "; ".join(f"{where[q]}: id {q}" for q in empty[:SHOW])
         )
     return frame
+
+
+def empty_answers(frame: pl.DataFrame) -> list[str]:
+    """Query ids whose answer is empty or blank (scored with the empty string, as R2MED scores them), in frame order."""
+    return [q for q, a in frame.select("query_id", "answer").iter_rows() if not (a or "").strip()]
+
+
+def empty_note(ids: list[str], n_queries: int) -> str:
+    """The note a run or an expansion carries about its empty expansions (one line, the first ids named)."""
+    more = f" and {len(ids) - SHOW} more" if len(ids) > SHOW else ""
+    return (
+        f"{len(ids)} of {n_queries} queries have an empty expansion, scored with the empty string as R2MED's code scores them "
+        f"(kept in the mean): {', '.join(ids[:SHOW])}{more}"
+    )
 
 
 def read_published(

@@ -66,15 +66,19 @@ def split_reasoning(text: str, rule: str = "think") -> tuple[str, str]:
     ``Thinking\s*(.*?)\s* Final Response`` captures, else the text before it. ``sky``: the answer
     is the first ``<|begin_of_solution|> ... <|end_of_solution|>`` span, the reasoning the
     ``<|begin_of_thought|> ... <|end_of_thought|>`` span. ``answer``: the first ``<answer> ...
-    </answer>`` span, the reasoning the text before it. A text without its family's marker is all
-    answer, as R2MED reads it. ``none``: the whole text is the answer. Both parts are stripped.
+    </answer>`` span, the reasoning the text before it. ``none``: the whole text is the answer.
+
+    As R2MED's ``split_response_for_r1`` (src/base.py l.7-36 at 62b7074): an answer found after its
+    marker is stripped; a text without its family's marker, or read under ``none``, is the answer
+    exactly as written, whitespace and all (l.13, 20, 27, 31, 35 return ``text`` itself: a
+    SentencePiece tokenizer such as NV-Embed's reads a leading newline as a token). The reasoning is stripped.
     """
     text = text or ""
     if rule == "none":
-        return text.strip(), ""
+        return text, ""
     if rule == "think":
         if THINK_CLOSE not in text:
-            return text.strip(), ""
+            return text, ""
         reasoning, answer = text.split(THINK_CLOSE, 1)
         reasoning = reasoning.strip()
         if reasoning.startswith(THINK_OPEN):
@@ -83,19 +87,19 @@ def split_reasoning(text: str, rule: str = "think") -> tuple[str, str]:
     if rule == "huatuo":
         m = _HUATUO.search(text)
         if m is None:
-            return text.strip(), ""
+            return text, ""
         thinking = _HUATUO_THINKING.search(text)
         return m.group(1).strip(), (thinking.group(1) if thinking else text[: m.start()]).strip()
     if rule == "sky":
         m = _SKY.search(text)
         if m is None:
-            return text.strip(), ""
+            return text, ""
         thought = _SKY_THOUGHT.search(text)
         return m.group(1).strip(), (thought.group(1) if thought else text[: m.start()]).strip()
     if rule == "answer":
         m = _ANSWER.search(text)
         if m is None:
-            return text.strip(), ""
+            return text, ""
         return m.group(1).strip(), text[: m.start()].strip()
     raise DataError(f"reasoning rule {rule!r} unknown; known: {', '.join(RULES)}")
 

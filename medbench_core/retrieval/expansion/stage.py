@@ -104,8 +104,9 @@ def build_expansion(
 
     ``hub_cache``: the hub cache a published hub expansion is read from (default huggingface_hub's).
     ``info`` holds the key and its identity, the token counts, seconds and tokens/s of a
-    generation, and a sample of expansions. Bad published files raise
-    :class:`~medbench_core.errors.DataError` before anything is returned.
+    generation, a sample of expansions, and the query ids whose answer is empty (``empty_answers``,
+    with a line in ``notes``). Bad published files raise :class:`~medbench_core.errors.DataError`
+    before anything is returned.
     """
     if spec.source == "file":
         from medbench_core.retrieval.expansion.files import read_published
@@ -127,6 +128,12 @@ def build_expansion(
             progress=progress,
         )
         info["prompt_sha256"] = text_sha256(template)
+    from medbench_core.retrieval.expansion.files import empty_answers, empty_note
+
+    empty = empty_answers(frame)
+    if empty:  # kept and scored with "" as R2MED scores them; counted and named here and in every expanded run's notes
+        info["empty_answers"] = empty
+        info["notes"] = [empty_note(empty, frame.height)]
     code = code or stage_code()
     info.update(
         expansion=spec.name,

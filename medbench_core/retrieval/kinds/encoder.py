@@ -6,6 +6,7 @@ host before any work starts. Not a kind itself: :mod:`.dense` and :mod:`.open_cl
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,8 @@ class EncoderKind(RetrieverKind):
         expansions, combine = expansion
         ids, langs = task.queries["query_id"].to_list(), task.queries["language"].to_list()
         extra = {"ids": ids} if _accepts_ids(model) else {}
+        if "allow_empty" in inspect.signature(model.encode_records).parameters:
+            extra["allow_empty"] = True  # an empty expansion is embedded as "", as R2MED embeds it
 
         def encode(texts: list[str], role: str, query_prompt: tuple[str, str] | None) -> np.ndarray:
             # role "query": the encoder's query prefix; "expansion": none unless an expansion_prefix is set

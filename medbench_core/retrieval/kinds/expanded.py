@@ -141,6 +141,7 @@ class ExpandedKind(DerivedKind):
             "expansion": spec.block.expansion,
             "expansion_key": str((run_info.get("expansion") or {}).get("key", "")),
             "combine": json.dumps(run_info.get("combine") or {}, sort_keys=True),
+            "empty_expansions": str(len(run_info.get("empty_expansions") or [])),
         }
 
     def partition_keys(self, spec: ModelSpec, task: Task, ctx: KeyContext) -> dict[str, str]:
@@ -197,7 +198,14 @@ class ExpandedKind(DerivedKind):
         prompt = retriever.plugin.query_prompt(retriever, task)
         run, queries = rank(retriever, task, corpus, k=k, load_model=load_model, prompt=prompt, expansion=(texts, combine), progress=progress)
         files = retriever.plugin.query_files(queries, out)
-        return run, {"retriever": retriever.name, "combine": combine.to_dict(), "expansion": {"name": exp.spec.name, "key": exp.key}, "files": files}
+        info = {"retriever": retriever.name, "combine": combine.to_dict(), "expansion": {"name": exp.spec.name, "key": exp.key}, "files": files}
+        qids = task.queries["query_id"].to_list()
+        empty = [q for q, t in zip(qids, texts) if not (t or "").strip()]
+        if empty:  # scored with the empty string, as R2MED's code scores them, and kept in the mean: said where the run is read
+            from medbench_core.retrieval.expansion.files import empty_note
+
+            info.update(empty_expansions=empty, notes=[empty_note(empty, len(qids))])
+        return run, info
 
 
 KIND = ExpandedKind()

@@ -4,7 +4,9 @@ pyserini's Lucene English analysis (ported: :mod:`medbench_core.retrieval.lucene
 gensim's ``LuceneBM25Model`` weights on the documents and on the query's bag of words, scored by
 their dot product, as R2MED's ``eval_BM25.py`` (lines 58-85 at 62b7074). Settings: ``k1`` (0.9)
 and ``b`` (0.4), R2MED's. Its "embedding" is the weighted sparse index of the corpus; it needs
-no FAISS index. Ties are ordered by doc id as trec_eval orders them.
+no FAISS index. The top k kept are R2MED's (its stable sort keeps, of documents tied at the cut,
+the first in the corpus: an empty query keeps the corpus's first k); ties among them are ordered
+by doc id as trec_eval orders them.
 
 An expansion meets it as R2MED's ``load_retrieval_data`` (eval_BM25.py lines 124-133) builds the
 query **string**: ``replace`` is the expansion alone; ``concat`` with ``repeat_query: r`` is
@@ -58,7 +60,8 @@ def expanded_query_texts(queries: list[str], expansions: list[str], combine: Any
 class LuceneBM25Kind(RetrieverKind):
     name = "lucene-bm25"
     Settings = LuceneBM25Settings
-    version = "1"
+    # 2: of documents tied at the k-th place, the first in the corpus are kept (R2MED's stable sort), not the last by doc id
+    version = "2"
     takes_path = False
     no_path_reason = "BM25 has no weights"
     expansion_family = "lexical"

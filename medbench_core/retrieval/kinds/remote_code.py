@@ -339,8 +339,9 @@ class RemoteCodeEncoder:
             return [v for part in out for v in part]
         return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
 
-    def _groups(self, texts, images, role: str, ids, instruction) -> tuple[list[str], list[Any], dict[str, list[int]]]:
-        """The records' names, their texts (an image-only query promoted to image_text gets ``""``) and positions by call."""
+    def _groups(self, texts, images, role: str, ids, instruction, allow_empty: bool = False) -> tuple[list[str], list[Any], dict[str, list[int]]]:
+        """The records' names, their texts (an image-only query promoted to image_text gets ``""``) and positions by call;
+        ``allow_empty``: a record with neither text nor image goes to the text call as ``""`` (an empty expansion, as R2MED encodes it)."""
         n = len(texts)
         names = [str(x) for x in ids] if ids is not None else [f"{role} record at position {i}" for i in range(n)]
         has_t = [isinstance(t, str) and bool(t.strip()) for t in texts]
@@ -352,6 +353,10 @@ class RemoteCodeEncoder:
         texts = list(texts)
         for i in range(n):
             if not has_t[i] and not has_i[i]:
+                if allow_empty:
+                    texts[i] = "" if texts[i] is None else texts[i]
+                    groups["text"].append(i)
+                    continue
                 raise DataError(f"model {self.spec.name}: {role} record {names[i]} has neither text nor image")
             if promote and has_i[i] and not has_t[i]:
                 texts[i] = ""
@@ -386,13 +391,14 @@ class RemoteCodeEncoder:
             raise DataError(f"model {self.spec.name}: the calls give token vectors of {sorted(dims)} dims; one model gives one width")
         return out  # type: ignore[return-value]
 
-    def encode_records(self, texts, images, languages, role, ids=None, instruction: tuple[str, str] | None = None) -> np.ndarray:
+    def encode_records(self, texts, images, languages, role, ids=None, instruction: tuple[str, str] | None = None, allow_empty: bool = False) -> np.ndarray:
         """One vector per record, by the call for its kind (text, image, or both); L2-normalised unless ``normalize: false``.
 
         ``instruction``: ``(template, instruction)`` for queries (a keyword of the call, or put into the text).
+        ``allow_empty``: an empty text is encoded as ``""`` (expansions: R2MED encodes an empty one) instead of refused.
         """
         n = len(texts)
-        names, texts, groups = self._groups(texts, images, role, ids, instruction)
+        names, texts, groups = self._groups(texts, images, role, ids, instruction, allow_empty)
         vectors: np.ndarray | None = None
         for kind, rows in groups.items():
             if not rows:
@@ -409,9 +415,10 @@ class RemoteCodeEncoder:
         if self.spec.settings.normalize:
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             zero = [names[i] for i in np.flatnonzero(norms[:, 0] < 1e-12)]
-            if zero:
+            if zero and not allow_empty:
                 raise DataError(f"model {self.spec.name}: the vector of {zero[:5]} is zero; it cannot be normalised")
-            vectors = vectors / norms
+            # an empty expansion's zero vector stays zero, as torch's normalize (R2MED's NVEmbedModel, utils.py l.675-676) leaves it
+            vectors = vectors / np.maximum(norms, 1e-12)
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
 
@@ -515,7 +522,7 @@ class RemoteCodeKind(EncoderKind):
             def encode(texts: list[str], role: str, query_prompt: tuple[str, str] | None) -> np.ndarray:
                 # an expansion is a text the model reads as a query (its query keywords), with the
                 # query's instruction only when the combination says so (instruct_expansion)
-                return model.encode_records(texts, [None] * len(texts), langs, "query", ids=ids, instruction=query_prompt)
+                return model.encode_records(texts, [None] * len(texts), langs, "query", ids=ids, instruction=query_prompt, allow_empty=True)
 
             return dense_query_vectors(encode, [t or "" for t in texts], expansions, combine, prompt, normalize=bool(spec.settings.normalize))
         emb = model.encode_records(texts, images, langs, "query", ids=ids, instruction=prompt)
