@@ -51,7 +51,7 @@ def rescore(spec, task, workdir: Path, device: str = "cpu") -> dict:
     embed_corpus(spec, task, dirs["embeddings"], device=device)
     build_corpus_index(spec, dirs["embeddings"], dirs["index"], use_gpu=False)
     run, _ = retrieve(spec, task, dirs["embeddings"], dirs["index"], dirs["run"], k=100, device=device)
-    return score(task, run, dirs["metrics"])
+    return score(task, run, dirs["metrics"], family=spec.plugin.scoring_family(spec, {spec.name: spec}))
 
 
 def drift(baseline: dict[str, float], current: dict[str, float], tolerance: float) -> dict[str, dict]:

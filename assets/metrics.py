@@ -14,7 +14,9 @@ from runtime.resources import dagster_run_alive
 
 
 def build(run: StageRun, tmp: Path) -> list[str]:
-    return score(run.partition.task, pl.read_parquet(run.dir("run") / "run.parquet"), tmp)["files"]
+    p = run.partition
+    family = p.spec.plugin.scoring_family(p.spec, p.registry)  # identical query/doc ids: R2MED drops them from dense runs only
+    return score(p.task, pl.read_parquet(run.dir("run") / "run.parquet"), tmp, family=family)["files"]
 
 
 def finish(run: StageRun) -> dict:

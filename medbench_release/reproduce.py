@@ -127,6 +127,14 @@ def _research(entry: dict[str, Any], task, dirs: dict[str, Path], out: Path):
     return run, "FAISS index with the stored query vectors"
 
 
+def _scored_family(dirs: dict[str, Path]) -> str | None:
+    """The retriever family the stored metrics were scored for (identical query/doc ids: medbench_core.evaluation.scoring.drops_identical_ids)."""
+    stored = dirs.get("metrics")
+    if stored is None or not (stored / "metrics.json").exists():
+        return None
+    return (json.loads((stored / "metrics.json").read_text()).get("identical_ids") or {}).get("family")
+
+
 def reproduce_entry(data_dir: Path, entry: dict[str, Any], tag: str, mlflow_metrics: dict[str, float] | None) -> tuple[str, list[str]]:
     """Re-search and re-score one model x task of a version; returns (summary line, differences)."""
     import polars as pl
@@ -154,7 +162,7 @@ def reproduce_entry(data_dir: Path, entry: dict[str, Any], tag: str, mlflow_metr
         score_dir.mkdir()
         try:
             again, how = _research(entry, task, dirs, research_dir)
-            result = score(task, stored_run, score_dir)
+            result = score(task, stored_run, score_dir, family=_scored_family(dirs))
         except MedbenchError as exc:
             return f"{label}: failed", [f"{label}: {exc}"]
         if again is not None and not again.equals(stored_run):

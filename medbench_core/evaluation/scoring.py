@@ -21,22 +21,35 @@ from medbench_core.taskdata.task import Task
 BREAKDOWN_COLUMNS = ("language", "discipline", "tier")
 
 
-def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = DEFAULT_METRICS) -> dict[str, Any]:
+def drops_identical_ids(task: Task, family: str | None) -> bool:
+    """Whether scoring drops a retrieved document whose id is its query's id, for a run of a retriever of
+    ``family`` (``dense``, ``lexical``, or None for a reranker or fusion): the task's ``ignore_identical_ids``,
+    where ``"dense"`` is R2MED's rule (its dense script scores with BEIR, which drops them; its BM25 and
+    reranker scripts with pytrec_eval, which keeps them)."""
+    rule = task.meta.ignore_identical_ids
+    return rule is True or (rule == "dense" and family == "dense")
+
+
+def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = DEFAULT_METRICS, *, family: str | None = None) -> dict[str, Any]:
     """Per-query and mean metrics, each mean's 95% bootstrap CI, and breakdowns by language, discipline and tier.
 
     The CIs (``ci``: metric -> [low, high]; :func:`medbench_core.evaluation.stats.bootstrap_cis`, 10,000
     resamples of the queries, seed 0) are deterministic, so re-scoring a run reproduces them bit for bit.
+    ``family``: the retriever family of the model that made the run (:func:`drops_identical_ids`).
     """
     from medbench_core.evaluation.holes import unjudged_in_universe
     from medbench_core.evaluation.stats import bootstrap_cis
 
-    if task.meta.ignore_identical_ids:  # BEIR's rule: a document retrieved for a query of its own id is not scored
+    dropped = drops_identical_ids(task, family)
+    if dropped:  # BEIR's rule: a document retrieved for a query of its own id is not scored
         run = run.filter(pl.col("query_id") != pl.col("doc_id"))
     unjudged = unjudged_in_universe(task)
     ev = evaluate_frame(task.qrels, run, metrics, unjudged=unjudged)
     per_query = ev.per_query_frame()
     per_query.write_parquet(out / "per_query.parquet", statistics=False)
     result: dict[str, Any] = {"mean": ev.mean, "n_queries": len(ev.per_query), "breakdowns": {}}
+    if task.meta.ignore_identical_ids:  # the task has such pairs: say what this run's scoring did with them
+        result["identical_ids"] = {"rule": task.meta.ignore_identical_ids, "family": family, "dropped": dropped}
     result["holes"] = hole_summary(task, per_query, unjudged)
     if per_query.height:
         names = [m for m in ev.mean if m in per_query.columns]

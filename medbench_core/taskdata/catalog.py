@@ -215,7 +215,7 @@ def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path, *,
 
     ignore = rd.ignore_identical_ids if options.ignore_identical_ids is None else options.ignore_identical_ids
     if ignore and identical_id_pairs(task)["queries"]:
-        task.meta = dataclasses.replace(task.meta, ignore_identical_ids=True)
+        task.meta = dataclasses.replace(task.meta, ignore_identical_ids=ignore)  # True, or "dense" (R2MED's rule)
         task._hash = None
     return task
 

@@ -108,9 +108,10 @@ class TaskMeta:
     domains: tuple[str, ...] = ()
     licence_lineage: tuple[str, ...] = ()
     source_notes: tuple[str, ...] = ()
-    # scoring drops a retrieved document whose id is the query's id (set only where some query id
-    # is also a document id: elsewhere it changes nothing, and the task's content hash stays)
-    ignore_identical_ids: bool = False
+    # scoring drops a retrieved document whose id is the query's id: True from every run, "dense" from a
+    # dense retriever's run only (R2MED's rule); set only where some query id is also a document id
+    # (elsewhere it changes nothing, and the task's content hash stays)
+    ignore_identical_ids: bool | str = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -1,7 +1,8 @@
 """``ignore_identical_ids``: a retrieved document whose id is the query's id, dropped before scoring
 as BEIR's ``EvaluateRetrieval.evaluate`` drops it (R2MED's dense evaluation, eval_retrieval.py line
-110 at 62b7074), kept as pytrec_eval and mteb 2.x keep it; the default is the reader's, the entry's
-option overrides it, and the task contract counts such pairs."""
+110 at 62b7074), kept as pytrec_eval and mteb 2.x keep it (R2MED's BM25 and reranker scripts); the
+default is the reader's, the entry's option overrides it (``dense``: R2MED's rule, per retriever
+family), and the task contract counts such pairs."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def catalog(tmp_path, **option):
 
 def test_defaults_per_reader_are_the_seed_evaluators():
     assert get_reader("beir").ignore_identical_ids is True  # BEIR's evaluate(ignore_identical_ids=True)
-    assert get_reader("r2med_repo").ignore_identical_ids is True  # R2MED's eval_retrieval.py line 110 (BEIR)
+    # R2MED: dense runs scored by BEIR (eval_retrieval.py l.109-110), BM25 and reranker runs by pytrec_eval (eval_BM25.py l.35-37)
+    assert get_reader("r2med_repo").ignore_identical_ids == "dense"
     assert get_reader("mteb").ignore_identical_ids is False  # mteb 2.x keeps them
     assert get_reader("multilingual").ignore_identical_ids is False
 
@@ -81,3 +83,38 @@ def test_no_identical_pair_leaves_the_task_as_it_was(tmp_path):
     task = build_task(catalog(tmp_path), tmp_path, tmp_path / "w")
     assert task.meta.ignore_identical_ids is False and "ignore_identical_ids" not in task.meta.to_dict()
     assert validate_task(task).identical_ids == {"queries": 0, "judged_relevant": 0, "ignored": False}
+
+
+def test_r2meds_rule_drops_them_from_dense_runs_and_keeps_them_in_bm25_and_reranked_runs(tmp_path):
+    """``ignore_identical_ids: dense``: BEIR's evaluate for a dense retriever's run (eval_retrieval.py l.109-110),
+    pytrec_eval for BM25's and a reranker's (eval_BM25.py l.35-37, eval_reranker.py l.34), as R2MED's scripts score them."""
+    from medbench_core.evaluation.scoring import score
+    from medbench_core.retrieval.model_registry import model_spec
+
+    beir_folder(tmp_path / "src")
+    task = build_task(catalog(tmp_path, ignore_identical_ids="dense"), tmp_path, tmp_path / "w")
+    assert task.meta.ignore_identical_ids == "dense"
+    bm25 = model_spec(name="bm25", kind="lucene-bm25")
+    dense = model_spec(name="bge", kind="transformers", path="x/bge")
+    nv = model_spec(name="nv", kind="remote-code-embedder", path="x/nv", settings={"text": {"method": "encode", "texts": 0}})
+    registry = {m.name: m for m in (bm25, dense, nv)}
+    expanded = {r: model_spec(name=f"{r}+hyde", kind="expanded", retriever=r, expansion="e") for r in registry}
+    rerank = model_spec(name="rr", kind="cross-encoder", path="x/ce", rerank={"upstream": "bge", "depth": 10})
+    families = {m.name: m.plugin.scoring_family(m, registry) for m in (*registry.values(), *expanded.values(), rerank)}
+    assert families == {"bm25": "lexical", "bge": "dense", "nv": "dense", "bm25+hyde": "lexical", "bge+hyde": "dense", "nv+hyde": "dense", "rr": None}
+
+    run = pl.DataFrame(
+        {"query_id": ["q1", "q1", "d2", "d2", "d2"], "doc_id": ["d1", "d3", "d2", "d3", "d1"], "score": [3.0, 1.0, 5.0, 4.0, 1.0], "rank": [1, 2, 1, 2, 3]}
+    )
+    results = {q: dict(zip(g["doc_id"], g["score"])) for (q,), g in run.group_by("query_id")}
+    ev = pytrec_eval.RelevanceEvaluator({"q1": {"d1": 1}, "d2": {"d3": 1}}, {"ndcg_cut.10"})
+    kept = sum(v["ndcg_cut_10"] for v in ev.evaluate(results).values()) / 2
+    popped = sum(v["ndcg_cut_10"] for v in ev.evaluate({q: {d: s for d, s in r.items() if d != q} for q, r in results.items()}).values()) / 2
+    for name, family in families.items():
+        out = tmp_path / name
+        out.mkdir()
+        got = score(task, run, out, family=family)
+        want = popped if family == "dense" else kept
+        assert got["mean"]["ndcg_at_10"] == pytest.approx(want, abs=1e-12), name
+        assert got["identical_ids"] == {"rule": "dense", "family": family, "dropped": family == "dense"}
+    assert popped != kept

@@ -209,6 +209,12 @@ class Kind:
         """The ``expansions:`` entry its queries are expanded by, or None."""
         return None
 
+    def scoring_family(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> str | None:
+        """The retriever family whose evaluator R2MED uses for this model's runs (``dense``: BEIR, which drops a
+        document whose id is its query's; ``lexical``: pytrec_eval, which keeps it; None: a model built from
+        runs, a reranker or fusion, scored by pytrec_eval as R2MED's reranker script does): :attr:`expansion_family`."""
+        return self.expansion_family
+
     def instructs_expansion(self, spec: ModelSpec) -> bool:
         """Whether, averaged with its query (``combine: mean``), an expansion gets the query's instruction
         too by default (an expanded entry's ``settings.instruct_expansion`` overrides it).

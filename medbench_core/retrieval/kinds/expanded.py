@@ -117,6 +117,11 @@ class ExpandedKind(DerivedKind):
     def expansion_name(self, spec: ModelSpec) -> str | None:
         return spec.block.expansion
 
+    def scoring_family(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> str | None:
+        """Its retriever's: R2MED scores an expanded dense run with BEIR and an expanded BM25 run with pytrec_eval."""
+        r = registry.get(spec.block.retriever)
+        return r.plugin.scoring_family(r, registry) if r is not None else None
+
     def shown_revision(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> str:
         return cached_revision(registry[spec.block.retriever])
 

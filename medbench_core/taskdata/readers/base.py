@@ -42,8 +42,8 @@ class ReaderOptions:
     source: str = ""
     description: str = ""
     # drop a retrieved document whose id is the query's id before scoring (BEIR's evaluator does);
-    # None: the reader's own default (Reader.ignore_identical_ids)
-    ignore_identical_ids: bool | None = None
+    # "dense": only from a dense retriever's run (R2MED's rule); None: the reader's own default (Reader.ignore_identical_ids)
+    ignore_identical_ids: bool | Literal["dense"] | None = None
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,10 @@ class Reader:
     options: type[ReaderOptions]
     read: Callable[..., Any]
     #: what the evaluator of the data's own benchmark does with a retrieved document whose id is
-    #: the query's id: True drops it before scoring (BEIR's EvaluateRetrieval.evaluate, R2MED's dense
-    #: evaluation), False keeps it (pytrec_eval / trec_eval, mteb 2.x)
-    ignore_identical_ids: bool = False
+    #: the query's id: True drops it before scoring (BEIR's EvaluateRetrieval.evaluate), False keeps
+    #: it (pytrec_eval / trec_eval, mteb 2.x), "dense" drops it from a dense retriever's run only
+    #: (R2MED: its dense script scores with BEIR, its BM25 and reranker scripts with pytrec_eval)
+    ignore_identical_ids: bool | str = False
 
     @property
     def option_names(self) -> tuple[str, ...]:

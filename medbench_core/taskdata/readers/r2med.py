@@ -66,4 +66,6 @@ def read_r2med_repo(folder: str | Path, options: R2medRepoOptions, context: Read
     )
 
 
-READER = Reader("r2med_repo", R2medRepoOptions, read_r2med_repo, ignore_identical_ids=True)  # R2MED's dense evaluation (eval_retrieval.py line 110, BEIR)
+# R2MED's rule, per retriever family: its dense script scores with BEIR's evaluate (ignore_identical_ids=True,
+# eval_retrieval.py l.109-110 at 62b7074), its BM25 and reranker scripts with pytrec_eval (eval_BM25.py l.35-37), which keeps them
+READER = Reader("r2med_repo", R2medRepoOptions, read_r2med_repo, ignore_identical_ids="dense")
