@@ -287,7 +287,9 @@ def validate_task(
         extra.append(
             f"{identical['queries']} query id(s) are also document ids ({identical['judged_relevant']} such pair(s) judged relevant); "
             + (
-                "scoring drops such a document when it is retrieved (ignore_identical_ids)"
+                "scoring drops such a document from a dense retriever's run and keeps it in others (ignore_identical_ids: dense, R2MED's rule)"
+                if identical["ignored"] == "dense"
+                else "scoring drops such a document when it is retrieved (ignore_identical_ids)"
                 if identical["ignored"]
                 else "scoring keeps them (ignore_identical_ids: false)"
             )
