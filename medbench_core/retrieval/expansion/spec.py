@@ -27,10 +27,10 @@ An expansion is one way of writing a text per query before retrieval: a method (
         source: generate
         generator: ./models/qwen2.5-0.5b-instruct   # local folder, pkg:<module>, or a hub id (online only)
         revision: ""                     # a hub id's commit; a folder is identified by its content hash
-        prompt: prompts/hyde.txt         # default prompts/<method>/<task>.txt, else prompts/<method>.txt
+        prompt: prompts/hyde.txt         # default prompts/<method>/<task>.txt (R2MED's per task: hyde, query2doc, lamer), else prompts/<method>.txt
         system: "You are a helpful assistant."
         chat_template_kwargs: {}         # e.g. {enable_thinking: true} for Qwen3
-        decoding: {temperature: 0.7, top_p: 1.0, top_k: 0, max_new_tokens: 512, seed: 42, repetition_penalty: 1.0}
+        decoding: {temperature: 0.7, top_p: 1.0, top_k: 0, max_new_tokens: 10240, seed: 42, repetition_penalty: 1.0}   # R2MED's
         batch_size: 8
         dtype: float32
       - name: lamer-local                # LameR: the prompt also carries an upstream run's top passages
@@ -75,10 +75,11 @@ DEFAULT_FILES = {
     "jsonl": "{task}.jsonl",
     "parquet": "{task}.parquet",
 }
-# R2MED's open-model settings (temperature 0.7, seed 42); top_k 0 and top_p 1.0 switch those filters
-# off, as vLLM's defaults do; every value is passed to generate explicitly, so none comes from the
-# model folder's generation_config.json.
-DEFAULT_DECODING = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_new_tokens": 512, "seed": 42, "repetition_penalty": 1.0}
+# R2MED's open-model settings (generate_hypothetical_doc.py l.247 at 62b7074: SamplingParams(temperature=0.7,
+# seed=42, max_tokens=10240)): up to 10,240 new tokens, so a reasoning model reaches its </think>; top_k 0
+# and top_p 1.0 switch those filters off, as vLLM's defaults do; every value is passed to generate
+# explicitly, so none comes from the model folder's generation_config.json.
+DEFAULT_DECODING = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_new_tokens": 10240, "seed": 42, "repetition_penalty": 1.0}
 DEFAULT_SYSTEM = "You are a helpful assistant."
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 _FILE_ONLY = ("path", "format", "file", "task_folders", "revisions")
