@@ -10,7 +10,7 @@ stopwords=True)``) is Anserini's ``DefaultEnglishAnalyzer.newStemmingInstance("p
 2. ``EnglishPossessiveFilter``: a trailing ``'s`` (``'``, ``’`` or ``＇`` before ``s``/``S``) is removed;
 3. ``LowerCaseFilter``: each code point's simple lower case (``Character.toLowerCase``);
 4. ``StopFilter`` with ``EnglishAnalyzer.ENGLISH_STOP_WORDS_SET`` (33 words, :data:`STOPWORDS`);
-5. ``PorterStemFilter``: Martin Porter's reference stemmer (:func:`porter_stem`).
+5. ``PorterStemFilter``: Martin Porter's reference stemmer on Java's UTF-16 units (:func:`porter_stem`).
 
 Empty terms are dropped (Anserini's ``AnalyzerUtils``). ``tests/core/test_lucene_analysis.py``
 checks every step against pyserini's analyser running in a JVM, token for token, on the bundled
@@ -497,10 +497,24 @@ _STEP4 = {
 }
 
 
+def _utf16_units(word: str) -> str:
+    """``word`` as Java holds it: a letter outside the Basic Multilingual Plane as its two surrogates."""
+    return "".join(c if ord(c) <= 0xFFFF else chr(0xD800 + ((ord(c) - 0x10000) >> 10)) + chr(0xDC00 + ((ord(c) - 0x10000) & 0x3FF)) for c in word)
+
+
 def porter_stem(word: str) -> str:
-    """Porter's stem of a lower-cased ``word``, as Lucene's ``PorterStemmer`` gives it."""
+    """Porter's stem of a lower-cased ``word``, as Lucene's ``PorterStemmer`` gives it.
+
+    Lucene stems a ``char[]``: Java's UTF-16 code units, so a letter outside the Basic
+    Multilingual Plane (mathematical letters, Deseret, Gothic, emoji) is two consonants to the
+    measure, counts twice in the length and is cut by a rule as two units; the word is stemmed
+    so here and its surrogates joined again after (a pair the rules cut in half stays a lone surrogate, as in Java).
+    """
+    wide = any(ord(c) > 0xFFFF for c in word)
+    if wide:
+        word = _utf16_units(word)
     if len(word) <= 2:
-        return word
+        return _from_units(word) if wide else word
     z = _Word(word)
     z.step1ab()
     if z.k > 0:
@@ -509,4 +523,10 @@ def porter_stem(word: str) -> str:
         z.step23(_STEP3, 0)
         z.step4()
         z.step5()
-    return "".join(z.b[: z.k + 1])
+    out = "".join(z.b[: z.k + 1])
+    return _from_units(out) if wide else out
+
+
+def _from_units(units: str) -> str:
+    """UTF-16 units back to code points (surrogate pairs joined; a lone surrogate kept)."""
+    return units.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")

@@ -180,21 +180,23 @@ class Task:
             raise DataError(f"task {self.name}: image {ref!r} referenced but the task has no image folder")
         return resolve_inside(self.image_root, ref, what=f"task {self.name}")
 
-    def doc_text(self) -> "DocTexts":
+    def doc_text(self, strip: str = PY_WHITESPACE) -> "DocTexts":
         """Text side of every document, title and body joined as MTEB and BEIR do.
 
         A sequence (length, indexing, iteration, equality with a list) that joins the texts a
         block of rows at a time: iterating over a corpus of a million documents holds one block
         of Python strings, not the corpus twice. ``list(task.doc_text())`` gives them all.
+        ``strip``: the characters cut from both ends (Python's ``str.strip`` set by default).
         """
-        return DocTexts(self.corpus)
+        return DocTexts(self.corpus, strip)
 
 
 class DocTexts(Sequence[str]):
     """The joined title and text of each row of a corpus frame, made ``DOC_TEXT_ROWS`` rows at a time."""
 
-    def __init__(self, corpus: pl.DataFrame):
+    def __init__(self, corpus: pl.DataFrame, strip: str = PY_WHITESPACE):
         self._corpus = corpus
+        self._strip = strip
 
     def __len__(self) -> int:
         return self._corpus.height
@@ -203,7 +205,7 @@ class DocTexts(Sequence[str]):
         # (f"{title} {text}" if title else text).strip(), Python's strip, joined by polars
         part = self._corpus.slice(start, stop - start)
         title, text = (part[c].cast(pl.Utf8).fill_null("") for c in ("title", "text"))
-        joined = pl.select(pl.when(title != "").then(title + " " + text).otherwise(text).str.strip_chars(PY_WHITESPACE)).to_series()
+        joined = pl.select(pl.when(title != "").then(title + " " + text).otherwise(text).str.strip_chars(self._strip)).to_series()
         return joined.to_list()
 
     def empty(self) -> pl.Series:

