@@ -117,6 +117,7 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
     seen: set[str] = set()
     allow = remote_code_allowlist(doc, path)
     trusted_code = code_allowlist(doc, path)
+    refused: list[str] = []  # every entry whose code the trust_code allowlist refuses, named in one pass
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or "name" not in entry or "kind" not in entry:
             raise DataError(f"{path}: models[{i}] needs at least 'name' and 'kind'")
@@ -132,7 +133,14 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
             )
         if hub_id and hub_id in allow:
             spec = dataclasses.replace(spec, trust_remote_code=True)
-        specs.append(spec.plugin.grant_trust(spec, trusted_code, str(path)))
+        try:
+            specs.append(spec.plugin.grant_trust(spec, trusted_code, str(path)))
+        except DataError as exc:
+            refused.append(str(exc))
+    if len(refused) == 1:
+        raise DataError(refused[0])
+    if refused:
+        raise DataError(f"{path}: {len(refused)} model entries refused (the code each would run, by trust_code):\n" + "\n".join(refused))
     specs = _complete(specs, doc, path)
     check_upstreams(specs, where=str(path))
     base = doc.get("baseline")

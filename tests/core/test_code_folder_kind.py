@@ -209,6 +209,25 @@ def test_code_runs_only_when_allowlisted_with_its_hash(folders, tmp_path):
         bare.plugin.load(bare)
 
 
+def test_every_refused_code_folder_entry_is_named_in_one_pass(folders, tmp_path):
+    """docs/m3retrieve.md: the first run refuses every code-folder entry at once, one line each with the hash to paste."""
+    from medbench_core.retrieval.kinds.code_folder import code_hash
+
+    mii, other = folders
+    entries = [
+        {"name": "mii", "kind": "code-folder", "path": str(mii), "settings": MII_SETTINGS},
+        {"name": "mii-2", "kind": "code-folder", "path": str(mii), "settings": MII_SETTINGS},
+        {"name": "other", "kind": "code-folder", "path": str(other), "settings": MII_SETTINGS},
+    ]
+    listed = [{"path": str(other), "sha256": "0" * 64}]
+    with pytest.raises(DataError) as err:
+        registry(tmp_path, entries, listed)
+    lines = str(err.value).splitlines()
+    assert lines[0] == f"{tmp_path / 'models.yaml'}: 3 model entries refused (the code each would run, by trust_code):"
+    assert [line.split(": model ")[1].split(":")[0] for line in lines[1:]] == ["'mii'", "'mii-2'", "'other'"]
+    assert f"sha256: {code_hash(mii)}}} under trust_code" in lines[1] and f"sha256 now {code_hash(other)}" in lines[3]
+
+
 @pytest.mark.model
 def test_medimageinsight_shaped_class_equals_the_script(folders, task, tmp_path):
     from medbench_core.retrieval.kinds.code_folder import code_hash
