@@ -163,15 +163,50 @@ def _rows_of(docs: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 PLAID_DEFAULTS: dict[str, Any] = {"nbits": 4, "kmeans_niters": 4, "max_points_per_centroid": 256, "n_ivf_probe": 8, "n_full_scores": 8192, "seed": 42}
 PLAID_FILES = ("centroids.npy", "codes.npy", "residuals.npy", "bucket_cutoffs.npy", "bucket_weights.npy", "ivf.npy", "ivf_offsets.npy", OFFSETS)
+# ``searcher: colbert``: the search of the ColBERT engine flmr bundles (FLMR third_party/ColBERT/colbert,
+# searcher.py l.95-136, search/candidate_generation.py, search/index_storage.py l.67-184, search/filter_pids.cpp).
+# ncells, centroid_score_threshold and ndocs left null take Searcher.dense_search's values for the k searched
+# (l.96-122); query_maxlen is ColBERTConfig's (32, infra/config/settings.py l.108); remove_zero_query_tokens is
+# flmr's search_custom_collection default (flmr/searching.py l.42: "For PreFLMR, this is needed").
+SEARCHERS = ("fast-plaid", "colbert")
+SEARCH_DEFAULTS: dict[str, Any] = {
+    "searcher": "fast-plaid", "ncells": None, "centroid_score_threshold": None, "ndocs": None, "query_maxlen": 32, "remove_zero_query_tokens": False,
+}  # fmt: skip
+FLMR_SEARCH = {"searcher": "colbert", "remove_zero_query_tokens": True}  # what flmr's search_custom_collection runs
+
+
+def colbert_search_settings(k: int, settings: dict[str, Any]) -> tuple[int, float, int]:
+    """``(ncells, centroid_score_threshold, ndocs)`` for a search of ``k``: the entry's, else ColBERT's
+    Searcher.dense_search defaults (searcher.py l.96-122: k <= 100: 2, 0.45, 1024; more: 4, 0.4, max(4k, 4096))."""
+    ncells, threshold, ndocs = (2, 0.45, 1024) if k <= 100 else (4, 0.4, max(k * 4, 4096))
+    pick = lambda key, default: default if settings.get(key) is None else settings[key]  # noqa: E731
+    return int(pick("ncells", ncells)), float(pick("centroid_score_threshold", threshold)), int(pick("ndocs", ndocs))
 
 
 def plaid_settings(index: dict[str, Any], where: str) -> dict[str, Any]:
     """The PLAID settings of an entry's ``index:`` (fast-plaid's and pylate's defaults for the rest), checked."""
-    known = {"type", "n_centroids", *PLAID_DEFAULTS}
+    known = {"type", "n_centroids", *PLAID_DEFAULTS, *SEARCH_DEFAULTS}
     unknown = sorted(set(index) - known)
     if unknown:
         raise DataError(f"{where}: unknown PLAID index setting {unknown[0]!r}; known: {', '.join(sorted(known - {'type'}))}")
-    out = {**PLAID_DEFAULTS, "n_centroids": None, **{k: v for k, v in index.items() if k != "type"}}
+    search = {**SEARCH_DEFAULTS, **{k: v for k, v in index.items() if k in SEARCH_DEFAULTS}}
+    if search["searcher"] not in SEARCHERS:
+        raise DataError(f"{where}: index searcher {search['searcher']!r} unknown; use {' or '.join(SEARCHERS)}")
+    colbert_only = [k for k in ("ncells", "centroid_score_threshold", "ndocs", "query_maxlen", "remove_zero_query_tokens") if k in index]
+    if search["searcher"] != "colbert" and colbert_only:
+        raise DataError(f"{where}: index {colbert_only[0]} is a setting of searcher: colbert (ColBERT's engine, as flmr runs it)")
+    if not isinstance(search["remove_zero_query_tokens"], bool):
+        raise DataError(f"{where}: index remove_zero_query_tokens must be true or false")
+    threshold = search["centroid_score_threshold"]
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+        raise DataError(f"{where}: index centroid_score_threshold must be a number (ColBERT's: 0.45 at k <= 100), not {threshold!r}")
+    for key in ("ncells", "ndocs", "query_maxlen"):
+        value = search[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise DataError(f"{where}: index {key} must be a positive integer, not {value!r}")
+    if search["ndocs"] is not None and search["ndocs"] < 4:
+        raise DataError(f"{where}: index ndocs must be at least 4 (ColBERT scores the best ndocs // 4 in full)")
+    out = {**PLAID_DEFAULTS, "n_centroids": None, **{k: v for k, v in index.items() if k != "type" and k not in SEARCH_DEFAULTS}}
     for key, value in out.items():
         if key == "n_centroids" and value is None:
             continue
@@ -179,7 +214,7 @@ def plaid_settings(index: dict[str, Any], where: str) -> dict[str, Any]:
             raise DataError(f"{where}: index {key} must be a {'non-negative' if key == 'seed' else 'positive'} integer, not {value!r}")
     if out["nbits"] not in (1, 2, 4, 8):
         raise DataError(f"{where}: index nbits must be 1, 2, 4 or 8 (bits per dimension of a residual), not {out['nbits']}")
-    return out
+    return {**out, **search}
 
 
 def _kmeans(sample: np.ndarray, k: int, niter: int, max_points: int, seed: int) -> np.ndarray:
@@ -296,6 +331,8 @@ class PlaidIndex:
     def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(documents, scores)`` of one query's ``(tokens, dim)`` vectors, best first (ties: lower document first)."""
         s = self.settings
+        if s.get("searcher") == "colbert":
+            return self.search_colbert(query, k)
         cs = self.centroids @ query.T  # (centroids, query tokens)
         probe = min(s["n_ivf_probe"], len(cs))
         cells = np.unique(np.argpartition(-cs, probe - 1, axis=0)[:probe].ravel()) if probe < len(cs) else np.arange(len(cs))
@@ -316,6 +353,64 @@ class PlaidIndex:
         scores = np.maximum.reduceat(sim, np.concatenate([[0], np.cumsum(lengths)[:-1]]), axis=0).sum(axis=1).astype(np.float32)
         order = np.lexsort((docs, -scores))
         return docs[order], scores[order]
+
+    def _centroid_maxsim(self, cand: np.ndarray, cs: np.ndarray, kept: np.ndarray | None) -> np.ndarray:
+        """Each candidate's MaxSim with its tokens replaced by their centroids' scores ``cs`` (centroids x query
+        tokens); with ``kept`` only tokens whose centroid is kept count, and a query token no kept token
+        meets scores -9999 (filter_pids.cpp l.30-63, colbert_score_reduce's padding value)."""
+        rows = _rows_of(cand, self.offsets)
+        codes = np.asarray(self.codes[rows])
+        dl = self.offsets[cand + 1] - self.offsets[cand]
+        token_scores = cs[codes]
+        if kept is not None:
+            token_scores = np.where(kept[codes][:, None], token_scores, np.float32(-9999))
+        per_doc = np.full((len(cand), cs.shape[1]), -9999, dtype=np.float32)
+        nonempty = dl > 0
+        if nonempty.any():
+            starts = np.concatenate([[0], np.cumsum(dl)[:-1]])[nonempty]
+            per_doc[nonempty] = np.maximum.reduceat(token_scores, starts, axis=0)
+        return per_doc.sum(axis=1, dtype=np.float32)
+
+    def search_colbert(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The search of the ColBERT engine flmr bundles (FLMR third_party/ColBERT at be4b748), over this index.
+
+        - all-zero query vectors removed first (searcher.py l.124-130, ``remove_zero_tensors``, which
+          flmr's ``search_custom_collection`` sets);
+        - candidates from the first ``query_maxlen`` query vectors only (index_storage.py l.77): the
+          ``ncells`` best centroids of each (candidate_generation.py l.12-19), every document in those cells;
+        - stage 1: centroid scores with the centroids whose best score over those query vectors is
+          below ``centroid_score_threshold`` left out (index_storage.py l.115-142), the best ``ndocs`` kept;
+        - stage 2: every centroid's score, the best ``ndocs // 4`` kept (l.144-151);
+        - stage 3: MaxSim of every query vector with the decompressed documents (l.158-179).
+
+        Not emulated: the GPU path computes the centroid scores in fp16 (candidate_generation.py l.51-52).
+        """
+        s = self.settings
+        ncells, threshold, ndocs = colbert_search_settings(k, s)
+        if s.get("remove_zero_query_tokens"):
+            query = query[np.abs(query).sum(axis=1) > 0]
+        if len(query) == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        cs = (self.centroids @ query[: s.get("query_maxlen") or len(query)].T).astype(np.float32)  # (centroids, query_maxlen)
+        probe = min(ncells, len(cs))
+        cells = np.unique(np.argpartition(-cs, probe - 1, axis=0)[:probe].ravel()) if probe < len(cs) else np.arange(len(cs))
+        starts, ends = self.ivf_offsets[cells], self.ivf_offsets[cells + 1]
+        lens = ends - starts
+        cand = np.unique(np.asarray(self.ivf[np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))]))
+        if len(cand) == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        kept = cs.max(axis=1) >= threshold
+        approx = self._centroid_maxsim(cand, cs, kept)
+        if ndocs < len(cand):
+            cand = cand[_best(approx, ndocs)]
+        approx = self._centroid_maxsim(cand, cs, None)
+        if ndocs // 4 < len(cand):
+            cand = cand[_best(approx, ndocs // 4)]
+        vecs, lengths = self.decompress(cand)
+        sim = vecs @ query.T
+        scores = np.maximum.reduceat(sim, np.concatenate([[0], np.cumsum(lengths)[:-1]]), axis=0).sum(axis=1).astype(np.float32)
+        order = np.lexsort((cand, -scores))
+        return cand[order], scores[order]
 
 
 def _best(scores: np.ndarray, n: int) -> np.ndarray:

@@ -29,13 +29,14 @@ def code_folders(root: Path, monkeypatch) -> dict[str, str]:
         "preflmr/preflmr_adapter.py": adapters["preflmr/preflmr_adapter.py"],
         "site/fairscale/__init__.py": "",
         "site/flmr/__init__.py": "",
+        "site/colbert/__init__.py": "",
     }
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     monkeypatch.chdir(root)
     monkeypatch.syspath_prepend(str(root / "site"))
-    return {p: code_hash(code_root(p)) for p in ("./MedImageInsights", "./UniIR/src", "pkg:fairscale", "./preflmr", "pkg:flmr")}
+    return {p: code_hash(code_root(p)) for p in ("./MedImageInsights", "./UniIR/src", "pkg:fairscale", "./preflmr", "pkg:flmr", "pkg:colbert")}
 
 
 def test_m3retrieve_model_entries_load_with_their_kinds(tmp_path, monkeypatch):
@@ -55,7 +56,7 @@ def test_m3retrieve_model_entries_load_with_their_kinds(tmp_path, monkeypatch):
         "bm25": "bm25", "e5-large": "transformers", "e5-large-v1": "transformers", "bge-large-en-e5": "transformers",
         "bge-large-m3r": "transformers", "nv-embed-v2": "remote-code-embedder", "mmret-large": "remote-code-embedder",
         "mii": "code-folder", "clip-sf-large": "uniir-clip-sf", "blip-ff-large": "code-folder", "mm-embed": "remote-code-embedder",
-        "preflmr": "code-folder-late",
+        "preflmr": "code-folder-late", "preflmr-vit-l": "code-folder-late",
     }  # fmt: skip
     assert {n for n, s in specs.items() if s.trust_remote_code} == {"nv-embed-v2", "mmret-large", "mm-embed"}
     assert specs["clip-sf-large"].hub_id == "TIGER-Lab/UniIR" and specs["clip-sf-large"].settings.architecture == "ViT-L-14-quickgelu"
@@ -63,9 +64,14 @@ def test_m3retrieve_model_entries_load_with_their_kinds(tmp_path, monkeypatch):
     assert set(mm) == {"text", "image", "image_text"} and mm["image_text"].records == {"arg": 0, "text": "txt", "image": "img"}
     assert set(specs["nv-embed-v2"].settings.calls()) == {"text"}  # text-only: it reads the captions
     # The three code folders: trusted by hash, the imports too; PreFLMR searched through PLAID with nbits 8 and run_flmr.py's prefix.
-    trusted = {n: [p for p, _, _ in specs[n].block.folders] for n in ("mii", "blip-ff-large", "preflmr") if isinstance(specs[n].block, TrustedCode)}
-    assert trusted == {"mii": ["./MedImageInsights"], "blip-ff-large": ["./UniIR/src", "pkg:fairscale"], "preflmr": ["./preflmr", "pkg:flmr"]}
-    assert specs["preflmr"].index == {"type": "plaid", "nbits": 8}
+    names = ("mii", "blip-ff-large", "preflmr", "preflmr-vit-l")
+    trusted = {n: [p for p, _, _ in specs[n].block.folders] for n in names if isinstance(specs[n].block, TrustedCode)}
+    flmr_code = ["./preflmr", "pkg:flmr", "pkg:colbert"]
+    assert trusted == {"mii": ["./MedImageInsights"], "blip-ff-large": ["./UniIR/src", "pkg:fairscale"], "preflmr": flmr_code, "preflmr-vit-l": flmr_code}
+    # FLMR's searcher (flmr.search_custom_collection: ColBERT's, zero query vectors removed), the default of both readings
+    for n in ("preflmr", "preflmr-vit-l"):
+        assert specs[n].index == {"type": "plaid", "nbits": 8, "searcher": "colbert", "remove_zero_query_tokens": True}
+    assert specs["preflmr-vit-l"].settings.init["checkpoint"] == "LinWeizheDragon/PreFLMR_ViT-L"
     assert specs["preflmr"].settings.instructions == {"default": "Retrieve the most relevant text to the given image and image caption: "}
     assert specs["mii"].settings.calls()["image_text"].output == ["text_embeddings", "image_embeddings"]
     # The E5 / BGE readings differ in the model and pooling only.

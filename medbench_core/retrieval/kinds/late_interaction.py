@@ -4,7 +4,7 @@ stored per document, searched by MaxSim exactly or through a PLAID index. Not a 
 
 The encoder a kind loads has ``encode_multi(texts, images, languages, role, ids=None, instruction=None)``
 returning one ``(tokens, dim)`` float32 array per record. The entry's ``index:`` is ``{type: flat}``
-(exact MaxSim over every document, the default) or ``{type: plaid, nbits, n_ivf_probe, n_full_scores,
+(exact MaxSim over every document, the default) or ``{type: plaid, nbits, n_ivf_probe, n_full_scores, searcher,
 kmeans_niters, max_points_per_centroid, n_centroids, seed}`` (:mod:`medbench_core.retrieval.multivector`);
 like FAISS's settings they key the index stage (and the runs searched through it), not the embeddings.
 """
