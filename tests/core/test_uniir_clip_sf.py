@@ -383,3 +383,80 @@ def test_checkpoint_inside_a_hub_snapshot(source, checkpoint, tmp_path):
     assert effective_revision(model_spec(**{**spec.to_entry(), "revision": sha})) == sha
     with pytest.raises(DataError, match=r"'checkpoint/BLIP_FF/blip_ff_large.pth' is not in TIGER-Lab/UniIR@"):
         checkpoint_file(spec.with_settings(file="checkpoint/BLIP_FF/blip_ff_large.pth"), cache_dir=tmp_path / "hub")
+
+
+# --- UniIR's evaluation: MBEIRMainDataset draws a positive, then the prompt, in DataLoader workers ---------------
+
+
+class MBEIRMainDatasetEval:
+    """MBEIRMainDataset.__getitem__ in Mode.EVAL with shuffle_cand (src/data/mbeir_dataset.py at 1017242, UniIR's
+    embed.yaml: shuffle_cand True), the query text only: the positives filtered to the query's dataset id, one drawn
+    with random.choice (_get_random_cand), then the prompt (_get_random_query_prompt), formatted and joined."""
+
+    def __init__(self, entries, prompts):
+        self.entries, self.prompts = entries, prompts
+
+    def __len__(self):
+        return len(self.entries)
+
+    def __getitem__(self, index):
+        import random
+
+        mbeir_entry = self.entries[index]
+        query_txt = mbeir_entry.get("query_txt") or ""
+        qid = mbeir_entry.get("qid", None)
+        query_dataset_id = qid.split(":")[0] if qid else None
+        pos_cand_list = mbeir_entry.get("pos_cand_list", [])
+        pos_cand_list = [pos_cand_did for pos_cand_did in pos_cand_list if pos_cand_did.split(":")[0] == query_dataset_id]
+        random.choice(pos_cand_list)  # selected_pos_cand_did = self.select_cand(pos_cand_list)
+        query_prompt = uniir_format_string(random.choice(self.prompts))
+        return uniir_format_string(f"{query_prompt} {query_txt}")
+
+
+def test_prompt_draws_follow_uniirs_evaluation_dataset_and_its_dataloader_workers():
+    """With shuffle_cand each query draws a positive before its prompt; with workers, torch's DataLoader seeds each
+    worker's Python random with base_seed + worker_id and deals it every num_workers-th batch (called here directly)."""
+    import random
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    from medbench_core.retrieval.kinds.uniir_clip_sf import UNIIR_TEMPLATE, uniir_query_texts
+
+    rng = random.Random(5)
+    prompts = ["Retrieve a medical image that answers the query", "find the picture matching this caption.", "Which report?", "Show me the scan"]
+    entries = []
+    for i in range(37):
+        n_pos = rng.randint(1, 4)
+        pos = [f"9:{rng.randint(0, 999)}" for _ in range(n_pos)] + ["4:7"] * rng.randint(0, 2)  # another dataset's positives are filtered out
+        entries.append({"qid": f"9:{i}", "query_txt": rng.choice(["enlarged heart", "", None, "renal biopsy"]), "pos_cand_list": pos})
+    texts = [e["query_txt"] for e in entries]
+    counts = [sum(p.startswith("9:") for p in e["pos_cand_list"]) for e in entries]
+    dataset = MBEIRMainDatasetEval(entries, prompts)
+
+    random.seed(2023)  # one process, num_workers 0 (set_seed(2023 + rank 0))
+    want = [dataset[i] for i in range(len(dataset))]
+    got = uniir_query_texts(texts, (UNIIR_TEMPLATE, tuple(prompts)), "uniir", 2023, positives=counts)
+    assert got == want
+    assert got != uniir_query_texts(texts, (UNIIR_TEMPLATE, tuple(prompts)), "uniir", 2023)  # the positives' draws move the prompts
+
+    generator = torch.Generator().manual_seed(11)
+    loader = DataLoader(dataset, batch_size=4, num_workers=2, generator=generator, collate_fn=list)
+    base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=torch.Generator().manual_seed(11)).item())  # the iterator's _base_seed
+    want = [t for batch in loader for t in batch]
+    got = uniir_query_texts(texts, (UNIIR_TEMPLATE, tuple(prompts)), "uniir", base_seed, positives=counts, workers=2, batch_size=4)
+    assert got == want
+    with pytest.raises(DataError, match="query q2: no positive candidate to draw"):
+        uniir_query_texts(["a", "b", "c"], (UNIIR_TEMPLATE, tuple(prompts)), "uniir", positives=[1, 2, 0], ids=["q0", "q1", "q2"])
+
+
+def test_shuffle_cand_counts_the_tasks_positives_and_keys_the_run(source, checkpoint, task):
+    from medbench_core.retrieval.kinds.uniir_clip_sf import positive_counts
+    from medbench_core.retrieval.stages import partition_keys
+
+    counts = positive_counts(task)
+    assert counts == [int(((task.qrels["query_id"] == q) & (task.qrels["relevance"] > 0)).sum()) for q in task.queries["query_id"].to_list()]
+    prompts = ["Retrieve a medical image that answers the query", "Find the matching figure."]
+    plain = partition_keys(uniir_spec(checkpoint, text_format="uniir", instructions={"uniir_toy": prompts}), task)
+    drawn = partition_keys(uniir_spec(checkpoint, text_format="uniir", instructions={"uniir_toy": prompts}, shuffle_cand=True), task)
+    assert plain["embeddings"] == drawn["embeddings"] and plain["run"] != drawn["run"]

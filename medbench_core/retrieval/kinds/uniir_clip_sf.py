@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.checkpoints import CHECKPOINT_SUFFIXES, load_state_dict
@@ -49,8 +50,9 @@ OPENAI_EXTRA_KEYS = ("input_resolution", "context_length", "vocab_size")  # in O
 @dataclass(frozen=True)
 class UniIRSettings(KindSettings):
     """``architecture`` (open_clip name or bundled config), ``file`` (the checkpoint inside a hub repository),
-    ``text_format`` (raw | uniir), ``instructions`` / ``query_template`` / ``prompt_seed`` (queries only),
-    ``max_aspect_ratio``, ``dtype``. An instruction may be a list of prompts: each query draws one, as UniIR does."""
+    ``text_format`` (raw | uniir), ``instructions`` / ``query_template`` / ``prompt_seed`` / ``shuffle_cand`` /
+    ``prompt_workers`` / ``prompt_batch_size`` (queries only), ``max_aspect_ratio``, ``dtype``. An instruction may
+    be a list of prompts: each query draws one, as UniIR does (:func:`uniir_query_texts`)."""
 
     architecture: str = "ViT-L-14-quickgelu"
     file: str = ""
@@ -58,11 +60,16 @@ class UniIRSettings(KindSettings):
     instructions: dict | None = None
     query_template: str | None = None
     prompt_seed: int = UNIIR_SEED
+    # UniIR's evaluation (MBEIRMainDataset, embed.yaml ``shuffle_cand: True``) draws a positive candidate per
+    # query before its prompt; false: the prompts alone are drawn (MBEIRInferenceOnlyDataset)
+    shuffle_cand: bool = False
+    prompt_workers: int = 0  # DataLoader workers whose Python RNGs draw (UniIR's embed.yaml: num_workers 5)
+    prompt_batch_size: int = 2048  # the batches dealt to those workers in turn (UniIR's embed.yaml: batch_size 2048)
     max_aspect_ratio: float = 50.0
     dtype: str | None = None
 
     CHOICES = {"text_format": ("raw", "uniir"), "dtype": (None, *DTYPES)}
-    QUERY_ONLY = ("instructions", "query_template", "prompt_seed")
+    QUERY_ONLY = ("instructions", "query_template", "prompt_seed", "shuffle_cand", "prompt_workers", "prompt_batch_size")
     HINTS = {
         "fusion": "UniIR's score fusion is the raw sum, normalised; kind open_clip has fusion: score | embedding",
         "fusion_weight": "UniIR's score fusion weighs image and text embeddings as they are",
@@ -71,6 +78,8 @@ class UniIRSettings(KindSettings):
     }
 
     def check(self, where: str) -> None:
+        if self.prompt_workers < 0 or self.prompt_batch_size < 1:
+            raise DataError(f"{where}: prompt_workers must be >= 0 and prompt_batch_size >= 1")
         if self.max_aspect_ratio < 1:
             raise DataError(f"{where}: max_aspect_ratio must be at least 1, not {self.max_aspect_ratio}")
         if self.instructions is not None and not all(
@@ -93,13 +102,29 @@ def format_string(s: str | None) -> str:
     return s
 
 
-def uniir_query_texts(texts: list[str | None], prompt: tuple[str, Any] | None, text_format: str, seed: int = UNIIR_SEED) -> list[str | None]:
+def uniir_query_texts(
+    texts: list[str | None],
+    prompt: tuple[str, Any] | None,
+    text_format: str,
+    seed: int = UNIIR_SEED,
+    *,
+    positives: list[int] | None = None,
+    workers: int = 0,
+    batch_size: int = 2048,
+    ids: list[str] | None = None,
+) -> list[str | None]:
     """Query texts as UniIR builds them (github.com/TIGER-AI-Lab/UniIR at 98dc570, ``src/data/mbeir_dataset.py``).
 
-    ``prompt``: ``(template, instruction)``, the instruction a text or a list of prompts. With a
-    list, each query in order draws one with ``random.Random(seed).choice`` (l.102-106:
-    ``format_string(random.choice(prompts))``; UniIR seeds Python's ``random`` with ``seed + rank``,
-    so this is its draw in one process reading the queries in order, ``num_workers: 0``).
+    ``prompt``: ``(template, instruction)``, the instruction a text or a list of prompts. Each query
+    in order draws one with ``random.choice`` (``_get_random_query_prompt``, l.102-106:
+    ``format_string(random.choice(prompts))``; UniIR seeds Python's ``random`` with ``seed + rank``).
+    ``positives`` (UniIR's evaluation, ``MBEIRMainDataset.__getitem__`` with ``shuffle_cand``): the
+    number of each query's positive candidates; before its prompt, a query draws one of them with
+    ``random.choice`` (``_get_random_cand``), as UniIR's dataset does, so the prompt draws interleave
+    with these (a query without one fails there, and here: ``Cannot find positive candidates``).
+    ``workers``: the draws happen in DataLoader workers, worker ``w`` seeding Python's ``random``
+    with ``seed + w`` (torch's ``_worker_loop``; ``seed`` then stands for the loader's base seed) and
+    taking the batches of ``batch_size`` queries in turn; 0: one process reading the queries in order.
 
     ``text_format: uniir``: the prompt is formatted first, then the joined text again (l.220 and
     l.336: ``format_string(f"{query_prompt} {query_txt}")``, with ``query_txt = entry.get("query_txt")
@@ -112,11 +137,17 @@ def uniir_query_texts(texts: list[str | None], prompt: tuple[str, Any] | None, t
     if prompt is None:
         return [(format_string(t) or None) if uniir else t for t in texts]
     template, instruction = prompt
-    rng = random.Random(seed)
-    choices = None if isinstance(instruction, str) else list(instruction)
+    rngs = [random.Random(seed + w) for w in range(workers)] if workers else [random.Random(seed)]
+    choices = [instruction] if isinstance(instruction, str) else list(instruction)  # one prompt is a draw too (a list of one)
     out: list[str | None] = []
-    for text in texts:
-        chosen = instruction if choices is None else rng.choice(choices)
+    for i, text in enumerate(texts):
+        rng = rngs[(i // batch_size) % workers] if workers else rngs[0]
+        if positives is not None:
+            if positives[i] < 1:
+                name = ids[i] if ids is not None else f"at position {i}"
+                raise DataError(f"query {name}: no positive candidate to draw (UniIR's MBEIRMainDataset asserts one: 'Cannot find positive candidates')")
+            rng.choice(range(positives[i]))  # _get_random_cand: random.choice(pos_cand_list), only its draw matters here
+        chosen = rng.choice(choices)
         if uniir:
             chosen = format_string(chosen)
             joined = format_string(template.replace("{instruction}", chosen).replace("{query}", text or ""))  # str.replace: a query may hold braces
@@ -149,12 +180,14 @@ class UniIRClipEncoder(ClipEncoder):
     def dim(self) -> int:
         return self._embed_dim()
 
-    def encode_records(self, texts, images, languages, role, ids=None, prompt: tuple[str, Any] | None = None) -> np.ndarray:
-        """normalise(raw image + raw text embedding) per record; queries are built as UniIR builds them (:func:`uniir_query_texts`, ``prompt``)."""
+    def encode_records(self, texts, images, languages, role, ids=None, prompt: tuple[str, Any] | None = None, positives=None) -> np.ndarray:
+        """normalise(raw image + raw text embedding) per record; queries are built as UniIR builds them (:func:`uniir_query_texts`,
+        ``prompt``, ``positives``: each query's count of positive candidates, with ``shuffle_cand``)."""
         n = len(texts)
         s = self.spec.settings
         if role == "query":
-            texts = uniir_query_texts(list(texts), prompt, s.text_format, s.prompt_seed)
+            draws = {"positives": positives, "workers": s.prompt_workers, "batch_size": s.prompt_batch_size, "ids": ids}
+            texts = uniir_query_texts(list(texts), prompt, s.text_format, s.prompt_seed, **draws)
         elif s.text_format == "uniir":
             texts = [format_string(t) if isinstance(t, str) else t for t in texts]
         names, t_idx, i_idx = self.split_records(texts, images, languages, role, ids)
@@ -219,6 +252,19 @@ def load_uniir_encoder(
     return UniIRClipEncoder(spec, model, preprocess, tokenizer, {"fusion": "sum", "max_aspect_ratio": s.max_aspect_ratio}, device, progress=progress)
 
 
+def positive_counts(task: Task) -> list[int]:
+    """Each query's positive candidates as UniIR's evaluation sees them (``MBEIRMainDataset.__getitem__``):
+    judged relevant, and in eval mode only those of the query's own dataset (the part of an M-BEIR id
+    before ``:``; ids without one are not filtered)."""
+    qrels = task.qrels.filter(pl.col("relevance") > 0).select("query_id", "doc_id").iter_rows()
+    counts: dict[str, int] = {}
+    for q, d in qrels:
+        if ":" in q and ":" in d and q.split(":")[0] != d.split(":")[0]:
+            continue
+        counts[q] = counts.get(q, 0) + 1
+    return [counts.get(q, 0) for q in task.queries["query_id"].to_list()]
+
+
 class UniIRClipSFKind(EncoderKind):
     name = "uniir-clip-sf"
     Settings = UniIRSettings
@@ -269,8 +315,10 @@ class UniIRClipSFKind(EncoderKind):
             return None
         prompt = self.query_prompt(spec, task)
         key: dict[str, Any] = {"query_prompt": [prompt[0], prompt[1] if isinstance(prompt[1], str) else list(prompt[1])] if prompt else None}
-        if prompt and not isinstance(prompt[1], str):
+        if prompt and (not isinstance(prompt[1], str) or spec.settings.shuffle_cand):
             key["prompt_seed"] = spec.settings.prompt_seed  # the draws depend on it
+        if prompt and spec.settings.shuffle_cand:
+            key["prompt_draws"] = {"shuffle_cand": True, "workers": spec.settings.prompt_workers, "batch_size": spec.settings.prompt_batch_size}
         return key
 
     def represent_queries(self, spec: ModelSpec, task: Task, model: Any, *, prompt: tuple[str, Any] | None, expansion: Any = None) -> np.ndarray:
@@ -278,7 +326,8 @@ class UniIRClipSFKind(EncoderKind):
         from medbench_core.retrieval.records import side_records
 
         ids, texts, images, langs = side_records(task, "query")
-        emb = model.encode_records(texts, images, langs, "query", ids=ids, prompt=prompt)
+        extra = {"positives": positive_counts(task)} if prompt is not None and spec.settings.shuffle_cand else {}
+        emb = model.encode_records(texts, images, langs, "query", ids=ids, prompt=prompt, **extra)
         if emb.shape[0] != len(ids):
             raise DataError(f"task {task.name}: encoder returned {emb.shape[0]} vectors for {len(ids)} queries")
         return np.ascontiguousarray(emb, dtype=np.float32)
