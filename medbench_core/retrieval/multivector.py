@@ -163,16 +163,16 @@ def _rows_of(docs: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 PLAID_DEFAULTS: dict[str, Any] = {"nbits": 4, "kmeans_niters": 4, "max_points_per_centroid": 256, "n_ivf_probe": 8, "n_full_scores": 8192, "seed": 42}
 PLAID_FILES = ("centroids.npy", "codes.npy", "residuals.npy", "bucket_cutoffs.npy", "bucket_weights.npy", "ivf.npy", "ivf_offsets.npy", OFFSETS)
-# ``searcher: colbert``: the search of the ColBERT engine flmr bundles (FLMR third_party/ColBERT/colbert,
+# ``searcher: colbertv2``: the search of the ColBERT engine flmr bundles (FLMR third_party/ColBERT/colbert,
 # searcher.py l.95-136, search/candidate_generation.py, search/index_storage.py l.67-184, search/filter_pids.cpp).
 # ncells, centroid_score_threshold and ndocs left null take Searcher.dense_search's values for the k searched
 # (l.96-122); query_maxlen is ColBERTConfig's (32, infra/config/settings.py l.108); remove_zero_query_tokens is
 # flmr's search_custom_collection default (flmr/searching.py l.42: "For PreFLMR, this is needed").
-SEARCHERS = ("fast-plaid", "colbert")
+SEARCHERS = ("fast-plaid", "colbertv2")
 SEARCH_DEFAULTS: dict[str, Any] = {
     "searcher": "fast-plaid", "ncells": None, "centroid_score_threshold": None, "ndocs": None, "query_maxlen": 32, "remove_zero_query_tokens": False,
 }  # fmt: skip
-FLMR_SEARCH = {"searcher": "colbert", "remove_zero_query_tokens": True}  # what flmr's search_custom_collection runs
+FLMR_SEARCH = {"searcher": "colbertv2", "remove_zero_query_tokens": True}  # what flmr's search_custom_collection runs
 
 
 def colbert_search_settings(k: int, settings: dict[str, Any]) -> tuple[int, float, int]:
@@ -193,8 +193,8 @@ def plaid_settings(index: dict[str, Any], where: str) -> dict[str, Any]:
     if search["searcher"] not in SEARCHERS:
         raise DataError(f"{where}: index searcher {search['searcher']!r} unknown; use {' or '.join(SEARCHERS)}")
     colbert_only = [k for k in ("ncells", "centroid_score_threshold", "ndocs", "query_maxlen", "remove_zero_query_tokens") if k in index]
-    if search["searcher"] != "colbert" and colbert_only:
-        raise DataError(f"{where}: index {colbert_only[0]} is a setting of searcher: colbert (ColBERT's engine, as flmr runs it)")
+    if search["searcher"] != "colbertv2" and colbert_only:
+        raise DataError(f"{where}: index {colbert_only[0]} is a setting of searcher: colbertv2 (ColBERT's engine, as flmr runs it)")
     if not isinstance(search["remove_zero_query_tokens"], bool):
         raise DataError(f"{where}: index remove_zero_query_tokens must be true or false")
     threshold = search["centroid_score_threshold"]
@@ -331,7 +331,7 @@ class PlaidIndex:
     def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(documents, scores)`` of one query's ``(tokens, dim)`` vectors, best first (ties: lower document first)."""
         s = self.settings
-        if s.get("searcher") == "colbert":
+        if s.get("searcher") == "colbertv2":
             return self.search_colbert(query, k)
         cs = self.centroids @ query.T  # (centroids, query tokens)
         probe = min(s["n_ivf_probe"], len(cs))

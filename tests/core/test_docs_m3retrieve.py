@@ -70,7 +70,7 @@ def test_m3retrieve_model_entries_load_with_their_kinds(tmp_path, monkeypatch):
     assert trusted == {"mii": ["./MedImageInsights"], "blip-ff-large": ["./UniIR/src", "pkg:fairscale"], "preflmr": flmr_code, "preflmr-vit-l": flmr_code}
     # FLMR's searcher (flmr.search_custom_collection: ColBERT's, zero query vectors removed), the default of both readings
     for n in ("preflmr", "preflmr-vit-l"):
-        assert specs[n].index == {"type": "plaid", "nbits": 8, "searcher": "colbert", "remove_zero_query_tokens": True}
+        assert specs[n].index == {"type": "plaid", "nbits": 8, "searcher": "colbertv2", "remove_zero_query_tokens": True}
     assert specs["preflmr-vit-l"].settings.init["checkpoint"] == "LinWeizheDragon/PreFLMR_ViT-L"
     assert specs["preflmr"].settings.instructions == {"default": "Retrieve the most relevant text to the given image and image caption: "}
     assert specs["mii"].settings.calls()["image_text"].output == ["text_embeddings", "image_embeddings"]

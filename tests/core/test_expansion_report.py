@@ -81,7 +81,8 @@ def test_recorded_gate_refuses_until_a_passing_verdict_on_the_same_texts(tmp_pat
     assert expansion_gate_refusal(tmp_path, "key-1") is None  # the leaky expansion only warns
     assert "judged expansion key-1" in expansion_gate_refusal(tmp_path, "key-2")
     q0 = task.queries["query_id"][0]
-    bad = validate_expansion(expansion_frame([{"query_id": q, "raw": "" if q == q0 else t} for q, t in texts.items()]), task, "g")
+    # an empty answer only warns now (R2MED scores it); an expansion for a query the task lacks fails the gate
+    bad = validate_expansion(expansion_frame([{"query_id": "ghost" if q == q0 else q, "raw": t} for q, t in texts.items()]), task, "g")
     record_expansion_gate(tmp_path, bad, "key-2")
     reason = expansion_gate_refusal(tmp_path, "key-2")
-    assert reason.startswith("expansion contract failed") and f"rows: {q0}" in reason
+    assert reason.startswith("expansion contract failed") and "ghost" in reason and q0 in reason

@@ -1,4 +1,4 @@
-"""``index: {type: plaid, searcher: colbert}``: the search of the ColBERT engine flmr bundles, as flmr runs it.
+"""``index: {type: plaid, searcher: colbertv2}``: the search of the ColBERT engine flmr bundles, as flmr runs it.
 
 FLMR (github.com/LinWeizheDragon/FLMR at be4b748) searches with its bundled ColBERT:
 ``flmr.search_custom_collection`` (flmr/searching.py l.37-59) calls ``Searcher._search_all_Q`` with
@@ -140,11 +140,11 @@ def test_zero_query_vectors_are_removed_before_the_first_32_are_taken(stored):
 
 
 def test_colbert_settings_are_checked():
-    with pytest.raises(DataError, match="index ncells is a setting of searcher: colbert"):
+    with pytest.raises(DataError, match="index ncells is a setting of searcher: colbertv2"):
         mv.plaid_settings({"type": "plaid", "ncells": 2}, "m")
     with pytest.raises(DataError, match="index searcher 'pylate' unknown"):
         mv.plaid_settings({"type": "plaid", "searcher": "pylate"}, "m")
     with pytest.raises(DataError, match="centroid_score_threshold must be a number"):
-        mv.plaid_settings({"type": "plaid", "searcher": "colbert", "centroid_score_threshold": "high"}, "m")
+        mv.plaid_settings({"type": "plaid", "searcher": "colbertv2", "centroid_score_threshold": "high"}, "m")
     got = mv.plaid_settings({"type": "plaid", "nbits": 8, **mv.FLMR_SEARCH}, "m")
-    assert got["searcher"] == "colbert" and got["remove_zero_query_tokens"] is True and got["query_maxlen"] == 32 and got["ndocs"] is None
+    assert got["searcher"] == "colbertv2" and got["remove_zero_query_tokens"] is True and got["query_maxlen"] == 32 and got["ndocs"] is None
