@@ -86,7 +86,7 @@ BAD_CASES = [
     ("duplicate id", ["DUP"], set(), [":31: id {q0} appears again (first at line 1)"]),
     # what R2MED's code fails on (KeyError on e["hy_doc"]; text*2 + " " + None): its own line left out
     ("missing hy_doc", ["NOFIELD"], {"q1"}, [":30: id {q1} has a missing 'hy_doc' (R2MED's code fails on it too)"]),
-    ("null hy_doc", ["NULL"], {"q1"}, [":30: id {q1} has a NoneType (not a string) 'hy_doc' (R2MED's code fails on it too)"]),
+    ("null hy_doc", ["NULL"], {"q1"}, [":30: id {q1} has a null 'hy_doc' (R2MED's code fails on it too)"]),
     ("query without expansion", [], {"q2"}, ["1 query id(s) of task scifact_small have no expansion, e.g. {q2}"]),
 ]
 

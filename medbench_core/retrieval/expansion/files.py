@@ -183,7 +183,12 @@ def read_expansion_file(spec: ExpansionSpec, task: Task, path: str | Path) -> pl
         if spec.format == "r2med" and isinstance(text, str):
             pass  # empty or blank too: R2MED scores it as the empty string (module docstring)
         elif not isinstance(text, str) or not text.strip():
-            what = "a missing" if field not in obj else f"a {type(text).__name__} (not a string)" if not isinstance(text, str) else "an empty"
+            if field not in obj:
+                what = "a missing"
+            elif text is None:
+                what = "a null"
+            else:
+                what = f"a {type(text).__name__} (not a string)" if not isinstance(text, str) else "an empty"
             problems.append(f"{where}: id {qid} has {what} {field!r}" + (" (R2MED's code fails on it too)" if spec.format == "r2med" else ""))
             continue
         if spec.format == "r2med" and "text" in obj and _norm(obj["text"]) != _norm(query_text[qid] or ""):
