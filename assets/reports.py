@@ -26,9 +26,10 @@ import dagster as dg
 from assets.stage import ASSET_OF_STAGE
 from medbench_core.errors import DataError, MedbenchError
 from medbench_core.evaluation.exports import mteb_models, mteb_task_names
+from medbench_core.evaluation.floors import floors_mlflow_metrics
 from medbench_core.evaluation.judging.layers import attach_filled
 from medbench_core.evaluation.judging.spec import load_judgements
-from medbench_core.evaluation.multilingual import multilingual_mlflow_metrics, query_groups
+from medbench_core.evaluation.multilingual import ENGLISH, multilingual_mlflow_metrics, query_groups
 from medbench_core.evaluation.published import load_sources
 from medbench_core.evaluation.reports import STALE_KEY, Cell, Significance, write_leaderboard
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
@@ -143,7 +144,7 @@ def leaderboard(
     cells: list[Cell] = []
     copies: dict[tuple[str, str], int] = {}
     previous = saved_cells(store.layout)
-    groups = {}  # task -> its queries' languages, concepts and relevant documents, for the multilingual section
+    groups, pivots = {}, {}  # task -> its queries' languages, concepts and relevant documents (and its pivot), for the multilingual section
     for t in catalog.tasks:
         try:
             task = store.load_task(t.name)
@@ -151,6 +152,7 @@ def leaderboard(
             continue  # not curated: its column shows '-'
         if task.queries["language"].drop_nulls().n_unique() >= 2:
             groups[t.name] = query_groups(task.queries, task.qrels)
+            pivots[t.name] = task.meta.pivot_language or ENGLISH  # the paired gap: pivot minus each language
         stale = task_stale(store.layout, t, store.shared_data)
         got, leaks = task_cells(
             store.layout, specs, task, expansions, split=str(t.options.get("split") or "test"), online=registry.online, stale=stale, previous=previous
@@ -185,7 +187,7 @@ def leaderboard(
         footer=f"code version {REPORTS_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
         extra_json={"benchmark": catalog.benchmark, "cells": provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
         trust=trust, qrels_holes=data_holes, judgements=judged,
-        query_groups=groups,
+        query_groups=groups, pivots=pivots,
     )  # fmt: skip
     md = written["markdown"]
     context.log.info("\n" + md)
@@ -264,8 +266,10 @@ def log_leaderboard(
         if r["diff"] is not None:
             metrics[f"{prefix}/published_diff"] = float(r["diff"])
             metrics[f"{prefix}/published_in_ci"] = 1.0 if r["in_ci"] else 0.0
-    if written.get("multilingual"):  # per language and script, paired gaps, balanced aggregate, rank variance
+    if written.get("multilingual"):  # per language and script, paired gaps, balanced aggregate, language variance
         metrics |= multilingual_mlflow_metrics(written["multilingual"])
+    if written.get("floors") is not None and written["floors"].height:  # chance per task; tie-aware, its flag, chance-corrected per cell
+        metrics |= floors_mlflow_metrics(written["floors"])
     if published.height:
         from medbench_core.evaluation.published import summary
 

@@ -40,11 +40,15 @@ SCORING_PACKAGES = (
 # re-keys nothing. A model kind declares its own version too (medbench_core.retrieval.kinds).
 STAGE_VERSIONS: dict[str, str] = {
     "curated_task": "1",  # readers, the task model, images, licences
-    "contracts": "2",  # the task and overlap contracts' verdicts; 2: qrels holes (judged documents per query, refuse or mark)
+    # the task and overlap contracts' verdicts; 2: qrels holes (judged documents per query, refuse or mark);
+    # 3: no query equals or near-duplicates its relevant document (multilingual tasks)
+    "contracts": "3",
     "embeddings": "1",  # corpus representation (with the kind's version)
     "index": "1",  # FAISS index over the vectors
     "run": "1",  # top-k search with the tie rule (with the kind's version)
-    "metrics": "2",  # per-query metrics, means, bootstrap CIs, breakdowns; 2: judged@10, holes, bpref, condensed nDCG, bounds
+    # per-query metrics, means, bootstrap CIs, breakdowns; 2: judged@10, holes, bpref, condensed nDCG, bounds;
+    # 3: tie-aware and chance values, chance-corrected means, no best-minus-each gap
+    "metrics": "3",
     "derived_run": "1",  # runs built from upstream runs (fusion, rerank)
     "expanded_run": "1",  # a retriever on expanded queries
     "expansion": "3",  # expansion texts (published or generated) and their split (2: R2MED's rule per generator family;
@@ -53,7 +57,9 @@ STAGE_VERSIONS: dict[str, str] = {
     "judgements": "1",  # LLM relevance judgements of a task's pool, or a judgement file read (evaluation/judging)
     "filled_metrics": "1",  # a cell's run scored on the human + LLM qrels layer
     "leaderboard": "1",  # the leaderboard cells
-    "reports": "2",  # tables, CIs, paired tests, plots; 2: rank intervals and groups
+    # tables, CIs, paired tests, plots; 2: rank intervals and groups; 3: chance row, floors and ties, one paired gap
+    # (pivot minus L, Holm), language variance
+    "reports": "3",
 }
 
 

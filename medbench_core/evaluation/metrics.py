@@ -399,11 +399,3 @@ def breakdown(per_query: pl.DataFrame, groups: pl.DataFrame, by: str, metrics: I
     for row in joined.group_by(by).agg([pl.col(m).mean() for m in metrics]).sort(by).iter_rows(named=True):
         out[str(row[by])] = {m: float(row[m]) for m in metrics}
     return out
-
-
-def cross_lingual_gap(per_language: Mapping[str, Mapping[str, float]], metric: str = "ndcg_at_10") -> dict[str, float]:
-    """Best language's value minus each language's value (0 for the best)."""
-    if not per_language:
-        return {}
-    best = max(v[metric] for v in per_language.values())
-    return {lang: best - v[metric] for lang, v in per_language.items()}

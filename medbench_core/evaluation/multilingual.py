@@ -1,20 +1,27 @@
 """Multilingual reports as MMed-Bench-IR reads them, for every task whose queries are in two or more languages.
 
-From what the stages wrote (each cell's ``per_query.parquet`` and ``run.parquet``) and each task's
-queries (language, concept, relevant documents: :func:`query_groups`):
+From what the stages wrote (each cell's ``per_query.parquet``) and each task's queries (language,
+concept, relevant documents: :func:`query_groups`):
 
 - **per language**: the metric's mean over the language's queries, with its 95% percentile
-  bootstrap CI (:func:`medbench_core.evaluation.stats.bootstrap_ci`);
-- **cross-lingual gap, English minus L**: over the concepts that have a query in both English and
-  L (a paired difference, concept by concept), the mean difference, its bootstrap CI and the
-  two-sided p of the paired randomisation test (:func:`~medbench_core.evaluation.stats.paired_permutation`);
+  bootstrap CI (:func:`medbench_core.evaluation.stats.bootstrap_ci`), its tie-aware mean and, per
+  task, its chance value (:mod:`medbench_core.evaluation.ties`: the expectation over tied orders and
+  under a uniformly random order);
+- **the cross-lingual gap, pivot minus L** (the pivot: English, or the language the task declares,
+  ``TaskMeta.pivot_language``): over the concepts that have a query in both the pivot and L (a paired
+  difference, concept by concept), the mean difference, its bootstrap CI, the two-sided p of the paired
+  randomisation test (:func:`~medbench_core.evaluation.stats.paired_permutation`) and that p corrected
+  by Holm over the task's languages (:func:`~medbench_core.evaluation.stats.holm`); beside it the same
+  mean difference of the tie-aware values. It is the only gap the leaderboard reports: the unpaired
+  "best language minus each" table is gone;
 - **language-balanced aggregate**: the mean of the per-language means (each language weighted
   equally) beside the plain mean over queries, per task and over all these tasks' queries pooled
   (``all``), each with the models' ranks by either, and the **rank inversions** between them (a pair
   of models one ordering puts one way and the other the other way);
-- **rank variance**: for each concept with queries in two or more languages, the population
-  variance across languages of the rank of its first relevant document in the run (``k + 1`` when
-  it is not retrieved); the mean over concepts, and the mean rank;
+- **language variance**: for each concept with queries in two or more languages, the population
+  variance across languages of the metric's per-query value; the mean over concepts. It replaces the
+  variance of the relevant document's rank, whose scale depended on the run's depth (a document not
+  retrieved counted as rank k + 1): the metric is on [0, 1] at the same cutoff for every run;
 - **per script**: the mean and CI over the queries of each writing system (:data:`SCRIPTS`).
 
 All resampling uses the leaderboard's resamples and seed, so the tables are the same bytes each time.
@@ -49,10 +56,14 @@ LANGUAGE_SCHEMA = {
     "mean": pl.Float64,
     "ci_low": pl.Float64,
     "ci_high": pl.Float64,
+    "tie_aware": pl.Float64,
+    "tie_flag": pl.Boolean,
+    "chance": pl.Float64,
 }
 GAP_SCHEMA = {
-    "model": pl.Utf8, "task": pl.Utf8, "language": pl.Utf8, "n_concepts": pl.Int64, "english": pl.Float64, "other": pl.Float64,
-    "gap": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "p_perm": pl.Float64,
+    "model": pl.Utf8, "task": pl.Utf8, "pivot": pl.Utf8, "language": pl.Utf8, "n_concepts": pl.Int64, "pivot_mean": pl.Float64,
+    "other": pl.Float64, "gap": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "p_perm": pl.Float64, "p_holm": pl.Float64,
+    "gap_tie_aware": pl.Float64,
 }  # fmt: skip
 SCRIPT_SCHEMA = {
     "model": pl.Utf8,
@@ -85,8 +96,7 @@ VARIANCE_SCHEMA = {
     "task": pl.Utf8,
     "n_concepts": pl.Int64,
     "n_languages": pl.Float64,
-    "mean_rank_variance": pl.Float64,
-    "mean_rank": pl.Float64,
+    "mean_language_variance": pl.Float64,
 }
 
 
@@ -110,13 +120,6 @@ def is_multilingual(groups: pl.DataFrame) -> bool:
     return groups["language"].drop_nulls().n_unique() >= 2
 
 
-def _ranks(run: pl.DataFrame, groups: pl.DataFrame, k: int) -> pl.DataFrame:
-    """(query_id, rank) of each query's first relevant document in ``run`` (its ``rank`` column); k + 1 when absent."""
-    pairs = groups.select("query_id", "relevant").explode("relevant").rename({"relevant": "doc_id"}).drop_nulls()
-    hit = run.select("query_id", "doc_id", "rank").join(pairs, on=["query_id", "doc_id"], how="inner").group_by("query_id").agg(pl.col("rank").min())
-    return groups.select("query_id").join(hit, on="query_id", how="left", maintain_order="left").with_columns(pl.col("rank").fill_null(k + 1).cast(pl.Float64))
-
-
 def multilingual_tables(
     cells: Iterable[Any],
     groups: Mapping[str, pl.DataFrame],
@@ -125,28 +128,34 @@ def multilingual_tables(
     metric: str = "ndcg_at_10",
     n_resamples: int = 10_000,
     seed: int = 0,
+    pivots: Mapping[str, str] | None = None,
 ) -> dict[str, pl.DataFrame]:
     """Every table of the module docstring, for the cells of tasks whose ``groups`` name two or more languages.
 
-    ``cells``: :class:`~medbench_core.evaluation.reports.Cell` objects (their ``per_query`` and
-    ``run_dir``); ``groups``: task -> :func:`query_groups`; ``models``: the board's order.
+    ``cells``: :class:`~medbench_core.evaluation.reports.Cell` objects (their ``per_query``);
+    ``groups``: task -> :func:`query_groups`; ``models``: the board's order; ``pivots``: task -> the
+    language its gap is taken from (default English).
     """
-    from medbench_core.evaluation.stats import bootstrap_ci, paired_permutation
+    from medbench_core.evaluation.stats import bootstrap_ci, holm, paired_permutation
+    from medbench_core.evaluation.ties import CHANCE, TIE_AWARE
 
     tasks = [t for t, g in groups.items() if is_multilingual(g)]
     rows: dict[str, list[dict[str, Any]]] = {"languages": [], "gaps": [], "scripts": [], "variance": []}
     pooled: dict[str, list[pl.DataFrame]] = {}
     per_task: dict[str, dict[str, pl.DataFrame]] = {}
+    tie_col, chance_col = f"{TIE_AWARE}.{metric}", f"{CHANCE}.{metric}"
     for c in cells:
         if c.task not in tasks or not c.applicable or c.per_query is None or metric not in c.per_query.columns or c.model not in models:
             continue
-        df = c.per_query.select("query_id", pl.col(metric).cast(pl.Float64)).join(groups[c.task], on="query_id", how="inner")
+        extra = [pl.col(x).cast(pl.Float64) for x in (tie_col, chance_col) if x in c.per_query.columns]
+        df = c.per_query.select("query_id", pl.col(metric).cast(pl.Float64), *extra).join(groups[c.task], on="query_id", how="inner")
         df = df.with_columns(pl.col("language").map_elements(script_of, return_dtype=pl.Utf8).alias("script"))
-        per_task.setdefault(c.task, {})[c.model] = df
-        pooled.setdefault(c.model, []).append(df)
+        per_task.setdefault(c.task, {})[c.model] = df.select("query_id", metric, "language", "concept", "script")
+        pooled.setdefault(c.model, []).append(df.select("query_id", metric, "language", "concept", "script"))
         for lang, part in sorted(df.group_by("language"), key=lambda kv: str(kv[0][0])):
             v = part[metric].to_numpy()
             lo, hi = bootstrap_ci(v, n_resamples=n_resamples, seed=seed)
+            tie = float(part[tie_col].mean()) if tie_col in part.columns else None
             rows["languages"].append(
                 {
                     "model": c.model,
@@ -157,6 +166,9 @@ def multilingual_tables(
                     "mean": float(v.mean()),
                     "ci_low": lo,
                     "ci_high": hi,
+                    "tie_aware": tie,
+                    "tie_flag": tie is not None and abs(tie - float(v.mean())) > (hi - lo) / 2,
+                    "chance": float(part[chance_col].mean()) if chance_col in part.columns else None,
                 }
             )
         for script, part in sorted(df.group_by("script"), key=lambda kv: str(kv[0][0])):
@@ -175,42 +187,40 @@ def multilingual_tables(
                     "ci_high": hi,
                 }
             )
-        english = df.filter(pl.col("language") == ENGLISH).select("concept", pl.col(metric).alias("_en"))
-        if english.height:
-            for lang in sorted(set(df["language"].drop_nulls()) - {ENGLISH}):
-                paired = df.filter(pl.col("language") == lang).select("concept", metric).join(english, on="concept", how="inner").sort("concept")
+        pivot = (pivots or {}).get(c.task) or ENGLISH
+        both = [metric, *([tie_col] if tie_col in df.columns else [])]
+        base = df.filter(pl.col("language") == pivot).select("concept", *[pl.col(x).alias(f"_pivot.{x}") for x in both])
+        found = []
+        if base.height:
+            for lang in sorted(set(df["language"].drop_nulls()) - {pivot}):
+                paired = df.filter(pl.col("language") == lang).select("concept", *both).join(base, on="concept", how="inner").sort("concept")
                 if paired.height == 0:
                     continue
-                en, other = paired["_en"].to_numpy(), paired[metric].to_numpy()
-                lo, hi = bootstrap_ci(en - other, n_resamples=n_resamples, seed=seed)
-                p = paired_permutation(en, other, n_resamples=n_resamples, seed=seed) if paired.height > 1 else None
-                rows["gaps"].append(
+                a, b = paired[f"_pivot.{metric}"].to_numpy(), paired[metric].to_numpy()
+                lo, hi = bootstrap_ci(a - b, n_resamples=n_resamples, seed=seed)
+                p = paired_permutation(a, b, n_resamples=n_resamples, seed=seed) if paired.height > 1 else None
+                tie_gap = float((paired[f"_pivot.{tie_col}"] - paired[tie_col]).mean()) if tie_col in both else None
+                found.append(
                     {
-                        "model": c.model,
-                        "task": c.task,
-                        "language": lang,
-                        "n_concepts": paired.height,
-                        "english": float(en.mean()),
-                        "other": float(other.mean()),
-                        "gap": float((en - other).mean()),
-                        "ci_low": lo,
-                        "ci_high": hi,
-                        "p_perm": p,
+                        "model": c.model, "task": c.task, "pivot": pivot, "language": lang, "n_concepts": paired.height,
+                        "pivot_mean": float(a.mean()), "other": float(b.mean()), "gap": float((a - b).mean()), "ci_low": lo, "ci_high": hi,
+                        "p_perm": p, "p_holm": None, "gap_tie_aware": tie_gap,
                     }
-                )
-        if c.run_dir is not None and (c.run_dir / "run.parquet").is_file():
-            run = pl.read_parquet(c.run_dir / "run.parquet")
-            k = int(run.group_by("query_id").len()["len"].max() or 0)
-            ranked = _ranks(run, groups[c.task], k).join(groups[c.task].select("query_id", "concept"), on="query_id")
-            spread = (
-                ranked.group_by("concept")
-                .agg(pl.col("rank").var(ddof=0).alias("var"), pl.len().alias("n"), pl.col("rank").mean().alias("mean"))
-                .filter(pl.col("n") >= 2)
-                .sort("concept")  # group_by's order varies; the means below would in their last bit
-            )
-            if spread.height:
-                rows["variance"].append({"model": c.model, "task": c.task, "n_concepts": spread.height, "n_languages": float(spread["n"].mean()),
-                                         "mean_rank_variance": float(spread["var"].mean()), "mean_rank": float(spread["mean"].mean())})  # fmt: skip
+                )  # fmt: skip
+        tested = [r for r in found if r["p_perm"] is not None]
+        for r, adjusted in zip(tested, holm([r["p_perm"] for r in tested]) if tested else []):
+            r["p_holm"] = adjusted  # Holm over the task's languages, for this model
+        rows["gaps"] += found
+        # The metric's variance across the languages of each concept asked in two or more of them.
+        spread = (
+            df.group_by("concept")
+            .agg(pl.col(metric).var(ddof=0).alias("var"), pl.len().alias("n"))
+            .filter(pl.col("n") >= 2)
+            .sort("concept")  # group_by's order varies; the means below would in their last bit
+        )
+        if spread.height:
+            rows["variance"].append({"model": c.model, "task": c.task, "n_concepts": spread.height, "n_languages": float(spread["n"].mean()),
+                                     "mean_language_variance": float(spread["var"].mean())})  # fmt: skip
     aggregate, inversions = _aggregate(per_task, pooled, models, metric)
     order = {m: i for i, m in enumerate(models)}
 
@@ -304,9 +314,22 @@ def multilingual_markdown(tables: Mapping[str, pl.DataFrame], *, label: str = "n
     if langs.height == 0:
         return ""
     out = ["## Multilingual (tasks whose queries are in two or more languages)", ""]
-    keys, body = _wide(langs, "language", lambda r: _ci(r["mean"], r["ci_low"], r["ci_high"]))
+
+    def language_cell(r: Mapping[str, Any]) -> str:
+        text = _ci(r["mean"], r["ci_low"], r["ci_high"])
+        if r.get("tie_aware") is not None and round(r["tie_aware"], 4) != round(r["mean"], 4):
+            text += f" · tie-aware {r['tie_aware']:.4f}" + (" ⚑" if r.get("tie_flag") else "")
+        return text
+
+    keys, body = _wide(langs, "language", language_cell)
+    chance = langs.filter(pl.col("chance").is_not_null()).unique(subset=["task", "language"], keep="first", maintain_order=True)
+    for t in dict.fromkeys(chance["task"].to_list()):
+        by = {r["language"]: f"*{r['chance']:.4f}*" for r in chance.filter(pl.col("task") == t).iter_rows(named=True)}
+        body.append(["*chance*", t, *[by.get(k, "-") for k in keys]])
     out += [
-        f"{label} by language ([low, high]: 95% bootstrap CI over the language's queries, {n_resamples} resamples, seed {seed})",
+        f"{label} by language ([low, high]: 95% bootstrap CI over the language's queries, {n_resamples} resamples, seed {seed}; "
+        "tie-aware: the expectation over the model's tied orders where it differs, ⚑ by more than the CI's half width; "
+        "chance: a uniformly random order of each query's candidates, else the corpus)",
         "",
     ]
     out += _table(["model", "task", *[f"{k} ({script_of(k)})" for k in keys]], body) + [""]
@@ -316,14 +339,17 @@ def multilingual_markdown(tables: Mapping[str, pl.DataFrame], *, label: str = "n
             gaps,
             "language",
             lambda r: (
-                f"{r['gap']:+.4f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] p={r['p_perm']:.4f} (n={r['n_concepts']})"
+                f"{r['gap']:+.4f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] p={r['p_perm']:.4f} p_Holm={r['p_holm']:.4f} (n={r['n_concepts']})"
+                + (f" tie-aware {r['gap_tie_aware']:+.4f}" if r["gap_tie_aware"] is not None else "")
                 if r["p_perm"] is not None
                 else f"{r['gap']:+.4f} (n=1)"
             ),
         )
+        pivots = sorted(set(gaps["pivot"].to_list()))
         title = (
-            f"Cross-lingual gap: English minus each language, {label} paired over the concepts queried in both "
-            "(95% bootstrap CI of the mean difference; p: paired randomisation test, sign flips, two-sided)"
+            f"Cross-lingual gap: {' / '.join(pivots)} (the task's pivot) minus each language, {label} paired over the concepts queried in both "
+            "(95% bootstrap CI of the mean difference; p: paired randomisation test, sign flips, two-sided; p_Holm: Holm over the task's "
+            "languages; tie-aware: the same difference of the tie-aware values)"
         )
         out += [title, ""]
         out += _table(["model", "task", *keys], body) + [""]
@@ -365,21 +391,14 @@ def multilingual_markdown(tables: Mapping[str, pl.DataFrame], *, label: str = "n
     var = tables["variance"]
     if var.height:
         body = [
-            [
-                r["model"],
-                r["task"],
-                str(r["n_concepts"]),
-                f"{r['n_languages']:.2f}",
-                f"{r['mean_rank_variance']:.3f}",
-                f"{r['mean_rank']:.2f}",
-            ]
-            for r in var.iter_rows(named=True)
+            [r["model"], r["task"], str(r["n_concepts"]), f"{r['n_languages']:.2f}", f"{r['mean_language_variance']:.4f}"] for r in var.iter_rows(named=True)
         ]
         out += [
-            "Rank variance: per concept, the variance across languages of its relevant document's rank (k + 1 when not retrieved); mean over concepts",
+            f"Language variance: per concept, the variance across its languages of the per-query {label} (on [0, 1] whatever the run's "
+            "depth; it replaces the variance of the relevant document's rank, which counted a document not retrieved as k + 1); mean over concepts",
             "",
         ]
-        out += _table(["model", "task", "concepts", "languages per concept", "mean rank variance", "mean rank"], body) + [""]
+        out += _table(["model", "task", "concepts", "languages per concept", "mean language variance"], body) + [""]
     return "\n".join(out)
 
 
@@ -387,11 +406,11 @@ def multilingual_csv(tables: Mapping[str, pl.DataFrame]) -> str:
     """One long CSV: table, model, task, group (language / script / language pair), measure, value."""
     rows: list[tuple[str, str, str, str, str, float | None]] = []
     for name, group_col, measures in (
-        ("languages", "language", ("n_queries", "mean", "ci_low", "ci_high")),
+        ("languages", "language", ("n_queries", "mean", "ci_low", "ci_high", "tie_aware", "tie_flag", "chance")),
         ("scripts", "script", ("n_queries", "mean", "ci_low", "ci_high")),
-        ("gaps", "language", ("n_concepts", "english", "other", "gap", "ci_low", "ci_high", "p_perm")),
+        ("gaps", "language", ("n_concepts", "pivot_mean", "other", "gap", "ci_low", "ci_high", "p_perm", "p_holm", "gap_tie_aware")),
         ("aggregate", None, ("n_languages", "plain", "balanced", "rank_plain", "rank_balanced")),
-        ("variance", None, ("n_concepts", "n_languages", "mean_rank_variance", "mean_rank")),
+        ("variance", None, ("n_concepts", "n_languages", "mean_language_variance")),
     ):
         for r in tables[name].iter_rows(named=True):
             for m in measures:
@@ -419,30 +438,31 @@ def multilingual_csv(tables: Mapping[str, pl.DataFrame]) -> str:
 
 
 def multilingual_mlflow_metrics(tables: Mapping[str, pl.DataFrame]) -> dict[str, float]:
-    """MLflow keys: ``multilingual/<task>/<model>/language.ja.mean``, ``.../gap.ja``, ``.../gap.ja.p_perm``,
-    ``.../script.CJK.mean``, ``.../balanced``, ``.../plain``, ``.../mean_rank_variance`` (CIs as ``.ci_low``/``.ci_high``)."""
+    """MLflow keys: ``multilingual/<task>/<model>/language.ja.mean`` (``.tie_aware``, ``.chance``), ``.../gap.ja``,
+    ``.../gap.ja.p_perm``, ``.../gap.ja.p_holm``, ``.../gap.ja.tie_aware``, ``.../script.CJK.mean``, ``.../balanced``, ``.../plain``,
+    ``.../mean_language_variance`` (CIs as ``.ci_low``/``.ci_high``)."""
 
     def key(task: str, model: str, name: str) -> str:
         return "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"multilingual/{task}/{model}/{name}")
 
     out: dict[str, float] = {}
     for r in tables["languages"].iter_rows(named=True):
-        for m in ("mean", "ci_low", "ci_high"):
-            out[key(r["task"], r["model"], f"language.{r['language']}.{m}")] = float(r[m])
+        for m in ("mean", "ci_low", "ci_high", "tie_aware", "chance"):
+            if r[m] is not None:
+                out[key(r["task"], r["model"], f"language.{r['language']}.{m}")] = float(r[m])
     for r in tables["scripts"].iter_rows(named=True):
         for m in ("mean", "ci_low", "ci_high"):
             out[key(r["task"], r["model"], f"script.{r['script']}.{m}")] = float(r[m])
     for r in tables["gaps"].iter_rows(named=True):
         out[key(r["task"], r["model"], f"gap.{r['language']}")] = float(r["gap"])
-        for m in ("ci_low", "ci_high", "p_perm"):
+        for m, name in (("ci_low", "ci_low"), ("ci_high", "ci_high"), ("p_perm", "p_perm"), ("p_holm", "p_holm"), ("gap_tie_aware", "tie_aware")):
             if r[m] is not None:
-                out[key(r["task"], r["model"], f"gap.{r['language']}.{m}")] = float(r[m])
+                out[key(r["task"], r["model"], f"gap.{r['language']}.{name}")] = float(r[m])
     for r in tables["aggregate"].iter_rows(named=True):
         for m in ("plain", "balanced", "rank_plain", "rank_balanced"):
             out[key(r["task"], r["model"], m)] = float(r[m])
     for r in tables["variance"].iter_rows(named=True):
-        for m in ("mean_rank_variance", "mean_rank"):
-            out[key(r["task"], r["model"], m)] = float(r[m])
+        out[key(r["task"], r["model"], "mean_language_variance")] = float(r["mean_language_variance"])
     return out
 
 

@@ -1,5 +1,7 @@
 """Reports people open: the leaderboard with averages, CIs and significance markers, breakdown
-tables (tier, language, discipline) and the cross-lingual gap, a model x task heatmap, per-query
+tables (tier, language, discipline), each cell's floors (chance, chance-corrected, tie-aware:
+:mod:`medbench_core.evaluation.floors`), the multilingual tables with the one cross-lingual gap
+(:mod:`medbench_core.evaluation.multilingual`), a model x task heatmap, per-query
 difference plots against the baseline (drawn by :mod:`medbench_core.evaluation.plots`); the exports (MTEB
 results JSON, TREC runs) are :mod:`medbench_core.evaluation.exports`.
 
@@ -195,11 +197,13 @@ def leaderboard_markdown(
     seed: int | None = None,
     stale: Mapping[tuple[str, str], str] | None = None,
     suffix: Mapping[tuple[str, str], str] | None = None,
+    chance: Mapping[str, float] | None = None,
 ) -> str:
     """The leaderboard as Markdown: ``0.6602 [0.63, 0.69] *`` cells where ``stats`` has the cell.
 
     ``suffix``: (model, task) -> text appended to the cell after ``·`` (what it rests on:
-    :func:`medbench_core.evaluation.trust.cell_suffix`).
+    :func:`medbench_core.evaluation.trust.cell_suffix`). ``chance``: task -> the metric's value under a
+    uniformly random order (:mod:`medbench_core.evaluation.floors`), printed as a last row under the models.
 
     '-' is not evaluated, 'n/a' a model that cannot read the task; a ``stale`` cell (model, task) ->
     reason reads ``0.6602 [0.63, 0.69] (stale)``, as does an average over one, and a note lists why. The notes under the table say
@@ -232,6 +236,10 @@ def leaderboard_markdown(
                 cells[-1] += " · " + suffix[(row["model"], t)]
         cells.append(format_cell(row["average"]) + (" (stale)" if row["average"] is not None and any(m == row["model"] for m, _ in stale_cells) else ""))
         lines.append("| " + " | ".join(cells) + " |")
+    if chance:
+        from medbench_core.evaluation.floors import CHANCE_ROW
+
+        lines.append("| " + " | ".join([f"*{CHANCE_ROW}*", *[f"*{chance[t]:.4f}*" if t in chance else "-" for t in tasks], "-"]) + " |")
     notes = [""]
     if stale_cells:
         if any(UNCONFIRMED in why for why in stale_cells.values()):  # a partition that failed (assets/reports.py)
@@ -259,6 +267,11 @@ def leaderboard_markdown(
             f"· J@10: the share of the cell's top 10 that is judged (Judged@10); bounds: the lowest and highest nDCG@10 any grades "
             f"of the unjudged documents could give; {MARK}: Judged@10 below the threshold; filled: on human + LLM judgements "
             "(the table 'What each cell rests on' below)."
+        )
+    if chance:
+        notes.append(
+            f"{CHANCE_ROW}: each task's expected value when every query's candidates (else the corpus) are ordered uniformly at random "
+            "(exact; the section 'Floors and ties' sets it beside every cell)."
         )
     notes.append(
         "average: mean over the tasks each model can read: "
@@ -293,17 +306,6 @@ def wide(long: pl.DataFrame, by: str, metric: str = "ndcg_at_10", models: list[s
     if models is not None:
         out = pl.DataFrame({"model": [m for m in models if m in out["model"].to_list()]}).join(out, on="model", how="left")
     return out
-
-
-def gap_table(cells: Iterable[Cell]) -> pl.DataFrame:
-    """Cross-lingual gap (model, task, language, gap): the best language's nDCG@10 minus each language's."""
-    rows = []
-    for c in cells:
-        if c.metrics is None or not c.applicable:
-            continue
-        for lang, gap in sorted(c.metrics.get("cross_lingual_gap", {}).items()):
-            rows.append({"model": c.model, "task": c.task, "language": lang, "gap": float(gap)})
-    return pl.DataFrame(rows, schema={"model": pl.Utf8, "task": pl.Utf8, "language": pl.Utf8, "gap": pl.Float64})
 
 
 def frame_markdown(df: pl.DataFrame, title: str = "", digits: int = 4) -> str:
@@ -545,6 +547,7 @@ def write_leaderboard(
     qrels_holes: Mapping[str, Mapping[str, Any]] | None = None,
     judgements: Mapping[str, Mapping[str, Any]] | None = None,
     query_groups: Mapping[str, pl.DataFrame] | None = None,
+    pivots: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Every report of the leaderboard, written into ``out_dir``; returns what was written.
 
@@ -556,11 +559,13 @@ def write_leaderboard(
     whose cells carry :attr:`Cell.filled`: the agreement between the layers (:func:`layer_agreement`) joins the trust sections.
     ``query_groups`` (task -> :func:`medbench_core.evaluation.multilingual.query_groups`) adds the
     multilingual section for the tasks whose queries are in two or more languages
-    (:func:`write_multilingual`: per language and script with CIs, paired gaps English minus L,
-    the language-balanced aggregate, rank variance; ``multilingual.csv``).
+    (:func:`write_multilingual`: per language and script with CIs, tie-aware and chance values, the paired
+    gap pivot minus L (``pivots``: task -> its pivot language, default English) with Holm across languages,
+    the language-balanced aggregate, language variance; ``multilingual.csv``).
 
     ``leaderboard.md`` (the table with CIs and markers, its legend, breakdowns by tier, language
-    and discipline, the cross-lingual gap, expanded models beside their retrievers),
+    and discipline, the floors of every cell (:mod:`medbench_core.evaluation.floors`: a chance row under the
+    models, tie-aware and chance-corrected figures), expanded models beside their retrievers),
     ``leaderboard.csv`` (means, average, which tasks it is over, the average's rank interval and
     group; the published value, difference and whether it lies in our CI per task, when
     ``published`` sources have some), ``leaderboard.json`` (all of it, the rank table of
@@ -586,9 +591,13 @@ def write_leaderboard(
 
     trust = trust or TrustSettings(metric=metric)
     trusted = trust_table(cells, trust)
+    from medbench_core.evaluation.floors import chance_by_task, chance_row, floors_csv_columns, floors_markdown, floors_table
+
+    floors = floors_table(cells, tasks, models, metric)
     md = leaderboard_markdown(
         board, stats, metric=metric, research_only=research_only, not_applicable=na, baseline=sig.baseline,
         test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed, stale=stale, suffix=suffixes(trusted),
+        chance=chance_row(floors, tasks),
     )  # fmt: skip
     untested = sorted(set(stats.filter(pl.col("baseline").is_null())["task"].to_list()), key=tasks.index)
     if untested:
@@ -620,6 +629,9 @@ def write_leaderboard(
             board_csv = board_csv.join(per, on="model", how="left", maintain_order="left")
     trust_md, board_csv, stats, trust_plots = write_trust(trusted, board_csv, stats, models, tasks, out, trust, qrels_holes)
     md += trust_md
+    if floors.height:
+        md += "\n" + floors_markdown(floors, METRIC_LABELS.get(metric, metric))
+        board_csv = floors_csv_columns(board_csv, floors, tasks)
     layers = layer_agreement(cells, board, tasks, sig, ranks, judgements or {}) if judgements else {}
     if layers:
         from medbench_core.evaluation.trust import agreement_markdown
@@ -637,14 +649,10 @@ def write_leaderboard(
         table = wide(long.filter(pl.col("task").is_in(several)), by, metric, models)
         if table.width > 1:
             md += "\n" + frame_markdown(table, f"{label} by {by} (task/{by}; tasks with more than one {by})")
-    gaps = gap_table(cells)
-    sections["cross_lingual_gap"] = gaps.to_dicts()
-    if gaps.height:
-        md += "\n" + frame_markdown(gaps, "Cross-lingual gap: the best language's nDCG@10 minus each language's")
     beside = expanded_beside(cells, board, specs or [], sig, copies)
     if beside.height:
         md += "\n" + expanded_markdown(beside, sig)
-    multilingual, multilingual_md, multilingual_files = write_multilingual(cells, query_groups or {}, models, sig, out)
+    multilingual, multilingual_md, multilingual_files = write_multilingual(cells, query_groups or {}, models, sig, out, pivots)
     md += multilingual_md
     plots: list[str] = []
     by_task: dict[str, dict[str, pl.DataFrame]] = {}
@@ -676,7 +684,7 @@ def write_leaderboard(
         "ranks": ranks.to_dicts(),
         **({"published": {"sources": [str(src.path) for src in sources], "summary": summary(versus), "cells": versus.to_dicts()}} if sources else {}),
         "breakdowns": {k: v for k, v in sections.items() if k in BREAKDOWNS},
-        "cross_lingual_gap": sections["cross_lingual_gap"],
+        "floors": {"metric": metric, "chance": chance_by_task(floors), "cells": floors.to_dicts()},
         "expanded": beside.to_dicts(),
         **({"multilingual": multilingual_json(multilingual)} if multilingual_files else {}),
         "plots": {"heatmap": "heatmap.png", "diff": plots, "trust": trust_plots},
@@ -691,7 +699,7 @@ def write_leaderboard(
     write_json_atomic(out / "leaderboard.json", doc)
     files = ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", *multilingual_files, *plots, *trust_plots]
     return {"markdown": md, "board": board, "stats": stats, "ranks": ranks, "published": versus, "expanded": beside, "files": files, "stale": stale,
-            "trust": trusted, "layers": layers, "multilingual": multilingual}  # fmt: skip
+            "trust": trusted, "layers": layers, "multilingual": multilingual, "floors": floors}  # fmt: skip
 
 
 def layer_agreement(
@@ -758,13 +766,15 @@ def write_trust(
     return ("\n" + md if md else ""), board_csv, stats, [f"trust/{file_name(m)}.png" for m in drawn]
 
 
-def write_multilingual(cells: list[Cell], groups: Mapping[str, pl.DataFrame], models: list[str], sig: Significance, out: Path) -> tuple[dict, str, list[str]]:
+def write_multilingual(
+    cells: list[Cell], groups: Mapping[str, pl.DataFrame], models: list[str], sig: Significance, out: Path, pivots: Mapping[str, str] | None = None
+) -> tuple[dict, str, list[str]]:
     """The multilingual tables (:mod:`medbench_core.evaluation.multilingual`), their Markdown and ``multilingual.csv``
     in ``out``; empty, and nothing written (a previous ``multilingual.csv`` removed), when no task is multilingual."""
     from medbench_core.evaluation.multilingual import multilingual_csv, multilingual_markdown, multilingual_tables
     from medbench_core.storage import write_text_atomic
 
-    tables = multilingual_tables(cells, groups, models, metric=sig.metric, n_resamples=sig.n_resamples, seed=sig.seed)
+    tables = multilingual_tables(cells, groups, models, metric=sig.metric, n_resamples=sig.n_resamples, seed=sig.seed, pivots=pivots)
     if tables["languages"].height == 0:
         (Path(out) / "multilingual.csv").unlink(missing_ok=True)
         return {}, "", []

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from medbench_core.evaluation.metrics import breakdown, cross_lingual_gap, evaluate_frame
+from medbench_core.evaluation.metrics import breakdown, evaluate_frame
 from medbench_core.metric_names import DEFAULT_METRICS
 from medbench_core.taskdata.task import Task
 
@@ -31,7 +31,8 @@ def drops_identical_ids(task: Task, family: str | None) -> bool:
 
 
 def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = DEFAULT_METRICS, *, family: str | None = None) -> dict[str, Any]:
-    """Per-query and mean metrics, each mean's 95% bootstrap CI, and breakdowns by language, discipline and tier.
+    """Per-query and mean metrics, each mean's 95% bootstrap CI, breakdowns by language, discipline and tier,
+    and beside the trec_eval figures their tie-aware and chance values (:func:`tie_aware_and_chance`).
 
     The CIs (``ci``: metric -> [low, high]; :func:`medbench_core.evaluation.stats.bootstrap_cis`, 10,000
     resamples of the queries, seed 0) are deterministic, so re-scoring a run reproduces them bit for bit.
@@ -46,8 +47,11 @@ def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = D
     unjudged = unjudged_in_universe(task)
     ev = evaluate_frame(task.qrels, run, metrics, unjudged=unjudged)
     per_query = ev.per_query_frame()
+    floors, extra = tie_aware_and_chance(task, run, metrics, per_query, dropped=dropped)
+    if extra.height:
+        per_query = per_query.join(extra, on="query_id", how="left", maintain_order="left")
     per_query.write_parquet(out / "per_query.parquet", statistics=False)
-    result: dict[str, Any] = {"mean": ev.mean, "n_queries": len(ev.per_query), "breakdowns": {}}
+    result: dict[str, Any] = {"mean": ev.mean, "n_queries": len(ev.per_query), "breakdowns": {}, **floors}
     if task.meta.ignore_identical_ids:  # the task has such pairs: say what this run's scoring did with them
         result["identical_ids"] = {"rule": task.meta.ignore_identical_ids, "family": family, "dropped": dropped}
     result["holes"] = hole_summary(task, per_query, unjudged)
@@ -60,12 +64,47 @@ def score(task: Task, run: pl.DataFrame, out: Path, metrics: tuple[str, ...] = D
         groups = task.queries.select("query_id", col)
         if groups[col].drop_nulls().n_unique() >= 1:
             result["breakdowns"][col] = breakdown(per_query, groups, col, metrics)
-    langs = result["breakdowns"].get("language", {})
-    if len(langs) > 1:
-        result["cross_lingual_gap"] = cross_lingual_gap(langs, "ndcg_at_10")
     result["files"] = ["per_query.parquet", "metrics.json"]
     (out / "metrics.json").write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     return result
+
+
+def tie_aware_and_chance(
+    task: Task, run: pl.DataFrame, metrics: tuple[str, ...], per_query: pl.DataFrame, *, dropped: bool = False
+) -> tuple[dict[str, Any], pl.DataFrame]:
+    """The floors beside the trec_eval figures (:mod:`medbench_core.evaluation.ties`): per query ``tie_aware.<m>``
+    and ``chance.<m>`` columns; for metrics.json the means (``tie_aware``, ``chance``), on a candidate-set task
+    ``chance_corrected`` = (mean - chance) / (1 - chance), and ``ties`` (queries with a tie inside the deepest
+    cutoff; those whose tie was taken to continue over the documents the run left out). ``dropped``: scoring
+    dropped the document bearing each query's id (:func:`drops_identical_ids`): it is no part of the universe."""
+    from medbench_core.evaluation.ties import CHANCE, TIE_AWARE, chance, judged, supported, tie_aware
+
+    wanted = supported(metrics)
+    if not wanted or per_query.height == 0:
+        return {}, pl.DataFrame()
+    j = judged(task, max(k for _, _, k in wanted), drop_identical_ids=dropped)
+    order = pl.DataFrame({"query_id": j.query_ids}).join(per_query, on="query_id", how="left", maintain_order="left")
+    trec = {m: order[m].cast(pl.Float64).fill_null(0.0).to_numpy() for m, _, _ in wanted}
+    ta = tie_aware(j, run, wanted, trec)
+    floor = chance(j, wanted)
+    columns = {"query_id": j.query_ids}
+    columns |= {f"{TIE_AWARE}.{m}": ta.values[m] for m, _, _ in wanted}
+    columns |= {f"{CHANCE}.{m}": floor[m] for m, _, _ in wanted}
+    n = len(j.query_ids)
+    out: dict[str, Any] = {
+        # summed in qrels order, as evaluate_frame sums its means: a run without ties gets its mean bit for bit
+        TIE_AWARE: {m: sum(ta.values[m].tolist()) / n for m, _, _ in wanted},
+        CHANCE: {m: sum(floor[m].tolist()) / n for m, _, _ in wanted},
+        "ties": {"queries_tied": int(ta.tied.sum()), "queries_tie_continued": int(ta.tail.sum())},
+    }
+    if task.candidates is not None:
+        out["chance_corrected"] = {m: chance_corrected(sum(trec[m].tolist()) / n, out[CHANCE][m]) for m, _, _ in wanted if out[CHANCE][m] < 1.0}
+    return out, pl.DataFrame(columns)
+
+
+def chance_corrected(value: float, floor: float) -> float:
+    """(value - chance) / (1 - chance): 0 at chance, 1 at the best possible value (Cohen's kappa's form)."""
+    return (value - floor) / (1.0 - floor)
 
 
 def hole_summary(task: Task, per_query: pl.DataFrame, unjudged: dict[str, int]) -> dict[str, Any]:
@@ -86,7 +125,8 @@ def hole_summary(task: Task, per_query: pl.DataFrame, unjudged: dict[str, int]) 
 
 def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
     """MLflow-ready metric keys: ``ndcg_at_10``, ``ci_low.ndcg_at_10`` / ``ci_high.ndcg_at_10`` (the mean's 95% CI),
-    ``language.fr.ndcg_at_10``, ``gap.language.ja.ndcg_at_10``."""
+    ``language.fr.ndcg_at_10``, ``tie_aware.ndcg_at_10``, ``chance.ndcg_at_10`` and, on a candidate-set task,
+    ``chance_corrected.ndcg_at_10``."""
     out = {k: float(v) for k, v in result["mean"].items()}
     for m, (low, high) in result.get("ci", {}).items():
         out[f"ci_low.{m}"], out[f"ci_high.{m}"] = float(low), float(high)
@@ -95,6 +135,7 @@ def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(value))
             for m, v in vals.items():
                 out[f"{col}.{safe}.{m}"] = float(v)
-    for lang, gap in result.get("cross_lingual_gap", {}).items():
-        out[f"gap.language.{lang}.ndcg_at_10"] = float(gap)
+    for family in ("tie_aware", "chance", "chance_corrected"):
+        for m, v in result.get(family, {}).items():
+            out[f"{family}.{m}"] = float(v)
     return out

@@ -178,9 +178,9 @@ class Judged:
     positives: pl.DataFrame  # (query_id, doc_id, relevance) of every positive judgment
 
 
-def judged(task: Any, depth: int, qrels: pl.DataFrame | None = None) -> Judged:
+def judged(task: Any, depth: int, qrels: pl.DataFrame | None = None, *, drop_identical_ids: bool = False) -> Judged:
     """The judged queries of ``task`` with their universe (candidate pool, else corpus; less the document
-    that bears the query's own id where scoring drops it) and the relevant documents inside it."""
+    that bears the query's own id where scoring drops it: ``drop_identical_ids``) and the relevant documents inside it."""
     q = (task.qrels if qrels is None else qrels).select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("relevance").cast(pl.Int64))
     query_ids = q.get_column("query_id").unique(maintain_order=True).to_list()
     index = pl.DataFrame({"query_id": query_ids, "qi": np.arange(len(query_ids), dtype=np.int64)}, schema={"query_id": pl.Utf8, "qi": pl.Int64})
@@ -201,7 +201,7 @@ def judged(task: Any, depth: int, qrels: pl.DataFrame | None = None) -> Judged:
         inside = pos.join(docs, on="doc_id", how="semi")
         pool = None
     sizes = index.join(size, on="query_id", how="left").get_column("size").fill_null(0).to_numpy().astype(np.int64)
-    if task.meta.ignore_identical_ids:  # scoring drops the document that bears the query's id: it is not ranked
+    if drop_identical_ids:  # scoring drops the document that bears the query's id: it is not ranked
         own = index.select("query_id", pl.col("query_id").alias("doc_id"), "qi")
         if pool is not None:
             held = own.join(pool, on=["query_id", "doc_id"], how="semi")

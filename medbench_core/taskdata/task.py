@@ -69,7 +69,9 @@ PY_WHITESPACE = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002
 
 # TaskMeta fields written only when set, so that the content hash (and every artifact key) of a
 # task read before they existed stays what it was.
-OPTIONAL_META = ("dataset", "subset", "task_type", "source_path", "mteb_task", "domains", "licence_lineage", "source_notes", "ignore_identical_ids")
+OPTIONAL_META = (
+    "dataset", "subset", "task_type", "source_path", "mteb_task", "domains", "licence_lineage", "source_notes", "ignore_identical_ids", "pivot_language",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ class TaskMeta:
     ``source_notes``: what the reader counted and did not use (reason, language, count, first
     place). All are empty for the first six bundled tasks.
     ``ignore_identical_ids``: scoring drops a retrieved document whose id is its query's id
-    (:func:`identical_id_pairs`; the reader's default or the entry's option).
+    (:func:`identical_id_pairs`; the reader's default or the entry's option). ``pivot_language``: the
+    language of a multilingual task's paired gap, pivot minus each language (empty: English).
     """
 
     name: str
@@ -112,6 +115,8 @@ class TaskMeta:
     # dense retriever's run only (R2MED's rule); set only where some query id is also a document id
     # (elsewhere it changes nothing, and the task's content hash stays)
     ignore_identical_ids: bool | str = False
+    # the language a multilingual task's paired cross-lingual gap is taken from (pivot minus L); empty: English
+    pivot_language: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

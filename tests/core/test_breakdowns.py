@@ -1,4 +1,4 @@
-"""Breakdowns per difficulty tier, language and discipline, and the cross-lingual gap, by hand."""
+"""Breakdowns per difficulty tier, language and discipline, by hand (the paired cross-lingual gap: test_multilingual_reports.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from medbench_core.evaluation.metrics import breakdown, cross_lingual_gap, evaluate, qrels_to_dict, run_to_dict
+from medbench_core.evaluation.metrics import breakdown, evaluate, qrels_to_dict, run_to_dict
 from medbench_core.retrieval.index import build_index, search
 from medbench_core.retrieval.records import candidate_pools, encode_side
 from medbench_core.taskdata.task import TaskMeta, make_task
@@ -39,12 +39,6 @@ def test_breakdown_means_per_group_by_hand():
     assert out["hard"] == pytest.approx({"ndcg_at_10": 0.3, "mrr_at_10": 0.75})
     assert out["medium"] == pytest.approx({"ndcg_at_10": 0.9, "mrr_at_10": 1.0})
     assert out["easy"] == pytest.approx({"ndcg_at_10": 1.0, "mrr_at_10": 1.0})
-
-
-def test_cross_lingual_gap_is_best_minus_each():
-    per_language = {"en": {"ndcg_at_10": 0.818}, "fr": {"ndcg_at_10": 0.5}, "ja": {"ndcg_at_10": 0.056}}
-    assert cross_lingual_gap(per_language) == pytest.approx({"en": 0.0, "fr": 0.318, "ja": 0.762})
-    assert cross_lingual_gap({}) == {}
 
 
 class TextTable:
@@ -119,7 +113,12 @@ def test_pipeline_score_logs_tier_breakdowns_as_separate_metrics(inverted_mcqa_e
     assert flat["tier.hard.ndcg_at_10"] == pytest.approx(1 / math.log2(6), abs=1e-12)
     assert flat["ndcg_at_10"] == pytest.approx(ev.mean["ndcg_at_10"], abs=1e-12)
     assert flat["language.fr.ndcg_at_10"] == pytest.approx(ev.mean["ndcg_at_10"], abs=1e-12)
-    assert "cross_lingual_gap" not in result  # one language: no gap
+    assert "cross_lingual_gap" not in result  # the unpaired best-minus-each gap is gone (issue 45): one gap, paired, in the reports
+    # Five options, the correct ones ranked last: chance and the chance-corrected figure beside the trec_eval one.
+    assert flat["chance_corrected.ndcg_at_10"] == pytest.approx((flat["ndcg_at_10"] - flat["chance.ndcg_at_10"]) / (1 - flat["chance.ndcg_at_10"]), abs=1e-12)
+    assert flat["chance_corrected.ndcg_at_10"] < 0 and flat["tie_aware.ndcg_at_10"] == pytest.approx(
+        flat["ndcg_at_10"], abs=1e-12
+    )  # ties only among options of one grade: every order scores the same
 
 
 def _inverted_scores(task):
@@ -128,7 +127,7 @@ def _inverted_scores(task):
     return {q: {d: 0.0 if r else 1.0 for d, r in docs.items()} for q, docs in rel.items()}
 
 
-def test_bilingual_task_breakdown_and_gap_by_hand():
+def test_bilingual_task_breakdown_by_hand():
     # Three queries share one corpus; every query vector is (1, 0).
     # Documents: a (1, 0) -> score 1; b (.6, .8) -> .6; c (0, 1) -> 0.
     # en1 judges a relevant (rank 1, nDCG 1); en2 judges b (rank 2, nDCG 1/log2 3);
@@ -149,6 +148,5 @@ def test_bilingual_task_breakdown_and_gap_by_hand():
     en = (1 + 1 / math.log2(3)) / 2
     assert langs["en"] == pytest.approx({"ndcg_at_10": en, "recall_at_1": 0.5}, abs=1e-12)
     assert langs["fr"] == pytest.approx({"ndcg_at_10": 0.5, "recall_at_1": 0.0}, abs=1e-12)
-    assert cross_lingual_gap(langs) == pytest.approx({"en": 0.0, "fr": en - 0.5}, abs=1e-12)
     disc = breakdown(per_q, task.queries.select("query_id", "discipline"), "discipline", ["ndcg_at_10"])
     assert disc == {"cardio": pytest.approx({"ndcg_at_10": (1 + 0.5) / 2}), "neuro": pytest.approx({"ndcg_at_10": 1 / math.log2(3)})}

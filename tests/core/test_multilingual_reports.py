@@ -1,6 +1,7 @@
 """The multilingual reports (medbench_core/evaluation/multilingual.py) on a hand-made task: per language and
-script with CIs, the paired gap English minus L, the language-balanced aggregate and its rank inversions,
-and the rank variance, each against values worked out by hand (CIs and p from scipy and stats.py)."""
+script with CIs, tie-aware and chance values, the one paired gap (pivot minus L, Holm across languages), the
+language-balanced aggregate and its rank inversions, and the language variance, each against values worked out
+by hand (CIs and p from scipy and stats.py)."""
 
 from __future__ import annotations
 
@@ -32,31 +33,23 @@ QRELS = pl.DataFrame({"query_id": QUERIES["query_id"], "doc_id": [q.split(":")[1
 # nDCG@10 per query of model A and B (A: strong in English and French, weak in Japanese; B the other way).
 A = [1.0, 1.0, 1.0, 0.5, 0.8, 0.6, 0.9, 0.5, 0.0, 0.1]
 B = [0.9, 0.9, 0.9, 0.4, 0.7, 0.5, 0.7, 0.5, 0.9, 0.8]
-# A's ranks of the relevant document: c1 en 1, fr 2, ja 3; c2 en 1, fr 1, ja absent (k = 3 -> 4); c3 en 1, fr 1; c4 en 2, fr 2.
-A_RANKS = {"en:c1": 1, "fr:c1": 2, "ja:c1": 3, "en:c2": 1, "fr:c2": 1, "en:c3": 1, "fr:c3": 1, "en:c4": 2, "fr:c4": 2}
+# A's tie-aware values differ from its trec_eval ones on the Japanese queries only (its scores tie there); chance
+# is a property of the task: every query ranks five documents, one relevant.
+A_TIE = A[:8] + [0.55, 0.6]
+CHANCE = 0.5897
 
 
-def _cells(tmp_path):
-    run_dir = tmp_path / "run_a"
-    run_dir.mkdir()
-    rows = []
-    for q in QUERIES["query_id"]:
-        concept = q.split(":")[1]
-        rank = A_RANKS.get(q)
-        others = [d for d in ("c1", "c2", "c3", "c4", "c5") if d != concept]
-        ranked = others[:3] if rank is None else [*others[: rank - 1], concept, *others[rank - 1 :]][:3]
-        rows += [(q, d, float(10 - r), r + 1) for r, d in enumerate(ranked)]
-    pl.DataFrame(rows, schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "score": pl.Float64, "rank": pl.Int32}, orient="row").write_parquet(
-        run_dir / "run.parquet"
-    )
-
-    def pq(v):
-        return pl.DataFrame({"query_id": QUERIES["query_id"], "ndcg_at_10": v})
+def _cells(tmp_path=None):
+    def pq(v, tie=None):
+        df = pl.DataFrame({"query_id": QUERIES["query_id"], "ndcg_at_10": v})
+        if tie is not None:
+            df = df.with_columns(pl.Series("tie_aware.ndcg_at_10", tie), pl.lit(CHANCE).alias("chance.ndcg_at_10"))
+        return df
 
     def metrics(v):
         return {"mean": {"ndcg_at_10": float(np.mean(v))}}
 
-    return [Cell("A", "x", metrics(A), per_query=pq(A), run_dir=run_dir), Cell("B", "x", metrics(B), per_query=pq(B))]
+    return [Cell("A", "x", metrics(A), per_query=pq(A, A_TIE)), Cell("B", "x", metrics(B), per_query=pq(B))]
 
 
 def test_every_table_against_hand_worked_values(tmp_path):
@@ -80,11 +73,29 @@ def test_every_table_against_hand_worked_values(tmp_path):
     assert (langs[("A", "fr")]["ci_low"], langs[("A", "fr")]["ci_high"]) == pytest.approx((ref.low, ref.high), abs=1e-12)
     assert set(t["languages"]["task"]) == {"x"} and langs[("A", "ja")]["script"] == "CJK"
 
+    # Tie-aware means beside the trec_eval ones: ja (0.55 + 0.6) / 2 against 0.05, outside the CI's half width: flagged.
+    assert langs[("A", "ja")]["tie_aware"] == pytest.approx(0.575) and langs[("A", "ja")]["tie_flag"]
+    assert langs[("A", "fr")]["tie_aware"] == pytest.approx(0.7) and not langs[("A", "fr")]["tie_flag"]
+    assert langs[("A", "en")]["chance"] == pytest.approx(CHANCE) and langs[("B", "en")]["chance"] is None  # B's cells carry none here
+
     gaps = {(r["model"], r["language"]): r for r in t["gaps"].iter_rows(named=True)}
-    en, fr = np.array(A[:4]), np.array(A[4:8])
-    assert gaps[("A", "fr")]["gap"] == pytest.approx((en - fr).mean()) == pytest.approx(0.175)
-    assert gaps[("A", "fr")]["p_perm"] == paired_permutation(en, fr, n_resamples=2000, seed=0)
+    en, fr, ja = np.array(A[:4]), np.array(A[4:8]), np.array(A[8:])
+    assert gaps[("A", "fr")]["pivot"] == "en" and gaps[("A", "fr")]["gap"] == pytest.approx((en - fr).mean()) == pytest.approx(0.175)
+    p_fr, p_ja = paired_permutation(en, fr, n_resamples=2000, seed=0), paired_permutation(en[:2], ja, n_resamples=2000, seed=0)
+    assert gaps[("A", "fr")]["p_perm"] == p_fr and gaps[("A", "ja")]["p_perm"] == p_ja
+    # Holm over the two languages, by hand: the smaller p doubled, the larger at least that.
+    low, high = sorted([p_fr, p_ja])
+    want_low, want_high = min(1.0, 2 * low), max(min(1.0, 2 * low), min(1.0, high))
+    got = {"fr": gaps[("A", "fr")]["p_holm"], "ja": gaps[("A", "ja")]["p_holm"]}
+    assert sorted(got.values()) == pytest.approx([want_low, want_high])
+    assert got["fr" if p_fr <= p_ja else "ja"] == pytest.approx(want_low)
     assert gaps[("A", "ja")]["n_concepts"] == 2 and gaps[("A", "ja")]["gap"] == pytest.approx(((1.0 - 0.0) + (1.0 - 0.1)) / 2)
+    assert gaps[("A", "ja")]["gap_tie_aware"] == pytest.approx(((1.0 - 0.55) + (1.0 - 0.6)) / 2)
+    assert gaps[("B", "ja")]["gap_tie_aware"] is None
+    # A task that declares French its pivot: French minus English and French minus Japanese.
+    by_fr = multilingual_tables(cells, groups, ["A", "B"], n_resamples=2000, seed=0, pivots={"x": "fr"})["gaps"]
+    r = by_fr.filter((pl.col("model") == "A") & (pl.col("language") == "en")).row(0, named=True)
+    assert (r["pivot"], r["gap"]) == ("fr", pytest.approx(-0.175)) and set(by_fr["language"]) == {"en", "ja"}
 
     scripts = {(r["model"], r["script"]): r for r in t["scripts"].iter_rows(named=True)}
     assert scripts[("B", "Latin")]["mean"] == pytest.approx(np.mean(B[:8])) and scripts[("B", "Latin")]["languages"] == "en, fr"
@@ -94,15 +105,21 @@ def test_every_table_against_hand_worked_values(tmp_path):
     assert agg[("A", "x")]["plain"] == pytest.approx(np.mean(A)) and agg[("A", "x")]["balanced"] == pytest.approx((0.875 + 0.7 + 0.05) / 3)
     assert agg[("B", "x")]["balanced"] == pytest.approx((np.mean(B[:4]) + np.mean(B[4:8]) + np.mean(B[8:])) / 3)
 
-    var = t["variance"].row(0, named=True)
-    # c1: ranks 1, 2, 3 -> variance 2/3; c2: 1, 1, 4 (not retrieved: k + 1) -> 2; c3: 1, 1 -> 0; c4: 2, 2 -> 0.
-    assert (var["model"], var["n_concepts"]) == ("A", 4) and var["mean_rank_variance"] == pytest.approx((2 / 3 + 2 + 0 + 0) / 4)
-    assert var["mean_rank"] == pytest.approx((2 + 2 + 1 + 2) / 4)
+    var = {r["model"]: r for r in t["variance"].iter_rows(named=True)}
+    # A's nDCG@10 per concept across languages: c1 (1.0, 0.8, 0.0), mean 0.6 -> (0.16 + 0.04 + 0.36) / 3;
+    # c2 (1.0, 0.6, 0.1), mean 1.7/3; c3 (1.0, 0.9) -> 0.0025; c4 (0.5, 0.5) -> 0.
+    m2 = 1.7 / 3
+    c2 = ((1.0 - m2) ** 2 + (0.6 - m2) ** 2 + (0.1 - m2) ** 2) / 3
+    assert var["A"]["n_concepts"] == 4 and var["A"]["n_languages"] == pytest.approx(10 / 4)
+    assert var["A"]["mean_language_variance"] == pytest.approx(((0.16 + 0.04 + 0.36) / 3 + c2 + 0.0025 + 0) / 4, abs=1e-12)
 
     md = multilingual_markdown(t, n_resamples=2000)
     assert "| A | x | 0.8750 [" in md and "ja (CJK)" in md and "p=" in md and "Rank inversions (plain mean vs language-balanced): none" in md
+    assert "· tie-aware 0.5750 ⚑" in md and "| *chance* | x | *0.5897* | *0.5897* | *0.5897* |" in md and "p_Holm=" in md
+    assert "Rank variance" not in md and "Language variance" in md
     keys = multilingual_mlflow_metrics(t)
     assert keys["multilingual/x/A/gap.fr"] == pytest.approx(0.175) and "multilingual/x/B/script.CJK.ci_low" in keys
+    assert keys["multilingual/x/A/language.ja.tie_aware"] == pytest.approx(0.575) and "multilingual/x/A/gap.ja.p_holm" in keys
     assert "languages,A,x,ja,mean,0.05" in multilingual_csv(t)
 
 
@@ -145,6 +162,7 @@ def test_the_leaderboard_prints_the_section_and_writes_multilingual_csv(tmp_path
 
     doc = json.loads((out / "leaderboard.json").read_text())
     assert {r["language"] for r in doc["multilingual"]["gaps"]} == {"fr", "ja"}
+    assert "cross_lingual_gap" not in doc and "best language" not in written["markdown"]  # one gap table: pivot minus L
     again = write_leaderboard(cells, ["A", "B"], ["x"], Significance("A", n_resamples=1000), out)  # no multilingual task: no section, no file
     assert "## Multilingual" not in again["markdown"] and not (out / "multilingual.csv").exists()
     assert script_of("pt_BR") == "Latin" and script_of("el") == "Greek" and script_of("xx") == "other"
