@@ -1,6 +1,7 @@
 """Data-contract gates on curated tasks, as blocking Dagster asset checks.
 
-``task_contract`` runs per ``curated_task`` partition (schema, integrity, licences);
+``task_contract`` runs per ``curated_task`` partition (schema, integrity, licences; on a multilingual
+task, no query equal to or a near duplicate of its relevant document: ``contracts/identity.py``);
 ``tasks_do_not_overlap`` runs across every curated task (queries, near-duplicates, concept ids,
 images). Both call medbench_core.taskdata.contracts, keep the GX results and data docs beside the data,
 and record the verdict (``GATE.json`` per task, ``OVERLAP_GATE.json`` for the set) so that a
@@ -91,7 +92,10 @@ def build_task_checks(partitions_def: dg.PartitionsDefinition, asset: dg.AssetKe
         name=TASK_CHECK,
         blocking=True,
         partitions_def=partitions_def,
-        description="Schema, referential integrity and licence allowlist of one curated task (Great Expectations).",
+        description=(
+            "Schema, referential integrity and licence allowlist of one curated task (Great Expectations); on a multilingual task, "
+            "no query equal to or a near duplicate of its relevant document."
+        ),
     )
     def task_contract(context: dg.AssetCheckExecutionContext, store: ArtifactStoreResource, registry: RegistryResource) -> dg.AssetCheckResult:
         name = context.partition_key

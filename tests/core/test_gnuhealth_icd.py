@@ -1,7 +1,9 @@
-"""The GNU Health ICD-10 reader (issue 31): the wheel read whole, every unused record counted with file, line
-and code, the split into three task families with no concept or query shared (the overlap contract
-holds it), FrenchMedMCQA-style confusion sets in three tiers, and BM25 on the Japanese and Chinese
-tasks equal to bm25s with fugashi / jieba called directly."""
+"""The GNU Health ICD-10 reader (issues 31 and 45): the wheel read whole, every unused record counted with file,
+line and code, the split into three task families with no concept or query shared (the overlap contract
+holds it), every query a subcode's name asking for its three-character category (no query of any language,
+English included, equal to or a near duplicate of its relevant document: the identity contract holds it, and
+fails a task that breaks it), FrenchMedMCQA-style confusion sets of categories in three tiers, and BM25 on the
+Japanese and Chinese tasks equal to bm25s with fugashi / jieba called directly."""
 
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from reader_fixtures import ICD_MODULE, icd_members, write_icd_wheel
+from reader_fixtures import ICD_MODULE, ICD_RECORDS, icd_members, write_icd_wheel
 
 from medbench_core.errors import DataError
 from medbench_core.taskdata.catalog import build_task, load_catalog
-from medbench_core.taskdata.contracts import validate_tasks
+from medbench_core.taskdata.contracts import validate_task, validate_tasks
+from medbench_core.taskdata.contracts.identity import IDENTITY_THRESHOLD, relevant_similarity
 from medbench_core.taskdata.readers import ReadContext, get_reader, parse_options
 from medbench_core.taskdata.readers.gnuhealth_icd import (
     GnuHealthIcdOptions,
@@ -43,20 +46,25 @@ def read(source: Path, **options):
 
 # --- a small wheel: every task worked out by hand ------------------------------------------
 
+# Chapter 3 (the discrimination family) with two blocks of five categories, so that C00's subcodes have
+# four confusers in their block and in their chapter.
+CHAPTER_3 = [(3, "3-1", f"C0{i}", f"Malignant neoplasm of site {i}", f"部位{i}の悪性新生物") for i in range(1, 5)] + [
+    (3, "3-2", f"C0{i}", f"Benign lesion of organ {i}", f"器官{i}の良性病変") for i in range(5, 10)
+]
+
 
 def test_the_three_families_of_a_small_wheel(tmp_path):
-    wheel = write_icd_wheel(tmp_path / "w.whl", icd_members())
+    wheel = write_icd_wheel(tmp_path / "w.whl", icd_members([*ICD_RECORDS, *CHAPTER_3]))
     x = read(wheel, subset="crosslingual")
-    # Chapter 1 -> crosslingual: four codes; A00.1 has no Japanese name (untranslated): its English twin only.
-    assert sorted(x.queries["query_id"]) == ["en:A00", "en:A00.0", "en:A00.1", "en:A01", "ja:A00", "ja:A00.0", "ja:A01"]
-    assert x.qrels.filter(pl.col("query_id") == "ja:A00.0")["doc_id"].to_list() == ["A00.0"]
-    doc = x.corpus.filter(pl.col("doc_id") == "A00.0").row(0, named=True)
-    assert (doc["title"], doc["text"], doc["language"], doc["concept_ids"]) == (
-        "Cholera due to Vibrio cholerae 01, biovar cholerae",
-        "A00.0 · Block 1-1 · Chapter 1",
-        "en",
-        ["icd10:A00.0"],
-    )
+    # Chapter 1 -> crosslingual: the subcodes of A00 ask for A00 in English and Japanese (A00.1 has no Japanese
+    # name: untranslated); the corpus is every category of the family, in English. No query is a document's title.
+    assert sorted(x.queries["query_id"]) == ["en:A00.0", "en:A00.1", "ja:A00.0"]
+    assert x.qrels.filter(pl.col("query_id") == "ja:A00.0")["doc_id"].to_list() == ["A00"]
+    assert x.queries.filter(pl.col("query_id") == "en:A00.0")["concept_ids"].to_list() == [["icd10:A00.0"]]
+    assert x.corpus["doc_id"].to_list() == ["A00", "A01"]
+    doc = x.corpus.filter(pl.col("doc_id") == "A00").row(0, named=True)
+    assert (doc["title"], doc["text"], doc["language"], doc["concept_ids"]) == ("Cholera", "A00 · Block 1-1 · Chapter 1", "en", ["icd10:A00"])
+    assert x.meta.pivot_language == "en"
     assert x.meta.licence_lineage == (
         "wheel METADATA: License-Expression: GPL-3.0-or-later",
         "README.rst: SPDX-License-Identifier: CC-BY-SA-4.0",
@@ -68,16 +76,69 @@ def test_the_three_families_of_a_small_wheel(tmp_path):
     m = read(wheel, subset="monolingual_ja")
     assert m.queries["query_id"].to_list() == ["ja:B00.1"] and m.qrels.rows() == [("ja:B00.1", "B00", 1)]
     assert m.corpus.select("doc_id", "title", "language").rows() == [("B00", "ヘルペスウイルス感染症", "ja")]
-    # Chapter 3 -> discrimination: each subcode of C00 against its four siblings (no other three-character code: no
-    # block or chapter tier); C00 itself has no sibling: no confusion set, counted.
+    # Chapter 3 -> discrimination: each subcode of C00 (English and Japanese) against C00 and four confusers: the
+    # other categories of its block (block tier) or of the other block of its chapter (chapter tier); no other
+    # chapter in the family: no distant tier.
     d = read(wheel, subset="discrimination")
-    assert set(d.queries["tier"]) == {"siblings"} and d.queries.height == 10
-    pool = d.candidates.filter(pl.col("query_id") == "ja:C00.2")["doc_id"].sort().to_list()
-    assert pool == ["C00.0", "C00.1", "C00.2", "C00.3", "C00.4"]
-    assert d.qrels.filter((pl.col("query_id") == "ja:C00.2") & (pl.col("relevance") == 1))["doc_id"].to_list() == ["C00.2"]
-    assert any(n.startswith("no_confusion_set -: 1") for n in d.meta.source_notes), d.meta.source_notes
+    assert d.queries.height == 10 and set(d.queries["tier"]) <= {"block", "chapter"}
+    for q, tier in d.queries.select("query_id", "tier").rows():
+        pool = sorted(d.candidates.filter(pl.col("query_id") == q)["doc_id"])
+        if tier == "block":
+            assert pool == ["C00", "C01", "C02", "C03", "C04"]
+        else:
+            assert len(pool) == 5 and pool[0] == "C00" and set(pool[1:]) < {"C05", "C06", "C07", "C08", "C09"}
+        assert d.qrels.filter((pl.col("query_id") == q) & (pl.col("relevance") == 1))["doc_id"].to_list() == ["C00"]
+    en = d.queries.filter(pl.col("language") == "en").sort("query_id")
+    ja = d.queries.filter(pl.col("language") == "ja").sort("query_id")
+    assert en["tier"].to_list() == ja["tier"].to_list()  # one confusion set per subcode, whatever the language
     report = source_report(wheel, GnuHealthIcdOptions(languages=("ja",), min_names=1))
     assert report.filter(pl.col("reason") == "untranslated").select("code", "language").rows() == [("A00.1", "ja")]
+
+
+def test_a_query_equal_or_near_its_document_is_held_out_and_a_translation_equal_to_the_english_name_counts_as_english(tmp_path):
+    records = [
+        *ICD_RECORDS[:4],
+        (1, "1-1", "A01.0", "Typhoid fever", "腸チフス"),
+        (1, "1-1", "A01.1", "Typhoid and paratyphoid fevers, other", "Typhoid and paratyphoid fevers, other"),  # Japanese = English
+        (1, "1-1", "A01.9", "Typhoid and paratyphoid fevers!", "パラチフス"),  # equal to A01's title after normalisation
+        *ICD_RECORDS[4:],
+    ]
+    wheel = write_icd_wheel(tmp_path / "w.whl", icd_members(records))
+    x = read(wheel, subset="crosslingual")
+    qids = set(x.queries["query_id"])
+    assert "en:A01.9" not in qids and {"ja:A01.9", "en:A01.0", "ja:A01.0"} <= qids
+    assert "ja:A01.1" not in qids  # its "Japanese" name is the English one: no Japanese query
+    notes = "\n".join(x.meta.source_notes)
+    assert "near_relevant_document en: 2" in notes and "same_as_english ja: 1" in notes, notes
+    rows = source_report(wheel, GnuHealthIcdOptions(languages=("ja",), min_names=1))
+    near = {r["code"]: r["note"] for r in rows.filter(pl.col("reason") == "near_relevant_document").iter_rows(named=True)}
+    # "Typhoid and paratyphoid fevers!" equals A01's title after normalisation; ", other" added is still a near duplicate.
+    assert near["A01.9"].startswith("crosslingual: equals the title of A01") and near["A01.1"].startswith("crosslingual: cosine 0.9")
+    assert set(near) == {"A01.1", "A01.9"} and "en:A01.1" not in qids
+    sim = relevant_similarity(x)
+    assert not sim["equal"].any() and sim["similarity"].max() < IDENTITY_THRESHOLD
+
+
+def test_the_identity_contract_fails_a_task_whose_query_is_its_documents_title(tmp_path):
+    from medbench_core.taskdata.task import make_task
+
+    wheel = write_icd_wheel(tmp_path / "w.whl", icd_members([*ICD_RECORDS, *CHAPTER_3]))
+    x = read(wheel, subset="crosslingual")
+    passed = validate_task(x)
+    assert passed.passed and "identity: 0 of 3 queries equal a relevant document's title or text, 0 near-duplicate one" in passed.message
+    # The task as issue 31 built it: the English query is its document's title. NFKC and case do not hide it.
+    queries = x.queries.with_columns(pl.when(pl.col("query_id") == "en:A00.1").then(pl.lit("ＣＨＯＬＥＲＡ")).otherwise(pl.col("text")).alias("text"))
+    # ... and a query that is the title said twice is a near duplicate (the same n-grams: cosine 1, not equal).
+    queries = queries.with_columns(pl.when(pl.col("query_id") == "ja:A00.0").then(pl.lit("Cholera, cholera")).otherwise(pl.col("text")).alias("text"))
+    bad = make_task(x.meta, queries, x.corpus, x.qrels)
+    failed = validate_task(bad)
+    assert not failed.passed
+    assert "no query equals the title or text of a document judged relevant to it" in failed.message and "en:A00.1" in failed.message
+    assert "no query is a near duplicate of a relevant document's title or text" in failed.message and "ja:A00.0" in failed.message
+    assert failed.failing_rows()["queries.parquet"] == ["en:A00.1", "ja:A00.0"]
+    # An English-only task is not a multilingual one: the contract leaves it alone.
+    english = make_task(x.meta, queries.filter(pl.col("language") == "en"), x.corpus, x.qrels.filter(pl.col("query_id").str.starts_with("en:")))
+    assert "identity:" not in validate_task(english).message
 
 
 @pytest.mark.parametrize(
@@ -222,35 +283,67 @@ def test_the_split_shares_no_concept_and_each_family_has_its_shape(package, spli
             assert not codes[a] & codes[b], (a, b)
     x = split.tasks["crosslingual"]
     assert {la for la, *_ in x["queries"]} == {"en", "de", "el", "es", "fr", "ja", "pt", "vi", "zh"}
-    assert all(d == code for (q, d, r), (_, code, _, _) in zip(x["qrels"], x["queries"]))
-    paired = {(la, code) for la, code, _, _ in x["queries"]}
-    assert all(("en", code) in paired for la, code in paired if package.concepts[code].names.get("en"))
+    # Every query names a subcode and asks for its three-character category; the corpus is every category of the family.
+    assert all("." in code and d == code[:3] for (q, d, r), (_, code, _, _) in zip(x["qrels"], x["queries"]))
+    assert all(len(d) == 3 and la == "en" for d, la in x["docs"]) and len(x["docs"]) > 20 * 10
+    assert {d for _, d, _ in x["qrels"]} <= {d for d, _ in x["docs"]}
     d = split.tasks["discrimination"]
     pools: dict[str, list[str]] = {}
     for q, doc in d["candidates"]:
         pools.setdefault(q, []).append(doc)
     for lang, code, _, tier in d["queries"]:
         pool = pools[f"{lang}:{code}"]
-        assert len(pool) == 5 and pool[0] == code
-        c = package.concepts[code]
+        assert len(pool) == 5 and pool[0] == code[:3] and all(len(o) == 3 for o in pool)
+        c = package.concepts[code[:3]]
         for o in map(package.concepts.get, pool[1:]):
-            if tier == "siblings":
-                assert o.unit == c.unit and o.code != o.unit
-            elif tier == "block":
-                assert o.block == c.block and o.unit != c.unit
-            else:
+            if tier == "block":
+                assert o.block == c.block and o.code != c.code
+            elif tier == "chapter":
                 assert o.chapter == c.chapter and o.block != c.block
-    assert {t for *_, t in d["queries"]} == {"siblings", "block", "chapter"}
+            else:
+                assert o.chapter != c.chapter
+    assert {t for *_, t in d["queries"]} == {"block", "chapter", "distant"}
     for lang in ("ja", "zh", "el"):
         m = split.tasks[f"monolingual_{lang}"]
         assert all(doc == code[:3] for (_, doc, _), (_, code, _, _) in zip(m["qrels"], m["queries"])) and {la for _, la in m["docs"]} == {lang}
 
 
+def test_no_query_of_the_bundled_sample_is_its_documents_title(package, split):
+    """The English control is not a lookup: by plain string comparison (NFKC, case-folded), independent of the guard's
+    TF-IDF, no query of any language equals its relevant document's title; issue 31's split had 102 of 102 English
+    queries equal in crosslingual and 130 of 130 in discrimination."""
+    import unicodedata
+
+    def plain(text: str) -> str:
+        return unicodedata.normalize("NFKC", text).casefold().strip()
+
+    for name, part in split.tasks.items():
+        doc_lang = dict(part["docs"])
+        relevant = {q: doc for q, doc, r in part["qrels"] if r > 0}
+        english = 0
+        for lang, code, text, _ in part["queries"]:
+            doc = relevant[f"{lang}:{code}"]
+            title = package.concepts[doc].english if doc_lang[doc] == "en" else package.concepts[doc].names[doc_lang[doc]]
+            assert plain(text) != plain(title), (name, lang, code, text)
+            english += lang == "en"
+            # A translation equal to the English name is English text: never a query of its language.
+            assert lang == "en" or plain(text) != plain(package.concepts[code].english), (name, lang, code)
+        assert english > 80 or not name.startswith(("crosslingual", "discrimination")), (name, english)
+    counts = pl.DataFrame(package.report).filter(pl.col("reason") == "same_as_english").group_by("language").len()
+    # Issue 45 counted names byte-equal to the English one (de 172, pt 115, es 88, fr 51); normalised (NFKC, case,
+    # punctuation) a few more are.
+    got = dict(counts.iter_rows())
+    assert got["de"] >= 172 and got["pt"] >= 115 and got["es"] >= 88 and got["fr"] >= 51, got
+
+
 @pytest.mark.slow
-def test_the_overlap_contract_holds_the_split_and_catches_a_second_split(tmp_path):
+def test_the_overlap_and_identity_contracts_hold_the_split_and_catch_a_second_split(tmp_path):
     catalog = load_catalog(ROOT / "tasks.yaml")
     tasks = [build_task(catalog.task(n), DATA, tmp_path / n) for n in catalog.names if n.startswith("icd10_") or n == "frenchmedmcqa"]
     assert validate_tasks(tasks).passed
+    for t in tasks:  # each task's own gate, the identity contract with it (FrenchMedMCQA: French queries, judged too)
+        verdict = validate_task(t)
+        assert verdict.passed and "identity: 0 of " in verdict.message and ", 0 near-duplicate one" in verdict.message, verdict.message
     other = build_task(catalog.task("icd10_crosslingual"), DATA, tmp_path / "o")
     other.meta = type(other.meta)(**{**other.meta.__dict__, "name": "icd10_crosslingual_again"})
     failed = validate_tasks([*tasks, other])

@@ -13,6 +13,9 @@ Two gates, each a set of GX Core 1.x expectation suites run by checkpoints:
     qrels and candidates name existing queries and documents; no pair is judged twice;
     every query has at least one positive judgment (and, with candidates, a non-empty pool
     that holds its positives);
+  - identity (a multilingual task: :mod:`medbench_core.taskdata.contracts.identity`): no query equals its
+    relevant document's title or text after normalisation, nor near-duplicates it (char 3-5-gram TF-IDF
+    cosine >= 0.9); the verdict names the closest pair;
   - licence: every record carries a licence (``unknown`` when the source states none, never
     null) and its canonical form (:func:`medbench_core.taskdata.licences.normalise_licence`) is in the
     policy's allowlist; a research-only task also admits ``unknown``, NC and ND.

@@ -46,7 +46,7 @@ class Outcome:
     (a licence, an image problem, a shared text).
     """
 
-    aspect: str  # schema | integrity | licence | overlap
+    aspect: str  # schema | integrity | licence | overlap | holes | identity
     table: str
     file: str
     expectation: str

@@ -83,7 +83,9 @@ def _schema_specs(df: pl.DataFrame, table: str) -> list[Spec]:
     return specs
 
 
-def _record_table(task: Task, table: str, policy: LicencePolicy, research_only: bool, check_image, qrels_holes: str = "refuse") -> Table:
+def _record_table(
+    task: Task, table: str, policy: LicencePolicy, research_only: bool, check_image, qrels_holes: str = "refuse", identity: pl.DataFrame | None = None
+) -> Table:
     """queries or corpus, with derived columns for content, images and licences; a query's judged and
     positive documents (blocking unless ``qrels_holes`` is ``mark``: then reported as warnings)."""
     df = task.queries if table == "queries" else task.corpus
@@ -176,8 +178,70 @@ def _record_table(task: Task, table: str, policy: LicencePolicy, research_only: 
                     show_values=False,
                 )
             )
+    if table == "queries" and key in df.columns and identity is not None:
+        specs += _identity_specs(task, identity, derived)
     frame = df.with_columns(record_ids(df, table), *[s.alias(n) for n, s in derived.items()])
     return Table(table, TABLE_FILES[table], frame, specs)
+
+
+def _identity(task: Task) -> pl.DataFrame | None:
+    """:func:`~medbench_core.taskdata.contracts.identity.relevant_similarity` of a task the identity contract
+    covers; None for any other (or one whose columns are mistyped: its schema expectations say which)."""
+    from medbench_core.taskdata.contracts.identity import applies, relevant_similarity
+
+    if not {"query_id", "text"} <= set(task.queries.columns):
+        return None
+    try:
+        return relevant_similarity(task) if applies(task) else None
+    except (pl.exceptions.PolarsError, TypeError):
+        return None
+
+
+def _identity_line(identity: pl.DataFrame) -> str:
+    """What the verdict says of the identity contract: the closest any query comes to its relevant document."""
+    from medbench_core.taskdata.contracts.identity import IDENTITY_THRESHOLD
+
+    if identity.height == 0:
+        return "identity: no query has a relevant document with text"
+    top = identity.sort(["similarity", "query_id"], descending=[True, False]).row(0, named=True)
+    equal = int(identity["equal"].sum())
+    near = int(((identity["similarity"] >= IDENTITY_THRESHOLD) & ~identity["equal"]).sum())
+    return (
+        f"identity: {equal} of {identity.height} queries equal a relevant document's title or text, {near} near-duplicate one "
+        f"(char 3-5-gram TF-IDF cosine >= {IDENTITY_THRESHOLD}); the closest: {top['query_id']} at {top['similarity']:.3f} "
+        f"with the {top['field']} of {top['doc_id']}"
+    )
+
+
+def _identity_specs(task: Task, judged: pl.DataFrame, derived: dict[str, pl.Series]) -> list[Spec]:
+    """A multilingual task's queries against their relevant documents (:mod:`medbench_core.taskdata.contracts.identity`):
+    none equal to, or a near duplicate of, a relevant document's title or text. Blocking."""
+    from medbench_core.taskdata.contracts.identity import IDENTITY_THRESHOLD
+
+    by_id = {r["query_id"]: r for r in judged.iter_rows(named=True)}
+    equal, near = [], []
+    for q in task.queries["query_id"].cast(pl.Utf8).to_list():
+        r = by_id.get(q)
+        equal.append(f"equals the {r['field']} of {r['doc_id']}" if r and r["equal"] else "ok")
+        near.append(
+            f"cosine {r['similarity']:.3f} with the {r['field']} of {r['doc_id']}" if r and not r["equal"] and r["similarity"] >= IDENTITY_THRESHOLD else "ok"
+        )
+    derived["equals_relevant_document"] = pl.Series(equal, dtype=pl.Utf8)
+    derived["near_relevant_document"] = pl.Series(near, dtype=pl.Utf8)
+    return [
+        Spec(
+            "ExpectColumnValuesToBeInSet",
+            {"column": "equals_relevant_document", "value_set": ["ok"]},
+            "identity",
+            "no query equals the title or text of a document judged relevant to it (NFKC, case-folded, punctuation and spaces normalised)",
+        ),
+        Spec(
+            "ExpectColumnValuesToBeInSet",
+            {"column": "near_relevant_document", "value_set": ["ok"]},
+            "identity",
+            f"no query is a near duplicate of a relevant document's title or text (char 3-5-gram TF-IDF cosine below {IDENTITY_THRESHOLD})",
+        ),
+    ]
 
 
 def _pair_table(task: Task, table: str, qrels_holes: str = "refuse") -> Table:
@@ -252,7 +316,8 @@ def validate_task(
     check_image = _image_checker(task)
     if qrels_holes not in ("refuse", "mark"):
         raise ValueError(f"qrels_holes {qrels_holes!r}: use refuse or mark")
-    tables = [_record_table(task, t, policy, research_only, check_image, qrels_holes) for t in ("queries", "corpus")]
+    identity = _identity(task)
+    tables = [_record_table(task, t, policy, research_only, check_image, qrels_holes, identity) for t in ("queries", "corpus")]
     tables.append(_pair_table(task, "qrels", qrels_holes))
     if task.candidates is not None:
         tables.append(_pair_table(task, "candidates"))
@@ -268,6 +333,8 @@ def validate_task(
 
     holes = qrels_holes_report(task, qrels_holes)
     extra = [describe(holes)] if holes["n_absent_doc_rows"] or holes["n_queries_without_judgment"] or holes["n_queries_without_positive"] else []
+    if identity is not None:
+        extra.append(_identity_line(identity))
     if research_only:
         extra.append(
             "research-only task: "

