@@ -8,7 +8,10 @@ kinds and readers are (:data:`ANALYZERS`); a language picks one by :func:`analyz
   every language PyStemmer has a Snowball algorithm for (:data:`SNOWBALL`: Greek, Arabic, Spanish,
   Portuguese, German, Italian, ...), with bm25s's stopword list where it has one for the language.
   For a language written with spaces that has no Snowball stemmer (:data:`WORD_LANGUAGES`:
-  Vietnamese, Ukrainian, ...), the split alone.
+  Vietnamese, Ukrainian, ...), the split alone. The split drops words of one character, which a
+  language of one-syllable words needs (:data:`ONE_CHARACTER_WORDS`: Vietnamese "u", tumour, 492
+  names of the ICD-10 package): there the option ``token_pattern`` is ``(?u)\\b\\w+\\b``, which keeps
+  them (Japanese and Chinese keep theirs through their segmenters, other scripts through ``char_ngram``).
 - ``fugashi``: Japanese. MeCab through fugashi with the UniDic-lite dictionary (named explicitly,
   so an installed full ``unidic`` does not change the tokens); each morpheme's surface form.
 - ``jieba``: Chinese. jieba's precise mode (``cut(text, cut_all=False, HMM=True)``) with its
@@ -48,6 +51,9 @@ SNOWBALL: dict[str, str] = {
 BM25S_STOPWORDS = frozenset({"en", "de", "nl", "fr", "es", "pt", "it", "ru", "sv", "no", "tr", "da"})
 # Written with spaces between words, no Snowball stemmer: the word split alone.
 WORD_LANGUAGES = frozenset({"vi", "uk", "bg", "be", "mk"})
+# Written with spaces, with words of one character that carry meaning: the split keeps them.
+ONE_CHARACTER_WORDS = frozenset({"vi"})
+ONE_CHARACTER_PATTERN = r"(?u)\b\w+\b"
 CHAR_NGRAM_N = 2
 
 _WORD_CHAR = re.compile(r"\w")
@@ -111,12 +117,14 @@ class Registered:
 def _bm25s_tokenize(texts: list[str], params: dict[str, Any]) -> list[list[str]]:
     from medbench_core.retrieval.bm25 import _bm25s, _stemmer
 
+    pattern = {"token_pattern": params["token_pattern"]} if params.get("token_pattern") else {}  # else bm25s's own split
     return _bm25s().tokenize(
         texts,
         stopwords=params.get("stopwords"),
         stemmer=_stemmer(params.get("stemmer")),
         return_ids=False,
         show_progress=False,
+        **pattern,
     )
 
 
@@ -189,7 +197,7 @@ def _char_ngram_tokenize(texts: list[str], params: dict[str, Any]) -> list[list[
 # analyser name -> what it is. Adding one: its tokenizer, its versions, one line here, its tests
 # (tests/core/test_analysis.py: known segmentations, and BM25 equal to bm25s with it called directly).
 ANALYZERS: dict[str, Registered] = {
-    "bm25s": Registered(_bm25s_tokenize, dict, ("stopwords", "stemmer")),
+    "bm25s": Registered(_bm25s_tokenize, dict, ("stopwords", "stemmer", "token_pattern")),
     "fugashi": Registered(_fugashi_tokenize, lambda: {"fugashi": _version("fugashi"), "unidic-lite": _version("unidic-lite")}),
     "jieba": Registered(_jieba_tokenize, lambda: {"jieba": _version("jieba")}),
     "char_ngram": Registered(_char_ngram_tokenize, dict, ("n",)),
@@ -231,6 +239,8 @@ def default_analyzer(language: str) -> Analyzer:
         return Analyzer("jieba")
     if lang in SNOWBALL:
         return words(lang if lang in BM25S_STOPWORDS else None, SNOWBALL[lang])
+    if lang in ONE_CHARACTER_WORDS:
+        return Analyzer("bm25s", (("stemmer", None), ("stopwords", None), ("token_pattern", ONE_CHARACTER_PATTERN)))
     if lang in WORD_LANGUAGES:
         return words(None, None)
     return Analyzer("char_ngram", (("n", CHAR_NGRAM_N),))

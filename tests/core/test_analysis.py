@@ -74,7 +74,9 @@ def test_each_language_gets_its_analyser():
     assert analyzer_for("pt_BR", SETTINGS) == words("pt", "portuguese")
     assert analyzer_for("el", SETTINGS) == words(None, "greek")  # bm25s has no Greek stopword list
     assert analyzer_for("ar", SETTINGS) == words(None, "arabic")
-    assert analyzer_for("vi", SETTINGS) == words(None, None)  # spaces, no stemmer
+    # spaces, no stemmer, and words of one character kept ("u", tumour)
+    assert analyzer_for("vi", SETTINGS) == Analyzer("bm25s", (("stemmer", None), ("stopwords", None), ("token_pattern", r"(?u)\b\w+\b")))
+    assert analyzer_for("uk", SETTINGS) == words(None, None)  # spaces, no stemmer, bm25s's split
     assert analyzer_for("ja_JP", SETTINGS) == Analyzer("fugashi")
     assert analyzer_for("zh", SETTINGS) == Analyzer("jieba")
     assert analyzer_for("th", SETTINGS) == Analyzer("char_ngram", (("n", 2),))
@@ -140,6 +142,25 @@ EL_DOCS = [
 EL_QUERIES = ["Χολέρα οφειλόμενη σε δονάκιο", "Παρατυφοειδής πυρετός Α"]
 
 
+# Vietnamese names of the ICD-10 package: "u" (tumour) is a word of one character, 487 names hold it.
+VI_DOCS = ["U ác của dạ dày", "Viêm dạ dày", "U lành của da", "Bệnh của da"]
+VI_QUERIES = ["U dạ dày", "U da"]
+
+
+def vietnamese_words(text: str) -> list[str]:
+    """bm25s's tokenizer with the word pattern that keeps one-character words, called directly."""
+    import bm25s
+
+    return bm25s.tokenize([text], stopwords=None, token_pattern=r"(?u)\b\w+\b", return_ids=False, show_progress=False)[0]
+
+
+def test_vietnamese_keeps_words_of_one_character():
+    import bm25s
+
+    assert analyzer_for("vi", SETTINGS).tokenize(["U ác của dạ dày"]) == [["u", "ác", "của", "dạ", "dày"]]
+    assert bm25s.tokenize(["U ác của dạ dày"], stopwords=None, return_ids=False, show_progress=False) == [["ác", "của", "dạ", "dày"]]  # bm25s: no "u"
+
+
 def greek_snowball(text: str) -> list[str]:
     """bm25s's split and PyStemmer's Greek Snowball, called directly."""
     import bm25s
@@ -155,6 +176,7 @@ def greek_snowball(text: str) -> list[str]:
         ("zh", ZH_DOCS, ZH_QUERIES, jieba_tokens),
         ("th", ["สวัสดี ครับ", "ลาก่อน"], ["สวัสดี"], char_ngrams),
         ("el", EL_DOCS, EL_QUERIES, lambda t: greek_snowball(t)),
+        ("vi", VI_DOCS, VI_QUERIES, vietnamese_words),
     ],
 )
 def test_bm25_scores_equal_bm25s_with_the_named_tokenizer_called_directly(tmp_path, lang, docs, queries, tokenizer):
@@ -176,6 +198,8 @@ def test_bm25_scores_equal_bm25s_with_the_named_tokenizer_called_directly(tmp_pa
         got = ours.filter(pl.col("query_id") == f"q{q}").sort("doc_id")
         np.testing.assert_allclose(got["score"].to_numpy(), scores[[int(d[1:]) for d in got["doc_id"]]], rtol=0, atol=1e-9)
         assert got.height == len(docs)
+    if lang == "vi":  # the point of the pattern: "u" (tumour) tells the tumour of the stomach from its inflammation
+        assert ours.filter(pl.col("rank") == 1).sort("query_id")["doc_id"].to_list() == ["d0", "d2"]
     if lang in ("ja", "zh"):  # the point of the analyser: bm25s's own split keeps a run of kanji/hanzi as one token
         assert ours.filter(pl.col("rank") == 1).sort("query_id")["doc_id"].to_list()[:1] == ["d0"]
         split = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
