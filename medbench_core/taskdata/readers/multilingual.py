@@ -3,9 +3,9 @@
 An MTEB-format folder whose query records carry ``language`` (or ``lang``), e.g. ``ja``, ``fr``;
 documents carry theirs or take ``language`` (default ``en``: English evidence, as in
 MMed-Bench-IR's cross-lingual QA retrieval). The language of each query drives the per-language
-metric breakdown and the cross-lingual gap (``gap.language.<lang>.ndcg_at_10``: the best language's
-nDCG@10 minus that language's) that :func:`medbench_core.evaluation.scoring.score` reports. A query without a language is an
-error naming its file and line.
+metric breakdown that :func:`medbench_core.evaluation.scoring.score` reports and the leaderboard's
+multilingual section (:mod:`medbench_core.evaluation.multilingual`: the paired gap, English minus each
+language over the concepts asked in both). A query without a language is an error naming its file and line.
 """
 
 from __future__ import annotations
