@@ -188,10 +188,16 @@ def search_tokens(
     progress: bool | None = False,
 ) -> pl.DataFrame:
     """:func:`search` of queries already tokenized (an expanded query is a combination of token lists)."""
+    # bm25s adds an empty token to the vocabulary it indexes, numbered past the index's last column when no
+    # document holds "" (_number_vocabulary_sorted): a query token "" (Greek Snowball stems some words to
+    # nothing) would then fail bm25s's range check. Such a token matches no document: it is dropped.
+    empty_is_no_column = retriever.vocab_dict.get("", -1) >= len(retriever.scores["indptr"]) - 1
     with bar(total=len(tokens), desc="bm25 search", unit="query", progress=progress) as pbar:
 
         def rows():
             for t in tokens:
+                if empty_is_no_column and "" in t:
+                    t = [x for x in t if x]
                 # bm25s fails on an empty token list (a query of stopwords only, or an image-only
                 # query with no text): such a query matches nothing, so every document scores 0.
                 row = retriever.get_scores(t) if t else np.zeros(len(doc_ids))

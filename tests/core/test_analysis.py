@@ -161,6 +161,26 @@ def test_vietnamese_keeps_words_of_one_character():
     assert bm25s.tokenize(["U ác của dạ dày"], stopwords=None, return_ids=False, show_progress=False) == [["ác", "của", "dạ", "dày"]]  # bm25s: no "u"
 
 
+def test_a_greek_query_stemmed_to_an_empty_token_scores_as_without_it(tmp_path):
+    # Greek Snowball stems "ιστού" to "": a query holding it against a corpus where no document does used to
+    # fail bm25s's range check (the empty token it adds to its vocabulary has no column). It matches nothing.
+    import bm25s
+
+    assert "" in greek_snowball("υποδόριου ιστού")
+    task = _task("t_el_empty", "el", EL_DOCS, ["Χολέρα του ιστού"])
+    emb, idx, out = (tmp_path / n for n in ("emb", "idx", "run"))
+    for d in (emb, idx, out):
+        d.mkdir()
+    embed_corpus(BM25, task, emb)
+    build_corpus_index(BM25, emb, idx)
+    ours, _ = retrieve(BM25, task, emb, idx, out, k=len(EL_DOCS))
+    bare = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    bare.index([greek_snowball(d) for d in EL_DOCS], show_progress=False)
+    want = bare.get_scores([t for t in greek_snowball("Χολέρα του ιστού") if t])
+    got = ours.sort("doc_id")
+    np.testing.assert_allclose(got["score"].to_numpy(), want[[int(d[1:]) for d in got["doc_id"]]], rtol=0, atol=1e-9)
+
+
 def greek_snowball(text: str) -> list[str]:
     """bm25s's split and PyStemmer's Greek Snowball, called directly."""
     import bm25s
