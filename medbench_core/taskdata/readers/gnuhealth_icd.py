@@ -81,7 +81,6 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.taskdata.contracts.overlap import normalise_query
 from medbench_core.taskdata.readers.base import ReadContext, Reader, ReaderOptions
 from medbench_core.taskdata.readers.common import build_task_from_rows, refuse_unmapped
 from medbench_core.taskdata.task import Task, TaskMeta
@@ -379,6 +378,8 @@ def read_package(source: str | Path, languages: Iterable[str] | None = None) -> 
 
     ``languages`` (base codes): the catalogues read; None reads every one the package has.
     """
+    from medbench_core.taskdata.contracts.overlap import normalise_query  # numpy: not at the catalogue's import
+
     pkg = Package(source)
     report: list[dict[str, Any]] = []
     dwhere = pkg.where("data/diseases.xml")
@@ -701,6 +702,7 @@ def _hold_out_overlaps(tasks: dict[str, dict[str, Any]], icd: Icd, report: list[
     import numpy as np
     from sklearn.feature_extraction.text import TfidfVectorizer
 
+    from medbench_core.taskdata.contracts.overlap import normalise_query
     from medbench_core.taskdata.contracts.results import NGRAM_RANGE
 
     order = list(tasks)
