@@ -22,13 +22,19 @@ per token (a list of ``(tokens, dim)`` arrays, or a padded array with a ``mask``
 by MaxSim (:mod:`.late_interaction`).
 
 **Trust.** models.yaml's top-level ``trust_code: [{path: <folder or pkg:name>, sha256: <hex>}]``
-lists the code that may run; the hash is :func:`code_hash` of the folder (its ``.py``, ``.pyx``,
-``.so`` and ``.pyd`` files by relative path and content, ``__pycache__`` and hidden folders left
-out). Reading the registry refuses an entry whose code is not listed or whose hash differs, with
-one line giving the hash now; loading checks again right before the import, and the imported
-module must come from the allowlisted folder. The hashes enter the model's revision
-(``code-sha256:<16 hex>``, each import's, and the sha256 of the folder's other files, its weights),
-so changed code re-keys every artifact.
+lists the code that may run; the hash is :func:`code_hash` of the folder: every file the code can
+import or load (sources, bytecode, data, weights) and every link, by relative path and content
+(:mod:`medbench_core.retrieval.trusted_code`; a link leaving the folder, a sourceless ``.pyc`` or a
+pickle is refused). Reading the registry refuses an entry whose code is not listed or whose hash
+differs, with one line giving the hash now; loading scans again right before the import, imports
+the folder's modules only from the bytes scanned (no bytecode read or written), and checks that every
+module the code uses under one of the folder's names is the folder's. What the code loads from
+outside its folders is pinned or refused: a path in ``init`` is hashed into the revision, a hub
+repository must be pinned to its commit in ``settings.hub`` (``{repo: commit}``), and any other
+weights file opened from outside is refused. The revision is ``code-sha256:<16 hex>``, each
+import's, the sha256 of the folder's other files (``files-sha256``), of each ``init`` path outside
+(``init.<key>@<16 hex>``) and each hub pin (``hub:<repo>@<12 hex>``), so changed code or weights
+re-key every artifact.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import dataclasses
 import hashlib
 import importlib
 import importlib.util
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from medbench_core.errors import DataError
+from medbench_core.retrieval import trusted_code
 from medbench_core.retrieval.kinds.late_interaction import LateInteractionKind
 from medbench_core.retrieval.kinds.remote_code import RECORD_TYPES, Call, RemoteCodeEncoder, RemoteCodeKind
 from medbench_core.retrieval.kinds.settings import KindSettings
@@ -91,16 +99,17 @@ def _digest(root: Path, files: list[Path]) -> str:
     return h.hexdigest()
 
 
-def code_hash(root: Path) -> str:
-    """sha256 over the folder's code files (``.py``, ``.pyx``, ``.so``, ``.pyd``), by relative path and content."""
-    files = _files(root, code=True)
-    if not files:
+def code_hash(root: Path, where: str = "") -> str:
+    """The trust hash of a code folder: every file its code can import or load and every link, by relative path and content
+    (:func:`medbench_core.retrieval.trusted_code.scan`; DataError for a link leaving it, a sourceless .pyc, a pickle)."""
+    scanned = trusted_code.scan(root, where)
+    if not any(rel.endswith(CODE_SUFFIXES) for rel in scanned.files):
         raise DataError(f"code folder {root}: no Python files (.py, .pyx, .so, .pyd) in it")
-    return _digest(root, files)
+    return scanned.digest
 
 
 def data_hash(root: Path) -> str:
-    """sha256 over the folder's other files (weights, configs); ``""`` when it has none."""
+    """sha256 over the folder's files other than code (weights, configs); ``""`` when it has none."""
     files = _files(root, code=False)
     return _digest(root, files) if files else ""
 
@@ -112,18 +121,23 @@ class TrustedCode:
     folders: tuple[tuple[str, str, str], ...]
 
 
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?\Z")
+
+
 # --- settings ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class CodeFolderSettings(KindSettings):
-    """``entry`` (module:Class), ``init``, ``setup``, ``imports``, the calls ``text`` / ``image`` / ``image_text``,
-    ``image_input`` (pil | path | base64), ``normalize``, ``instructions`` / ``query_template`` (queries only)."""
+    """``entry`` (module:Class), ``init``, ``setup``, ``imports``, ``hub`` (hub repositories the code loads -> pinned commit),
+    the calls ``text`` / ``image`` / ``image_text``, ``image_input`` (pil | path | base64), ``normalize``,
+    ``instructions`` / ``query_template`` (queries only)."""
 
     entry: str = ""
     init: dict | None = None
     setup: str = ""
     imports: list | None = None
+    hub: dict | None = None
     text: dict | None = None
     image: dict | None = None
     image_text: dict | None = None
@@ -152,6 +166,12 @@ class CodeFolderSettings(KindSettings):
             raise DataError(f"{where}: instructions must map a task name, task type or 'default' to an instruction text")
         if self.query_template is not None and ("{query}" not in self.query_template or "{instruction}" not in self.query_template):
             raise DataError(f"{where}: query_template {self.query_template!r} needs both {{instruction}} and {{query}}")
+        for repo, commit in (self.hub or {}).items():
+            if not (isinstance(repo, str) and HUB_ID.match(repo) and isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit)):
+                raise DataError(
+                    f"{where}: settings.hub maps each hub repository the code loads to the commit it must be (40 hex), "
+                    f"not {repo!r}: {commit!r} (a refused run prints the commit it found)"
+                )
         calls = self.calls(where)
         if not calls:
             raise DataError(f"{where}: settings need at least one of text, image, image_text (the method that encodes those records)")
@@ -190,59 +210,119 @@ def _substitute(value: Any, folder: Path, device: str) -> Any:
     return value
 
 
-def verify_trust(spec: ModelSpec) -> TrustedCode:
-    """The entry's allowlisted code, each folder's hash checked again now (DataError naming the folder otherwise)."""
+def verify_trust(spec: ModelSpec) -> tuple[TrustedCode, list[trusted_code.FolderScan]]:
+    """The entry's allowlisted code, each folder scanned again now (DataError naming the folder when its hash moved), with the scans."""
     trusted = spec.block
     if not isinstance(trusted, TrustedCode):
         raise DataError(
             f"model {spec.name}: its code runs only when models.yaml lists it under trust_code (path and sha256); this entry was not read from such a registry"
         )
+    scans = []
     for written, folder, allowed in trusted.folders:
-        now = code_hash(Path(folder))
-        if now != allowed:
+        scanned = trusted_code.scan(Path(folder), f"model {spec.name}")
+        if scanned.digest != allowed:
             raise DataError(
-                f"model {spec.name}: the code in {folder} changed after models.yaml allowlisted it (sha256 now {now}); read the change, then update trust_code"
+                f"model {spec.name}: the code in {folder} changed after models.yaml allowlisted it (sha256 now {scanned.digest}); "
+                "read the change, then update trust_code"
             )
-    return trusted
+        scans.append(scanned)
+    return trusted, scans
+
+
+def outside_paths(spec: ModelSpec, folders: list[Path]) -> list[tuple[str, Path]]:
+    """``(init key, path)`` of each text in ``init`` that names an existing file or folder outside the entry's code folders
+    (weights the class is given: BLIP-FF's ``checkpoint``); they are hashed into the revision."""
+    folder = folders[0]
+    out: list[tuple[str, Path]] = []
+
+    def walk(value: Any, key: str) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{key}.{k}" if key else str(k))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{key}.{i}")
+        elif isinstance(value, str) and ("/" in value or value.startswith("~")):
+            path = Path(_substitute(value, folder, "cpu")).expanduser()
+            if path.exists():
+                path = path.resolve()
+                if not any(path == f or f in path.parents for f in folders):
+                    out.append((key, path))
+
+    walk(spec.settings.init or {}, "")
+    return out
+
+
+def _watch(spec: ModelSpec, folders: list[Path]) -> trusted_code.LoadWatch:
+    return trusted_code.LoadWatch(spec.name, tuple(folders), tuple(p for _k, p in outside_paths(spec, folders)), dict(spec.settings.hub or {}))
 
 
 def load_code_folder_object(spec: ModelSpec, device: str = "cpu") -> Any:
-    """The entry's object: the allowlisted module imported, the class constructed with ``init``, ``setup`` called."""
-    trusted = verify_trust(spec)
+    """The entry's object: the allowlisted module imported from its scanned bytes, the class constructed with ``init``,
+    ``setup`` called; what it loaded from outside its folders checked (pinned, or passed in ``init``)."""
+    trusted, scans = verify_trust(spec)
     folder = Path(trusted.folders[0][1])
+    folders = [Path(f) for _w, f, _h in trusted.folders]
     module_name, _, attr = spec.settings.entry.partition(":")
     package = spec.path.startswith("pkg:")
     import_root = folder.parent if package else folder
+    trusted_code.install((s, written.startswith("pkg:")) for (written, _f, _h), s in zip(trusted.folders, scans))
     if str(import_root) not in sys.path:
-        sys.path.insert(0, str(import_root))  # the class may import its siblings later, as its own scripts run it
-    importlib.invalidate_caches()
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # the user's code failing to import must say which entry and why
-        raise DataError(f"model {spec.name}: importing {module_name!r} from {folder} failed ({type(exc).__name__}: {exc})") from exc
-    origin = Path(getattr(module, "__file__", "") or "").resolve()
-    if folder not in origin.parents:
-        raise DataError(
-            f"model {spec.name}: module {module_name!r} was imported from {origin}, not from the allowlisted {folder}; rename it or remove the other copy"
-        )
-    target: Any = module
-    for part in attr.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise DataError(f"model {spec.name}: {module_name} has no {attr!r} (settings.entry)")
-    kwargs = _substitute(dict(spec.settings.init or {}), folder, device)
-    try:
-        obj = target(**kwargs)
-    except TypeError as exc:
-        raise DataError(f"model {spec.name}: {spec.settings.entry}(**init) failed: {exc}") from exc
-    if spec.settings.setup:
-        method = getattr(obj, spec.settings.setup, None)
-        if not callable(method):
-            raise DataError(f"model {spec.name}: {type(obj).__name__} has no method {spec.settings.setup!r} (settings.setup)")
-        method()
+        sys.path.insert(0, str(import_root))  # the class may look for its siblings' files as its own scripts run it
+    watch = _watch(spec, folders)
+    with trusted_code.watching(watch):
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:  # the user's code failing to import must say which entry and why
+            raise DataError(f"model {spec.name}: importing {module_name!r} from {folder} failed ({type(exc).__name__}: {exc})") from exc
+        origin = Path(getattr(module, "__file__", "") or "").resolve()
+        if folder not in origin.parents:
+            raise DataError(
+                f"model {spec.name}: module {module_name!r} was imported from {origin}, not from the allowlisted {folder}; rename it or remove the other copy"
+            )
+        trusted_code.check_origins(spec.name, folders)
+        target: Any = module
+        for part in attr.split("."):
+            target = getattr(target, part, None)
+            if target is None:
+                raise DataError(f"model {spec.name}: {module_name} has no {attr!r} (settings.entry)")
+        kwargs = _substitute(dict(spec.settings.init or {}), folder, device)
+        try:
+            obj = target(**kwargs)
+        except TypeError as exc:
+            raise DataError(f"model {spec.name}: {spec.settings.entry}(**init) failed: {exc}") from exc
+        if spec.settings.setup:
+            method = getattr(obj, spec.settings.setup, None)
+            if not callable(method):
+                raise DataError(f"model {spec.name}: {type(obj).__name__} has no method {spec.settings.setup!r} (settings.setup)")
+            method()
+    watch.check()
+    trusted_code.check_origins(spec.name, folders)
     if hasattr(obj, "eval") and callable(obj.eval) and hasattr(obj, "parameters"):
         obj.eval()  # a torch module: inference mode as the scripts put it
     return obj
+
+
+class CodeFolderEncoder(RemoteCodeEncoder):
+    """A code folder's object, each encode watched: what it loads from outside its folders must be pinned, or nothing it gives is used."""
+
+    def __init__(self, spec: ModelSpec, model: Any, device: str = "cpu", progress: bool | None = False):
+        super().__init__(spec, model, device=device, progress=progress)
+        self.folders = [Path(f) for _w, f, _h in spec.block.folders]
+        self.watch = _watch(spec, self.folders)
+
+    def _watched(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        with trusted_code.watching(self.watch):
+            out = method(*args, **kwargs)
+        self.watch.check()
+        trusted_code.check_origins(self.spec.name, self.folders)  # a module imported lazily, inside a method, is checked too
+        return out
+
+    def encode_records(self, *args: Any, **kwargs: Any) -> Any:
+        return self._watched(super().encode_records, *args, **kwargs)
+
+    def encode_multi(self, *args: Any, **kwargs: Any) -> Any:
+        return self._watched(super().encode_multi, *args, **kwargs)
 
 
 # --- the kinds -----------------------------------------------------------------------------------
@@ -269,7 +349,7 @@ class CodeFolderMixin:
         folders = []
         for path in self.code_paths(spec):
             folder = code_root(path, f"{where}: model {spec.name!r}")
-            now = code_hash(folder)
+            now = code_hash(folder, f"{where}: model {spec.name!r}")
             listed = resolved.get(str(folder))
             if listed is None:
                 raise DataError(
@@ -288,17 +368,20 @@ class CodeFolderMixin:
         return ""
 
     def revision(self, spec: ModelSpec) -> str:
-        """``code-sha256:<16 hex>`` of the folder's code, ``+<import>@<16 hex>`` per import, ``+files-sha256:<16 hex>`` of its other files."""
+        """``code-sha256:<16 hex>`` of the folder's code, ``+<import>@<16 hex>`` per import, ``+files-sha256:<16 hex>`` of its other
+        files, ``+init.<key>@<16 hex>`` per ``init`` path outside the folders, ``+hub:<repo>@<12 hex>`` per pinned hub repository."""
         roots = [code_root(p) for p in self.code_paths(spec)]
         parts = [f"code-sha256:{code_hash(roots[0])[:16]}"]
         parts += [f"{p}@{code_hash(r)[:16]}" for p, r in zip(self.code_paths(spec)[1:], roots[1:])]
         data = data_hash(roots[0])
         if data:
             parts.append(f"files-sha256:{data[:16]}")
+        parts += [f"init.{key}@{trusted_code.path_digest(path, f'model {spec.name}: init.{key}')[:16]}" for key, path in outside_paths(spec, roots)]
+        parts += [f"hub:{repo}@{commit[:12]}" for repo, commit in sorted((spec.settings.hub or {}).items())]
         return "+".join(parts)
 
     def load(self, spec: ModelSpec, *, device: str = "cpu", progress: bool | None = False, online: bool = False) -> Any:
-        return RemoteCodeEncoder(spec, load_code_folder_object(spec, device), device=device, progress=progress)
+        return CodeFolderEncoder(spec, load_code_folder_object(spec, device), device=device, progress=progress)
 
 
 class CodeFolderKind(CodeFolderMixin, RemoteCodeKind):
