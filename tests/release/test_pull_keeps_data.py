@@ -144,7 +144,7 @@ def test_an_object_missing_from_the_remote_and_cache_refuses_and_changes_never_a
     assert _tree(clone / "data") == _tree(world.origin / "data")
     kept = sorted((clone / ".medbench" / "pull" / "kept").glob("*/reports/my-notes.txt"))
     assert len(kept) == 1 and kept[0].read_text() == "not in any version\n"
-    assert f"moved to {kept[0].parents[1]} (e.g. reports/my-notes.txt)" in proc.stdout
+    assert f"moved to {kept[0].parents[1]}: reports/my-notes.txt" in proc.stdout
 
     # A pull with nothing to do changes nothing; gc leaves data/ and the kept files alone.
     proc = ok(world.medbench(clone, "data", "pull", remote=remote))
