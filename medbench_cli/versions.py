@@ -3,8 +3,8 @@
     medbench data remote [PATH]    show or set the DVC remote of this checkout
     medbench release TAG [--prune] after `medbench run`
     medbench reproduce [TAG]       pull and re-score; rebuild from the sources when the remote cannot give it
-    medbench gc [--cloud]          never removes what a tagged version needs
-    medbench data check            cache objects re-hash to their names; tags complete on the remote
+    medbench gc [--cloud]          never removes what a tagged or remotely recorded version needs
+    medbench data check            cache objects re-hash to their names; recorded versions complete on the remote
     medbench data pull | push
 
 Exit codes: 0 done / identical; 1 a metric or ranking differs, or an artifact fails its manifest;
@@ -53,8 +53,15 @@ def add_parser(sub) -> None:
     p.add_argument("--tolerance", type=float, help="largest absolute difference accepted in rebuilt embeddings and index vectors (default 1e-5)")
     p.add_argument("--require-mlflow", action="store_true", help="a run missing from MLflow is a difference")
     p.set_defaults(handler=_guarded(_reproduce))
-    p = sub.add_parser("gc", parents=[common], help="garbage-collect DVC objects, keeping every tag, branch and the workspace", description=_gc.__doc__)
-    p.add_argument("--cloud", action="store_true", help="also remove unused objects from the remote")
+    p = sub.add_parser(
+        "gc", parents=[common], help="garbage-collect DVC objects, keeping every tag, branch, the workspace and every version the remote records",
+        description=_gc.__doc__,
+    )  # fmt: skip
+    p.add_argument("--cloud", action="store_true", help="also remove from the remote the objects no version needs")
+    p.add_argument(
+        "--keep-hours", type=float, default=24.0, metavar="N",
+        help="with --cloud, keep every remote object written in the last N hours (a push may be under way; default 24)",
+    )  # fmt: skip
     p.add_argument("--no-fetch-tags", action="store_true", help="do not fetch tags from origin first")
     p.set_defaults(handler=_guarded(_gc))
 
@@ -197,10 +204,15 @@ def _rebuilt(res) -> int:
 
 
 def _gc(args: argparse.Namespace, root: Path) -> int:
-    """Garbage-collect the DVC cache (and with --cloud the remote), keeping every tag, branch and the workspace."""
+    """Garbage-collect the DVC cache, keeping every tag, branch and the workspace; with --cloud, remove from the remote the
+    objects that no version needs (named here, or recorded in the remote's own version index by every release and push)
+    and that were written more than --keep-hours ago. It says what it kept and why."""
     from medbench_release.gc import gc
+    from medbench_release.vcs import VersioningError
 
-    gc(root, cloud=args.cloud, remote=_remote_url(args), fetch_tags=not args.no_fetch_tags)
+    if args.keep_hours < 0:
+        raise VersioningError(f"--keep-hours {args.keep_hours:g}: give 0 or more hours")
+    gc(root, cloud=args.cloud, remote=_remote_url(args), fetch_tags=not args.no_fetch_tags, keep_hours=args.keep_hours)
     return 0
 
 
@@ -231,7 +243,7 @@ def _push(args: argparse.Namespace, root: Path) -> int:
 
 def _check(args: argparse.Namespace, root: Path) -> int:
     from medbench_release.gc import leftover_temp_files, missing_on_remote, rehash_objects, tagged_versions
-    from medbench_release.remote import configure_remote, local_remote_path
+    from medbench_release.remote import configure_remote, local_remote_path, remote_versions
 
     url = configure_remote(root, _remote_url(args))
     n, bad = rehash_objects(root / ".dvc" / "cache")
@@ -239,7 +251,8 @@ def _check(args: argparse.Namespace, root: Path) -> int:
     remote_dir = local_remote_path(root, url)
     if remote_dir:
         m, rbad = rehash_objects(remote_dir)
-        problems += rbad + missing_on_remote(root, remote_dir, tagged_versions(root))
+        recorded = {**{f"{r.get('label') or 'pushed'} ({v[:12]})": v for v, r in remote_versions(root).items()}, **tagged_versions(root)}
+        problems += rbad + missing_on_remote(root, remote_dir, recorded)
         print(f"{m} remote objects re-hashed")
     temp = leftover_temp_files(root / ".dvc" / "cache")
     print(f"{n} cache objects re-hashed; {len(problems)} problem(s); {len(temp)} leftover temporary file(s) (gc removes them)")

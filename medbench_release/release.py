@@ -278,7 +278,7 @@ def release(
         record = version_record(root, tag)
         if (root / "data.dvc").exists() and data_version(root) == record["data_version"]:
             log(f"[release] tag {tag} exists for data {record['data_version']}: pushing and tagging the MLflow runs again")
-            push(root, log)
+            push(root, log, label=f"release {tag}")
             _tag_mlflow_runs(tracking_uri, [e["mlflow_run_id"] for e in record["runs"]], record["data_version"], tag)
             return record
         raise VersioningError(f"tag {tag} already names data {record['data_version']}; choose a new tag for this data")
@@ -313,7 +313,7 @@ def release(
     log(f"[release] {n} artifact folders verified; {len(runs)} model x task runs, {len(artifacts)} artifacts; remote {public_url(url)}")
 
     dvc(root, "add", "-q", DATA)
-    push(root, log)  # every file of the version is on the remote before the tag exists
+    push(root, log, label=f"release {tag}")  # every file of the version is on the remote, and in its index, before the tag exists
     version = data_version(root)
     record = {
         "format": FORMAT,

@@ -7,10 +7,13 @@ objects); its url defaults to ``~/.cache/medbench/dvc-remote`` and is overridden
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 from pathlib import Path
+from typing import Any
 
-from medbench_release.vcs import DATA, REMOTE, Log, VersioningError, data_version, dvc
+from medbench_release.vcs import DATA, REMOTE, Log, VersioningError, data_version, dvc, git
 
 
 def configure_remote(root: Path, url: str | None = None) -> str:
@@ -69,8 +72,9 @@ def _drop_remote_object(root: Path, oid: str) -> None:
             odb.fs.rm(path)
 
 
-def push(root: Path, log: Log = print) -> None:
-    """`dvc push` the data of ``data.dvc``, then make sure the remote holds every file of it.
+def push(root: Path, log: Log = print, label: str = "") -> None:
+    """`dvc push` the data of ``data.dvc``, record it in the remote's version index (``label``: e.g. ``release v3``), then make
+    sure the remote holds every file of it.
 
     DVC skips a folder whose directory object is already on the remote, assuming its files are
     there too; a remote that lost one of them is never repaired that way. When the file-by-file
@@ -78,10 +82,12 @@ def push(root: Path, log: Log = print) -> None:
     which uploads the missing files and the directory object last.
     """
     dvc(root, "push", "-r", REMOTE, "data.dvc")
+    version = data_version(root)
+    # Recorded before the check below: from here on gc keeps the version, so a check that passes stays true.
+    record_version_on_remote(root, version, label or f"pushed from commit {git(root, 'rev-parse', '--short', 'HEAD', check=False).strip()}")
     missing = not_in_remote(root)
     if not missing:
         return
-    version = data_version(root)
     log(f"[push] the remote lacks {len(missing)} file(s) of {version} (e.g. {missing[0]}); uploading them again")
     _drop_remote_object(root, version)
     dvc(root, "push", "-r", REMOTE, "data.dvc")
@@ -90,6 +96,61 @@ def push(root: Path, log: Log = print) -> None:
         raise VersioningError(
             f"after `dvc push`, the remote still lacks {len(missing)} file(s), e.g. {missing[:5]}; is the local cache complete (`dvc status`)?"
         )
+
+
+# --- the remote's own index of the versions pushed to it -------------------------------------
+
+INDEX = "medbench-versions"  # the remote's own version index, beside DVC's files/ (which `dvc gc` alone would prune)
+
+
+def open_remote(root: Path) -> Any:
+    """``(dvc Repo, its remote medbench)``; close the repo (``with repo:``) when done."""
+    from dvc.repo import Repo
+
+    repo = Repo(str(root))
+    return repo, repo.cloud.get_remote(REMOTE, command="gc")
+
+
+def record_version_on_remote(root: Path, version: str, label: str) -> None:
+    """Write ``<remote>/medbench-versions/<version>.json``: the remote's own record that ``version`` was pushed there.
+
+    :func:`medbench_release.gc.gc` never removes what a version in this index needs, whichever clone runs it and
+    whatever tags that clone has seen (a release is pushed before its tag reaches any other clone).
+    """
+    import getpass
+    import socket
+
+    entry = {
+        "data_version": version,
+        "label": label,
+        "commit": git(root, "rev-parse", "HEAD", check=False).strip(),
+        "pushed_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "pushed_from": f"{getpass.getuser()}@{socket.gethostname()}:{root}",
+    }
+    repo, remote = open_remote(root)
+    with repo:
+        folder = remote.fs.join(remote.path, INDEX)
+        remote.fs.makedirs(folder, exist_ok=True)
+        remote.fs.pipe_file(remote.fs.join(folder, f"{version}.json"), (json.dumps(entry, indent=1) + "\n").encode())
+
+
+def remote_versions(root: Path) -> dict[str, dict[str, Any]]:
+    """The versions the remote's index records: data version -> its entry (``{}`` where the entry cannot be read)."""
+    repo, remote = open_remote(root)
+    out: dict[str, dict[str, Any]] = {}
+    with repo:
+        folder = remote.fs.join(remote.path, INDEX)
+        if not remote.fs.exists(folder):
+            return out
+        for path in remote.fs.find(folder):
+            name = path.rstrip("/").rsplit("/", 1)[-1]
+            if not re.fullmatch(r"[0-9a-f]{32}\.dir\.json", name):
+                continue
+            try:
+                out[name.removesuffix(".json")] = json.loads(remote.fs.cat_file(path))
+            except (OSError, ValueError):
+                out[name.removesuffix(".json")] = {}  # the name alone says which version it is
+    return out
 
 
 # --- credentials never reach a tracked file ---------------------------------------------------

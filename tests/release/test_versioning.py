@@ -419,8 +419,9 @@ def test_gc_through_the_wrapper_keeps_every_tagged_version_fetchable(bench):
     ok(bench.dvc(other, "gc", "--workspace", "--cloud", "--force", "-r", "medbench"))
     assert missing_on_remote(other, control, {"v1": bench.version}) != []
 
-    proc = ok(bench.medbench(repo, "gc", "--cloud", remote=remote, db=db))
-    assert "every tagged version (v1, v2) is complete" in proc.stdout
+    proc = ok(bench.medbench(repo, "gc", "--cloud", "--keep-hours", "0", remote=remote, db=db))
+    assert f"{bench.version[:12]} (tag v1)" in proc.stdout and f"{v2[:12]} (tag v2)" in proc.stdout
+    assert "removed 2 object(s) no version needs" in proc.stdout  # the scratch file and its state's directory object
     assert not _object(remote, scratch).exists()
     assert not _object(repo / ".dvc" / "cache", scratch).exists()
     assert missing_on_remote(repo, remote, {"v1": bench.version, "v2": v2}) == []
