@@ -53,14 +53,14 @@ from medbench_release.tolerance import (
 OK = ("identical", "within_tolerance")
 # What each upstream field is evidence of, when it moved.
 MOVED = {
-    "source_sha256": "the data",
-    "dataset_revision": "the data",
-    "task_entry": "the task's catalogue entry",
-    "task_content_hash": "the data",
-    "model_revision": "the model",
-    "model_entry": "the model",
-    "code_version": "the code",
-    "upstream_key": "an upstream artifact",
+    "source_sha256": "the sources changed",
+    "dataset_revision": "the sources changed",
+    "task_entry": "the task's catalogue entry moved",
+    "task_content_hash": "the data moved",
+    "model_revision": "the model moved",
+    "model_entry": "the model moved",
+    "code_version": "the code moved",
+    "upstream_key": "an upstream artifact moved",
 }
 
 
@@ -549,9 +549,16 @@ def first_difference(results: list[ArtifactResult], record: dict[str, Any], rebu
     if bad.verdict == "missing":
         cause = "it was not rebuilt (see the rebuild's log)"
     elif causes:
-        cause = " and ".join(causes) + " moved"
+        cause = " and ".join(causes)
     elif "upstream_key" in bad.moved:
         cause = "an upstream artifact moved"
+    elif bad.stage == "curated_task":
+        # Read from the sources by the version's own code: a version released before medbench recorded the sources a task
+        # was curated from (issue 44) recorded the sources as they were at release time.
+        cause = (
+            "same upstream provenance, other bytes: the sources changed after the version's task was curated (its record names the "
+            "sources as they were at its release), or the reader is not deterministic"
+        )
     else:
         cause = "same upstream provenance, other bytes: the environment (library versions, CPU, threads) or code that is not deterministic"
     why = bad.notes[:1] + [f"{n}: {f.get('detail', f['verdict'])}" for n, f in bad.files.items() if f["verdict"] not in OK][:3]

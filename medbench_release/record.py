@@ -221,11 +221,15 @@ def catalogue_entries(tasks_text: str) -> dict[str, dict[str, Any]]:
 
 
 def task_upstream(task_dir: Path, entry: dict[str, Any] | None, shared_data: Path, curation_code: str) -> dict[str, Any]:
-    """What a curated task was built from: its source files' digest, the dataset revision, the catalogue entry, the code."""
+    """What a curated task was built from: its source files' digest (as recorded when it was curated, else as the sources are
+    now), the dataset revision, the catalogue entry, the code."""
     meta = json.loads((task_dir / "task.json").read_text()).get("meta", {}) if (task_dir / "task.json").exists() else {}
+    curated_from = (read_manifest(task_dir).get("inputs") or {}).get("files") if (task_dir / "MANIFEST.json").exists() else None
+    if not (isinstance(curated_from, str) and len(curated_from) == 64):
+        curated_from = None  # curated before the one source digest was recorded beside the task
     return {
         "source": (entry or {}).get("path") or (entry or {}).get("dataset", ""),
-        "source_sha256": source_digest(shared_data, entry) if entry is not None else "unknown",
+        "source_sha256": curated_from or (source_digest(shared_data, entry) if entry is not None else "unknown"),
         "dataset_revision": meta.get("source_revision", ""),
         "task_entry": entry_digest(entry),
         "code_version": curation_code,

@@ -168,6 +168,29 @@ def current_runs(entries: list[dict[str, Any]], data_dir: Path, models_file: Pat
     return current, notes
 
 
+def refuse_stale_tasks(data_dir: Path, tasks: list[str], tasks_file: Path, shared_data: Path) -> None:
+    """Refuse (one line) a version whose curated task is not what its sources and tasks.yaml entry give now: the version
+    would record sources its task was not built from (issue 44). Names the task, the changed files and what to run."""
+    from medbench_core.taskdata.catalog import changed_inputs, changed_source_files, load_catalog
+
+    catalog = load_catalog(tasks_file)
+    layout = Layout(data_dir)
+    for task in tasks:
+        if task not in catalog.names:
+            continue  # collect_runs and current_runs say why such a run is left out
+        entry = catalog.task(task)
+        recorded = read_manifest(layout.task_dir(task)).get("inputs")
+        why = changed_inputs(recorded, entry, shared_data)
+        if not why:
+            continue
+        files = changed_source_files(recorded, entry, shared_data)
+        named = f" ({', '.join(files[:5])}{', ...' if len(files) > 5 else ''})" if files else ""
+        raise VersioningError(
+            f"task {task}: {why}{named}, and {data_dir.name}/tasks/{task} still holds the task curated before; a version records the "
+            f"sources its tasks were built from: run `medbench run --tasks {task}` (curates it again and re-scores it), then release"
+        )
+
+
 def version_artifacts(data_dir: Path, runs: list[dict[str, Any]], models_text: str, tasks_text: str, shared_data: Path) -> list[dict[str, Any]]:
     """Every artifact of the version in stage order: curated tasks, then each stage's artifacts (see :mod:`.record`)."""
     from medbench_core.provenance import stage_version
@@ -296,6 +319,7 @@ def release(
         raise VersioningError(f"refusing to release a damaged artifact: {exc}", exit_code=1) from exc
     runs, skipped = collect_runs(tracking_uri, benchmark, data_dir)
     runs, stale = current_runs(runs, data_dir, models_file) if runs else (runs, [])
+    refuse_stale_tasks(data_dir, sorted({e["task"] for e in runs}), tasks_file, shared_data)
     for note in skipped + stale:
         log(f"[release] left out: {note}")
     if not runs:

@@ -237,16 +237,44 @@ def local_source(entry: TaskEntry, data_root: str | Path) -> Path | None:
 # --- is a curated copy still current? ------------------------------------------------------------
 
 
+EACH_FILE_LIMIT = 5000  # a source of more files records only its one digest (the names of changed files are then not known)
+
+
 def curation_inputs(entry: TaskEntry, data_root: str | Path) -> dict[str, Any]:
     """What curating ``entry`` reads, as digests recorded beside the curated task: ``entry`` (its reader,
     path and options as tasks.yaml gives them) and, for a local source, ``files`` (sha256 over its
     files' names and bytes, :func:`source_files_digest`) with ``stat`` (over their names, sizes and modification times: the cheap
-    check :func:`changed_inputs` makes first)."""
+    check :func:`changed_inputs` makes first) and ``each`` (16 hex of each file's sha256, by name, for a source of at most
+    :data:`EACH_FILE_LIMIT` files: :func:`changed_source_files` names the files that changed)."""
     out: dict[str, Any] = {"entry": _entry_digest(entry)}
     src = _local_source(entry, data_root)
     if src is not None and src.exists():
         local_source(entry, data_root)  # no file outside the data folder is read, not even to be hashed
         out["stat"], out["files"] = _stat_digest(src), source_files_digest(src)
+        each = source_file_digests(src)
+        if len(each) <= EACH_FILE_LIMIT:
+            out["each"] = each
+    return out
+
+
+def source_file_digests(src: Path) -> dict[str, str]:
+    """Name -> 16 hex of the sha256 of each file of ``src`` (the same names and bytes :func:`source_files_digest` covers)."""
+    from medbench_core.storage import sha256_noting
+
+    src = Path(src)
+    files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
+    return {(p.name if p == src else str(p.relative_to(src))): sha256_noting(p)[:16] for p in files}
+
+
+def changed_source_files(recorded: dict[str, Any] | None, entry: TaskEntry, data_root: str | Path) -> list[str]:
+    """The files of ``entry``'s local source that changed, appeared or went since it was curated from ``recorded`` inputs
+    (each as ``name``, ``name (new)`` or ``name (gone)``); empty when unknown (no per-file digests recorded, or no source here)."""
+    src = _local_source(entry, data_root)
+    if not recorded or "each" not in recorded or src is None or not src.exists():
+        return []
+    now, then = source_file_digests(src), recorded["each"]
+    out = [n for n in sorted(set(now) & set(then)) if now[n] != then[n]]
+    out += [f"{n} (new)" for n in sorted(set(now) - set(then))] + [f"{n} (gone)" for n in sorted(set(then) - set(now))]
     return out
 
 

@@ -129,12 +129,12 @@ def test_one_changed_source_record_makes_that_task_and_everything_built_on_it_di
     assert differing == _labels(world.record, task="scifact")  # the curated task, then 3 models x 4 stages
     assert len(differing) == 13
     first = report["first_difference"]
-    assert first["artifact"] == "curated_task scifact" and first["cause"] == "the data moved"
+    assert first["artifact"] == "curated_task scifact" and first["cause"] == "the sources changed"
     assert first["moved"] == ["source_sha256"]
     assert "first difference: curated_task scifact (tasks/scifact): differs" in proc.stderr
     assert re.search(r"source data sha256 [0-9a-f]{16} \(the version: [0-9a-f]{16}\): MOVED", proc.stderr)
     assert "code version " + world.record["code_versions"]["curated_task"] + " (same)" in proc.stderr
-    assert "so the data moved" in proc.stderr
+    assert "so the sources changed" in proc.stderr
     assert "version v1 NOT reproduced from sources: 4 of 8 partitions differ" in proc.stderr
 
 
