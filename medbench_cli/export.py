@@ -9,8 +9,10 @@ MTEB's task and model names where there are some) and DIR/trec/<model>/<task>.tr
 (medbench_core.evaluation.exports.export, index.json lists them, and which tasks kept medbench's name and
 why); a sha256 MANIFEST.json over every file. Each
 metrics and run artifact is verified against its own manifest before it is read; the folder is built
-aside and swapped in whole. DIR must not exist, or hold an earlier export (which is replaced).
-Nothing is computed: run ``medbench run`` first.
+aside and swapped in whole. DIR must not exist, or hold an earlier export, which is replaced only
+when it holds nothing but the files its MANIFEST names, as they were written: anything else (a
+file of the user's, an edited export file, a link, an empty folder) is named and the export refused
+(exit 2), DIR left as it was. Nothing is computed: run ``medbench run`` first.
 """
 
 from __future__ import annotations
@@ -43,6 +45,37 @@ class NotAnExport(DataError):
     """DIR names a folder this command would clobber: a usage error (exit 2)."""
 
 
+def not_exported(dest: Path, manifest: dict) -> list[str]:
+    """What ``dest`` holds besides the files an earlier export's ``manifest`` names with the bytes it wrote them with:
+    other files (``name``), those files changed since (``name (changed since it was exported)``), links, empty folders."""
+    import hashlib
+    import os
+
+    from medbench_core.storage import MANIFEST
+
+    listed = manifest.get("files") or {}
+    out = []
+    for dirpath, dirs, files in os.walk(dest):
+        here = Path(dirpath)
+        rel_dir = here.relative_to(dest)
+        out += [f"{(rel_dir / d).as_posix()} (a link)" for d in sorted(dirs) if (here / d).is_symlink()]
+        dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink())
+        if not dirs and not files and here != dest:
+            out.append(f"{rel_dir.as_posix()}/ (an empty folder)")
+        for name in sorted(files):
+            rel = (rel_dir / name).as_posix()
+            p = here / name
+            if rel == MANIFEST and here == dest:
+                continue
+            if p.is_symlink():
+                out.append(f"{rel} (a link)")
+            elif rel not in listed:
+                out.append(rel)
+            elif p.stat().st_size != listed[rel].get("size") or hashlib.sha256(p.read_bytes()).hexdigest() != listed[rel].get("sha256"):
+                out.append(f"{rel} (changed since it was exported)")
+    return out
+
+
 def export(data_root: Path, dest: Path, models_file: Path | None = None) -> int:
     """Write the export of the project at ``data_root`` to ``dest``; returns the number of cells.
 
@@ -63,6 +96,13 @@ def export(data_root: Path, dest: Path, models_file: Path | None = None) -> int:
     if dest.exists() and any(dest.iterdir()):
         if not (dest / MANIFEST).is_file() or read_manifest(dest).get("kind") != MARK:
             raise NotAnExport(f"{dest} exists and is not an earlier medbench export; name a new folder")
+        others = not_exported(dest, read_manifest(dest))
+        if others:
+            raise NotAnExport(
+                f"{dest} holds {len(others)} thing(s) the earlier export there did not write: {', '.join(others[:5])}"
+                + (f", ... ({len(others) - 5} more)" if len(others) > 5 else "")
+                + "; an export replaces only the files its MANIFEST.json names: move them out, or export to a new folder"
+            )
     saved = json.loads(board.read_text())
     cells, sources = [], []
     tasks: dict = {}

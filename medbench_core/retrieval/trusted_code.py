@@ -357,7 +357,7 @@ class LoadWatch:
         if m:
             repo, commit = m.group("repo").replace("--", "/"), m.group("commit")
             pinned = self.hub.get(repo)
-            if pinned is None:
+            if pinned is None or set(pinned) == {"0"}:  # not pinned, or the docs' placeholder
                 line = f"it loads {repo} at commit {commit} from the hub cache, and settings.hub does not pin it: add {{{repo}: {commit}}} to settings.hub"
             elif pinned != commit:
                 line = f"it loads {repo} at commit {commit} from the hub cache, and settings.hub pins {pinned}: `hf download {repo} --revision {pinned}`"

@@ -52,9 +52,8 @@ def test_export_copies_the_board_and_its_metrics_and_refuses_what_it_would_clobb
     first = (out / "trec" / "bm25" / "scifact.trec").read_text().splitlines()[0].split()
     assert first[1] == "Q0" and first[3] == "1" and first[5] == "medbench-bm25"  # qid Q0 docid rank score tag
 
-    # An earlier export is replaced whole; any other non-empty folder is left alone.
-    (out / "stray.txt").write_text("left from before")
-    assert export(data, out, world.root / "models.yaml") == 4 and not (out / "stray.txt").exists()
+    # An earlier export is replaced whole when it holds only its own files; any other non-empty folder is left alone.
+    assert export(data, out, world.root / "models.yaml") == 4 and verify_manifest(out)["files"] == manifest["files"]
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
@@ -76,3 +75,42 @@ def test_export_without_a_leaderboard_says_to_run_first(tmp_path):
     cli = medbench("export", "--to", str(tmp_path / "out"), env={"MEDBENCH_DATA": str(tmp_path / "data")})
     assert cli.returncode == 1 and "no leaderboard at" in cli.stderr and "medbench run" in cli.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_export_over_an_earlier_one_replaces_only_its_own_files_and_refuses_to_delete_anything_else(tmp_path_factory, tmp_path):
+    """Issue 44, item 5: `export --to out; echo work > out/analysis.md; export --to out` deleted analysis.md (exit 0)."""
+    world = operated_world(tmp_path_factory).copy_to(tmp_path / "w")
+    env = {"MEDBENCH_DATA": str(world.root / "data"), "MEDBENCH_MODELS": str(world.root / "models.yaml")}
+    out = tmp_path / "out"
+    assert medbench("export", "--to", str(out), env=env).returncode == 0
+    exported = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    cases = {
+        "analysis.md": lambda: (out / "analysis.md").write_text("work\n"),  # the issue's case
+        "metrics/bm25/my-notes.txt": lambda: (out / "metrics" / "bm25" / "my-notes.txt").write_text("mine\n"),  # inside the export's folders
+        "leaderboard.md (changed since it was exported)": lambda: (out / "leaderboard.md").write_text("my edits\n"),
+        "mine/ (an empty folder)": lambda: (out / "mine").mkdir(),
+        "shared (a link)": lambda: (out / "shared").symlink_to(tmp_path),
+    }
+    for name, make in cases.items():
+        before_leaderboard = (out / "leaderboard.md").read_bytes()
+        make()
+        held = {p.relative_to(out): (p.read_bytes() if p.is_file() and not p.is_symlink() else None) for p in out.rglob("*")}
+
+        proc = medbench("export", "--to", str(out), env=env)
+
+        assert proc.returncode == 2, (name, proc.stdout, proc.stderr)
+        last = proc.stderr.strip().splitlines()
+        assert len(last) == 1 and f"{out} holds 1 thing(s) the earlier export there did not write: {name}" in last[0], (name, last)
+        assert "move them out, or export to a new folder" in last[0]
+        assert {p.relative_to(out): (p.read_bytes() if p.is_file() and not p.is_symlink() else None) for p in out.rglob("*")} == held, name
+        # Moved out again, the export replaces its own files.
+        target = out / name.split(" (")[0].rstrip("/")
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        else:
+            target.rmdir()
+        if name.startswith("leaderboard.md"):
+            (out / "leaderboard.md").write_bytes(before_leaderboard)
+    assert medbench("export", "--to", str(out), env=env).returncode == 0
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == exported
