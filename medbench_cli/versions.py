@@ -76,7 +76,7 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=_guarded(_pull))
     p = add_command(actions, "push", "configure the remote and `dvc push` data (every file checked on the remote)", parents=[common])
     p.set_defaults(handler=_guarded(_push))
-    p = add_command(actions, "check", "re-hash the cache; check every tagged version is complete on a local remote", parents=[common])
+    p = add_command(actions, "check", "re-hash the cache; check every tagged or remotely recorded version is complete on a local remote", parents=[common])
     p.set_defaults(handler=_guarded(_check))
 
 

@@ -143,10 +143,26 @@ def scan(root: Path, where: str = "") -> FolderScan:
     return FolderScan(root, files, links, h.hexdigest())
 
 
-def path_digest(path: Path, where: str = "") -> str:
-    """sha256 of a file, or of a folder as :func:`scan` hashes it (weights a model loads from outside its folder)."""
-    path = Path(path).resolve()
-    return _sha256(path) if path.is_file() else scan(path, where).digest
+def path_digest(path: Path) -> str:
+    """sha256 of a file, or over every file of a folder by relative path and content, links followed (weights a model is given
+    from outside its folder: a hub snapshot's files are links to its blobs). Only hashed: what the code may load is its own."""
+    path = Path(path)
+    if path.is_file():
+        return _sha256(path.resolve())
+    h = hashlib.sha256()
+    seen: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:  # a link back up the tree
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        dirnames.sort()
+        for name in sorted(filenames):
+            p = Path(dirpath, name)
+            if p.is_file():
+                h.update(p.relative_to(path).as_posix().encode() + b"\0" + _sha256(p.resolve()).encode() + b"\0")
+    return h.hexdigest()
 
 
 # --- importing from the scanned bytes only -------------------------------------------------------
@@ -324,7 +340,10 @@ def check_origins(model: str, roots: list[Path]) -> None:
         ours.append(module)
     for module in ours:
         for value in list(vars(module).values()):
-            used = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+            try:
+                used = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+            except Exception:  # a lazy object that computes its attributes: not a module reference
+                continue
             if not isinstance(used, str) or sys.modules.get(used) is None:
                 continue
             places = _FINDER.provides(used.partition(".")[0])
@@ -353,6 +372,9 @@ class LoadWatch:
         return any(_inside(path, r) for r in (*self.roots, *self.declared, *_python_places()))
 
     def note(self, raw: str) -> None:
+        path = Path(os.path.abspath(raw))
+        if any(_inside(path, r) for r in (*self.roots, *self.declared)):
+            return  # the folder's own files (hashed) and what init gives it (hashed into the revision)
         m = _HUB_SNAPSHOT.search(raw)
         if m:
             repo, commit = m.group("repo").replace("--", "/"), m.group("commit")
@@ -364,11 +386,7 @@ class LoadWatch:
             else:
                 return
         else:
-            path = Path(raw)
-            if path.suffix.lower() not in WEIGHT_SUFFIXES:
-                return
-            path = Path(os.path.abspath(path))
-            if self.allowed_file(path) or self.allowed_file(path.resolve()):
+            if path.suffix.lower() not in WEIGHT_SUFFIXES or self.allowed_file(path) or self.allowed_file(path.resolve()):
                 return
             line = (
                 f"it loads weights {path} from outside its allowlisted folders, which nothing pins: pass the path in settings.init "

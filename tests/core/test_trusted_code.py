@@ -278,3 +278,17 @@ def test_weights_the_code_opens_from_outside_that_nothing_names_are_refused(tmp_
 
     assert f"model tiny: refused: it loads weights {weights} from outside its allowlisted folders" in refusal(proc)
     assert "vectors" not in proc.stdout
+
+
+def test_a_weights_folder_given_in_init_is_hashed_as_it_is_read_links_followed_pickles_included(tmp_path):
+    from medbench_core.retrieval.trusted_code import path_digest
+
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshot"
+    blobs.mkdir()
+    snapshot.mkdir()
+    (blobs / "b1").write_bytes(pickle.dumps({"w": 1}, protocol=4))  # outside a code folder medbench only hashes it
+    (snapshot / "model.pt").symlink_to(blobs / "b1")  # as a hub snapshot links its files to their blobs
+    first = path_digest(snapshot)
+    assert first == path_digest(snapshot) and len(first) == 64
+    (blobs / "b1").write_bytes(pickle.dumps({"w": 2}, protocol=4))
+    assert path_digest(snapshot) != first  # other bytes behind the link: another revision

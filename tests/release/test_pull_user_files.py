@@ -204,3 +204,35 @@ def test_a_pull_killed_inside_the_contents_swap_is_undone_or_finished_by_the_nex
     assert len(kept) == 1 and kept[0].read_text() == "mine\n"
     assert not list((data / AREA).glob("stage-*")) and not list((data / AREA).glob("old-*"))
     assert len(before) == len(version)  # one file removed, one of the user's added
+
+
+_UNRECOGNISED_MOUNT = """
+import sys
+from pathlib import Path
+import medbench_release.workspace as w
+from medbench_release.vcs import VersioningError
+
+w.is_mount_point = lambda path: False  # a mount point medbench does not recognise: the kernel refuses the rename (EBUSY)
+try:
+    w.pull_data(Path(sys.argv[1]))
+except VersioningError as exc:
+    print(str(exc).splitlines()[0])
+    sys.exit(exc.exit_code)
+"""
+
+
+def test_a_data_folder_that_cannot_be_renamed_is_refused_in_one_line_leaving_no_staging_copy(world, mounted_clone):
+    clone = mounted_clone
+    data = clone / "data"
+    (data / _artifact_file(world)).unlink()
+    before = _tree(data)
+
+    proc = subprocess.run([sys.executable, "-c", _UNRECOGNISED_MOUNT, str(clone)], cwd=clone, env=world.env(clone), capture_output=True, text=True, timeout=300)
+
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stdout.strip()
+    assert f"{data} cannot be renamed (Device or resource busy, errno 16)" in line and "make data/ a link to a folder on that volume" in line
+    assert line.endswith(f"data/ as it was ({len(before)} files, none changed)")
+    assert _tree(data) == before and os.path.ismount(data)
+    area = clone / ".medbench" / "pull"
+    assert not list(area.glob("stage-*")) and not list(area.glob("old-*")) and not (area / "journal.json").exists()

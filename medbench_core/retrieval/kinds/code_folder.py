@@ -376,7 +376,7 @@ class CodeFolderMixin:
         data = data_hash(roots[0])
         if data:
             parts.append(f"files-sha256:{data[:16]}")
-        parts += [f"init.{key}@{trusted_code.path_digest(path, f'model {spec.name}: init.{key}')[:16]}" for key, path in outside_paths(spec, roots)]
+        parts += [f"init.{key}@{trusted_code.path_digest(path)[:16]}" for key, path in outside_paths(spec, roots)]
         parts += [f"hub:{repo}@{commit[:12]}" for repo, commit in sorted((spec.settings.hub or {}).items())]
         return "+".join(parts)
 
