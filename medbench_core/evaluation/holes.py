@@ -16,20 +16,36 @@ from unjudged documents:
 - ``ndcg_condensed_at_k``: nDCG@k on the condensed list (Sakai, SIGIR 2007): unjudged documents
   are removed from the ranking before the cut, the ideal is unchanged (trec_eval ``-J``,
   ir_measures ``nDCG(judged_only=True)@k``). It reads the ranking past rank k, to the run's depth.
-- ``ndcg_lower_at_k`` / ``ndcg_upper_at_k``: bounds on nDCG@k over every completion of the
-  judgments, i.e. whatever grade (0 to the task's top grade G) any unjudged document turns out
-  to have. With DCG0 / IDCG0 the trec_eval values (every hole non-relevant) and DCG_G / IDCG_G
-  those of the completion where every hole is relevant at grade G (the holes of the top k count
-  in DCG_G; IDCG_G adds ``u`` documents of grade G to the judged ideal, ``u`` = the query's
-  unjudged documents in its universe, the corpus or its candidate pool, at most k):
+- ``ndcg_lower_at_k`` / ``ndcg_upper_at_k``: the exact lowest and highest nDCG@k over every
+  completion of the judgments, i.e. whatever grade (0 to the task's top grade G) each unjudged
+  document turns out to have. Both are reached: each is the nDCG@k of one completion, which
+  :func:`ndcg_bound_completion` returns. An unjudged document is a *hole* when it is ranked in the
+  top k (its grade counts in the DCG and the ideal) and an *extra* otherwise (its grade counts in
+  the ideal only): ``u`` = the query's unjudged documents in its universe (the corpus or its
+  candidate pool) less the holes; when the universe is not given, as many as could count (k).
 
-      lower = DCG0 / IDCG_G            upper = min(1, DCG_G / IDCG0)
+  Why it is exact (proof in docs/trust.md, "The bounds"). For any multiset of hole grades the
+  ideal is fixed, so the DCG decides: the highest nDCG gives the highest of those grades to the
+  best-ranked holes (rearrangement inequality), the lowest gives them to the worst-ranked; extras
+  only raise the ideal, so they are all 0 for the upper bound and all G for the lower one. With
+  the grades cut into layers (``v_1 < ... < v_L``: the positive grades in the judged ideals and
+  G; a hole's grade can be taken among them without loss: between two of them nDCG is a ratio of
+  two affine functions of a block of equal grades, monotone, so an end does at least as well),
+  a completion is the chain ``h >= Q_1 >= ... >= Q_L >= 0``, ``Q_l`` the holes at grade >= v_l,
+  and
 
-  Every completion's DCG lies in [DCG0, DCG_G] and its IDCG in [IDCG0, IDCG_G], so its nDCG
-  lies in [lower, upper]; the point value (trec_eval's) too. The two extreme completions are
-  not themselves the bounds: nDCG is not monotone in a hole's grade (a hole at rank 10 made
-  relevant raises the ideal more than the DCG), so each bound takes the extreme end of each part.
-  When the universe is not given, ``u`` is k (as if at least k documents were unjudged).
+      DCG  = DCG0 + sum_l (v_l - v_{l-1}) * W(Q_l)
+      IDCG = sum_l (v_l - v_{l-1}) * CD(min(C_l + E + Q_l, k))
+
+  with W the summed discounts of the first (upper) or last (lower) Q_l holes, C_l the judged
+  documents at grade >= v_l, E the extras at G (0 for the upper bound) and CD the summed ideal
+  discounts. The best ratio is found by Dinkelbach's method: for a trial value x, maximise
+  ``DCG - x IDCG`` (upper; ``x IDCG - DCG`` for the lower) over the chains by a dynamic
+  programme over the layers (each layer's term depends on its own Q_l only); the completion it
+  picks has a ratio better than x unless x is the optimum, and becomes the next x. Cost per
+  query: O(L * k) per step, a few steps (at most one per completion value it passes, in practice
+  2-4), against (G + 1)^holes completions to enumerate. trec_eval's value (every hole and extra
+  non-relevant) is one completion, so it lies between the bounds.
 
 Ranks are trec_eval's (score descending, doc id descending), as in every metric here; sums run
 left to right (``np.cumsum``) as in :mod:`medbench_core.evaluation.kernels`.
@@ -129,30 +145,114 @@ def _unjudged_at_top(r: JudgedRanking, k: int) -> np.ndarray:
     return r.ranked[:, :k] & ~r.judged[:, :k]
 
 
-def _ideal_with_top_grade(r: JudgedRanking, k: int) -> np.ndarray:
-    """IDCG_G@k's gains: ``u`` documents of the top grade in front of the judged ideal (u = unjudged in the universe, at most k)."""
-    u = np.where(r.unjudged < 0, k, np.minimum(r.unjudged, k))
-    position = np.arange(k)[None, :]
-    shifted = np.take_along_axis(r.ideal[:, :k], np.clip(position - u[:, None], 0, None), axis=1)
-    return np.where(position < u[:, None], r.top_grade, shifted)
+_BLOCK_CELLS = 4_000_000  # (queries x layers x (k + 1)) values per block of the bounds' search: its memory
+_MAX_STEPS = 200  # Dinkelbach steps; each passes at least one completion value, in practice 2-4
 
 
 @takes_ranking
 def ndcg_lower(r: JudgedRanking, k: int) -> np.ndarray:
-    """DCG0@k / IDCG_G@k: no completion of the judgments scores lower (module docstring)."""
-    dcg = _dcg(r.gains[:, :k], r.discount[:k])
-    idcg = _dcg(_ideal_with_top_grade(r, k), r.discount[:k])
-    return np.divide(dcg, idcg, out=np.zeros_like(dcg), where=idcg != 0)
+    """The lowest nDCG@k of any completion of the judgments (module docstring): exact, and reached."""
+    return _ndcg_bound(r, k, upper=False)
 
 
 @takes_ranking
 def ndcg_upper(r: JudgedRanking, k: int) -> np.ndarray:
-    """min(1, DCG_G@k / IDCG0@k): no completion of the judgments scores higher (module docstring)."""
-    filled = np.where(_unjudged_at_top(r, k), r.top_grade, r.gains[:, :k])
-    dcg = _dcg(filled, r.discount[:k])
-    idcg = _dcg(r.ideal[:, :k], r.discount[:k])
-    ratio = np.divide(dcg, idcg, out=np.where(dcg > 0, 1.0, 0.0), where=idcg != 0)
-    return np.minimum(ratio, 1.0)
+    """The highest nDCG@k of any completion of the judgments (module docstring): exact, and reached."""
+    return _ndcg_bound(r, k, upper=True)
+
+
+def _ndcg_bound(r: JudgedRanking, k: int, upper: bool) -> np.ndarray:
+    nq = r.gains.shape[0]
+    value = np.zeros(nq)
+    if not nq or not k:
+        return value
+    ideal = r.ideal[:, :k]
+    # The grade layers: the positive grades of the judged ideals and the top grade, ascending.
+    levels = np.union1d(np.unique(ideal[ideal > 0]), [r.top_grade]).astype(np.int64)
+    block = max(1, _BLOCK_CELLS // (len(levels) * (k + 1)))
+    for lo in range(0, nq, block):
+        rows = slice(lo, min(lo + block, nq))
+        value[rows] = _bound_block(r, k, upper, levels, rows)
+    return value
+
+
+def _bound_block(r: JudgedRanking, k: int, upper: bool, levels: np.ndarray, rows: slice) -> np.ndarray:
+    """The bound of the queries ``rows`` by Dinkelbach's method over the chains of hole counts (module docstring)."""
+    discount = r.discount[:k]
+    holes = _unjudged_at_top(r, k)[rows]
+    gains, ideal = r.gains[rows, :k], r.ideal[rows, :k]
+    n, width = holes.shape[0], k + 1
+    h = holes.sum(axis=1)
+    if upper:
+        extra = np.zeros(n, dtype=np.int64)
+    else:  # every unjudged document outside the top k at the top grade; an unknown universe: as many as count (k)
+        u = r.unjudged[rows]
+        extra = np.where(u < 0, k, np.clip(u - h, 0, k))
+    # W[:, q]: the summed discounts of the first q holes in rank order (upper) or of the last q (lower).
+    order = np.argsort(~holes, axis=1, kind="stable")
+    first = np.concatenate((np.zeros((n, 1)), np.cumsum(np.take_along_axis(np.where(holes, 1.0 / discount, 0.0), order, axis=1), axis=1)), axis=1)
+    q = np.arange(width)
+    valid = q[None, :] <= h[:, None]
+    if upper:
+        W = first
+    else:
+        W = np.take_along_axis(first, h[:, None], axis=1) - np.take_along_axis(first, np.clip(h[:, None] - q[None, :], 0, None), axis=1)
+    W = np.where(valid, W, 0.0)
+    step = np.diff(levels, prepend=0).astype(np.float64)  # v_l - v_{l-1}
+    # C_l + E (judged documents at grade >= v_l, and the extras at the top grade), then CD(min(C_l + E + Q_l, k)) per Q_l.
+    at_least = (ideal[:, None, :] >= levels[None, :, None]).sum(axis=2) + extra[:, None]
+    cd = np.concatenate(([0.0], np.cumsum(1.0 / discount)))
+    ideal_part = cd[np.minimum(at_least[:, :, None] + q[None, None, :], k)]  # (n, layers, k + 1)
+    dcg0 = _dcg(gains, discount)
+
+    def dcg_idcg(chain: np.ndarray, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        num = dcg0[sel] + (step * np.take_along_axis(W[sel], chain, axis=1)).sum(axis=1)
+        den = (step * np.take_along_axis(ideal_part[sel], chain[:, :, None], axis=2)[:, :, 0]).sum(axis=1)
+        return num, den
+
+    def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+        return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+    everyone = np.arange(n)
+    # Start from trec_eval's completion: no hole above grade 0 (and, for the lower bound, the extras at G).
+    x = ratio(*dcg_idcg(np.zeros((n, len(levels)), dtype=np.int64), everyone))
+    sign = 1.0 if upper else -1.0
+    active = everyone
+    for _ in range(_MAX_STEPS):
+        if not len(active):
+            break
+        # Layer l's term of DCG - x IDCG (upper) or x IDCG - DCG (lower), as a function of Q_l; Q_l > h never chosen.
+        terms = sign * step[None, :, None] * (W[active][:, None, :] - x[active, None, None] * ideal_part[active])
+        found = _best_chain(np.where(valid[active][:, None, :], terms, -np.inf))
+        better = ratio(*dcg_idcg(found, active))
+        moved = sign * (better - x[active]) > 1e-15 * np.maximum(1.0, np.abs(x[active]))
+        x[active[moved]] = better[moved]
+        active = active[moved]
+    # trec_eval's value (every hole and extra non-relevant) is a completion: the bound includes it to the last bit.
+    idcg0 = _dcg(ideal, discount)
+    point = np.divide(dcg0, idcg0, out=np.zeros_like(dcg0), where=idcg0 != 0)
+    return np.minimum(np.maximum(x, point), 1.0) if upper else np.maximum(np.minimum(x, point), 0.0)
+
+
+def _best_chain(terms: np.ndarray) -> np.ndarray:
+    """argmax over h >= Q_1 >= ... >= Q_L >= 0 of sum_l terms[:, l, Q_l] (terms: queries x layers x (k + 1); -inf where not allowed).
+
+    A dynamic programme from the top layer down: the best of the layers above for a given Q_l is
+    the prefix maximum (over Q_{l+1} <= Q_l) of their best; then back along the stored arguments."""
+    m, layers, width = terms.shape
+    best = terms[:, -1, :]
+    args = []
+    position = np.arange(width)[None, :]
+    for layer in range(layers - 2, -1, -1):
+        prefix = np.maximum.accumulate(best, axis=1)
+        # the last Q <= q where best reaches its prefix maximum: an argmax of best[:Q + 1]
+        args.append(np.maximum.accumulate(np.where(best >= prefix, position, 0), axis=1))
+        best = terms[:, layer, :] + prefix
+    chain = np.zeros((m, layers), dtype=np.int64)
+    chain[:, 0] = np.argmax(best, axis=1)
+    for layer in range(1, layers):
+        chain[:, layer] = np.take_along_axis(args[layers - 1 - layer], chain[:, layer - 1 : layer], axis=1)[:, 0]
+    return chain
 
 
 def unjudged_in_universe(task, qrels=None) -> dict[str, int]:

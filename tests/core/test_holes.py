@@ -6,12 +6,15 @@ provider breaks score ties by doc id ascending where trec_eval (and medbench) ta
 it gets each run with our ranks as scores; the pytrec_eval measures get the scores themselves.
 """
 
+import itertools
+import math
 import random
 from pathlib import Path
 
 import ir_measures
 import numpy as np
 import pytest
+import pytrec_eval
 from ir_measures import Bpref, Judged, nDCG
 
 from medbench_core.evaluation.metrics import HOLE_METRICS, evaluate, qrels_to_dict, run_to_dict
@@ -71,11 +74,9 @@ def test_values_worked_out_by_hand():
     assert got["ndcg_condensed_at_10"] == pytest.approx((2 + 1 / log(4)) / idcg)
     dcg0 = 2 + 1 / log(6)
     assert got["ndcg_at_10"] == pytest.approx(dcg0 / idcg)
-    # lower: 6 unjudged documents could all be relevant at grade 3: the ideal is 3 x 6, then 3, 2, 1 (cut at 10).
-    idcg_g = sum(g / log(i + 2) for i, g in enumerate([3] * 7 + [2, 1]))
-    assert got["ndcg_lower_at_10"] == pytest.approx(dcg0 / idcg_g)
-    # upper: the two holes at grade 3 over the judged ideal, capped at 1.
-    assert got["ndcg_upper_at_10"] == pytest.approx(min(1.0, (dcg0 + 3 / log(3) + 3 / log(5)) / idcg))
+    # The bounds: brute force over all 4^6 completions of the 6 unjudged documents (d2, d4 and four not ranked).
+    lo, hi = brute_force_bounds(qrels["q"], ranking_of(run["q"]), ["d2", "d4", "x1", "x2", "x3", "x4"], top=3, k=10)
+    assert got["ndcg_lower_at_10"] == pytest.approx(lo, abs=1e-12) and got["ndcg_upper_at_10"] == pytest.approx(hi, abs=1e-12)
 
 
 def test_a_query_with_nothing_ranked_or_nothing_relevant():
@@ -86,6 +87,78 @@ def test_a_query_with_nothing_ranked_or_nothing_relevant():
     # b: no relevant document judged; its hole z could be relevant, making nDCG 1; no completion scores below 0.
     assert got["b"]["ndcg_upper_at_10"] == 1.0 and got["b"]["ndcg_lower_at_10"] == 0.0 and got["b"]["bpref_at_100"] == 0.0
     assert got["b"]["judged_at_10"] == 0.5 and got["b"]["holes_at_10"] == 1
+
+
+# --- the bounds are exact: brute force over every completion ----------------------------------
+
+
+def ranking_of(scores: dict) -> list[str]:
+    """trec_eval's order: score descending, doc id descending."""
+    return [d for d, _ in sorted(scores.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)]
+
+
+def ndcg_by_definition(qrels: dict, ranking: list[str], k: int) -> float:
+    """trec_eval's ndcg_cut (gain = grade, log2 discount, ideal from every positive grade), written out."""
+    dcg = sum(max(qrels.get(d, 0), 0) / math.log2(i + 2) for i, d in enumerate(ranking[:k]))
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(sorted((g for g in qrels.values() if g > 0), reverse=True)[:k]))
+    return dcg / idcg if idcg else 0.0
+
+
+def brute_force_bounds(judged: dict, ranking: list[str], unjudged: list[str], top: int, k: int) -> tuple[float, float]:
+    """The lowest and highest nDCG@k over all (top + 1)^len(unjudged) completions."""
+    values = [ndcg_by_definition(judged | dict(zip(unjudged, grades)), ranking, k) for grades in itertools.product(range(top + 1), repeat=len(unjudged))]
+    return min(values), max(values)
+
+
+def test_the_written_out_ndcg_is_trec_evals():
+    # The brute force's nDCG is pytrec_eval's ndcg_cut on random completions, ties and absent documents included.
+    rng = random.Random(5)
+    for _ in range(50):
+        docs = [f"d{i}" for i in range(12)]
+        qrels = {d: rng.randint(0, 3) for d in rng.sample(docs, rng.randint(1, 12))} | {"absent": rng.randint(0, 3)}
+        run = {d: float(rng.randint(0, 5)) for d in rng.sample(docs, rng.randint(1, 12))}
+        for k in (5, 10):
+            want = pytrec_eval.RelevanceEvaluator({"q": qrels}, {f"ndcg_cut.{k}"}).evaluate({"q": run})["q"][f"ndcg_cut_{k}"]
+            assert ndcg_by_definition(qrels, ranking_of(run), k) == pytest.approx(want, abs=1e-12)
+
+
+def test_the_issues_example_an_upper_bound_no_completion_reaches_is_gone():
+    # Issue 46: a judged non-relevant document at rank 1, a relevant one not retrieved, nine holes
+    # below. Independent best DCG over worst IDCG said 1.00; the best completion (every hole
+    # relevant) gives (IDCG of 10 - 1) / IDCG of 10 = 0.78.
+    run = {"q": {"n": 10.0, **{f"u{i}": 9.0 - i for i in range(9)}}}
+    qrels = {"n": 0, "r": 1}
+    got = evaluate({"q": qrels}, run, ["ndcg_lower_at_10", "ndcg_upper_at_10"], unjudged={"q": 9}).mean
+    lo, hi = brute_force_bounds(qrels, ranking_of(run["q"]), [f"u{i}" for i in range(9)], top=1, k=10)
+    idcg10 = sum(1 / math.log2(i + 2) for i in range(10))
+    assert hi == pytest.approx((idcg10 - 1) / idcg10) and round(hi, 2) == 0.78
+    assert got["ndcg_upper_at_10"] == pytest.approx(hi, abs=1e-12) and got["ndcg_lower_at_10"] == lo == 0.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_bounds_equal_brute_force_over_every_completion_and_are_reached(seed):
+    # Random queries: grades 0..top (1 to 4), ties, documents ranked or not, judged documents absent
+    # from the universe, cut-offs shorter than the ranking; every completion of the unjudged
+    # documents enumerated. Each bound equals the brute-force extreme (so some completion reaches it).
+    rng = random.Random(seed)
+    checked = 0
+    while checked < 150:
+        docs = [f"d{i}" for i in range(rng.randint(2, 11))]
+        top = rng.choice([1, 2, 3, 4])
+        judged = {d: rng.randint(0, top) for d in rng.sample(docs, rng.randint(0, len(docs)))}
+        if rng.random() < 0.4:
+            judged["absent"] = rng.randint(0, top)  # a judged document outside the universe: in the ideal, never ranked
+        unjudged = [d for d in docs if d not in judged]
+        if not judged or (top + 1) ** len(unjudged) > 3000:
+            continue
+        run = {"q": {d: float(rng.randint(0, 4)) for d in rng.sample(docs, rng.randint(1, len(docs)))}}
+        k = rng.choice([3, 5, 10])
+        names = [f"ndcg_lower_at_{k}", f"ndcg_upper_at_{k}"]
+        # Another query holds the task's top grade (the grade every unjudged document may take).
+        got = evaluate({"q": judged, "other": {"z": top}}, run, names, unjudged={"q": len(unjudged)}).per_query["q"]
+        lo, hi = brute_force_bounds(judged, ranking_of(run["q"]), unjudged, top, k)
+        assert (got[names[0]], got[names[1]]) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12)), (judged, run, k)
+        checked += 1
 
 
 # --- the bounds hold for every completion ----------------------------------------------------
@@ -105,7 +178,7 @@ def test_every_completion_of_the_judgments_lies_within_the_bounds(seed):
         completions = [{d: judged.get(d, rng.randint(0, top)) for d in docs} for _ in range(40)]
         completions += [{d: judged.get(d, g) for d in docs} for g in (0, top)]  # the two extreme completions
         for c in completions:
-            v = evaluate({"q": c}, run, ["ndcg_at_10"]).mean["ndcg_at_10"]
+            v = ndcg_by_definition(c, ranking_of(run["q"]), 10)
             assert lo - 1e-12 <= v <= hi + 1e-12
 
 

@@ -141,13 +141,14 @@ def test_queries_missing_from_run_unjudged_only_and_no_relevant():
     ev = evaluate(qrels, run)
     assert set(ev.per_query) == set(qrels)  # the unjudged run query is ignored
     assert ev.per_query["absent"] == {m: 0.0 for m in DEFAULT_METRICS}  # nothing retrieved: nothing judged, no holes, bounds 0
-    # two unjudged documents retrieved: Judged@10 0, two holes, and nDCG@10 anywhere in [0, 1] once they are judged
-    assert {m: ev.per_query["unjudged_only"][m] for m in ("judged_at_10", "holes_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10")} == {
+    # two unjudged documents retrieved: Judged@10 0, two holes; once judged, nDCG@10 is 0 (both non-relevant) up to
+    # both at the task's top grade 2, (2 + 2/log2 3) / (2 + 2/log2 3 + 1/log2 4): the relevant j, never retrieved, stays in the ideal.
+    assert {m: ev.per_query["unjudged_only"][m] for m in ("judged_at_10", "holes_at_10", "ndcg_lower_at_10")} == {
         "judged_at_10": 0.0,
         "holes_at_10": 2.0,
         "ndcg_lower_at_10": 0.0,
-        "ndcg_upper_at_10": 1.0,
     }
+    assert ev.per_query["unjudged_only"]["ndcg_upper_at_10"] == pytest.approx((2 + 2 / math.log2(3)) / (2 + 2 / math.log2(3) + 0.5), abs=1e-12)
     assert ev.per_query["hit"]["mrr_at_10"] == 0.5
     # mean over the four judged queries: only "hit" scores
     assert ev.mean["recall_at_10"] == pytest.approx(1 / 4)
