@@ -1,12 +1,16 @@
 """Hole-aware kernels: what a cell's score rests on when some ranked documents are unjudged.
 
-A *hole* is a document no judgment grades for the query (trec_eval counts it as non-relevant). The
+A *hole* is a document no judgment grades for the query (trec_eval counts it as non-relevant), or
+one the qrels grade negative: trec_eval's "in the pool, unjudged" (``form_res_rels.c``), never a
+judged non-relevant document (:func:`medbench_core.evaluation.metrics.evaluate_frame`). The
 kernels here (registered in :data:`medbench_core.evaluation.metrics.METRICS` like the others) see
 the whole judged ranking, :class:`JudgedRanking`, not only the gains, because they tell judged
 from unjudged documents:
 
 - ``judged_at_k``: the share of the top ``min(k, n_ranked)`` documents that have a judgment
-  (ir_measures ``Judged@k``, OpenNIR's definition; 0 for a query with nothing ranked).
+  (ir_measures ``Judged@k``, OpenNIR's definition; 0 for a query with nothing ranked). A negative
+  grade is unjudged here, as trec_eval's ``unj`` measure counts it (``m_unjudged.c``); ir_measures'
+  Judged counts any qrels row.
 - ``holes_at_k``: how many of the top ``min(k, n_ranked)`` documents are unjudged.
 - ``bpref_at_k``: Buckley & Voorhees' bpref (SIGIR 2004) as trec_eval's ``m_bpref.c`` computes
   it over the top ``k`` ranked: ``1/R * sum over relevant d_i of (1 - min(n_i, R) / min(N, R))``,
@@ -259,12 +263,16 @@ def unjudged_in_universe(task, qrels=None) -> dict[str, int]:
     """Query id -> how many documents of its universe (its candidate pool, else the corpus) no judgment grades.
 
     The bounds' lower end lets every one of them (at most k) be relevant at the top grade. A qrels
-    row naming a document absent from the universe is not a judged document of it. ``qrels``: the
-    judgments to count (default the task's own; a filled layer passes human + LLM).
+    row naming a document absent from the universe is not a judged document of it, nor is a negative
+    grade (trec_eval's "in the pool, unjudged"). ``qrels``: the judgments to count (default the
+    task's own; a filled layer passes human + LLM).
     """
     import polars as pl
 
-    qrels = (task.qrels if qrels is None else qrels).select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8))
+    qrels = task.qrels if qrels is None else qrels
+    if "relevance" in qrels.columns:
+        qrels = qrels.filter(pl.col("relevance") >= 0)
+    qrels = qrels.select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8))
     if task.candidates is not None:
         pool = task.candidates.select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).unique()
         size = pool.group_by("query_id").len().rename({"len": "size"})

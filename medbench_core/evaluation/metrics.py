@@ -143,7 +143,9 @@ def evaluate_frame(
         depth = max(depth, int(np.bincount(judged_rows).max()) if len(judged_rows) else 0)
 
     # A grade <= 0 and an unjudged document count alike in the classic metrics; the hole-aware
-    # kernels also see which ranked documents are judged.
+    # kernels also see which ranked documents are judged. A negative grade is trec_eval's "in the
+    # pool, unjudged" (form_res_rels.c: RELVALUE_UNJUDGED; m_unjudged.c counts it unjudged): not a
+    # judged non-relevant document, so a hole to Judged@k, bpref, the condensed list and the bounds.
     rel = qrels.get_column("relevance").cast(pl.Int64).to_numpy()
     pos = np.flatnonzero(rel > 0)
     pos_q, pos_rel = qrel_q[pos], rel[pos]
@@ -161,8 +163,9 @@ def evaluate_frame(
         if hits.height > ranked.height:
             raise DataError("qrels judge the same (query, document) pair twice; a curated task's contract forbids it")
         qi, rank = hits.get_column("qi").to_numpy(), hits.get_column("rank").to_numpy()
-        gains[qi, rank] = np.maximum(hits.get_column("rel").to_numpy(), 0)
-        judged[qi, rank] = True
+        hit_rel = hits.get_column("rel").to_numpy()
+        gains[qi, rank] = np.maximum(hit_rel, 0)
+        judged[qi, rank] = hit_rel >= 0
 
     discount = np.array([math.log2(i + 2) for i in range(depth)])
     ranking = None
@@ -175,7 +178,7 @@ def evaluate_frame(
         known = unjudged or {}
         ranking = JudgedRanking(
             gains=gains, judged=judged, ranked=filled, ideal=ideal, n_rel=n_rel,
-            n_nonrel=np.bincount(qrel_q[rel <= 0], minlength=nq), top_grade=max(int(rel.max()) if len(rel) else 1, 1),
+            n_nonrel=np.bincount(qrel_q[rel == 0], minlength=nq), top_grade=max(int(rel.max()) if len(rel) else 1, 1),
             unjudged=np.array([int(known.get(q, -1)) for q in query_ids], dtype=np.int64), discount=discount,
         )  # fmt: skip
     values = {}

@@ -89,6 +89,28 @@ def test_a_query_with_nothing_ranked_or_nothing_relevant():
     assert got["b"]["judged_at_10"] == 0.5 and got["b"]["holes_at_10"] == 1
 
 
+def test_a_negative_grade_is_in_the_pool_unjudged_as_trec_eval_reads_it():
+    # trec_eval's form_res_rels.c reads a negative grade as RELVALUE_UNJUDGED: not among bpref's
+    # judged non-relevant (N), dropped from the condensed list (-J), unjudged to m_unjudged.c.
+    # pytrec_eval-terrier gives the reference values; Judged@10 and the holes count a and e as unjudged.
+    qrels = {"q": {"a": -1, "b": 1, "c": 0, "d": 2, "e": -2}, "p": {"x": -1, "y": 1}}
+    run = {"q": {"a": 5.0, "b": 4.0, "x": 3.0, "c": 2.0, "d": 1.0, "e": 0.5}, "p": {"x": 2.0, "y": 1.0, "z": 0.5}}
+    names = ["bpref_at_100", "ndcg_condensed_at_10", "ndcg_at_10", "judged_at_10", "holes_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10"]
+    got = evaluate(qrels, run, names, unjudged={"q": 3, "p": 2}).per_query
+    ref = pytrec_eval.RelevanceEvaluator(qrels, {"bpref", "ndcg_cut.10", "num_nonrel_judged_ret"}).evaluate(run)
+    condensed = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}, judged_docs_only_flag=True).evaluate(run)
+    for q in qrels:
+        assert got[q]["bpref_at_100"] == pytest.approx(ref[q]["bpref"], abs=1e-12), q
+        assert got[q]["ndcg_at_10"] == pytest.approx(ref[q]["ndcg_cut_10"], abs=1e-12), q
+        assert got[q]["ndcg_condensed_at_10"] == pytest.approx(condensed[q]["ndcg_cut_10"], abs=1e-12), q
+    assert ref["q"]["num_nonrel_judged_ret"] == 1.0 and ref["q"]["bpref"] == 0.5  # c alone is judged non-relevant
+    assert (got["q"]["judged_at_10"], got["q"]["holes_at_10"]) == (3 / 6, 3.0)  # a, x, e unjudged among 6 ranked
+    assert (got["p"]["judged_at_10"], got["p"]["holes_at_10"]) == (1 / 3, 2.0)
+    # The bounds let a and e (and x) take any grade, as every unjudged document.
+    lo, hi = brute_force_bounds({"b": 1, "c": 0, "d": 2}, ranking_of(run["q"]), ["a", "e", "x"], top=2, k=10)
+    assert (got["q"]["ndcg_lower_at_10"], got["q"]["ndcg_upper_at_10"]) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12))
+
+
 # --- the bounds are exact: brute force over every completion ----------------------------------
 
 

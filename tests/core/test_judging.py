@@ -16,7 +16,14 @@ from scipy.stats import kendalltau
 from sklearn.metrics import cohen_kappa_score
 
 from medbench_core.errors import DataError
-from medbench_core.evaluation.judging.agreement import krippendorff_alpha_ordinal, moved_intervals, ranking_agreement, rbo_ext, weighted_kappa
+from medbench_core.evaluation.judging.agreement import (
+    krippendorff_alpha_ordinal,
+    moved_intervals,
+    pair_agreement,
+    ranking_agreement,
+    rbo_ext,
+    weighted_kappa,
+)
 from medbench_core.evaluation.judging.circularity import cell_builders, circular, families
 from medbench_core.evaluation.judging.judge import Verdict
 from medbench_core.evaluation.judging.layers import filled_qrels, score_filled
@@ -157,6 +164,97 @@ def test_grade_mapping_and_constrained_parsing():
     for unparsed in ("The passage is relevant (category 2).", "##final score: 7", "", "I would say 2 or 3"):
         assert parse_grade(unparsed) is None, unparsed  # UMBRELA would read a digit anywhere, or fall back to 0
     assert render("Q: {query} P: {passage}", "a {passage}", "b") == "Q: a {passage} P: b"
+
+
+# --- the edges: other queries, negative grades, identical ids (issue 46) ---------------------------
+
+
+def trec_ndcg_mean(qrels: pl.DataFrame, run: pl.DataFrame) -> tuple[float, int]:
+    """pytrec_eval's mean ndcg_cut_10 over the queries of ``qrels`` (absent from the run: 0), and their number."""
+    import pytrec_eval
+
+    q: dict = {}
+    for qid, d, g in qrels.select("query_id", "doc_id", "relevance").iter_rows():
+        q.setdefault(qid, {})[d] = int(g)
+    r: dict = {}
+    for qid, d, sc in run.select("query_id", "doc_id", "score").iter_rows():
+        r.setdefault(qid, {})[d] = float(sc)
+    vals = pytrec_eval.RelevanceEvaluator(q, {"ndcg_cut.10"}).evaluate(r)
+    return sum(vals.get(qid, {}).get("ndcg_cut_10", 0.0) for qid in q) / len(q), len(q)
+
+
+def test_the_filled_layer_holds_the_humans_queries_only():
+    # A judgement file may grade queries the humans never judged: those grades stay out of the
+    # filled layer (counted), so both layers score the same queries. Expected: pytrec_eval on the
+    # human qrels plus the LLM grades of the humans' queries.
+    task, complete = complete_task(n_queries=6, n_docs=8)
+    humans = ["q00", "q01", "q02", "q03"]
+    sparse = make_task(task.meta, task.queries, task.corpus, complete.filter(pl.col("query_id").is_in(humans) & (pl.col("doc_id") <= "d02")))
+    fill = [{"query_id": q, "doc_id": d, "role": "fill", "grade": g} for q, d, g in complete.filter(pl.col("doc_id") > "d02").iter_rows()]
+    from medbench_core.evaluation.judging.frame import judgement_frame
+
+    frame = judgement_frame(fill)
+    run = full_run(task, 3)
+    got = score_filled(sparse, run, frame)
+    others = sum(1 for r in fill if r["query_id"] not in humans)
+    want_qrels = pl.concat([sparse.qrels, complete.filter(pl.col("query_id").is_in(humans) & (pl.col("doc_id") > "d02"))], how="vertical_relaxed")
+    want, n = trec_ndcg_mean(want_qrels, run)
+    assert got["n_queries"] == n == 4 and got["n_llm_other_queries"] == others == 2 * 5
+    assert set(got["per_query"]["query_id"].to_list()) == set(humans)
+    assert got["mean"]["ndcg_at_10"] == pytest.approx(want, abs=1e-12)
+    assert set(filled_qrels(sparse.qrels, frame)["query_id"].to_list()) == set(humans)
+
+
+def test_negative_grades_are_in_the_pool_unjudged_for_the_judge_the_agreement_and_the_filled_layer(tmp_path):
+    # trec_eval reads a negative grade as "in the pool, unjudged" (form_res_rels.c). A human -1 is a
+    # hole the judge fills (never a calibration pair); a -1 in a TREC judgement file is no grade; the
+    # agreement leaves such pairs out instead of failing on them (KeyError: -1 before issue 46).
+    agree = pair_agreement([-1, 0, 1, 2, 2, 0, 1, 1], [0, 0, 1, 2, 1, 1, -1, 1], [0, 1, 2], n_resamples=50)
+    kept_h, kept_l = [0, 1, 2, 2, 0, 1], [0, 1, 2, 1, 1, 1]
+    assert agree["n_pairs"] == 6 and agree["n_unjudged"] == 2
+    assert agree["kappa_quadratic"] == pytest.approx(cohen_kappa_score(kept_h, kept_l, weights="quadratic", labels=[0, 1, 2]), abs=1e-12)
+    with pytest.raises(ValueError, match=r"grade\(s\) \[7\] are not on the scale"):
+        pair_agreement([0, 7], [0, 1], [0, 1, 2])
+
+    task, complete = complete_task(n_queries=3, n_docs=4)
+    human = pl.DataFrame(
+        [("q00", "d00", 1), ("q00", "d01", -1), ("q01", "d00", 0), ("q01", "d02", 2), ("q02", "d03", 1)],
+        schema={"query_id": pl.Utf8, "doc_id": pl.Utf8, "relevance": pl.Int64},
+        orient="row",
+    )
+    sparse = make_task(task.meta, task.queries, task.corpus, human)
+    pool = build_pool(sparse, {"a": full_run(task, 1)}, depth=4, calibration=10, seed=0)
+    assert ("q00", "d01") in set(pool.filter(pl.col("role") == "fill").select("query_id", "doc_id").iter_rows())
+    assert ("q00", "d01") not in set(pool.filter(pl.col("role") == "calibration").select("query_id", "doc_id").iter_rows())
+    (tmp_path / "j.trec").write_text("q00 0 d01 2\nq01 0 d00 1\nq00 0 d02 -1\n")
+    spec = JudgementSpec(name="t", source="file", judge="gpt-4o", path="j.trec", format="trec", base_dir=str(tmp_path), grade_map={0: 0, 1: 1, 2: 2, 3: 2})
+    frame, info = build_judgements(spec, sparse)
+    rows = {(r["query_id"], r["doc_id"]): r for r in frame.iter_rows(named=True)}
+    assert rows[("q00", "d01")]["role"] == "fill" and rows[("q00", "d01")]["grade"] == 2  # the human -1 is a hole
+    assert rows[("q00", "d02")]["judge_grade"] is None and info["n_unparsed"] == 1  # the file's -1: no grade
+    assert rows[("q01", "d00")]["role"] == "calibration" and info["agreement"]["n_pairs"] == 1
+    filled = {(q, d): g for q, d, g in filled_qrels(sparse.qrels, frame).iter_rows()}
+    assert filled[("q00", "d01")] == 2 and ("q00", "d02") not in filled and filled[("q01", "d00")] == 0
+
+
+def test_the_filled_layer_drops_documents_retrieved_for_their_own_id_as_the_human_layer_does(tmp_path):
+    # BEIR's rule (a task's ignore_identical_ids): scoring.score drops a document retrieved for a
+    # query of its own id; scored on the filled layer with no LLM grade, the run gives the human value.
+    from dataclasses import replace
+
+    from medbench_core.evaluation.judging.frame import judgement_frame
+    from medbench_core.evaluation.scoring import score
+
+    task, complete = complete_task(n_queries=4, n_docs=6)
+    docs = pl.DataFrame({"doc_id": [*task.corpus["doc_id"].to_list(), "q00", "q01"], "text": ["x"] * (task.corpus.height + 2)})
+    qrels = complete.filter(pl.col("doc_id") <= "d02")
+    t = make_task(replace(task.meta, ignore_identical_ids=True), task.queries, docs, qrels)
+    run = pl.concat([full_run(task, 2), pl.DataFrame({"query_id": ["q00", "q01"], "doc_id": ["q00", "q01"], "rank": [0, 0], "score": [99.0, 99.0]})])
+    human = score(t, run.drop("rank"), tmp_path)["mean"]
+    filled = score_filled(t, run, judgement_frame([]))["mean"]
+    want, _ = trec_ndcg_mean(qrels, run.filter(pl.col("query_id") != pl.col("doc_id")))
+    assert human["ndcg_at_10"] == pytest.approx(want, abs=1e-12)
+    assert filled["ndcg_at_10"] == pytest.approx(want, abs=1e-12) and filled["judged_at_10"] == human["judged_at_10"]
 
 
 # --- agreement against the reference implementations -------------------------------------------

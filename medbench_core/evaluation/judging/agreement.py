@@ -96,18 +96,26 @@ def bootstrap_interval(
 
 def pair_agreement(human: Sequence[int], llm: Sequence[int], labels: Sequence[int], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> dict:
     """Weighted kappa and Krippendorff's alpha (ordinal) of the pairs both graded, with 95% bootstrap CIs,
-    the share of exact matches and the confusion matrix (rows: human grade, columns: LLM grade)."""
-    human, llm = [int(x) for x in human], [int(x) for x in llm]
+    the share of exact matches and the confusion matrix (rows: human grade, columns: LLM grade).
+
+    A pair with a negative grade on either side is not graded (trec_eval: in the pool, unjudged):
+    left out and counted (``n_unjudged``). Any other grade outside ``labels`` is refused."""
+    pairs = [(int(h), int(m)) for h, m in zip(human, llm)]
     labels = list(labels)
+    graded = [(h, m) for h, m in pairs if h >= 0 and m >= 0]
+    outside = sorted({g for pair in graded for g in pair} - set(labels))
+    if outside:
+        raise ValueError(f"grade(s) {outside} are not on the scale {labels}; map the judge's grades onto the task's (grade_map)")
+    human, llm = [h for h, _ in graded], [m for _, m in graded]
     if not human:
-        return {"n_pairs": 0}
+        return {"n_pairs": 0, "n_unjudged": len(pairs)}
     kappa = weighted_kappa(human, llm, labels)
     alpha = krippendorff_alpha_ordinal(human, llm)
     k_lo, k_hi, k_n = bootstrap_interval(lambda x, y: weighted_kappa(x, y, labels), human, llm, n_resamples=n_resamples, seed=seed)
     a_lo, a_hi, a_n = bootstrap_interval(krippendorff_alpha_ordinal, human, llm, n_resamples=n_resamples, seed=seed)
     conf = [[sum(1 for h, m in zip(human, llm) if h == gh and m == gm) for gm in labels] for gh in labels]
     return {
-        "n_pairs": len(human), "labels": labels, "exact": float(np.mean(np.equal(human, llm))),
+        "n_pairs": len(human), "n_unjudged": len(pairs) - len(human), "labels": labels, "exact": float(np.mean(np.equal(human, llm))),
         "kappa_quadratic": None if np.isnan(kappa) else kappa, "kappa_ci": [k_lo, k_hi], "kappa_resamples": k_n,
         "alpha_ordinal": None if np.isnan(alpha) else alpha, "alpha_ci": [a_lo, a_hi], "alpha_resamples": a_n,
         "confusion": conf, "bootstrap": {"resamples": n_resamples, "seed": seed},

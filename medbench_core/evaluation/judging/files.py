@@ -2,7 +2,9 @@
 
 - ``trec``: ``<query id> <iteration> <doc id> <grade>`` per line, whitespace-separated (trec_eval's
   qrels; UMBRELA writes its modified qrels so: ``write_modified_qrel`` in
-  ``src/umbrela/utils/common_utils.py`` of github.com/castorini/umbrela at 16cba3e).
+  ``src/umbrela/utils/common_utils.py`` of github.com/castorini/umbrela at 16cba3e). A negative
+  grade is trec_eval's "in the pool, unjudged" (``form_res_rels.c``): read as no grade (kept, counted
+  with the unparsed), never as a judged non-relevant pair.
 - ``umbrela``: one JSON object per line as UMBRELA's judge writes them (``prepare_judgments``, same
   file): ``query`` and ``passage`` (the texts it judged), ``judgment`` (0-3), ``result_status``
   (1 parsed, 0 when UMBRELA fell back to 0), and ``prediction``, ``prompt``, ``model``. UMBRELA's
@@ -91,6 +93,9 @@ def _read_trec(spec, task, path: Path):
                 continue
             if d not in docs:
                 problems.append(f"{where}: document {d} is not in task {task.name}'s corpus")
+                continue
+            if grade.lstrip("-").isdigit() and int(grade) < 0:  # trec_eval: in the pool, unjudged: no grade, like an unparsed reply
+                rows.append((where, {"query_id": q, "doc_id": d, "judge_grade": None, "raw": line.strip()}))
                 continue
             g = _grade(grade, spec, where, problems)
             if g is not None:

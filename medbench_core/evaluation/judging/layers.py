@@ -3,12 +3,17 @@
 - **human**: the task's own qrels, never changed;
 - **LLM**: the parsed grades of a judgement artifact, on the task's scale (``qrels.llm.trec``);
 - **filled**: human + LLM: every human judgment as it is, plus the LLM's grade of each pair the
-  humans did not judge (fill pairs). Calibration pairs keep their human grade.
+  humans did not judge (fill pairs), on the humans' queries only. Calibration pairs keep their
+  human grade. A negative human grade (trec_eval: in the pool, unjudged) is no judgment: the
+  LLM's grade takes its place when there is one. LLM grades of queries the humans never judged
+  are left out (counted): the two layers score the same queries, so their differences, Kendall's
+  tau and RBO compare like with like.
 
 A run is scored on the filled layer with the very evaluator and measures of the metrics stage
 (:func:`medbench_core.evaluation.metrics.evaluate_frame`, holes counted against the filled
-judgments), over the same queries as the human layer (the pool is drawn from judged queries
-only). The result is stored beside the cell's metrics, keyed by the cell's metrics key and the
+judgments), over the same queries as the human layer, with the same filter of documents
+retrieved for a query of their own id when the task asks for it (``ignore_identical_ids``, as
+:func:`medbench_core.evaluation.scoring.score`). The result is stored beside the cell's metrics, keyed by the cell's metrics key and the
 judgement artifact's key (``Layout.filled_dir``): ``metrics.json`` (means, their 95% bootstrap
 CIs, the keys) and ``per_query.parquet``.
 """
@@ -26,13 +31,24 @@ FILES = ("metrics.json", "per_query.parquet")
 
 
 def filled_qrels(human: pl.DataFrame, judgements: pl.DataFrame) -> pl.DataFrame:
-    """Human qrels plus the LLM grades of the pairs they leave unjudged (query_id, doc_id, relevance)."""
+    """Human qrels plus the LLM grades of the pairs they leave unjudged, on the humans' queries (query_id, doc_id, relevance).
+
+    :func:`llm_fill` says which LLM grades join and how many were left out for other queries."""
+    return llm_fill(human, judgements)[0]
+
+
+def llm_fill(human: pl.DataFrame, judgements: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """The filled layer (module docstring) and how many parsed LLM grades of fill pairs it leaves out
+    because their query is not one the humans judged."""
     h = human.select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("relevance").cast(pl.Int64))
+    judged = h.filter(pl.col("relevance") >= 0)  # a negative grade: in the pool, unjudged (trec_eval)
     llm = judgements.filter((pl.col("role") == "fill") & pl.col("grade").is_not_null()).select(
-        "query_id", "doc_id", pl.col("grade").cast(pl.Int64).alias("relevance")
+        pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("grade").cast(pl.Int64).alias("relevance")
     )
-    llm = llm.join(h, on=["query_id", "doc_id"], how="anti")
-    return pl.concat([h, llm])
+    llm = llm.join(judged, on=["query_id", "doc_id"], how="anti")
+    on_humans = llm.join(h.select("query_id").unique(), on="query_id", how="semi")
+    kept_unjudged = h.filter(pl.col("relevance") < 0).join(on_humans, on=["query_id", "doc_id"], how="anti")
+    return pl.concat([judged, kept_unjudged, on_humans]), llm.height - on_humans.height
 
 
 def filled_key(metrics_key: str, judgement_key: str, code: str | None = None) -> str:
@@ -50,10 +66,15 @@ def score_filled(task, run: pl.DataFrame, judgements: pl.DataFrame, out: str | P
     from medbench_core.evaluation.metrics import DEFAULT_METRICS, evaluate_frame
     from medbench_core.evaluation.stats import bootstrap_cis
 
-    qrels = filled_qrels(task.qrels, judgements)
+    qrels, other_queries = llm_fill(task.qrels, judgements)
+    if task.meta.ignore_identical_ids:  # as the human layer is scored (scoring.score): BEIR's rule
+        run = run.filter(pl.col("query_id").cast(pl.Utf8) != pl.col("doc_id").cast(pl.Utf8))
     ev = evaluate_frame(qrels, run, DEFAULT_METRICS, unjudged=unjudged_in_universe(task, qrels))
     per_query = ev.per_query_frame()
-    result: dict[str, Any] = {"mean": ev.mean, "n_queries": len(ev.per_query), "n_llm_judgments": qrels.height - task.qrels.height}
+    result: dict[str, Any] = {
+        "mean": ev.mean, "n_queries": len(ev.per_query), "n_llm_judgments": qrels.filter(pl.col("relevance") >= 0).height
+        - task.qrels.filter(pl.col("relevance") >= 0).height, "n_llm_other_queries": other_queries,
+    }  # fmt: skip
     if per_query.height:
         names = [m for m in ev.mean if m in per_query.columns]
         result["ci"] = {m: list(ci) for m, ci in zip(names, bootstrap_cis([per_query[m].cast(pl.Float64).to_numpy() for m in names]))}

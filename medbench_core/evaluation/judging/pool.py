@@ -1,10 +1,12 @@
 """The pool a judge grades: the holes the chosen models' runs surface, and a calibration sample.
 
 - **fill**: for each judged query, the documents in the top ``depth`` of each pool model's stored
-  run (ranks as the runs store them: trec_eval's order) that the human qrels do not judge; each
-  pair once, with the models that ranked it there and its best rank. Queries the humans judged
+  run (ranks as the runs store them: trec_eval's order) that the human qrels do not judge (or
+  grade negative: trec_eval's "in the pool, unjudged"); each pair once, with the models that
+  ranked it there and its best rank. Documents retrieved for a query of their own id are not
+  pooled when the task ignores them (``ignore_identical_ids``: they are never scored). Queries the humans judged
   nothing for are not pooled: the filled layer scores the same queries as the human one.
-- **calibration**: ``calibration`` pairs the humans did judge, drawn with ``numpy.random.default_rng(seed)``
+- **calibration**: ``calibration`` pairs the humans did judge (grade 0 or more), drawn with ``numpy.random.default_rng(seed)``
   and spread over the grades (each grade's pairs shuffled, then taken in turn from the highest
   grade down), so the agreement is measured on relevant and non-relevant pairs alike. Their LLM
   grades never replace a human grade; they only measure agreement (:mod:`.agreement`).
@@ -40,9 +42,13 @@ def build_pool(task, runs: Mapping[str, pl.DataFrame], *, depth: int = 10, calib
     best rank, then calibration pairs by query and document."""
     qrels = task.qrels.select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("relevance").cast(pl.Int64))
     judged_queries = qrels.select("query_id").unique()
+    qrels = qrels.filter(pl.col("relevance") >= 0)  # a negative grade: in the pool, unjudged (trec_eval): a hole to fill
     tops = []
     for model, run in runs.items():
-        top = _ranked(run).filter(pl.col("rank") <= depth).join(judged_queries, on="query_id", how="semi")
+        ranked = _ranked(run)
+        if task.meta.ignore_identical_ids:  # never scored (scoring.score): not worth a judgement
+            ranked = ranked.filter(pl.col("query_id") != pl.col("doc_id"))
+        top = ranked.filter(pl.col("rank") <= depth).join(judged_queries, on="query_id", how="semi")
         tops.append(top.with_columns(pl.lit(model).alias("model")))
     if not tops:
         raise DataError(f"task {task.name}: no pool model's run to pool from")

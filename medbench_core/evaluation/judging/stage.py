@@ -128,7 +128,12 @@ def build_judgements(
     t0 = time.perf_counter()
     top = top_grade(task)
     mapping = grade_mapping(spec, top)
-    human = {(q, d): int(r) for q, d, r in task.qrels.select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), "relevance").iter_rows()}
+    # Human-judged pairs (a negative grade is trec_eval's "in the pool, unjudged": a pair to fill, never a calibration pair).
+    human = {
+        (q, d): int(r)
+        for q, d, r in task.qrels.select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), "relevance").iter_rows()
+        if r is not None and r >= 0
+    }
     timing: dict[str, Any] = {}
     if spec.source == "file":
         from medbench_core.evaluation.judging.files import read_judgement_file
