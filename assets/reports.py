@@ -63,6 +63,7 @@ class LeaderboardConfig(dg.Config):
     seed: int = DEFAULT_SEED
     published: str = ""  # a folder of published results (MTEB's or R2MED's layout) instead of tasks.yaml's published_results
     judged_threshold: float = JUDGED_THRESHOLD  # cells whose mean Judged@10 is below it are marked (docs/trust.md)
+    keep_circular: bool = False  # keep cells built with the judge's family in the filled layer's rankings (docs/trust.md)
 
 
 def filled_layers(
@@ -138,7 +139,7 @@ def leaderboard(
     )  # refuses an unknown baseline before anything is written
     if not 0.0 <= config.judged_threshold <= 1.0:
         raise dg.Failure(f"leaderboard config: judged_threshold {config.judged_threshold} is not a share between 0 and 1")
-    trust = TrustSettings(config.judged_threshold, config.metric)
+    trust = TrustSettings(config.judged_threshold, config.metric, config.keep_circular)
     expansions = load_expansions(registry.models_file)
     catalog = registry.catalog()
     cells: list[Cell] = []
@@ -306,12 +307,16 @@ def annotate_partition_runs(mlflow: MLflowResource, experiment: str, provenance:
 
 def annotate_filled_runs(mlflow: MLflowResource, experiment: str, cells: list[Cell], metric: str) -> None:
     """Each cell's own MLflow run gets its score on the filled (human + LLM) layer: ``filled.<metric>``,
-    ``filled.judged_at_10``, ``filled.ndcg_lower_at_10`` / ``filled.ndcg_upper_at_10``, and the tags
-    ``medbench.filled_judgements`` (entry@key) and ``medbench.circular`` (the builders of the judge's family, or 'no')."""
+    ``filled.judged_at_10``, the bounds on the metric when it has some (``filled.ndcg_lower_at_10`` /
+    ``filled.ndcg_upper_at_10``), and the tags ``medbench.filled_judgements`` (entry@key), ``medbench.circular``
+    (the builders of the judge's family, or 'no') and ``medbench.families`` (each builder's families and where read)."""
+    from medbench_core.evaluation.trust import bound_metrics
+
     for c in cells:
         if not c.filled or "metrics_key" not in c.provenance:
             continue
         mean = c.filled["mean"]
-        metrics = {f"filled.{m}": float(mean[m]) for m in (metric, "judged_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10") if m in mean}
-        tags = {"medbench.filled_judgements": c.filled["judgements"], "medbench.circular": c.filled["circular"] or "no"}
+        metrics = {f"filled.{m}": float(mean[m]) for m in (metric, "judged_at_10", *(bound_metrics(metric) or ())) if m in mean}
+        tags = {"medbench.filled_judgements": c.filled["judgements"], "medbench.circular": c.filled["circular"] or "no",
+                "medbench.families": str(c.filled.get("families") or "")[:5000]}  # fmt: skip
         mlflow.annotate_run(experiment, c.provenance["metrics_key"], metrics, tags)

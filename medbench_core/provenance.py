@@ -47,19 +47,20 @@ STAGE_VERSIONS: dict[str, str] = {
     "index": "1",  # FAISS index over the vectors
     "run": "1",  # top-k search with the tie rule (with the kind's version)
     # per-query metrics, means, bootstrap CIs, breakdowns; 2: judged@10, holes, bpref, condensed nDCG, bounds;
-    # 3: tie-aware and chance values, chance-corrected means, no best-minus-each gap
-    "metrics": "3",
+    # 3: tie-aware and chance values, chance-corrected means, no best-minus-each gap;
+    # 4: exact nDCG bounds, negative grades unjudged, queries with a judged non-relevant document (issue 46)
+    "metrics": "4",
     "derived_run": "1",  # runs built from upstream runs (fusion, rerank)
     "expanded_run": "1",  # a retriever on expanded queries
     "expansion": "3",  # expansion texts (published or generated) and their split (2: R2MED's rule per generator family;
     # 3: an answer without its family's marker is the text as written, unstripped, and an empty R2MED hy_doc is kept, as R2MED's code)
     "expansion_contract": "2",  # the expansion gate and its leakage measure (2: an empty answer warns, as R2MED scores it, instead of failing)
     "judgements": "1",  # LLM relevance judgements of a task's pool, or a judgement file read (evaluation/judging)
-    "filled_metrics": "1",  # a cell's run scored on the human + LLM qrels layer
+    "filled_metrics": "2",  # a cell's run scored on the human + LLM qrels layer; 2: the humans' queries only, identical ids, exact bounds
     "leaderboard": "1",  # the leaderboard cells
     # tables, CIs, paired tests, plots; 2: rank intervals and groups; 3: chance row, floors and ties, one paired gap
-    # (pivot minus L, Holm), language variance
-    "reports": "3",
+    # (pivot minus L, Holm), language variance; 4: trust cells follow the metric, one interval per cell (issue 46)
+    "reports": "4",
 }
 
 

@@ -201,9 +201,10 @@ def leaderboard_markdown(
 ) -> str:
     """The leaderboard as Markdown: ``0.6602 [0.63, 0.69] *`` cells where ``stats`` has the cell.
 
-    ``suffix``: (model, task) -> text appended to the cell after ``·`` (what it rests on:
-    :func:`medbench_core.evaluation.trust.cell_suffix`). ``chance``: task -> the metric's value under a
-    uniformly random order (:mod:`medbench_core.evaluation.floors`), printed as a last row under the models.
+    ``suffix``: (model, task) -> a mark appended to the cell (``†``: its Judged@10 is low,
+    :func:`medbench_core.evaluation.trust.cell_suffix`); what the cell rests on is in the trust table.
+    ``chance``: task -> the metric's value under a uniformly random order (:mod:`medbench_core.evaluation.floors`),
+    printed as a last row under the models.
 
     '-' is not evaluated, 'n/a' a model that cannot read the task; a ``stale`` cell (model, task) ->
     reason reads ``0.6602 [0.63, 0.69] (stale)``, as does an average over one, and a note lists why. The notes under the table say
@@ -233,7 +234,7 @@ def leaderboard_markdown(
             if (row["model"], t) in stale_cells and cells[-1] != "n/a":
                 cells[-1] += " (stale)"
             if suffix and (row["model"], t) in suffix and cells[-1] not in ("n/a", "-"):
-                cells[-1] += " · " + suffix[(row["model"], t)]
+                cells[-1] += " " + suffix[(row["model"], t)]
         cells.append(format_cell(row["average"]) + (" (stale)" if row["average"] is not None and any(m == row["model"] for m, _ in stale_cells) else ""))
         lines.append("| " + " | ".join(cells) + " |")
     if chance:
@@ -264,9 +265,9 @@ def leaderboard_markdown(
         from medbench_core.evaluation.trust import MARK
 
         notes.append(
-            f"· J@10: the share of the cell's top 10 that is judged (Judged@10); bounds: the lowest and highest nDCG@10 any grades "
-            f"of the unjudged documents could give; {MARK}: Judged@10 below the threshold; filled: on human + LLM judgements "
-            "(the table 'What each cell rests on' below)."
+            f"{MARK}: fewer than half (the threshold) of the cell's top 10 was ever judged (Judged@10): its figure counts more unjudged "
+            f"documents as non-relevant than judged ones. Every cell's Judged@10, the bounds on its {METRIC_LABELS.get(metric, metric)} and "
+            "its value on the human + LLM layer are in the table 'What each cell rests on' below."
         )
     if chance:
         notes.append(
@@ -632,11 +633,11 @@ def write_leaderboard(
     if floors.height:
         md += "\n" + floors_markdown(floors, METRIC_LABELS.get(metric, metric))
         board_csv = floors_csv_columns(board_csv, floors, tasks)
-    layers = layer_agreement(cells, board, tasks, sig, ranks, judgements or {}) if judgements else {}
+    layers = layer_agreement(cells, board, tasks, sig, ranks, judgements or {}, keep_circular=trust.keep_circular) if judgements else {}
     if layers:
         from medbench_core.evaluation.trust import agreement_markdown
 
-        md += "\n" + agreement_markdown(layers, tasks)
+        md += "\n" + agreement_markdown(layers, tasks, trust)
     if footer:
         md += f"\n{footer}\n"
     sections: dict[str, Any] = {}
@@ -703,27 +704,41 @@ def write_leaderboard(
 
 
 def layer_agreement(
-    cells: list[Cell], board: pl.DataFrame, tasks: list[str], sig: Significance, ranks: pl.DataFrame, judgements: Mapping[str, Mapping[str, Any]]
+    cells: list[Cell],
+    board: pl.DataFrame,
+    tasks: list[str],
+    sig: Significance,
+    ranks: pl.DataFrame,
+    judgements: Mapping[str, Mapping[str, Any]],
+    *,
+    keep_circular: bool = False,
 ) -> dict[str, Any]:
     """Per task with a filled layer: its judgements' summary (pairs, agreement with the humans), and
     between the system rankings on the two layers Kendall's tau, RBO and the cells whose rank
-    interval moved (the rank table computed again on the filled per-query values, same resamples and seed)."""
+    interval moved (the rank table computed again on the filled per-query values, same resamples and seed).
+
+    A circular cell (built with a model of the judge's family) takes no part in these unless
+    ``keep_circular``: both layers' rankings are then those of the other cells (the human rank
+    table computed again over them; ``ranks``, the leaderboard's, serves when none is left out)."""
     import dataclasses
 
     from medbench_core.evaluation.judging.agreement import moved_intervals, ranking_agreement
 
     out: dict[str, Any] = {}
-    filled_cells = [dataclasses.replace(c, metrics={"mean": c.filled["mean"]}, per_query=c.filled["per_query"]) for c in cells if c.filled]
+    used = [c for c in cells if c.filled and (keep_circular or not c.filled["circular"])]
+    filled_cells = [dataclasses.replace(c, metrics={"mean": c.filled["mean"]}, per_query=c.filled["per_query"]) for c in used]
     if filled_cells:
         filled_board = leaderboard(filled_cells, board["model"].to_list(), tasks, sig.metric)
         filled_ranks = rank_table(filled_cells, filled_board, tasks, sig)
+        if len(used) < sum(1 for c in cells if c.filled):
+            ranks = rank_table(used, leaderboard(used, board["model"].to_list(), tasks, sig.metric), tasks, sig)
     for t in tasks:
         info = judgements.get(t)
         if not info:
             continue
         entry: dict[str, Any] = {k: v for k, v in info.items()}
-        human = {c.model: c.value(sig.metric) for c in cells if c.task == t and c.filled and c.value(sig.metric) is not None}
-        filled = {c.model: float(c.filled["mean"][sig.metric]) for c in cells if c.task == t and c.filled and sig.metric in c.filled["mean"]}
+        human = {c.model: c.value(sig.metric) for c in used if c.task == t and c.value(sig.metric) is not None}
+        filled = {c.model: float(c.filled["mean"][sig.metric]) for c in used if c.task == t and sig.metric in c.filled["mean"]}
         if human:
             entry["ranking"] = ranking_agreement(human, filled)
             h = [r for r in ranks.iter_rows(named=True) if r["task"] == t]
@@ -746,7 +761,8 @@ def write_trust(
 ) -> tuple[str, pl.DataFrame, pl.DataFrame, list[str]]:
     """The trust sections of the leaderboard (:mod:`medbench_core.evaluation.trust`): its Markdown,
     the CSV with ``judged_at_10.<task>``, bounds, ``low_judged.<task>`` (and ``filled.<task>``)
-    columns, stats.csv with the cell's hole measures, and ``trust/<model>.png`` (the folder replaced whole)."""
+    columns, stats.csv with the cell's hole measures and the bounds on its metric (``bound_lower``,
+    ``bound_upper``), and ``trust/<model>.png`` (the folder replaced whole)."""
     from medbench_core.evaluation.trust import csv_columns, qrels_holes_markdown, trust_markdown, trust_plot_png
     from medbench_core.storage import replace_dir_atomic
 
@@ -754,8 +770,9 @@ def write_trust(
     if qrels_holes:
         md += ("\n" if md else "") + qrels_holes_markdown(qrels_holes, tasks)
     board_csv = csv_columns(board_csv, trusted, tasks)
-    cols = ["judged_at_10", "holes_at_10", "bpref_at_100", "ndcg_condensed_at_10", "ndcg_lower_at_10", "ndcg_upper_at_10", "low_judged", "filled", "circular"]
-    stats = stats.join(trusted.select("task", "model", *cols), on=["task", "model"], how="left", maintain_order="left")
+    cols = ["judged_at_10", "holes_at_10", "bpref_at_100", "ndcg_condensed_at_10", "low_judged", "filled", "circular"]
+    bounds = [pl.col("lower").alias("bound_lower"), pl.col("upper").alias("bound_upper")]
+    stats = stats.join(trusted.select("task", "model", *bounds, *cols), on=["task", "model"], how="left", maintain_order="left")
     drawn = [m for m in models if trusted.filter((pl.col("model") == m) & pl.col("judged_at_10").is_not_null()).height]
 
     def draw(tmp: Path) -> None:

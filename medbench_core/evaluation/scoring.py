@@ -107,10 +107,30 @@ def chance_corrected(value: float, floor: float) -> float:
     return (value - floor) / (1.0 - floor)
 
 
+# Measures that rank relevant documents against judged non-relevant ones: on a query whose qrels hold
+# no judged non-relevant document they say nothing (bpref counts every retrieved relevant document as
+# ranked above all of them, the condensed list puts it first: a relevant document at rank 90 gives
+# nDCG@10 0 and both 1.0).
+NEEDS_JUDGED_NONRELEVANT = ("bpref_at_100", "ndcg_condensed_at_10")
+
+
+def judged_nonrelevant_summary(qrels: pl.DataFrame, per_query: pl.DataFrame) -> dict[str, Any]:
+    """The queries whose qrels hold a judged non-relevant document (grade 0; a negative grade is
+    unjudged), those that hold none, and the means of :data:`NEEDS_JUDGED_NONRELEVANT` over the
+    former alone (null when there is none): what the reports show in their place."""
+    if not per_query.height or "query_id" not in per_query.columns:
+        return {"queries_with": 0, "queries_without": 0, "mean": {}}
+    with_nonrel = qrels.filter(pl.col("relevance") == 0).select(pl.col("query_id").cast(pl.Utf8)).unique()
+    informative = per_query.join(with_nonrel, on="query_id", how="semi")
+    means = {m: (float(informative[m].mean()) if informative.height else None) for m in NEEDS_JUDGED_NONRELEVANT if m in per_query.columns}
+    return {"queries_with": informative.height, "queries_without": per_query.height - informative.height, "mean": means}
+
+
 def hole_summary(task: Task, per_query: pl.DataFrame, unjudged: dict[str, int]) -> dict[str, Any]:
     """What metrics.json says about the cell's holes beside the per-query means: the total hole count
     in the top 10 (``holes_at_10``), the queries whose top 10 holds no judged document, the task's
-    top grade and what the bounds took as each query's universe."""
+    top grade, what the bounds took as each query's universe, and the queries with and without a
+    judged non-relevant document (:func:`judged_nonrelevant_summary`)."""
     out: dict[str, Any] = {
         "top_grade": max(int(task.qrels["relevance"].max() or 1), 1) if task.qrels.height else 1,
         "universe": "candidates" if task.candidates is not None else "corpus",
@@ -120,6 +140,7 @@ def hole_summary(task: Task, per_query: pl.DataFrame, unjudged: dict[str, int]) 
         out["holes_at_10"] = int(per_query["holes_at_10"].sum())
     if "judged_at_10" in per_query.columns:
         out["queries_without_judged_top10"] = int((per_query["judged_at_10"] == 0).sum())
+    out["judged_nonrelevant"] = judged_nonrelevant_summary(task.qrels, per_query)
     return out
 
 

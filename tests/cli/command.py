@@ -52,7 +52,7 @@ def _test_var() -> dict[str, str]:
 
 
 def without_trust(board: str) -> str:
-    """A leaderboard's Markdown without each cell's ' · J@10 ..., bounds [...]' suffix (docs/trust.md)."""
+    """A leaderboard's Markdown without each cell's '†' mark (Judged@10 low: docs/trust.md)."""
     import re
 
-    return re.sub(r" · [^|]*", " ", board).replace("  |", " |")
+    return re.sub(r" †(?= \|)", "", board)

@@ -313,10 +313,37 @@ def test_the_circularity_guard_names_the_model_of_the_judges_family(tmp_path):
         )
     }
     judge = families("Qwen/Qwen2.5-7B-Instruct")
-    assert judge == {"qwen"} and families("r1-qwen-32b") == {"qwen", "deepseek"} and families("huatuo-o1-70b") == {"huatuo"}
+    assert judge == {"qwen"} and families("r1-qwen-32b") == {"qwen", "deepseek"}
     assert circular(judge, cell_builders(specs["bm25+hyde"], specs, exps)) == "hyde-qwen (generator qwen-7b-ins) (qwen)"
+    assert cell_builders(specs["bm25+hyde"], specs, exps)["hyde-qwen (generator qwen-7b-ins)"] == {"qwen": "name"}  # read from the name: said so
     assert circular(judge, cell_builders(specs["bm25"], specs, exps)) == ""
     assert circular(families("gpt-4o"), cell_builders(specs["bm25+hyde"], specs, exps)) == ""
+
+
+def test_families_come_from_the_config_and_the_card_and_from_the_name_only_as_a_fallback(tmp_path):
+    # Issue 46: HuatuoGPT-o1 is built on Llama 3.1 (8B, 70B) and Qwen2.5 (7B, 72B): its model card's
+    # "Model Info" table. From a local folder: config.json's model_type and architectures, the card's
+    # base_model; R2MED's generator names and the hub ids, which carry no folder: the card recorded.
+    from medbench_core.evaluation.judging.circularity import describe, family_sources
+
+    folder = tmp_path / "HuatuoGPT-o1-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    (folder / "README.md").write_text("---\nlicense: apache-2.0\nbase_model:\n- meta-llama/Llama-3.1-8B-Instruct\n---\n# HuatuoGPT-o1-8B\n")
+    assert family_sources("FreedomIntelligence/HuatuoGPT-o1-8B", folder) == {"llama": "config"}
+    card_only = tmp_path / "card-only"
+    card_only.mkdir()
+    (card_only / "README.md").write_text("---\nbase_model: Qwen/Qwen2.5-7B-Instruct\n---\n")
+    assert family_sources("whatever", card_only) == {"qwen": "card"}
+    assert family_sources("FreedomIntelligence/HuatuoGPT-o1-7B") == {"qwen": "recorded card"}  # the name alone said nothing before
+    assert family_sources("huatuo-o1-8b") == {"llama": "recorded card"} and family_sources("huatuo-o1-70b") == {"llama": "recorded card"}
+    assert family_sources("sky-32b") == {"qwen": "recorded card"}
+    assert family_sources("HuatuoGPT2-7B") == {"huatuo": "name"} and family_sources("bm25s-lucene") == {}
+    assert describe({"llama": "config", "qwen": "name"}) == "llama (config), qwen (name)" and describe({}) == "none"
+    # A Llama judge now finds the R2MED HuatuoGPT-o1 expansions circular.
+    assert circular(families("meta-llama/Llama-3.1-70B-Instruct"), {"hyde (generator huatuo-o1-70b)": family_sources("huatuo-o1-70b")}) == (
+        "hyde (generator huatuo-o1-70b) (llama)"
+    )
 
 
 # --- judgement files ---------------------------------------------------------------------------

@@ -64,6 +64,7 @@ def score_filled(task, run: pl.DataFrame, judgements: pl.DataFrame, out: str | P
 
     from medbench_core.evaluation.holes import unjudged_in_universe
     from medbench_core.evaluation.metrics import DEFAULT_METRICS, evaluate_frame
+    from medbench_core.evaluation.scoring import judged_nonrelevant_summary
     from medbench_core.evaluation.stats import bootstrap_cis
 
     qrels, other_queries = llm_fill(task.qrels, judgements)
@@ -74,6 +75,7 @@ def score_filled(task, run: pl.DataFrame, judgements: pl.DataFrame, out: str | P
     result: dict[str, Any] = {
         "mean": ev.mean, "n_queries": len(ev.per_query), "n_llm_judgments": qrels.filter(pl.col("relevance") >= 0).height
         - task.qrels.filter(pl.col("relevance") >= 0).height, "n_llm_other_queries": other_queries,
+        "holes": {"judged_nonrelevant": judged_nonrelevant_summary(qrels, per_query)},
     }  # fmt: skip
     if per_query.height:
         names = [m for m in ev.mean if m in per_query.columns]
@@ -128,15 +130,18 @@ def attach_filled(cells: list, tasks: dict, judgement_specs: list, layout, model
     """Each evaluated cell with its score on the filled layer of its task (:attr:`~medbench_core.evaluation.reports.Cell.filled`),
     and per task what its filled layer is: the judgement entry, key, judge, counts and agreement, or why there is none.
 
-    A task's filled layer is that of the first ``judgements:`` entry that judges it, as stored at its
-    current key (the leaderboard reads, it judges nothing); each cell's filled metrics are scored once
-    and stored (``Layout.filled_dir``), keyed by the cell's metrics key and the judgements' key. A cell
-    built with a model of the judge's family is marked (:mod:`.circularity`).
+    A task's filled layer is that of the one ``judgements:`` entry that judges it, as stored at its
+    current key (the leaderboard reads, it judges nothing). A task two or more entries judge gets
+    none, and its summary says so, naming them (``status``: refused): which of them would be the
+    filled layer is not the leaderboard's to guess. Each cell's filled metrics are scored once and
+    stored (``Layout.filled_dir``), keyed by the cell's metrics key and the judgements' key. A cell
+    built with a model of the judge's family is marked (:mod:`.circularity`), and each cell's
+    builders carry their families and where each was read.
     """
     import dataclasses
 
     from medbench_core.errors import MedbenchError
-    from medbench_core.evaluation.judging.circularity import cell_builders, circular, judge_families
+    from medbench_core.evaluation.judging.circularity import cell_builders, circular, describe, judge_family_sources
     from medbench_core.evaluation.judging.frame import load_judgements
 
     by_model = {s.name: s for s in model_specs}
@@ -145,9 +150,15 @@ def attach_filled(cells: list, tasks: dict, judgement_specs: list, layout, model
     out = []
     loaded: dict[str, tuple] = {}
     for name, task in tasks.items():
-        spec = next((s for s in judgement_specs if s.judges_task(name)), None)
-        if spec is None:
+        judging = [s for s in judgement_specs if s.judges_task(name)]
+        if not judging:
             continue
+        if len(judging) > 1:
+            names = ", ".join(s.name for s in judging)
+            summary[name] = {"judgement": names, "status": f"refused: {len(judging)} judgements: entries judge {name} ({names}); "
+                             "a task's filled layer comes from one: give their 'tasks:' lists no task in common"}  # fmt: skip
+            continue
+        spec = judging[0]
         if task.meta.doc_modality != "text":
             summary[name] = {"judgement": spec.name, "status": f"not judged: the judges read text passages; {name}'s documents are {task.meta.doc_modality}"}
             continue
@@ -157,10 +168,12 @@ def attach_filled(cells: list, tasks: dict, judgement_specs: list, layout, model
         except MedbenchError as exc:
             summary[name] = {"judgement": spec.name, "status": f"not judged at the current key: {str(exc).splitlines()[0]} (medbench run --tasks {name})"}
             continue
-        loaded[name] = (spec, key, frame, judge_families(spec))
-        summary[name] = {"judgement": spec.name, "key": key, "judge": spec.judge, "families": sorted(judge_families(spec)), "status": "judged",
+        judge_sources = judge_family_sources(spec)
+        info = {**info, "n_llm_other_queries": llm_fill(task.qrels, frame)[1]}
+        loaded[name] = (spec, key, frame, frozenset(judge_sources))
+        summary[name] = {"judgement": spec.name, "key": key, "judge": spec.judge, "families": judge_sources, "status": "judged",
                          **{k: info.get(k) for k in ("source", "revision", "n_pairs", "n_fill", "n_calibration", "n_unparsed", "n_fill_relevant", "top_grade",
-                                                     "grade_map", "agreement", "seconds", "pairs_per_second")}}  # fmt: skip
+                                                     "n_llm_other_queries", "grade_map", "agreement", "seconds", "pairs_per_second")}}  # fmt: skip
     for c in cells:
         got = loaded.get(c.task)
         prov = c.provenance or {}
@@ -179,6 +192,8 @@ def attach_filled(cells: list, tasks: dict, judgement_specs: list, layout, model
         )
         builders = cell_builders(by_model[c.model], by_model, exp_by_name) if c.model in by_model else {}
         filled = {"mean": result["mean"], "ci": result.get("ci", {}), "per_query": result["per_query"], "judgements": f"{spec.name}@{key}",
-                  "key": fk, "circular": circular(fams, builders), "builders": {k: sorted(v) for k, v in builders.items()}}  # fmt: skip
+                  "key": fk, "circular": circular(fams, builders), "builders": {k: dict(v) for k, v in builders.items()},
+                  "families": "; ".join(f"{b}: {describe(v)}" for b, v in sorted(builders.items())) or "no model",
+                  "holes": result.get("holes") or {}}  # fmt: skip
         out.append(dataclasses.replace(c, filled=filled, provenance={**prov, "filled_key": fk, "judgements_key": key}))
     return out, summary
