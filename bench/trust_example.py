@@ -4,8 +4,9 @@ filled layer from a judge, with the agreement it earns.
     HF_HUB_OFFLINE=1 nice -n 10 python bench/trust_example.py
 
 1. BM25 (models.yaml's entry: bm25s, Lucene scoring) on scifact, liveqa_medquad and frenchmedmcqa
-   as tasks.yaml curates them: nDCG@10, its bounds, Judged@10, holes, bpref and condensed nDCG@10
-   (the metrics stage's own code: ``score``).
+   as tasks.yaml curates them: nDCG@10, its exact bounds, Judged@10, holes, and bpref and condensed
+   nDCG@10 over the queries with a judged non-relevant document, as the reports show them (beside
+   ir_measures' means over all queries) (the metrics stage's own code: ``score``).
 2. On the first 60 judged SciFact queries, two judges over the same pool (the unjudged top 10 of
    BM25 + 40 calibration pairs): an oracle-like stub that grades a pair relevant when its abstract
    shares the claim's rarest word, and the real LLM path on a seeded random-weight Llama (no real
@@ -43,7 +44,8 @@ def main() -> None:
     spec = next(s for s in load_registry(ROOT / "models.yaml") if s.name == "bm25")
     tmp = Path(tempfile.mkdtemp())
     runs = {}
-    print("| task | queries | nDCG@10 | bounds | Judged@10 | holes@10 | bpref | condensed nDCG@10 |")
+    print("| task | queries | nDCG@10 | bounds | Judged@10 | holes@10 | queries with a judged non-relevant | bpref | condensed nDCG@10 | "
+          "bpref, condensed (all queries: ir_measures') |")  # fmt: skip
     for name in ("scifact", "liveqa_medquad", "frenchmedmcqa"):
         task = build_task(catalog.task(name), ROOT.parent / "shared" / "data", tmp / name)
         d = {s: tmp / name / s for s in ("emb", "index", "run", "metrics")}
@@ -54,8 +56,11 @@ def main() -> None:
         run, _ = retrieve(spec, task, d["emb"], d["index"], d["run"], k=100)
         m = score(task, run, d["metrics"])
         mean, holes = m["mean"], m["holes"]
+        nonrel = holes["judged_nonrelevant"]
+        shown = {k: ("-" if v is None else f"{v:.4f}") for k, v in nonrel["mean"].items()}
         print(f"| {name} | {m['n_queries']} | {mean['ndcg_at_10']:.4f} | [{mean['ndcg_lower_at_10']:.4f}, {mean['ndcg_upper_at_10']:.4f}] | "
-              f"{mean['judged_at_10']:.3f} | {holes['holes_at_10']} | {mean['bpref_at_100']:.4f} | {mean['ndcg_condensed_at_10']:.4f} |")  # fmt: skip
+              f"{mean['judged_at_10']:.3f} | {holes['holes_at_10']} | {nonrel['queries_with']} | {shown['bpref_at_100']} | "
+              f"{shown['ndcg_condensed_at_10']} | {mean['bpref_at_100']:.4f}, {mean['ndcg_condensed_at_10']:.4f} |")  # fmt: skip
         runs[name] = (task, run)
 
     task, run = runs["scifact"]
