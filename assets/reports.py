@@ -278,6 +278,7 @@ def log_leaderboard(
     if trusted is not None and trusted.height:
         metrics |= trust_metrics(trusted)
         params["trust.judged_threshold"] = (trust or TrustSettings()).judged_threshold
+        params["trust.keep_circular"] = (trust or TrustSettings()).keep_circular
         params["trust.low_judged_cells"] = int(trusted["low_judged"].fill_null(False).sum())
     files = [out / f for f in written["files"] if not f.startswith(("diff/", "trust/"))]
     for folder in ("diff", "trust"):

@@ -94,7 +94,8 @@ def test_a_umbrela_judgement_file_scores_the_task_on_both_layers(tmp_path):
     assert (layer["n_fill"], layer["n_calibration"], layer["n_unparsed"]) == (12, 1, 1)
     assert layer["agreement"]["n_pairs"] == 1 and layer["ranking"]["models"] == 1
     md = (data / "reports" / "leaderboard.md").read_text()
-    assert f"filled {cell['filled']:.4f}" in md and "Agreement between the human and the LLM layers" in md
+    assert f"| bm25 | scifact | {cell['value']:.4f} | {cell['filled']:.4f} | {cell['filled'] - cell['value']:+.4f} |" in md
+    assert "Agreement between the human and the LLM layers" in md and "on 1 calibration pairs" in md
     csv_head = (data / "reports" / "leaderboard.csv").read_text().splitlines()[0]
     assert "filled.scifact" in csv_head and "judged_at_10.scifact" in csv_head
 
