@@ -48,7 +48,8 @@ from unjudged documents:
   programme over the layers (each layer's term depends on its own Q_l only); the completion it
   picks has a ratio better than x unless x is the optimum, and becomes the next x. Cost per
   query: O(L * k) per step, a few steps (at most one per completion value it passes, in practice
-  2-4), against (G + 1)^holes completions to enumerate. trec_eval's value (every hole and extra
+  2-5), against (G + 1)^holes completions to enumerate. A binary task has one layer: its k + 1
+  chains are compared at once, no search. trec_eval's value (every hole and extra
   non-relevant) is one completion, so it lies between the bounds.
 
 Ranks are trec_eval's (score descending, doc id descending), as in every metric here; sums run
@@ -192,9 +193,11 @@ def _bound_block(r: JudgedRanking, k: int, upper: bool, levels: np.ndarray, rows
     else:  # every unjudged document outside the top k at the top grade; an unknown universe: as many as count (k)
         u = r.unjudged[rows]
         extra = np.where(u < 0, k, np.clip(u - h, 0, k))
-    # W[:, q]: the summed discounts of the first q holes in rank order (upper) or of the last q (lower).
-    order = np.argsort(~holes, axis=1, kind="stable")
-    first = np.concatenate((np.zeros((n, 1)), np.cumsum(np.take_along_axis(np.where(holes, 1.0 / discount, 0.0), order, axis=1), axis=1)), axis=1)
+    # W[:, q]: the summed discounts of the first q holes in rank order (upper) or of the last q (lower):
+    # the running sum of the holes' discounts, read at the q-th hole.
+    first = np.zeros((n, width))
+    rows, at = np.nonzero(holes)
+    first[rows, np.cumsum(holes, axis=1)[rows, at]] = np.cumsum(np.where(holes, 1.0 / discount, 0.0), axis=1)[rows, at]
     q = np.arange(width)
     valid = q[None, :] <= h[:, None]
     if upper:
@@ -209,6 +212,24 @@ def _bound_block(r: JudgedRanking, k: int, upper: bool, levels: np.ndarray, rows
     ideal_part = cd[np.minimum(at_least[:, :, None] + q[None, None, :], k)]  # (n, layers, k + 1)
     dcg0 = _dcg(gains, discount)
 
+    def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+        return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+    if len(levels) == 1:  # one layer (a binary task): a completion is one count Q_1, every value of it at once
+        ratios = np.where(valid, ratio(dcg0[:, None] + step[0] * W, step[0] * ideal_part[:, 0, :]), -np.inf if upper else np.inf)
+        x = ratios.max(axis=1) if upper else ratios.min(axis=1)
+    else:
+        x = _dinkelbach(W, ideal_part, valid, step, dcg0, upper)
+    # trec_eval's value (every hole and extra non-relevant) is a completion: the bound includes it to the last bit.
+    idcg0 = _dcg(ideal, discount)
+    point = np.divide(dcg0, idcg0, out=np.zeros_like(dcg0), where=idcg0 != 0)
+    return np.minimum(np.maximum(x, point), 1.0) if upper else np.maximum(np.minimum(x, point), 0.0)
+
+
+def _dinkelbach(W: np.ndarray, ideal_part: np.ndarray, valid: np.ndarray, step: np.ndarray, dcg0: np.ndarray, upper: bool) -> np.ndarray:
+    """The best ratio DCG / IDCG over the chains of hole counts (module docstring), per query."""
+    n, layers = ideal_part.shape[:2]
+
     def dcg_idcg(chain: np.ndarray, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         num = dcg0[sel] + (step * np.take_along_axis(W[sel], chain, axis=1)).sum(axis=1)
         den = (step * np.take_along_axis(ideal_part[sel], chain[:, :, None], axis=2)[:, :, 0]).sum(axis=1)
@@ -219,7 +240,7 @@ def _bound_block(r: JudgedRanking, k: int, upper: bool, levels: np.ndarray, rows
 
     everyone = np.arange(n)
     # Start from trec_eval's completion: no hole above grade 0 (and, for the lower bound, the extras at G).
-    x = ratio(*dcg_idcg(np.zeros((n, len(levels)), dtype=np.int64), everyone))
+    x = ratio(*dcg_idcg(np.zeros((n, layers), dtype=np.int64), everyone))
     sign = 1.0 if upper else -1.0
     active = everyone
     for _ in range(_MAX_STEPS):
@@ -232,10 +253,7 @@ def _bound_block(r: JudgedRanking, k: int, upper: bool, levels: np.ndarray, rows
         moved = sign * (better - x[active]) > 1e-15 * np.maximum(1.0, np.abs(x[active]))
         x[active[moved]] = better[moved]
         active = active[moved]
-    # trec_eval's value (every hole and extra non-relevant) is a completion: the bound includes it to the last bit.
-    idcg0 = _dcg(ideal, discount)
-    point = np.divide(dcg0, idcg0, out=np.zeros_like(dcg0), where=idcg0 != 0)
-    return np.minimum(np.maximum(x, point), 1.0) if upper else np.maximum(np.minimum(x, point), 0.0)
+    return x
 
 
 def _best_chain(terms: np.ndarray) -> np.ndarray:
