@@ -123,7 +123,10 @@ def mteb_result(
     local folder's files), else the curated task's content hash; ``mteb_version`` is null because
     mteb did not compute these numbers (``medbench`` records what did; mteb loads the file all the
     same); ``kg_co2_emissions`` is null (not measured). Scores carry every metric of metrics.json
-    under MTEB's names (``ndcg_at_10``, ...) and ``main_score`` = the task's main metric.
+    under MTEB's names (``ndcg_at_10``, ...) and ``main_score`` = the task's main metric, except bpref and
+    condensed nDCG@10 where some query's qrels hold no judged non-relevant document: there they are the
+    mean over the queries that hold one (``queries_with_judged_nonrelevant`` says how many), and left out
+    when none does (docs/trust.md).
     ``languages`` default to the task's, written as MTEB does (``eng-Latn``).
     """
     if cell.metrics is None:
@@ -133,6 +136,13 @@ def mteb_result(
         raise DataError(f"{cell.model} x {cell.task}: metrics.json has no {cell.main_metric} (the task's main metric)")
     if languages is None:
         languages = [LANGUAGE_SCRIPTS.get(lang, lang) for lang in (cell.languages or ())]
+    nonrel = (cell.metrics.get("holes") or {}).get("judged_nonrelevant")
+    if nonrel and nonrel.get("queries_without"):  # bpref and condensed nDCG say nothing on those queries: their mean over the others
+        for m, v in (nonrel.get("mean") or {}).items():
+            mean.pop(m, None)
+            if v is not None:
+                mean[m] = float(v)
+        mean["queries_with_judged_nonrelevant"] = float(nonrel["queries_with"])
     scores = {**mean, "main_score": mean[cell.main_metric], "hf_subset": hf_subset, "languages": list(languages)}
     return {
         "dataset_revision": cell.task_revision,

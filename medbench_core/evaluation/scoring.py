@@ -147,8 +147,15 @@ def hole_summary(task: Task, per_query: pl.DataFrame, unjudged: dict[str, int]) 
 def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
     """MLflow-ready metric keys: ``ndcg_at_10``, ``ci_low.ndcg_at_10`` / ``ci_high.ndcg_at_10`` (the mean's 95% CI),
     ``language.fr.ndcg_at_10``, ``tie_aware.ndcg_at_10``, ``chance.ndcg_at_10`` and, on a candidate-set task,
-    ``chance_corrected.ndcg_at_10``."""
+    ``chance_corrected.ndcg_at_10``; beside ir_measures' all-query bpref and condensed nDCG@10,
+    ``judged_nonrelevant.queries_with`` / ``.queries_without`` and their means over the queries with a
+    judged non-relevant document (``judged_nonrelevant.bpref_at_100``; absent when none has one)."""
     out = {k: float(v) for k, v in result["mean"].items()}
+    nonrel = (result.get("holes") or {}).get("judged_nonrelevant")
+    if nonrel:
+        out["judged_nonrelevant.queries_with"] = float(nonrel["queries_with"])
+        out["judged_nonrelevant.queries_without"] = float(nonrel["queries_without"])
+        out |= {f"judged_nonrelevant.{m}": float(v) for m, v in (nonrel.get("mean") or {}).items() if v is not None}
     for m, (low, high) in result.get("ci", {}).items():
         out[f"ci_low.{m}"], out[f"ci_high.{m}"] = float(low), float(high)
     for col, groups in result.get("breakdowns", {}).items():

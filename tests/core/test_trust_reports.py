@@ -178,9 +178,18 @@ def test_bpref_and_condensed_ndcg_are_left_out_of_queries_without_a_judged_nonre
     none = trust_table([load_cell("bm25", only_positive, metrics_dir=tmp_path / "p")])
     assert none.row(0, named=True)["bpref_at_100"] is None and none.row(0, named=True)["ndcg_condensed_at_10"] is None
     assert f"| - {UNINFORMATIVE} | - {UNINFORMATIVE} |" in trust_markdown(none, ["bm25"], ["sf"])
+    from medbench_core.evaluation.exports import mteb_result
+    from medbench_core.evaluation.scoring import flat_metrics
     from medbench_core.evaluation.trust import mlflow_metrics
 
     assert not any(k.endswith(("bpref_at_100", "ndcg_condensed_at_10")) for k in mlflow_metrics(none))
+    # The cell's MLflow run marks it; the MTEB export carries the figure over the queries with one, or none.
+    flat = flat_metrics(result)
+    assert flat["judged_nonrelevant.queries_with"] == 1.0 and flat["judged_nonrelevant.bpref_at_100"] == pytest.approx(ref[("q", "Bpref")], abs=1e-12)
+    scores = mteb_result(cell)["scores"]["test"][0]
+    assert scores["bpref_at_100"] == pytest.approx(ref[("q", "Bpref")], abs=1e-12) and scores["queries_with_judged_nonrelevant"] == 1.0
+    gone = mteb_result(load_cell("bm25", only_positive, metrics_dir=tmp_path / "p"))["scores"]["test"][0]
+    assert "bpref_at_100" not in gone and "ndcg_condensed_at_10" not in gone and gone["ndcg_at_10"] == 0.0
 
 
 def qrels_dict(qrels: pl.DataFrame) -> dict:

@@ -10,7 +10,7 @@ UMBRELA's JSONL output). Schema of an entry::
         source: generate
         judge: ./models/qwen2.5-0.5b-instruct   # local folder, pkg:<module>, or a hub id (online, pinned revision)
         revision: ""                       # a hub id's commit; a folder is identified by its content hash
-        family: ""                         # the judge's model family for the circularity guard (default: from its config/name)
+        family: ""                         # the judge's model family for the circularity guard (default: its config, card, else name)
         prompt: ""                         # a template file with {query} and {passage}; default prompts/umbrela.txt (UMBRELA)
         system: ""                         # an optional system turn
         decode: constrained                # constrained: the grade token after "##final score: " among the grades; generate: free text, parsed
@@ -216,7 +216,8 @@ def grade_mapping(spec: JudgementSpec, top_grade: int) -> dict[int, int]:
     """Judge grade -> task grade. ``auto``: on a task graded 0..3 (or more) the grades as they are,
     clipped to the task's top; on a binary task (top grade 1) relevant from UMBRELA's 2 up ("has some
     answer"), as TREC RAG 2024 binarises UMBRELA's grades (trec_eval -l 2); otherwise the judge's
-    scale stretched onto the task's, rounding down."""
+    scale stretched onto the task's, rounding down: UMBRELA's 0-3 onto a 0-2 task is 0, 1 -> 0;
+    2 -> 1; 3 -> 2 ("related" not relevant, "some answer" partly, "exact answer" fully; docs/trust.md)."""
     if spec.grade_map != "auto":
         return {int(k): int(v) for k, v in spec.grade_map.items()}
     grades = sorted(spec.grades)
