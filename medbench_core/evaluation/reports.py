@@ -202,9 +202,9 @@ def leaderboard_markdown(
     """The leaderboard as Markdown: ``0.6602 [0.63, 0.69] *`` cells where ``stats`` has the cell.
 
     ``suffix``: (model, task) -> a mark appended to the cell (``†``: its Judged@10 is low,
-    :func:`medbench_core.evaluation.trust.cell_suffix`); what the cell rests on is in the trust table.
-    ``chance``: task -> the metric's value under a uniformly random order (:mod:`medbench_core.evaluation.floors`),
-    printed as a last row under the models.
+    :func:`medbench_core.evaluation.trust.cell_suffix`); given (even empty), the legend points to the
+    trust table, where what every cell rests on is. ``chance``: task -> the metric's value under a
+    uniformly random order (:mod:`medbench_core.evaluation.floors`), printed as a last row under the models.
 
     '-' is not evaluated, 'n/a' a model that cannot read the task; a ``stale`` cell (model, task) ->
     reason reads ``0.6602 [0.63, 0.69] (stale)``, as does an average over one, and a note lists why. The notes under the table say
@@ -261,13 +261,13 @@ def leaderboard_markdown(
             f"[low, high]: 95% bootstrap CI of the mean over queries (percentile{draws}). *: differs from {baseline or any_row['baseline']} "
             f"({name}, Holm-Bonferroni across the task's models, p < {alpha:g}; two-sided{flips})."
         )
-    if suffix:
+    if suffix is not None:  # the trust table exists: the legend points there, marked cells or not
         from medbench_core.evaluation.trust import MARK
 
         notes.append(
-            f"{MARK}: fewer than half (the threshold) of the cell's top 10 was ever judged (Judged@10): its figure counts more unjudged "
-            f"documents as non-relevant than judged ones. Every cell's Judged@10, the bounds on its {METRIC_LABELS.get(metric, metric)} and "
-            "its value on the human + LLM layer are in the table 'What each cell rests on' below."
+            f"{MARK}: the cell's Judged@10 (the share of its top 10 ever judged) is below the leaderboard's threshold (0.5 unless set): "
+            f"its figure counts many unjudged documents as non-relevant. Every cell's Judged@10, the bounds on its "
+            f"{METRIC_LABELS.get(metric, metric)} and its value on the human + LLM layer are in the table 'What each cell rests on' below."
         )
     if chance:
         notes.append(
@@ -597,8 +597,8 @@ def write_leaderboard(
     floors = floors_table(cells, tasks, models, metric)
     md = leaderboard_markdown(
         board, stats, metric=metric, research_only=research_only, not_applicable=na, baseline=sig.baseline,
-        test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed, stale=stale, suffix=suffixes(trusted),
-        chance=chance_row(floors, tasks),
+        test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed, stale=stale,
+        suffix=suffixes(trusted) if trusted["judged_at_10"].is_not_null().any() else None, chance=chance_row(floors, tasks),
     )  # fmt: skip
     untested = sorted(set(stats.filter(pl.col("baseline").is_null())["task"].to_list()), key=tasks.index)
     if untested:
