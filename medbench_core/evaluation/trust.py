@@ -400,8 +400,10 @@ def agreement_markdown(layers: Mapping[str, Mapping[str, Any]], tasks: list[str]
         tau = "-" if r.get("kendall_tau") is None else f"{r['kendall_tau']:.2f}"
         rbo = "-" if r.get("rbo") is None else f"{r['rbo']:.2f}"
         on = f" on {a.get('n_pairs', 0)} calibration pairs" if a else ""
+        fams = e.get("families")
+        judge_families = f"; families {', '.join(f'{f} ({src})' for f, src in sorted(fams.items())) or 'none'}" if isinstance(fams, Mapping) else ""
         lines.append(
-            f"| {t} | {e['judgement']} ({e.get('judge')}) | {_grade_map(e.get('grade_map'))} | {e.get('n_pairs')} ({e.get('n_fill')} + "
+            f"| {t} | {e['judgement']} ({e.get('judge')}{judge_families}) | {_grade_map(e.get('grade_map'))} | {e.get('n_pairs')} ({e.get('n_fill')} + "
             f"{e.get('n_calibration')}) | {e.get('n_unparsed')} | {_ci(a.get('kappa_quadratic'), a.get('kappa_ci'))}{on} | "
             f"{_ci(a.get('alpha_ordinal'), a.get('alpha_ci'))}{on} | {tau} | {rbo} | {moved_text} |"
         )

@@ -224,7 +224,8 @@ def filled_cells(circular_model: str = "m3") -> list[Cell]:
     return out
 
 
-LAYER = {"t": {"judgement": "umb", "judge": "Qwen/Qwen2.5-7B-Instruct", "status": "judged", "n_pairs": 40, "n_fill": 10, "n_calibration": 30,
+LAYER = {"t": {"judgement": "umb", "judge": "Qwen/Qwen2.5-7B-Instruct", "families": {"qwen": "name"}, "status": "judged", "n_pairs": 40, "n_fill": 10,
+               "n_calibration": 30,
                "n_unparsed": 0, "grade_map": {"0": 0, "1": 0, "2": 1, "3": 2}, "n_llm_other_queries": 3,
                "agreement": {"n_pairs": 30, "kappa_quadratic": 0.5, "kappa_ci": [0.3, 0.7], "alpha_ordinal": 0.4, "alpha_ci": [0.2, 0.6]}}}  # fmt: skip
 
@@ -258,7 +259,10 @@ def test_circular_cells_leave_the_filled_rankings_unless_kept_and_the_table_says
 
 def test_the_agreement_says_it_is_measured_on_the_calibration_pairs_and_shows_the_grade_map():
     md = agreement_markdown(LAYER, ["t"])
-    assert "| 0->0, 1->0, 2->1, 3->2 | 40 (10 + 30) | 0 | 0.50 [0.30, 0.70] on 30 calibration pairs |" in md
+    assert (
+        "| t | umb (Qwen/Qwen2.5-7B-Instruct; families qwen (name)) | 0->0, 1->0, 2->1, 3->2 | 40 (10 + 30) | 0 | 0.50 [0.30, 0.70] on 30 calibration pairs |"
+        in md
+    )
     assert "on the calibration pairs: human-judged pairs drawn over the grades" in md and "not the holes the judge fills" in md
     assert "- t: 3 LLM grade(s) of queries the humans never judged are left out of the filled layer" in md
     # docs/trust.md's table of the automatic mapping is grade_mapping's own (UMBRELA 0-3 onto 0-1, 0-2, 0-3).
