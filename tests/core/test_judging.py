@@ -253,8 +253,15 @@ def test_the_filled_layer_drops_documents_retrieved_for_their_own_id_as_the_huma
     human = score(t, run.drop("rank"), tmp_path)["mean"]
     filled = score_filled(t, run, judgement_frame([]))["mean"]
     want, _ = trec_ndcg_mean(qrels, run.filter(pl.col("query_id") != pl.col("doc_id")))
-    assert human["ndcg_at_10"] == pytest.approx(want, abs=1e-12)
+    kept, _ = trec_ndcg_mean(qrels, run)
+    assert human["ndcg_at_10"] == pytest.approx(want, abs=1e-12) and kept != pytest.approx(want, abs=1e-6)
     assert filled["ndcg_at_10"] == pytest.approx(want, abs=1e-12) and filled["judged_at_10"] == human["judged_at_10"]
+    # R2MED's rule ("dense"): dropped from a dense model's run only, on both layers alike.
+    r2med = make_task(replace(task.meta, ignore_identical_ids="dense"), task.queries, docs, qrels)
+    for family, expected in (("dense", want), ("lexical", kept), (None, kept)):
+        (tmp_path / str(family)).mkdir()
+        assert score(r2med, run.drop("rank"), tmp_path / str(family), family=family)["mean"]["ndcg_at_10"] == pytest.approx(expected, abs=1e-12)
+        assert score_filled(r2med, run, judgement_frame([]), family=family)["mean"]["ndcg_at_10"] == pytest.approx(expected, abs=1e-12), family
 
 
 # --- agreement against the reference implementations -------------------------------------------

@@ -12,8 +12,9 @@
 A run is scored on the filled layer with the very evaluator and measures of the metrics stage
 (:func:`medbench_core.evaluation.metrics.evaluate_frame`, holes counted against the filled
 judgments), over the same queries as the human layer, with the same filter of documents
-retrieved for a query of their own id when the task asks for it (``ignore_identical_ids``, as
-:func:`medbench_core.evaluation.scoring.score`). The result is stored beside the cell's metrics, keyed by the cell's metrics key and the
+retrieved for a query of their own id as the human scoring applies to that model's run (the
+task's ``ignore_identical_ids`` and the model's scoring family:
+:func:`medbench_core.evaluation.scoring.drops_identical_ids`). The result is stored beside the cell's metrics, keyed by the cell's metrics key and the
 judgement artifact's key (``Layout.filled_dir``): ``metrics.json`` (means, their 95% bootstrap
 CIs, the keys) and ``per_query.parquet``.
 """
@@ -58,17 +59,18 @@ def filled_key(metrics_key: str, judgement_key: str, code: str | None = None) ->
     return artifact_key(stage="filled_metrics", metrics=metrics_key, judgements=judgement_key, code=code or stage_version("filled_metrics"))
 
 
-def score_filled(task, run: pl.DataFrame, judgements: pl.DataFrame, out: str | Path | None = None) -> dict[str, Any]:
-    """Score ``run`` on the filled layer of ``task`` (module docstring); with ``out``, write its files there."""
+def score_filled(task, run: pl.DataFrame, judgements: pl.DataFrame, out: str | Path | None = None, *, family: str | None = None) -> dict[str, Any]:
+    """Score ``run`` on the filled layer of ``task`` (module docstring); with ``out``, write its files there.
+    ``family``: the retriever family of the model that made the run, as the human scoring takes it."""
     import json
 
     from medbench_core.evaluation.holes import unjudged_in_universe
     from medbench_core.evaluation.metrics import DEFAULT_METRICS, evaluate_frame
-    from medbench_core.evaluation.scoring import judged_nonrelevant_summary
+    from medbench_core.evaluation.scoring import drops_identical_ids, judged_nonrelevant_summary
     from medbench_core.evaluation.stats import bootstrap_cis
 
     qrels, other_queries = llm_fill(task.qrels, judgements)
-    if task.meta.ignore_identical_ids:  # as the human layer is scored (scoring.score): BEIR's rule
+    if drops_identical_ids(task, family):  # as the human layer is scored (scoring.score): BEIR's rule
         run = run.filter(pl.col("query_id").cast(pl.Utf8) != pl.col("doc_id").cast(pl.Utf8))
     ev = evaluate_frame(qrels, run, DEFAULT_METRICS, unjudged=unjudged_in_universe(task, qrels))
     per_query = ev.per_query_frame()
@@ -88,7 +90,9 @@ def score_filled(task, run: pl.DataFrame, judgements: pl.DataFrame, out: str | P
     return result
 
 
-def load_or_score_filled(folder: str | Path, task, run_file: str | Path, judgements: pl.DataFrame, provenance: dict[str, Any]) -> dict[str, Any]:
+def load_or_score_filled(
+    folder: str | Path, task, run_file: str | Path, judgements: pl.DataFrame, provenance: dict[str, Any], *, family: str | None = None
+) -> dict[str, Any]:
     """The cell's filled-layer metrics stored in ``folder`` (verified), else scored now and stored atomically."""
     import json
 
@@ -99,7 +103,7 @@ def load_or_score_filled(folder: str | Path, task, run_file: str | Path, judgeme
         run = pl.read_parquet(run_file)
 
         def build(tmp: Path) -> None:
-            score_filled(task, run, judgements, tmp)
+            score_filled(task, run, judgements, tmp, family=family)
             write_manifest(tmp, list(FILES), {"provenance": provenance})
 
         replace_dir_atomic(folder, build)
@@ -183,12 +187,15 @@ def attach_filled(cells: list, tasks: dict, judgement_specs: list, layout, model
         spec, key, frame, fams = got
         fk = filled_key(prov["metrics_key"], key)
         run_file = layout.artifact_dir(c.model, c.task, "run", prov["run_key"]) / "run.parquet"
+        # The identical-id rule as the human scoring took it for this model (assets/metrics.py: its kind's scoring family).
+        family = by_model[c.model].plugin.scoring_family(by_model[c.model], by_model) if c.model in by_model else None
         result = load_or_score_filled(
             layout.filled_dir(c.model, c.task, fk),
             tasks[c.task],
             run_file,
             frame,
             {"model": c.model, "task": c.task, "metrics_key": prov["metrics_key"], "judgements_key": key, "provenance_key": fk},
+            family=family,
         )
         builders = cell_builders(by_model[c.model], by_model, exp_by_name) if c.model in by_model else {}
         filled = {"mean": result["mean"], "ci": result.get("ci", {}), "per_query": result["per_query"], "judgements": f"{spec.name}@{key}",
