@@ -7,6 +7,7 @@ import signal
 import sys
 
 from medbench_cli import export, failures, leaderboard, models, run, stopping, ui, versions
+from runtime import settings
 
 
 class Parser(argparse.ArgumentParser):
@@ -47,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     stopping.install()
     command = " ".join(c for c in (args.command, getattr(args, "action", None)) if c)
     failures.start(command, verbose=args.verbose, path=getattr(args, "log_file", None))
+    if settings.problems():  # the environment's settings, checked before anything reads them (runtime/settings.py)
+        failures.say(
+            command, "; ".join(settings.problems()), kept="nothing was run or changed",
+            todo="set each to an accepted value, or unset it for its default (docs/operating.md, Settings)",
+        )  # fmt: skip
+        return failures.USAGE
     try:
         return args.handler(args)
     except failures.Refusal as exc:

@@ -45,15 +45,17 @@ def executor():
         from dagster_k8s import k8s_job_executor
 
         return k8s_job_executor  # image, namespace, env and kubeconfig from the instance's K8sRunLauncher
-    if settings.EXECUTOR != "multiprocess":
-        raise ValueError(f"MEDBENCH_EXECUTOR={settings.EXECUTOR!r}: expected 'multiprocess', 'celery' or 'k8s'")
     # Spawned (Dagster's default), each step process imports Dagster and this project again (~2.7 s of
     # CPU); forked from a forkserver that imported them once per run, it starts in a fraction of that.
     return dg.multi_or_in_process_executor.configured({"multiprocess": {"start_method": {"forkserver": {}}}}, name="multi_or_in_process_executor")
 
 
 def build_definitions(resources: dict | None = None) -> dg.Definitions:
-    """Assets, checks, jobs, schedules and the sensor over the catalogue's partitions; ``resources`` default to this checkout's."""
+    """Assets, checks, jobs, schedules and the sensor over the catalogue's partitions; ``resources`` default to this checkout's.
+
+    Refuses (:class:`runtime.settings.InvalidSetting`, naming each variable) an environment whose settings are not valid.
+    """
+    settings.check()
     assets, checks = build_assets(Partitions.from_catalog(settings.TASKS_FILE))
     return dg.Definitions(
         assets=assets,
