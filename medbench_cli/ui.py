@@ -5,13 +5,20 @@ only the Host headers of that address (127.0.0.1 or localhost, and the port), ag
 rebinding, and act only on their own pages' writes, against cross-site request forgery
 (medbench_cli/webserver.py). Ctrl-C (or SIGTERM) stops both; when one of them exits, the other is stopped too. With a remote MLflow
 tracking server (MLFLOW_TRACKING_URI=http...), its URL is printed and no MLflow UI is started.
+
+Both ports are tried before anything starts: one that another process listens on (or that cannot be
+bound) stops the command with exit 2 and one line naming the port, who holds it, and the option that
+changes it (a server that cannot bind its port would otherwise log the error and run on, while the
+other process answers at the printed address).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,9 +31,64 @@ HOST = "127.0.0.1"  # loopback only: no authentication on either server
 
 def add_parser(sub) -> None:
     p = sub.add_parser("ui", help="serve the Dagster UI (and daemon) and the MLflow UI on 127.0.0.1", description=describe(__doc__))
-    p.add_argument("--port", type=int, default=settings.UI_PORT, help="Dagster UI port (default: MEDBENCH_UI_PORT or 3000)")
-    p.add_argument("--mlflow-port", type=int, default=5000, help="MLflow UI port (default: 5000)")
+    p.add_argument("--port", type=tcp_port, default=settings.UI_PORT, help="Dagster UI port (default: MEDBENCH_UI_PORT or 3000)")
+    p.add_argument("--mlflow-port", type=tcp_port, default=5000, help="MLflow UI port (default: 5000)")
     p.set_defaults(handler=main)
+
+
+def tcp_port(text: str) -> int:
+    """A port number as an option takes it: a whole number from 1 to 65535 (argparse says the rest: exit 2)."""
+    if text.strip().isdigit() and 1 <= int(text) <= 65535:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (a whole number from 1 to 65535)")
+
+
+def port_problem(port: int) -> str:
+    """Why a server could not listen on ``HOST:port`` ('' when it can): bound here and let go at once, with
+    SO_REUSEADDR as both servers (uvicorn) set it, so a port a closed connection left in TIME_WAIT still passes."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+            s.listen(1)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"port {port} on {HOST} is already in use{listener(port)}"
+            return f"cannot listen on {HOST}:{port}: {exc.strerror or exc}"
+    return ""
+
+
+def listener(port: int) -> str:
+    """`` (by pid N: command)`` for the process listening on ``port``, when the system says ('' otherwise)."""
+    import psutil
+
+    try:
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                try:
+                    cmd = " ".join(psutil.Process(conn.pid).cmdline())[:120]
+                except psutil.Error:
+                    cmd = ""
+                return f" (by pid {conn.pid}{': ' + cmd if cmd else ''})"
+    except (psutil.Error, OSError):  # not allowed to see other users' sockets
+        pass
+    return ""
+
+
+def check_ports(port: int, mlflow_port: int | None) -> None:
+    """Refuse (exit 2, one line) a port a server of ``medbench ui`` could not listen on, before anything starts."""
+    from medbench_cli.failures import USAGE, Refusal
+
+    options = {port: "--port PORT (or MEDBENCH_UI_PORT)"}
+    if mlflow_port is not None:
+        if mlflow_port == port:
+            raise Refusal(f"--port and --mlflow-port are both {port}", kept="nothing was started", todo="give each server a port of its own", code=USAGE)
+        options[mlflow_port] = "--mlflow-port PORT"
+    for number, option in options.items():
+        why = port_problem(number)
+        if why:
+            server = "the Dagster UI" if number == port else "the MLflow UI"
+            raise Refusal(f"{why}, so {server} cannot start there", kept="nothing was started", todo=f"choose a free port with {option}", code=USAGE)
 
 
 def allowed_hosts(port: int) -> str:
@@ -101,8 +163,9 @@ def _group_alive(pgid: int) -> bool:
 def main(args: argparse.Namespace) -> int:
     from medbench_cli.common import prepare_environment
 
-    prepare_environment()
     tracking_uri = settings.default_tracking_uri()
+    check_ports(args.port, None if tracking_uri.startswith(("http://", "https://")) else args.mlflow_port)
+    prepare_environment()
     if tracking_uri.startswith("sqlite:///"):
         from runtime.mlflow_store import MLflowResource
 
