@@ -10,6 +10,7 @@ trace), which that line names; ``--verbose`` prints them instead (and Dagster's 
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import os
 import sys
 import traceback
@@ -89,7 +90,9 @@ def console_level() -> str:
 def line(command: str, what: str, kept: str = "", todo: str = "") -> str:
     """The last line of a refusal: ``medbench COMMAND: error: WHAT; KEPT; TODO; stack traces: LOG``
     (``medbench run: FAILED: ...`` for failed steps)."""
-    what = _one_line(what)
+    from medbench_core.retrieval.checkpoints import without_torch_advice
+
+    what = _one_line(without_torch_advice(what))  # never relay torch's advice to unpickle a refused file
     parts = [f"medbench {command}: {'' if what.startswith('FAILED') else 'error: '}{what}"]
     parts += [p for p in (kept, todo) if p]
     return "; ".join(parts) + log().where()
@@ -106,6 +109,35 @@ def _one_line(text: str) -> str:
     if len(lines) <= 1:
         return lines[0] if lines else "(no message)"
     return f"{lines[0]} (and {len(lines) - 1} more line(s) above)"
+
+
+def unwritable(exc: BaseException) -> tuple[str, str] | None:
+    """``(what, todo)`` for an error that is a write the system refused (a read-only file system, no permission)
+    under a folder a variable moves (:func:`runtime.settings.written_folders`): the file it was writing, why, and
+    the variable to set; None for any other error.
+
+    The file is the deepest path the error's chain names: ``mkdir(parents=True)`` fails on the first parent it
+    cannot create (``~/.cache``), having been asked for the file's folder (``~/.cache/medbench/...``)."""
+    chain: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and len(chain) < 20:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    refused = next((e for e in chain if isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and e.filename), None)
+    if refused is None:
+        return None
+    paths = [Path(os.fsdecode(e.filename)) for e in chain if isinstance(e, OSError) and e.filename and not isinstance(e.filename, int)]
+    target = max(paths, key=lambda p: len(p.parts))
+    inside = [(variable, folder) for variable, folder in settings.written_folders() if folder == target or folder in target.parents]
+    if not inside:
+        return None
+    variable, folder = max(inside, key=lambda vf: len(vf[1].parts))  # the nearest folder that holds it
+    where = os.fsdecode(refused.filename)
+    why = "is on a read-only file system" if refused.errno == errno.EROFS else "is not writable by this user"
+    what = f"cannot write {target}: {where} {why}"
+    if variable == "HOME":
+        return what, f"set HOME to a writable folder, or the variable of the tool that writes under {folder}"
+    return what, f"set {variable} to a writable folder (it is {folder})"
 
 
 # --- Dagster results ------------------------------------------------------------------------------
@@ -128,7 +160,9 @@ def step_error(result, max_lines: int = 12) -> str:
             # Dagster's wrappers (step execution, retries exhausted): the cause is ours.
             while err.cause is not None and ((err.cls_name or "").startswith("Dagster") or err.cls_name == "RetryRequestedFromPolicy"):
                 err = err.cause
-            text = err.message.strip()
+            from medbench_core.retrieval.checkpoints import without_torch_advice
+
+            text = without_torch_advice(err.message.strip())
             head = text.split(": ", 1)
             if len(head) == 2 and err.cls_name and head[0].endswith(err.cls_name):  # "medbench_core.errors.DataError: ..."
                 text = head[1]

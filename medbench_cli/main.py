@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         from medbench_core.errors import ConfigError, MedbenchError
 
         failures.log().exception(exc)
+        refused = failures.unwritable(exc)
+        if refused is not None:  # a read-only HOME, a state folder of another user: which variable moves it
+            failures.say(command, refused[0], kept="what was stored before is kept", todo=refused[1])
+            return failures.USAGE
         ours = isinstance(exc, MedbenchError)
         failures.say(
             command, str(exc) if ours else f"unexpected {type(exc).__name__}: {exc}",

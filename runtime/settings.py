@@ -288,5 +288,22 @@ ONLINE = _flag("MEDBENCH_ONLINE")
 POOL_WAIT_SECONDS = _seconds("MEDBENCH_POOL_WAIT", 3600.0)
 
 
+def written_folders() -> list[tuple[str, Path]]:
+    """The folders medbench (or a library it runs) writes into, each with the variable that moves it: a write
+    refused under one of them names that variable (medbench_cli.failures.unwritable); HOME holds the defaults."""
+    hf_home = Path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface")
+    return [
+        ("MEDBENCH_CACHE", CACHE),
+        ("MEDBENCH_VENV_ROOT", VENV_ROOT),
+        ("MEDBENCH_STATE", STATE),
+        ("DAGSTER_HOME", Path(DAGSTER_HOME) if DAGSTER_HOME else STATE / "dagster_home"),
+        ("MEDBENCH_DATA", DATA),
+        # The benchmark versions' DVC remote: a local one (.dvc/config's default is ~/.cache/medbench/dvc-remote).
+        ("MEDBENCH_DVC_REMOTE", Path(DVC_REMOTE).expanduser() if DVC_REMOTE and "://" not in DVC_REMOTE else Path.home() / ".cache" / "medbench" / "dvc-remote"),
+        ("HF_HOME", hf_home),
+        ("HOME", Path.home()),
+    ]
+
+
 def default_tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{STATE / 'mlflow.db'}"

@@ -15,6 +15,32 @@ from typing import Any
 from medbench_core.errors import DataError
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin")
+# What a refused checkpoint's line says to do, in place of torch's advice (load it with weights_only=False, which runs its code).
+NEVER_PICKLES = "medbench never loads pickles (they can run code): convert trusted weights to .safetensors (docs/models_and_kinds.md)"
+# torch's message when its weights-only unpickler refuses a file: a paragraph of advice around the reason.
+_TORCH_REFUSAL = re.compile(r"Weights only load failed\..*?(?:torch\.load\.html\.?|\Z)", re.DOTALL)
+
+
+def refusal_reason(exc: BaseException) -> str:
+    """Why torch's weights-only reader refused a file, in a few words, without torch's advice to retry with
+    ``weights_only=False`` (which runs whatever the pickle holds)."""
+    text = str(exc)
+    named = re.search(r"GLOBAL ([\w.]+)", text)
+    if named:
+        return f"its pickle names {named.group(1)}, which is neither a tensor nor a UniIR config class"
+    operand = re.search(r"Unsupported operand (\d+)", text)
+    if operand:
+        return f"it is a plain pickle, not a torch.save file: torch's weights-only reader stops at its instruction {operand.group(1)}"
+    if "Weights only load failed" in text or "weights_only" in text:
+        return "it is a pickle that holds more than tensors"
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first[:300] or type(exc).__name__
+
+
+def without_torch_advice(text: str) -> str:
+    """``text`` with each of torch's weights-only refusals (advice to load with ``weights_only=False`` included)
+    replaced by its reason and :data:`NEVER_PICKLES`: what a line relays from a library that called torch.load."""
+    return _TORCH_REFUSAL.sub(lambda m: f"refused: {refusal_reason(Exception(m.group(0)))}; {NEVER_PICKLES}", text)
 
 
 class _Inert:
@@ -112,18 +138,8 @@ def load_state_dict(path: str | Path, model_name: str, strip_prefixes: tuple[str
             with torch.serialization.safe_globals([(s, name) for name, s in standins.items()]):
                 obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=mmap)
         except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, TypeError, ValueError) as exc:
-            text = str(exc)
-            named = re.search(r"GLOBAL ([\w.]+)", text)
-            why = (
-                f"its pickle names {named.group(1)}, which is neither a tensor nor a UniIR config class"
-                if named
-                else text.strip().splitlines()[0]
-                if text.strip()
-                else type(exc).__name__
-            )
             raise DataError(
-                f"model {model_name}: refused {path}: it does not load with torch.load(weights_only=True) ({why}). "
-                "It may hold code; convert trusted weights to .safetensors (docs/models_and_kinds.md)"
+                f"model {model_name}: refused {path}: it does not load with torch.load(weights_only=True) ({refusal_reason(exc)}). {NEVER_PICKLES}"
             ) from exc
     if isinstance(obj, dict) and isinstance(obj.get("model"), dict):
         obj = obj["model"]

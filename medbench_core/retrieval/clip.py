@@ -435,9 +435,11 @@ def load_clip_encoder(
     except DataError:
         raise
     except Exception as exc:  # network, missing tag, bad config: say which model and what to do
+        from medbench_core.retrieval.checkpoints import without_torch_advice
+
         raise DataError(
             f"model {spec.name}: open_clip could not build {arch or s['checkpoint']!r} with checkpoint {s['checkpoint'] or 'random'!r} "
-            f"({type(exc).__name__}: {exc}); offline runs need a local .safetensors checkpoint"
+            f"({type(exc).__name__}: {without_torch_advice(str(exc))}); offline runs need a local .safetensors checkpoint"
         ) from exc
     if checkpoint_format in ("safetensors", "torch"):
         path = Path(s["checkpoint"])
