@@ -163,7 +163,8 @@ def main(args: argparse.Namespace) -> int:
     existed = args.to.exists()
     not_a_folder = next((p for p in (args.to, *args.to.parents) if p.exists() and not p.is_dir()), None)
     if not_a_folder is not None:  # a usage error, said before anything is read or written
-        raise Refusal(f"--to {args.to}: {not_a_folder} is a file, not a folder", kept="nothing was written", todo="name a new folder, or an earlier export", code=USAGE)
+        what = f"--to {args.to}: {not_a_folder} is a file, not a folder"
+        raise Refusal(what, kept="nothing was written", todo="name a new folder, or an earlier export", code=USAGE)
     try:
         n = export(settings.DATA, args.to.resolve())
     except MedbenchError as exc:

@@ -299,7 +299,7 @@ def written_folders() -> list[tuple[str, Path]]:
         ("DAGSTER_HOME", Path(DAGSTER_HOME) if DAGSTER_HOME else STATE / "dagster_home"),
         ("MEDBENCH_DATA", DATA),
         # The benchmark versions' DVC remote: a local one (.dvc/config's default is ~/.cache/medbench/dvc-remote).
-        ("MEDBENCH_DVC_REMOTE", Path(DVC_REMOTE).expanduser() if DVC_REMOTE and "://" not in DVC_REMOTE else Path.home() / ".cache" / "medbench" / "dvc-remote"),
+        ("MEDBENCH_DVC_REMOTE", Path(DVC_REMOTE).expanduser() if DVC_REMOTE and "://" not in DVC_REMOTE else Path.home() / ".cache/medbench/dvc-remote"),
         ("HF_HOME", hf_home),
         ("HOME", Path.home()),
     ]
