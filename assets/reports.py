@@ -19,6 +19,7 @@ rematerialise, and the saved reports stay as they were. That policy is
 :mod:`medbench_core.evaluation.stale`; this module gathers its inputs (and what Dagster knows of each partition).
 """
 
+import re
 from pathlib import Path
 
 import dagster as dg
@@ -31,7 +32,7 @@ from medbench_core.evaluation.judging.layers import attach_filled
 from medbench_core.evaluation.judging.spec import load_judgements
 from medbench_core.evaluation.multilingual import ENGLISH, multilingual_mlflow_metrics, query_groups
 from medbench_core.evaluation.published import load_sources
-from medbench_core.evaluation.reports import STALE_KEY, Cell, Significance, write_leaderboard
+from medbench_core.evaluation.reports import REPORT_NAMES, STALE_KEY, Cell, Significance, write_leaderboard
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.evaluation.stale import lost_to_corrupt_artifacts, saved_cells, task_cells, task_stale, unconfirmed_reason, with_stale
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
@@ -39,9 +40,11 @@ from medbench_core.evaluation.trust import JUDGED_THRESHOLD, TrustSettings
 from medbench_core.provenance import artifact_key, stage_version
 from medbench_core.retrieval.expansion.spec import load_expansions
 from medbench_core.retrieval.model_registry import ModelSpec
+from medbench_core.storage import move_into, staging_folder
 from medbench_core.taskdata.contracts import read_gate
 from runtime.partitions import Partitions, partition_key
 from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryResource
+from runtime.world import foreign, world_tags
 
 REPORTS_VERSION = stage_version("reports")  # the declared output version of the reports (logged and keyed as code_version)
 KIND_TAG = "medbench.kind"
@@ -83,25 +86,78 @@ def filled_layers(
     return attach_filled(cells, tasks, judgement_specs, store.layout, specs, expansions, online=registry.online)
 
 
-def unconfirmed_cells(instance: dg.DagsterInstance, tasks: list[str], cells: list[Cell]) -> dict[tuple[str, str], str]:
+def unconfirmed_cells(instance: dg.DagsterInstance, tasks: list[str], cells: list[Cell], ours: dict[str, str] | None = None) -> dict[tuple[str, str], str]:
     """(model, task) -> why, for each cell with a value whose task_metrics partition Dagster shows as FAILED or
     IN_PROGRESS (its status in the UI: the last run that planned it failed, or has not ended, after its
-    last materialisation): that value is not a result the pipeline stood behind, whatever its artifact holds."""
+    last materialisation): that value is not a result the pipeline stood behind, whatever its artifact holds.
+
+    ``ours`` (:func:`runtime.world.world_tags`): the state this leaderboard belongs to. When the instance also
+    holds runs of another state (one DAGSTER_HOME for two), the partition's status in the instance is that of
+    whichever ran it last, so each partition is judged by the last run of this state that planned it instead
+    (:func:`own_partition_status`; issue 44.7)."""
     filled = {str(partition_key(c.model, c.task)): (c.model, c.task) for c in cells if c.value() is not None}
     if not filled:
         return {}
     asset = dg.AssetKey(ASSET_OF_STAGE["metrics"])
-    status = instance.get_status_by_partition(asset, list(filled), Partitions(tasks).model_task) or {}
+    if ours and shared_with_another_state(instance, ours):
+        status, planned_runs = own_partition_status(instance, asset, list(filled), ours)
+    else:
+        status = instance.get_status_by_partition(asset, list(filled), Partitions(tasks).model_task) or {}
+        planned_runs = {}
     out = {}
     for key, (model, task) in filled.items():
         if status.get(key) not in (dg.AssetPartitionStatus.FAILED, dg.AssetPartitionStatus.IN_PROGRESS):
             continue
-        planned = instance.get_latest_planned_materialization_info(asset, key)
-        run = instance.get_run_by_id(planned.run_id) if planned else None
+        if key in planned_runs:
+            run = planned_runs[key]
+        else:
+            planned = instance.get_latest_planned_materialization_info(asset, key)
+            run = instance.get_run_by_id(planned.run_id) if planned else None
         failed = status[key] == dg.AssetPartitionStatus.FAILED
         error = run_error(instance, run.run_id) if failed and run else ""
         out[(model, task)] = unconfirmed_reason(model, task, failed, run.run_id if run else None, run.status.value if run else None, error)
     return out
+
+
+def shared_with_another_state(instance: dg.DagsterInstance, ours: dict[str, str]) -> bool:
+    """Whether a run of this instance names another data root or MLflow store than ``ours``."""
+    for key, values in instance.get_run_tags(tag_keys=list(ours)):
+        if values - {ours[key]}:
+            return True
+    return False
+
+
+_ENDED_BADLY = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+
+
+def own_partition_status(
+    instance: dg.DagsterInstance, asset: dg.AssetKey, keys: list[str], ours: dict[str, str], look_back: int = 100
+) -> tuple[dict[str, dg.AssetPartitionStatus], dict[str, object]]:
+    """Each partition's status as the runs of this state (``ours``) leave it, and the run that decided it: the last
+    of them that planned ``asset[key]`` (runs of another state skipped) failed or was cancelled without
+    materialising it (FAILED), has not ended (IN_PROGRESS), or else materialised it (MATERIALIZED). A partition no
+    run of this state planned among its last ``look_back`` plans has no status here."""
+    status: dict[str, dg.AssetPartitionStatus] = {}
+    deciding: dict[str, object] = {}
+    for key in keys:
+        plans = instance.fetch_planned_materializations(dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[key]), limit=look_back).records
+        for plan in plans:  # newest first
+            run = instance.get_run_by_id(plan.run_id)
+            if run is None or foreign(run.tags, ours):
+                continue
+            if run.status == dg.DagsterRunStatus.SUCCESS:
+                status[key] = dg.AssetPartitionStatus.MATERIALIZED
+            elif run.status in _ENDED_BADLY:
+                made = instance.fetch_materializations(
+                    dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[key], after_storage_id=plan.storage_id), limit=look_back
+                ).records
+                materialised = any(r.run_id == run.run_id for r in made)
+                status[key] = dg.AssetPartitionStatus.MATERIALIZED if materialised else dg.AssetPartitionStatus.FAILED
+            else:
+                status[key] = dg.AssetPartitionStatus.IN_PROGRESS
+            deciding[key] = run
+            break
+    return status, deciding
 
 
 def run_error(instance: dg.DagsterInstance, run_id: str) -> str:
@@ -114,7 +170,8 @@ def run_error(instance: dg.DagsterInstance, run_id: str) -> str:
             err = err.cause
         if err is not None:
             text = (err.message or "").strip().splitlines()
-            return f"{entry.step_key}: {text[0][:300]}" if text else str(entry.step_key)
+            first = re.sub(r"^(?:\w+\.)+(\w+): ", r"\1: ", text[0]) if text else ""  # "medbench_core.errors.DiskFull: ..." -> "DiskFull: ..."
+            return f"{entry.step_key}: {first[:300]}" if first else str(entry.step_key)
     return ""
 
 
@@ -166,7 +223,7 @@ def leaderboard(
     scored = {c.task for c in cells if c.metrics is not None}
     data_holes = {t.name: (read_gate(store.layout.gate_file(t.name)) or {}).get("holes") for t in catalog.tasks if t.name in scored}
     data_holes = {t: h for t, h in data_holes.items() if h}
-    unconfirmed = unconfirmed_cells(context.instance, catalog.names, cells)
+    unconfirmed = unconfirmed_cells(context.instance, catalog.names, cells, world_tags(store.layout.root, mlflow.tracking_uri))
     if unconfirmed:
         context.log.warning("cells whose partition failed or has not finished, marked: " + "; ".join(f"{m}/{t}" for m, t in sorted(unconfirmed)))
     cells = with_stale(cells, unconfirmed)
@@ -183,18 +240,22 @@ def leaderboard(
     names = {m: meta["name"] for m, meta in mteb_models(specs, {c.model: c.model_revision for c in cells}).items()} if sources else {}
     evaluated = [c for c in cells if c.metrics is not None and c.applicable]
     mteb_tasks = {t: v["mteb_task"] for t, v in mteb_task_names(evaluated).items() if v["mteb_task"]} if sources else {}
-    written = write_leaderboard(
-        cells, [s.name for s in specs], catalog.names, sig, out, research_only=research_only, specs=specs, copies=copies,
-        footer=f"code version {REPORTS_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
-        extra_json={"benchmark": catalog.benchmark, "cells": provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
-        trust=trust, qrels_holes=data_holes, judgements=judged,
-        query_groups=groups, pivots=pivots,
-    )  # fmt: skip
-    md = written["markdown"]
-    context.log.info("\n" + md)
-    run_id, reused = log_leaderboard(context, mlflow, leaderboard_experiment(catalog.benchmark), sig, provenance, copies, written, out, trust)
-    annotate_partition_runs(mlflow, catalog.benchmark, provenance, written["published"])
-    annotate_filled_runs(mlflow, catalog.benchmark, cells, config.metric)
+    # The reports are written aside and replace the saved ones only once MLflow holds their run (issue 44.10): a
+    # store that refuses it (a full disk) leaves the saved leaderboard as it was, as the failed command says.
+    with staging_folder(out / "leaderboard") as staged:
+        written = write_leaderboard(
+            cells, [s.name for s in specs], catalog.names, sig, staged, research_only=research_only, specs=specs, copies=copies,
+            footer=f"code version {REPORTS_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
+            extra_json={"benchmark": catalog.benchmark, "cells": provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
+            trust=trust, qrels_holes=data_holes, judgements=judged,
+            query_groups=groups, pivots=pivots,
+        )  # fmt: skip
+        md = written["markdown"]
+        context.log.info("\n" + md)
+        run_id, reused = log_leaderboard(context, mlflow, leaderboard_experiment(catalog.benchmark), sig, provenance, copies, written, staged, trust)
+        annotate_partition_runs(mlflow, catalog.benchmark, provenance, written["published"])
+        annotate_filled_runs(mlflow, catalog.benchmark, cells, config.metric)
+        move_into(staged, out, REPORT_NAMES)
     heatmap = out / "heatmap.png"
     plots = {f"{Path(f).parent.name}_{Path(f).stem}": dg.MetadataValue.path(str(out / f)) for f in written["files"] if f.startswith(("diff/", "trust/"))}
     return dg.MaterializeResult(

@@ -40,6 +40,7 @@ from medbench_core.taskdata.task import Task
 from runtime import verified
 from runtime.partitions import Partitions, model_of_partition, split_key, task_of_partition
 from runtime.resources import ArtifactStoreResource, RegistryResource
+from runtime.world import tag_run, world_tags
 
 # A digest of medbench_core's sources (which code ran: provenance only, never a key; logged as code_version), and the
 # declared output version of each stage (what keys and Dagster's code_version use).
@@ -345,6 +346,9 @@ def run_stage(stage: Stage, context: dg.AssetExecutionContext, config: Retrieval
 
 
 def _run_stage(stage: Stage, context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.MaterializeResult:
+    # The run names the state it writes into, however it was launched: one instance may serve several (runtime/world.py).
+    mlflow = context.resources.mlflow if "mlflow" in stage.resources else None
+    tag_run(context.instance, context.run_id, world_tags(context.resources.store.layout.root, mlflow.tracking_uri if mlflow else None))
     p = open_partition(context.partition_key, context.resources.store, context.resources.registry, config.k)
     skip = p.no_artifact(stage.name)
     if skip is not None:

@@ -41,16 +41,24 @@ def add_command(sub, name: str, help: str, **kwargs) -> argparse.ArgumentParser:
 
 
 def prepare_environment() -> None:
-    """Offline model loading (unless MEDBENCH_ONLINE), and the project's Dagster instance unless DAGSTER_HOME names another."""
+    """Offline model loading (unless MEDBENCH_ONLINE), and the Dagster instance of this state, <state>/dagster_home,
+    with the project's dagster.yaml, unless DAGSTER_HOME names another (set on purpose: used as it is). The
+    instance follows MEDBENCH_STATE: two states never share one run history by accident (issue 44.7). Called once a
+    command's arguments and configuration files were found valid: it writes the instance's dagster.yaml."""
     if not settings.ONLINE:
         for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
             os.environ.setdefault(name, "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    project_yaml = (settings.ROOT / "dagster.yaml").read_text()
     if not settings.DAGSTER_HOME:
         home = settings.STATE / "dagster_home"
         home.mkdir(parents=True, exist_ok=True)
-        (home / "dagster.yaml").write_text((settings.ROOT / "dagster.yaml").read_text())
+        if not (home / "dagster.yaml").is_file() or (home / "dagster.yaml").read_text() != project_yaml:
+            (home / "dagster.yaml").write_text(project_yaml)
         os.environ["DAGSTER_HOME"] = str(home)
+    elif not Path(settings.DAGSTER_HOME, "dagster.yaml").exists():  # set on purpose, new: made, with the project's settings
+        Path(settings.DAGSTER_HOME).mkdir(parents=True, exist_ok=True)
+        Path(settings.DAGSTER_HOME, "dagster.yaml").write_text(project_yaml)
     warnings.filterwarnings("ignore")
 
 

@@ -68,6 +68,7 @@ def recover(instance, data_root: Path, mlflow=None, experiment: str | None = Non
 def execute(job, instance, *, what: str, tags: dict[str, str] | None = None, tell: Callable[[str], None] = say, **kwargs: Any):
     """``job.execute_in_process(instance=instance, **kwargs)`` as the module docstring says; ``what`` names it in messages."""
     from orchestration.recovery import job_pools, owner_tags
+    from runtime.world import world_tags
 
     pools = job_pools(job)
     if pools:
@@ -76,7 +77,9 @@ def execute(job, instance, *, what: str, tags: dict[str, str] | None = None, tel
     guard = _Guard(instance, run_id, pools, what, tell)
     guard.start()
     try:
-        result = job.execute_in_process(instance=instance, run_id=run_id, tags={**owner_tags(), **(tags or {})}, **kwargs)
+        # The run names its process (for recovery) and the state it writes into (runtime/world.py: the stale rule reads only this state's runs).
+        where = world_tags(settings.DATA, settings.default_tracking_uri())
+        result = job.execute_in_process(instance=instance, run_id=run_id, tags={**owner_tags(), **where, **(tags or {})}, **kwargs)
     finally:
         guard.finish()
     if pools and instance.event_log_storage.supports_global_concurrency_limits:

@@ -175,13 +175,13 @@ def prepare_command(args: argparse.Namespace, report: Path) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     from medbench_core.progress import want_progress
 
-    prepare_environment()
     t0 = time.perf_counter()
+    models, tasks, specs, catalog = _plan(args)  # a usage or configuration error exits 2 here, before anything is written
+    prepare_environment()
     # Decided once: bars in an interactive terminal, none in CI or when stderr goes to a log.
     progress = want_progress(sys.stderr.isatty(), os.environ)
     # How the steps run a job in this process and say a failure (orchestration.run_steps).
     steps = {"execute": inprocess.execute, "failed_run": _failed, "run_config": quiet_run_config()}
-    models, tasks, specs, catalog = _plan(args)
     if not args.prepare_only:
         refuse_a_corrupt_store()  # before the warm path answers from it, and before --force writes into it
     given, done = (None, False) if args.prepare_only else answered(specs, catalog, models, tasks, t0, args.force or args.recheck, args.published)

@@ -25,6 +25,23 @@ class ContractError(MedbenchError):
     """A data contract (schema, integrity, overlap, licence) failed for a task."""
 
 
+class DiskFull(MedbenchError, OSError):
+    """A write that ran out of space (ENOSPC): the message names the device, where it is mounted, what is free and
+    the file or folder being written (:func:`medbench_core.storage.disk_full`). Still an OSError for ``except OSError``."""
+
+    def __init__(self, message: str, path: str) -> None:
+        import errno
+
+        OSError.__init__(self, errno.ENOSPC, message, path)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self):  # pickled across processes (Dagster's step errors) with its own message
+        return (type(self), (self.message, self.filename))
+
+
 class ConfigError(DataError):
     """A configuration file of the project (tasks.yaml, models.yaml) is wrong: a command exits 2 on it, before any work."""
 

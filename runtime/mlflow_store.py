@@ -89,6 +89,10 @@ class MLflowResource(dg.ConfigurableResource):
         (:func:`mlflow_schema`; its ~40 migrations take seconds); MLflow then opens it, checks the
         schema version and adds its default experiment, as for a store it created itself.
         """
+        with self._out_of_space_said():
+            self._ensure_store()
+
+    def _ensure_store(self) -> None:
         db = self._sqlite_path()
         if db is None:
             return
@@ -148,6 +152,21 @@ class MLflowResource(dg.ConfigurableResource):
                 return r
         return None
 
+    @contextmanager
+    def _out_of_space_said(self):
+        """A write the store's disk refused is said as one: ENOSPC, the device, where it is mounted, and the store's file
+        (:func:`medbench_core.storage.disk_full`; SQLite says only "database or disk is full", a copy only "[Errno 28]")."""
+        try:
+            yield
+        except Exception as exc:
+            from medbench_core.storage import disk_full
+
+            places = [p for p in (self._sqlite_path(), Path(self.artifact_root) if self.artifact_root else None) if p is not None]
+            full = disk_full(exc, *places) if places else None
+            if full is not None:
+                raise full from exc
+            raise
+
     def log_run(
         self,
         experiment: str,
@@ -164,8 +183,23 @@ class MLflowResource(dg.ConfigurableResource):
 
         ``replace``: a FINISHED run with the same key is deleted once the new one has FINISHED, not
         before: a new run that fails leaves the old one as it was. ``columns``: the experiment's
-        saved view shows these metrics (:meth:`experiment_id`).
+        saved view shows these metrics (:meth:`experiment_id`). A full disk is said as one (ENOSPC, device, file).
         """
+        with self._out_of_space_said():
+            return self._log_run(experiment, run_key, run_name, params, metrics, tags, artifacts, replace, columns)
+
+    def _log_run(
+        self,
+        experiment: str,
+        run_key: str,
+        run_name: str,
+        params: dict[str, Any],
+        metrics: dict[str, float],
+        tags: dict[str, str],
+        artifacts: list[Path],
+        replace: bool,
+        columns: Sequence[str],
+    ) -> tuple[str, bool]:
         from mlflow.entities import Metric, Param, RunTag
 
         client = self.client()
@@ -212,6 +246,10 @@ class MLflowResource(dg.ConfigurableResource):
     def annotate_run(self, experiment: str, run_key: str, metrics: dict[str, float], tags: dict[str, str]) -> str | None:
         """Add ``metrics`` and ``tags`` to the FINISHED run of ``run_key`` (facts learnt after it was logged, such as
         the published score beside it); values it already holds are not logged again. Returns its id, None when there is none."""
+        with self._out_of_space_said():
+            return self._annotate_run(experiment, run_key, metrics, tags)
+
+    def _annotate_run(self, experiment: str, run_key: str, metrics: dict[str, float], tags: dict[str, str]) -> str | None:
         from mlflow.entities import Metric, RunTag
 
         run = self.finished_run(experiment, run_key)

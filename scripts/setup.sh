@@ -118,7 +118,12 @@ esac
 export TOKENIZERS_PARALLELISM=false
 export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1
 export MEDBENCH_SHARED="${MEDBENCH_SHARED:-$(cd "$MEDBENCH_ROOT/.." && pwd)/shared}"
-export DAGSTER_HOME="${DAGSTER_HOME:-$MEDBENCH_ROOT/.medbench/dagster_home}"
-mkdir -p "$DAGSTER_HOME"
-cp -f "$MEDBENCH_ROOT/dagster.yaml" "$DAGSTER_HOME/dagster.yaml"
+# DAGSTER_HOME is not set here: the `medbench` command uses <state>/dagster_home, the instance of the state it runs
+# in (MEDBENCH_STATE, default .medbench), so that two states never share one run history (issue 44.7). Set it
+# yourself to share an instance on purpose (the production profile does): it is created, with the project's
+# dagster.yaml where it has none (yours is never overwritten).
+if [ -n "${DAGSTER_HOME:-}" ]; then
+  mkdir -p "$DAGSTER_HOME"
+  [ -e "$DAGSTER_HOME/dagster.yaml" ] || cp "$MEDBENCH_ROOT/dagster.yaml" "$DAGSTER_HOME/dagster.yaml"
+fi
 export GIT_PYTHON_REFRESH=quiet

@@ -529,6 +529,11 @@ def _ci_only(cells: Iterable[Cell], stats: pl.DataFrame, tasks: list[str], sig: 
     return pl.DataFrame(rows, schema=STATS_SCHEMA) if rows else pl.DataFrame(schema=STATS_SCHEMA)
 
 
+# Everything write_leaderboard writes into its folder (the folders replaced whole; multilingual.csv only when a task is
+# multilingual): what replaces the saved reports once they are written aside (assets/reports.py).
+REPORT_NAMES = ("leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", "multilingual.csv", "diff", "trust")
+
+
 def write_leaderboard(
     cells: list[Cell],
     models: list[str],
