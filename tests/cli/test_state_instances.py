@@ -66,7 +66,8 @@ def test_each_state_has_its_own_instance_unless_dagster_home_is_set(tmp_path):
     script = (
         f"source {fake}/scripts/setup.sh >/dev/null 2>&1 && export PYTHONPATH={ROOT} && cd {tmp_path} && "
         f"MEDBENCH_STATE={tmp_path}/x {sync} && MEDBENCH_STATE={tmp_path}/y {sync} && "
-        f"mkdir {tmp_path}/shared-home && export DAGSTER_HOME={tmp_path}/shared-home && MEDBENCH_STATE={tmp_path}/x {sync} && MEDBENCH_STATE={tmp_path}/y {sync}"
+        f"mkdir {tmp_path}/shared-home && export DAGSTER_HOME={tmp_path}/shared-home && "
+        f"MEDBENCH_STATE={tmp_path}/x {sync} && MEDBENCH_STATE={tmp_path}/y {sync}"
     )
     out = shell(script)
     assert out.returncode == 0, out.stderr[-3000:]
