@@ -2,6 +2,7 @@
 
 import json
 
+import polars as pl
 import pytest
 
 from medbench_cli.export import export
@@ -43,7 +44,22 @@ def test_export_copies_the_board_and_its_metrics_and_refuses_what_it_would_clobb
             (scores,) = doc["scores"]["test"]  # the tiny catalogue's split
             assert doc["task_name"] == t and doc["mteb_version"] is None and doc["dataset_revision"] == store.load_task(t).content_hash()
             assert scores["main_score"] == scores["ndcg_at_10"] == stored["mean"]["ndcg_at_10"] and scores["hf_subset"] == "default"
-            assert {k: scores[k] for k in stored["mean"]} == stored["mean"] and scores["languages"] == ["eng-Latn"]
+            assert scores["languages"] == ["eng-Latn"]
+            # bpref and condensed nDCG: the mean over the queries whose qrels hold a judged non-relevant document, absent
+            # where none does (docs/trust.md); worked out here from the stored per-query values and qrels.
+            holes = ("bpref_at_100", "ndcg_condensed_at_10")
+            assert {k: scores[k] for k in stored["mean"] if k not in holes} == {k: v for k, v in stored["mean"].items() if k not in holes}
+            per_query = pl.read_parquet(store.artifact_dir(m, t, "metrics", cells[f"{m}/{t}"]["metrics_key"]) / "per_query.parquet")
+            qrels = store.load_task(t).qrels
+            with_nonrel = set(qrels.filter(pl.col("relevance") == 0).get_column("query_id").cast(pl.Utf8).to_list())
+            kept = per_query.filter(pl.col("query_id").cast(pl.Utf8).is_in(sorted(with_nonrel)))
+            for h in holes:
+                if kept.height == 0:
+                    assert h not in scores
+                elif kept.height == per_query.height:
+                    assert scores[h] == stored["mean"][h]
+                else:
+                    assert scores[h] == pytest.approx(kept.get_column(h).mean(), abs=1e-12)
             assert doc["medbench"]["provenance"]["metrics_key"] == cells[f"{m}/{t}"]["metrics_key"]
             run = store.artifact_dir(m, t, "run", cells[f"{m}/{t}"]["run_key"])
             assert (out / "trec" / m / f"{t}.trec").read_bytes() == (run / "run.trec").read_bytes()
