@@ -26,8 +26,6 @@ import numpy as np
 from medbench_core.errors import IntegrityError
 from medbench_core.storage import MANIFEST, verify_manifest
 from medbench_release.record import (
-    ARRAY_TOLERANCE,
-    METRIC_TOLERANCE,
     RULES,
     catalogue_entries,
     effective_rule,
@@ -39,9 +37,12 @@ from medbench_release.record import (
     unpack,
 )
 from medbench_release.tolerance import (
+    ARRAY_TOLERANCE,
+    METRIC_TOLERANCE,
     ScoreTolerance,
     compare_rankings,
     metric_bounds,
+    model_score_tolerance,
     order_problem,
     partition_vectors,
     per_query_within,
@@ -357,7 +358,7 @@ def _judge_run(
         tol = score_tolerance(queries, docs, eps if part.vectors_moved else 0.0)
         if tol is None and _loads_weights(kind):
             # Scores a model computes directly (a cross-encoder): float outputs of a model, accepted as its vectors are, within eps each.
-            tol = ScoreTolerance(2 * eps, eps, 1, (0.0, 0.0), (0.0, 0.0))
+            tol = model_score_tolerance(eps)
         if tol is None:
             pq.update(
                 verdict="differs",
@@ -442,6 +443,8 @@ def _judge_metrics(res: ArtifactResult, a: dict, folder: Path, part: _Partition,
         bounds = metric_bounds(task, part.run, tau, part.k, Path(tmp))
     got = flat_metrics(json.loads((folder / "metrics.json").read_text()))
     problems, outside, widest = bounds.check(recorded, METRIC_TOLERANCE)
+    # The rebuilt metrics are one ordering of the rebuilt run's ties: in the bound too, or the stage wrote something else.
+    problems += [f"rebuilt {p.replace('recorded ', '', 1)}" for p in bounds.check(got, METRIC_TOLERANCE)[0]]
     worst = max((abs(float(got[m]) - float(v)) for m, v in recorded.items() if m in got and not (math.isnan(got[m]) and math.isnan(v))), default=0.0)
     rule = f"metrics: within the bound of the run's ties within τ {tau:.2g} (each metric of the ties ordered worst and best first)"
     detail = f"every metric in its bound (widest {widest:.3g}); largest difference from the rebuilt value {worst:.3g}"

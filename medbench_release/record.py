@@ -32,6 +32,7 @@ import numpy as np
 
 from medbench_core.storage import read_manifest
 from medbench_core.yaml_file import load_yaml
+from medbench_release.tolerance import ARRAY_TOLERANCE, METRIC_TOLERANCE  # noqa: F401 -- the rule's, named here for version files' readers
 
 FORMAT = 2
 # The artifacts of a version, upstream first: a difference in one explains those after it.
@@ -54,8 +55,6 @@ RULES = {
     ),
 }
 VOLATILE_JSON = ("seconds",)  # how long a stage took: never the same twice
-ARRAY_TOLERANCE = 1e-5  # largest absolute difference accepted in embeddings and index vectors
-METRIC_TOLERANCE = 1e-9
 PROBE_ROWS = 4  # rows of a 2-D array (elements of a 1-D one: PROBE_ROWS * 16) kept in the version file
 PROBE_QUERIES, PROBE_RANKS = 8, 20  # a run's probe: the top PROBE_RANKS documents and scores of PROBE_QUERIES queries
 RUN_FILES = ("run.parquet", "run.trec")

@@ -1,27 +1,41 @@
-"""The one rule for artifacts derived from floating-point work: how far a rebuilt run and its metrics may differ.
+"""The one rule for values derived from floating-point work: how far a rebuilt (or re-run) value may differ from a recorded one.
 
-Float sums differ across CPUs, BLAS builds and thread counts, so a rebuilt embedding may differ from
-the published one in its last bits; vectors are accepted within ``ε`` per value
-(:data:`medbench_release.record.ARRAY_TOLERANCE`, ``--tolerance``). Everything computed from them is
-judged by what ``ε`` allows, and by nothing looser:
+Float sums differ across CPUs, SIMD kernel paths (``ATEN_CPU_CAPABILITY``, FAISS's SIMD level, the
+BLAS and oneDNN code paths), BLAS builds and thread counts, so a rebuilt embedding may differ from
+the recorded one in its last bits; vectors are accepted within ``ε`` per value
+(:data:`ARRAY_TOLERANCE`, ``--tolerance``). Everything computed from them is judged by what ``ε``
+allows, and by nothing looser:
 
-- **Scores** of a run are inner products ``q·d`` of vectors each within ``ε`` of the published ones,
+- **Vectors** (:func:`vectors_verdict`): identical, else every value within ``ε``.
+- **Scores** of a run are inner products ``q·d`` of vectors each within ``ε`` of the recorded ones,
   summed in float32: ``|Δ(q·d)| <= ε(‖q‖₁ + ‖d‖₁) + dim·ε² + 2·dim·u·‖q‖₂‖d‖₂`` (``u = 2⁻²⁴``; the
   last term bounds the rounding of either sum, Higham's ``γ_dim``), with the largest norms of the
-  rebuilt vectors. The difference of two scores moves by at most twice that: ``τ``
-  (:func:`score_tolerance`). Where the vectors are identical only the rounding term is left.
+  rebuilt vectors. A late-interaction score (MaxSim: the sum over ``n`` query tokens of each token's
+  best inner product) moves by at most ``n`` times that, plus the rounding of its own float32 sum
+  (``2·n²·u·‖q‖₂‖d‖₂``). The difference of two scores moves by at most twice that: ``τ``
+  (:func:`score_tolerance`). Where the vectors are identical only the rounding terms are left.
 - **Rankings** are compared up to ties within ``τ``: common documents' scores within ``τ``; a pair
-  of documents may be ordered differently only where their published scores differ by less than
+  of documents may be ordered differently only where their recorded scores differ by less than
   ``τ``; a document may enter or leave the top ``k`` only where its score is within ``τ`` of the
   other run's last one (:func:`compare_rankings`).
-- **Metrics** are exact where the run is identical; where ties moved, every metric (means, CI
-  bounds, breakdowns) must lie in the range that reordering the rebuilt run's ties allows, from
-  every tie ordered least relevant first to most relevant first, both scored by medbench's own
-  scorer (:func:`metric_bounds`): a bound stated with the verdict.
+- **Metrics** are exact (:data:`METRIC_TOLERANCE`) where the run is identical; where ties moved, every
+  metric (means, CI bounds, breakdowns, and every other number of ``metrics.json``) must lie in the
+  range that reordering the rebuilt run's ties allows, from every tie ordered least relevant first
+  to most relevant first, both scored by medbench's own scorer (:func:`metric_bounds`): a bound
+  stated with the verdict. A run built from runs whose ties moved (a fusion) is judged by its
+  metrics, exactly.
 - **Exact work stays exact**: a run with no vectors behind it (BM25, whose float sums run in one
   fixed order) must be identical when its inputs are; so must curated tasks, qrels and document ids.
   A run whose scores a model computes directly (a cross-encoder) is a model's float output like an
   embedding: each score within ``ε``, so ``τ = 2ε``.
+- **Recorded values kept rounded** (the golden outputs keep 6 decimals) stand for any value within
+  half a unit of their last place, ``ρ`` (:func:`rounding_of`): ``ε`` grows by ``ρ`` and ``τ`` by
+  ``2ρ`` (:func:`widened`), nothing else.
+
+The rule covers values *recorded* on one machine and compared on another (a benchmark version, the
+golden outputs, a library's outputs recorded as numbers). Two computations of the same formula made
+live in one process (medbench's nDCG against pytrec_eval's on the same run) share the machine and
+its kernel path; they are held to the precision of the formula instead (docs/contributing/testing.md).
 """
 
 from __future__ import annotations
@@ -36,6 +50,8 @@ import numpy as np
 import polars as pl
 
 U32 = 2.0**-24  # float32 unit roundoff
+ARRAY_TOLERANCE = 1e-5  # ε: largest absolute difference accepted in embeddings, index and query vectors
+METRIC_TOLERANCE = 1e-9  # a metric recomputed from an identical run: the same sums in another order at most
 _ROWS = 1 << 16  # vectors read at a time when taking norms
 
 
@@ -48,15 +64,22 @@ class ScoreTolerance:
     dim: int
     l1: tuple[float, float]  # largest L1 norm of a query vector, of a document vector
     l2: tuple[float, float]
+    terms: int = 1  # inner products summed into one score: 1, or a late-interaction query's tokens (MaxSim)
 
     def describe(self) -> str:
         if self.l1 == (0.0, 0.0):  # no vectors: a model's own float outputs
             return f"τ {self.tau:.2g} (scores a model computes directly, each within {self.eps:g})"
         src = f"vectors within {self.eps:g}" if self.eps else "identical vectors"
-        return f"τ {self.tau:.2g} ({src}, dim {self.dim}, float32 sums)"
+        what = f", MaxSim over {self.terms} query tokens" if self.terms > 1 else ""
+        return f"τ {self.tau:.2g} ({src}, dim {self.dim}{what}, float32 sums)"
 
     def to_json(self) -> dict[str, Any]:
-        return {"tau": self.tau, "eps": self.eps, "dim": self.dim, "l1": list(self.l1), "l2": list(self.l2)}
+        return {"tau": self.tau, "eps": self.eps, "dim": self.dim, "l1": list(self.l1), "l2": list(self.l2), "terms": self.terms}
+
+
+def model_score_tolerance(eps: float = ARRAY_TOLERANCE) -> ScoreTolerance:
+    """``τ = 2ε`` for scores a model computes directly (a cross-encoder): each a model's float output, within ``ε``."""
+    return ScoreTolerance(2 * eps, eps, 1, (0.0, 0.0), (0.0, 0.0))
 
 
 def _norms(arrays: Sequence[np.ndarray]) -> tuple[int, float, float]:
@@ -76,19 +99,77 @@ def _norms(arrays: Sequence[np.ndarray]) -> tuple[int, float, float]:
 def score_tolerance(queries: Sequence[np.ndarray], docs: Sequence[np.ndarray], eps: float) -> ScoreTolerance | None:
     """``τ`` for inner-product scores of ``queries`` against ``docs`` whose values are within ``eps`` (see the module docstring).
 
-    None when either side has no vectors or their dimensions differ: the scores do not come from
-    these vectors by an inner product, and no tolerance follows.
+    A 3-D query array ``(queries, tokens, dim)`` is a late-interaction query's token vectors: its
+    score is MaxSim, a float32 sum of ``tokens`` inner products, each moving as one inner product
+    does (a maximum moves no further than what it takes the maximum of). None when either side has
+    no vectors or their dimensions differ: the scores do not come from these vectors by an inner
+    product, and no tolerance follows.
     """
     queries, docs = [q for q in queries if q.size], [d for d in docs if d.size]
     if not queries or not docs or queries[0].shape[-1] != docs[0].shape[-1]:
         return None
+    terms = max((int(q.shape[1]) for q in queries if q.ndim == 3), default=1)
     dim, l1q, l2q = _norms(queries)
     _, l1d, l2d = _norms(docs)
-    # A published vector is within eps of the rebuilt one: its norms are within dim*eps of these.
+    # A recorded vector is within eps of the rebuilt one: its norms are within dim*eps of these.
     l1q_, l1d_ = l1q + dim * eps, l1d + dim * eps
     l2q_, l2d_ = l2q + math.sqrt(dim) * eps, l2d + math.sqrt(dim) * eps
     one = eps * (l1q_ + l1d_) + dim * eps * eps + 2 * dim * U32 * l2q_ * l2d_
-    return ScoreTolerance(2 * one, eps, dim, (l1q, l1d), (l2q, l2d))
+    if terms > 1:  # MaxSim: each of `terms` maxima moves as one product does; the float32 sum of them rounds (either side)
+        one = terms * one + 2 * terms * terms * U32 * l2q_ * l2d_
+    return ScoreTolerance(2 * one, eps, dim, (l1q, l1d), (l2q, l2d), terms)
+
+
+# --- recorded values -----------------------------------------------------------------------------
+
+
+def rounding_of(decimals: int | None) -> float:
+    """``ρ``: how far a value recorded rounded to ``decimals`` places may be from the one made (0 when kept exactly)."""
+    return 0.0 if decimals is None else 0.5 * 10.0**-decimals
+
+
+def widened(tau: float, rho: float) -> float:
+    """``τ`` against recorded scores kept to within ``ρ``: a difference of two of them is off by up to ``2ρ``."""
+    return tau + 2 * rho
+
+
+@dataclass(frozen=True)
+class VectorVerdict:
+    """What :func:`vectors_verdict` found: ``identical``, ``within_tolerance`` or ``differs``, and the largest difference."""
+
+    verdict: str
+    worst: float
+    detail: str
+
+    @property
+    def within(self) -> bool:
+        return self.verdict != "differs"
+
+    @property
+    def moved(self) -> bool:
+        """Whether scores computed from these vectors may have moved by ``ε``'s share (not identical)."""
+        return self.verdict != "identical"
+
+
+def vectors_verdict(recorded: Any, rebuilt: Any, eps: float = ARRAY_TOLERANCE, *, rho: float = 0.0, what: str = "vectors") -> VectorVerdict:
+    """Rebuilt vectors (or any float values) against recorded ones: the same shape, and every value within ``eps`` (plus
+    ``ρ``, the recorded values' rounding); ``identical`` where every value is equal (and the recorded ones were kept exactly)."""
+    a, b = np.asarray(recorded, dtype=np.float64), np.asarray(rebuilt, dtype=np.float64)
+    if a.shape != b.shape:
+        return VectorVerdict("differs", math.inf, f"{what}: shape {list(b.shape)}, recorded {list(a.shape)}")
+    diff = np.abs(a - b)
+    nan = np.isnan(a) != np.isnan(b)
+    worst = math.inf if nan.any() else float(np.nanmax(diff)) if diff.size else 0.0
+    if worst == 0.0 and rho == 0.0:
+        return VectorVerdict("identical", 0.0, f"{what}: identical")
+    limit = eps + rho
+    if worst <= limit:
+        return VectorVerdict("within_tolerance", worst, f"{what}: largest difference {worst:.3g} <= ε {eps:g}" + (f" + ρ {rho:g}" if rho else ""))
+    i = np.unravel_index(int(np.nanargmax(np.where(nan, np.inf, diff))), diff.shape)
+    where = f" at {list(map(int, i))}" if diff.ndim else ""
+    return VectorVerdict(
+        "differs", worst, f"{what}: {float(b[i])!r}{where}, recorded {float(a[i])!r} (difference {worst:.3g} > ε {eps:g}" + (f" + ρ {rho:g})" if rho else ")")
+    )
 
 
 def _float_arrays(folder: Path | None) -> list[np.ndarray]:
@@ -262,7 +343,7 @@ def compare_rankings(published: Lists, rebuilt: Lists, tau: float, *, k: int, pa
 
 # --- metrics -------------------------------------------------------------------------------------
 
-_UNJUDGED = -1e18  # below every grade: unjudged documents count as least relevant
+_UNJUDGED = {"least": -1e18, "most": 1e18}  # unjudged documents below every grade, or above it (the metrics that count them relevant)
 
 
 def _clusters(scores: np.ndarray, tau: float) -> list[tuple[int, int]]:
@@ -278,43 +359,54 @@ def _clusters(scores: np.ndarray, tau: float) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
-def tie_orderings(run: pl.DataFrame, qrels: pl.DataFrame, corpus_ids: list[str], tau: float, k: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+def tie_orderings(
+    run: pl.DataFrame,
+    qrels: pl.DataFrame,
+    corpus_ids: list[str],
+    tau: float,
+    k: int,
+    *,
+    unjudged: str = "least",
+    universe: dict[str, list[str]] | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The rebuilt run with every tie within ``tau`` ordered most relevant first (best) and least relevant first (worst).
 
-    Within each chain of ties documents are sorted by grade (unjudged last); the last chain of a
-    full list (``k`` documents) is open: judged documents the run did not retrieve may enter it in
-    the best ordering, unjudged ones push its documents out in the worst. Scores are replaced by
-    strictly falling values (the scorer ranks by score), ranks by positions.
+    Within each chain of ties documents are sorted by grade, unjudged ones counted as the least
+    relevant (``unjudged="least"``: the metrics of the judged documents) or the most (``"most"``: the
+    upper bounds that count every unjudged document relevant). The last chain of a full list (``k``
+    documents) is open: a document of the query's universe the run did not retrieve (its candidate
+    set in ``universe``, else ``corpus_ids``) may take a place in it, the most relevant in the best
+    ordering, the least in the worst. Scores are replaced by strictly falling values (the scorer
+    ranks by score), ranks by positions.
     """
     grades: dict[str, dict[str, float]] = {}
     for q, d, g in qrels.select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8), pl.col("relevance").cast(pl.Float64)).iter_rows():
         grades.setdefault(q, {})[d] = g
+    low = _UNJUDGED[unjudged]
     rows: dict[str, list[tuple[str, str, int]]] = {"best": [], "worst": []}
     for q, (docs, scores) in ranked_lists(run).items():
         g = grades.get(q, {})
-        key = [g.get(d, _UNJUDGED) for d in docs]
+        key = {d: g.get(d, low) for d in docs}
         best, worst = list(docs), list(docs)
         spans = _clusters(scores, tau)
         for n, (a, b) in enumerate(spans):
-            idx = list(range(a, b))
-            open_end = n == len(spans) - 1 and len(docs) >= k
-            best_part = sorted(idx, key=lambda i: -key[i])
-            worst_part = sorted(idx, key=lambda i: key[i])
-            best[a:b] = [docs[i] for i in best_part]
-            worst[a:b] = [docs[i] for i in worst_part]
-            if open_end:
+            part = docs[a:b]
+            best[a:b] = sorted(part, key=lambda d: -key[d])
+            worst[a:b] = sorted(part, key=lambda d: key[d])
+            if n == len(spans) - 1 and len(docs) >= k:  # the open end of a full list
                 retrieved = set(docs)
-                entering = sorted((d for d in g if d not in retrieved), key=lambda d: -g[d])
-                pool = sorted([(key[i], docs[i]) for i in idx] + [(g[d], d) for d in entering], key=lambda t: -t[0])
-                best[a:b] = [d for _, d in pool[: b - a]]
-                fillers = []
-                for d in corpus_ids:  # unjudged documents not retrieved: the least relevant that could take these places
-                    if len(fillers) >= b - a:
+                pool = universe.get(q, []) if universe is not None else corpus_ids
+                judged_in = [d for d in pool if d in g and d not in retrieved]
+                unjudged_in = []
+                for d in pool:  # as many unjudged, unretrieved documents as there are places
+                    if len(unjudged_in) >= b - a:
                         break
                     if d not in retrieved and d not in g:
-                        fillers.append(d)
-                low = sorted([(key[i], docs[i]) for i in idx], key=lambda t: t[0])
-                worst[a:b] = (fillers + [d for _, d in low])[: b - a]
+                        unjudged_in.append(d)
+                key.update({d: g[d] for d in judged_in} | {d: low for d in unjudged_in})
+                # Among equal grades the retrieved documents stay at best, the entering ones come in at worst.
+                best[a:b] = sorted([*part, *judged_in, *unjudged_in], key=lambda d: -key[d])[: b - a]
+                worst[a:b] = sorted([*unjudged_in, *judged_in, *part], key=lambda d: key[d])[: b - a]
         for name, order in (("best", best), ("worst", worst)):
             rows[name].extend((q, d, i + 1) for i, d in enumerate(order))
 
@@ -334,6 +426,19 @@ class MetricBounds:
     per_query_low: pl.DataFrame
     per_query_high: pl.DataFrame
     tau: float
+    results: tuple[dict[str, Any], ...] = ()  # the scorer's whole results (metrics.json) of each ordering
+
+    def check_results(self, recorded: dict[str, Any], slack: float = METRIC_TOLERANCE) -> list[str]:
+        """A recorded ``metrics.json`` against the bound: its metrics by :meth:`check`; every other number (hole counts,
+        query counts) between the two orderings' values; everything else (file lists, names) equal to theirs."""
+        from medbench_core.evaluation.scoring import flat_metrics
+
+        problems = self.check(flat_metrics(recorded), slack)[0]
+        if self.results:
+            covered = {"mean", "ci", "breakdowns", "cross_lingual_gap"}  # what flat_metrics holds
+            rest = {k: v for k, v in recorded.items() if k not in covered}
+            problems += results_between(rest, *({k: v for k, v in r.items() if k not in covered} for r in self.results), slack=slack)
+        return problems
 
     def check(self, recorded: dict[str, float], slack: float) -> tuple[list[str], float, float]:
         """(problems, largest distance of a recorded metric from the bound, widest bound) for ``recorded``."""
@@ -369,25 +474,60 @@ def _gap_bounds(low: dict[str, float], high: dict[str, float]) -> None:
 
 
 def metric_bounds(task: Any, run: pl.DataFrame, tau: float, k: int, work: Path) -> MetricBounds:
-    """Score the best and worst tie orderings of ``run`` (:func:`tie_orderings`) with medbench's scorer; each metric's range.
+    """Score the tie orderings of ``run`` (:func:`tie_orderings`) with medbench's scorer; each metric's range.
 
-    The metrics are monotone in moving a more relevant document before a less relevant one, and
-    the bootstrap draws the same resamples for both (seed 0), so every mean, CI bound and breakdown
-    of any allowed reordering lies between the two.
+    Every metric is monotone in moving a more relevant document before a less relevant one, where
+    unjudged documents count as the least relevant (nDCG, recall, MAP, MRR, bpref, the lower bounds,
+    the hole counts) or as the most (the upper bounds): the best and worst orderings of both kinds
+    hold every allowed reordering between them, and the bootstrap draws the same resamples for all
+    (seed 0), so every mean, CI bound and breakdown does too. A task with candidate sets draws the
+    documents that may enter a full list from each query's own set.
     """
     from medbench_core.evaluation.scoring import flat_metrics, score
 
-    best, worst = tie_orderings(run, task.qrels, task.corpus.get_column("doc_id").cast(pl.Utf8).to_list(), tau, k)
-    flat, per_query = {}, {}
-    for name, frame in (("best", best), ("worst", worst)):
-        out = Path(work) / name
-        out.mkdir(parents=True, exist_ok=True)
-        flat[name] = flat_metrics(score(task, frame, out))
-        per_query[name] = pl.read_parquet(out / "per_query.parquet")
-    low = {m: min(flat["best"][m], flat["worst"][m]) for m in flat["best"]}
-    high = {m: max(flat["best"][m], flat["worst"][m]) for m in flat["best"]}
+    universe = None
+    if task.candidates is not None:
+        universe = {}
+        for q, d in task.candidates.select(pl.col("query_id").cast(pl.Utf8), pl.col("doc_id").cast(pl.Utf8)).iter_rows():
+            universe.setdefault(q, []).append(d)
+    corpus_ids = task.corpus.get_column("doc_id").cast(pl.Utf8).to_list()
+    flat, per_query, results = [], [], []
+    for unjudged in ("least", "most"):
+        for name, frame in zip(("best", "worst"), tie_orderings(run, task.qrels, corpus_ids, tau, k, unjudged=unjudged, universe=universe)):
+            out = Path(work) / f"{name}-unjudged-{unjudged}"
+            out.mkdir(parents=True, exist_ok=True)
+            results.append(score(task, frame, out))
+            flat.append(flat_metrics(results[-1]))
+            per_query.append(pl.read_parquet(out / "per_query.parquet"))
+    low = {m: min(f[m] for f in flat) for m in flat[0]}
+    high = {m: max(f[m] for f in flat) for m in flat[0]}
     _gap_bounds(low, high)
-    return MetricBounds(low, high, per_query["worst"], per_query["best"], tau)
+    every = pl.concat(per_query, how="vertical_relaxed")
+    metrics = [c for c in every.columns if c != "query_id" and every.schema[c].is_numeric()]
+    lo = every.group_by("query_id", maintain_order=True).agg(pl.col(metrics).min())
+    hi = every.group_by("query_id", maintain_order=True).agg(pl.col(metrics).max())
+    return MetricBounds(low, high, lo, hi, tau, tuple(results))
+
+
+def results_between(recorded: Any, *computed: Any, slack: float = METRIC_TOLERANCE, path: str = "") -> list[str]:
+    """Where scorer results ``recorded`` (metrics.json) are not in the range of ``computed`` ones, leaf by leaf: numbers
+    within ``slack`` of their range, anything else equal to every one. One ``computed``: the metrics rule where the run
+    is identical."""
+    if isinstance(recorded, dict) and all(isinstance(c, dict) for c in computed):
+        if any(set(recorded) != set(c) for c in computed):
+            return [f"{path or 'metrics.json'}: keys {sorted(recorded)}, recomputed {sorted(computed[0])}"]
+        out = []
+        for key in sorted(recorded):
+            out += results_between(recorded[key], *(c[key] for c in computed), slack=slack, path=f"{path}.{key}" if path else key)
+        return out
+    if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (recorded, *computed)):
+        lo, hi = min(computed), max(computed)
+        if (math.isnan(recorded) and any(math.isnan(c) for c in computed)) or lo - slack <= recorded <= hi + slack:
+            return []
+        return [f"{path}: recorded {recorded!r} outside [{lo!r}, {hi!r}]" if hi != lo else f"{path}: recorded {recorded!r}, recomputed {lo!r}"]
+    if isinstance(recorded, list) and all(isinstance(c, list) and len(c) == len(recorded) for c in computed):
+        return [p for i, xs in enumerate(zip(recorded, *computed)) for p in results_between(*xs, slack=slack, path=f"{path}[{i}]")]
+    return [] if all(recorded == c for c in computed) else [f"{path}: recorded {recorded!r}, recomputed {computed[0]!r}"]
 
 
 def per_query_within(published: pl.DataFrame, bounds: MetricBounds, slack: float) -> list[str]:
