@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import golden_outputs
+import numpy as np
 import pytest
 from golden_outputs import GOLDEN, compare, compute, models_yaml, record
 
@@ -41,11 +42,138 @@ print(json.dumps(keys, sort_keys=True))
 """
 
 
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory) -> tuple[Path, dict]:
+    """Every output of the fixture as this code makes it (its folder, its entries with their judges), computed once."""
+    root = tmp_path_factory.mktemp("golden")
+    return root, compute(root)
+
+
 @pytest.mark.slow
 @pytest.mark.model
-def test_every_stage_output_is_the_recorded_one_or_its_version_was_bumped(tmp_path):
-    problems = compare(json.loads(GOLDEN.read_text()), compute(tmp_path))
+@pytest.mark.portable
+def test_every_stage_output_is_the_recorded_one_or_its_version_was_bumped(golden):
+    problems = compare(json.loads(GOLDEN.read_text()), golden[1])
     assert problems == []
+
+
+def _swap_apart(rows: list[list], gap: float) -> tuple[list[list], str, str, str]:
+    """``rows`` of a run with the first two neighbours of a query whose scores are more than ``gap`` apart swapped."""
+    for i in range(len(rows) - 1):
+        (q, a, _, sa), (q2, b, _, sb) = rows[i], rows[i + 1]
+        if q == q2 and sa - sb > gap:
+            out = [list(r) for r in rows]
+            out[i][1], out[i + 1][1] = b, a
+            return out, q, a, b
+    raise AssertionError(f"no neighbours more than {gap:g} apart")
+
+
+def _bm25_k1(k1: float):
+    """golden_outputs.models_yaml with the bm25 model's k1 changed: a changed BM25 setting, its version not bumped."""
+    production = golden_outputs.models_yaml
+
+    def changed(root: Path) -> str:
+        text = production(root)
+        assert "{name: bm25, kind: bm25, settings: {k1: 1.2," in text
+        return text.replace("{name: bm25, kind: bm25, settings: {k1: 1.2,", f"{{name: bm25, kind: bm25, settings: {{k1: {k1},", 1)
+
+    return changed
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.portable
+def test_a_change_beyond_the_rule_differs_in_the_golden_check(golden, tmp_path, monkeypatch):
+    """Under every lane: a pair of documents further apart than τ swapped, a metric outside its tie bound, a vector
+    moved by more than ε, and a changed BM25 setting each fail the check, named and said to differ."""
+    from medbench_release.tolerance import widened
+
+    recorded, (_, now) = json.loads(GOLDEN.read_text()), golden
+    run = now["minilm/run"]
+    rows, q, a, b = _swap_apart(run["output"]["rows"], 2 * widened(run["_judge"].tau.tau, golden_outputs.RHO))
+    swapped = golden_outputs.problem("minilm/run", recorded["minilm/run"], {**run, "output": {**run["output"], "rows": rows}})
+    assert "minilm/run: output changed without a version bump" in swapped and f"beyond τ, first: query {q}: " in swapped, swapped
+
+    metrics = now["minilm/metrics"]
+    low = metrics["_judge"].bounds.low["ndcg_at_10"]
+    moved = {**metrics["output"], "mean": {**metrics["output"]["mean"], "ndcg_at_10": low - 0.01}}
+    changed = golden_outputs.problem("minilm/metrics", recorded["minilm/metrics"], {**metrics, "output": moved})
+    assert "minilm/metrics: output changed without a version bump" in changed and "made now: ndcg_at_10: " in changed, changed
+
+    emb = now["minilm/embeddings"]
+    corpus = [list(r) for r in emb["output"]["corpus"]]
+    corpus[0][0] += 3 * golden_outputs.ARRAY_TOLERANCE
+    vectors = golden_outputs.problem("minilm/embeddings", recorded["minilm/embeddings"], {**emb, "output": {**emb["output"], "corpus": corpus}})
+    assert "minilm/embeddings: output changed without a version bump" in vectors and "differs: corpus: " in vectors and "> ε 1e-05" in vectors, vectors
+
+    monkeypatch.setattr(golden_outputs, "models_yaml", _bm25_k1(1.3))
+    problems = compare(recorded, compute(tmp_path, {"bm25"}))  # other scores, the same rankings: the metrics hold
+    assert {"bm25/embeddings", "bm25/run"} <= _names(problems) and all(n.startswith("bm25/") for n in _names(problems)), problems
+    assert all("output changed without a version bump" in p and "(exact work)" in p for p in problems), problems
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.portable
+def test_the_golden_artifacts_reproduce_the_recorded_version(golden):
+    """``medbench reproduce``'s compare (compare_version) against tests/core/golden_version.json, made on another
+    machine or kernel path: every artifact identical or within the rule, under every lane."""
+    import golden_version
+
+    from medbench_release.compare import OK
+
+    record = json.loads(golden_version.VERSION.read_text())
+    results = golden_version.judge(golden[0], record)
+    assert len(results) == len(record["artifacts"]) >= 4 * 4 * 2
+    bad = {r.label: [f"{n}: {f.get('detail')}" for n, f in r.files.items() if f["verdict"] not in OK] for r in results if r.verdict not in OK}
+    assert bad == {}
+    assert all(r.rule for r in results)  # every verdict names its rule
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.portable
+def test_a_change_beyond_the_rule_differs_in_the_reproduce_compare(golden, tmp_path, monkeypatch):
+    """The same changes, made to the rebuilt artifacts (a copy): ``medbench reproduce``'s compare says they differ."""
+    import golden_version
+    import polars as pl
+
+    from medbench_core.storage import MANIFEST, write_manifest
+    from medbench_release.tolerance import ARRAY_TOLERANCE, score_tolerance
+
+    def rewrite_manifest(folder: Path) -> None:
+        write_manifest(folder, sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST))
+
+    root = tmp_path / "rebuilt"
+    shutil.copytree(golden[0], root, ignore=shutil.ignore_patterns("hub", "hf_modules", "bounds"))
+    art = root / "artifacts"
+    # minilm x text: two neighbours further apart than τ swapped.
+    run_dir = art / "minilm" / "text" / "run"
+    run = pl.read_parquet(run_dir / "run.parquet")
+    tau = score_tolerance([np.load(run_dir / "query_embeddings.npy")], [np.load(art / "minilm" / "text" / "embeddings" / "corpus.npy")], ARRAY_TOLERANCE).tau
+    rows, q, a, b = _swap_apart([list(r) for r in run.select("query_id", "doc_id", "rank", "score").iter_rows()], 2 * tau)
+    run.with_columns(pl.Series("doc_id", [r[1] for r in rows], dtype=run.schema["doc_id"])).write_parquet(run_dir / "run.parquet", statistics=False)
+    rewrite_manifest(run_dir)
+    # clip x images: a metric moved by 0.05.
+    metrics_dir = art / "clip" / "images" / "metrics"
+    doc = json.loads((metrics_dir / "metrics.json").read_text())
+    doc["mean"]["ndcg_at_10"] += 0.05
+    (metrics_dir / "metrics.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    rewrite_manifest(metrics_dir)
+    # bm25: built with k1 1.3, its version not bumped.
+    monkeypatch.setattr(golden_outputs, "models_yaml", _bm25_k1(1.3))
+    other = tmp_path / "k1"
+    compute(other, {"bm25"})
+    shutil.rmtree(art / "bm25")
+    shutil.copytree(other / "artifacts" / "bm25", art / "bm25")
+
+    by = {r.label: r for r in golden_version.judge(root)}
+    assert by["run minilm x text"].verdict == "differs" and f"query {q}: " in by["run minilm x text"].files["run.parquet"]["detail"]
+    assert by["metrics clip x images"].verdict == "differs" and "ndcg_at_10" in by["metrics clip x images"].files["metrics.json"]["detail"]
+    assert by["embeddings bm25 x text"].verdict == by["run bm25 x text"].verdict == "differs"
+    assert "exact" in by["run bm25 x text"].rule
+    untouched = [r for label, r in by.items() if r.model in ("colbert",) or (r.model == "clip" and r.task != "images")]
+    assert untouched and all(r.verdict in ("identical", "within_tolerance") for r in untouched)
 
 
 def test_every_registered_kind_has_a_model_in_the_fixture(tmp_path):
@@ -126,8 +254,17 @@ def test_record_only_merges_and_rewrites_only_what_differs(tmp_path, monkeypatch
     path.write_text(json.dumps(damaged, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
     monkeypatch.setattr(golden_outputs, "GOLDEN", path)
     assert golden_outputs.main(["--record", "--only", "bm25"]) == 0
-    assert json.loads(path.read_text()) == recorded  # the other models' entries all kept
-    assert path.read_text() == GOLDEN.read_text()  # byte for byte: entries that hold are written as recorded
+    again = json.loads(path.read_text())
+    assert golden_outputs.outputs(again) == golden_outputs.outputs(recorded)  # the other models' entries all kept
+    # What the two rewritten entries were made with is kept beside them; the entries that held keep theirs.
+    for name in ("bm25/frenchmedmcqa/index", "bm25/run"):
+        made = golden_outputs.recorded_environment(name, again)
+        assert made is not None and {"cpu", "kernels", "libraries"} <= set(made) and made["kernels"]["torch"]["cpu_capability"]
+    assert golden_outputs.recorded_environment("minilm/run", again) == golden_outputs.recorded_environment("minilm/run", recorded)
+    mine = {k: v for k, v in again.items() if k != golden_outputs.RECORDED_ON} | {golden_outputs.RECORDED_ON: recorded.get(golden_outputs.RECORDED_ON)}
+    mine = {k: v for k, v in mine.items() if v is not None}
+    # byte for byte but for the environments: entries that hold are written as recorded
+    assert json.dumps(mine, indent=1, sort_keys=True, ensure_ascii=False) + "\n" == GOLDEN.read_text()
 
 
 def test_record_without_only_removes_what_is_no_longer_made_and_keeps_what_holds():
@@ -142,7 +279,8 @@ def test_record_without_only_removes_what_is_no_longer_made_and_keeps_what_holds
 def library_copy(tmp: Path) -> Path:
     """The library, the registry and the golden-output check in a fresh folder (changed by the tests)."""
     copy = tmp / "copy"
-    shutil.copytree(ROOT / "medbench_core", copy / "medbench_core", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("medbench_core", "medbench_release"):  # the library and the rule its golden outputs are judged by
+        shutil.copytree(ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "tests" / "core").mkdir(parents=True)
     for name in ("golden_outputs.py", "golden_outputs.json", "tiny_models.py"):
         shutil.copy(ROOT / "tests" / "core" / name, copy / "tests" / "core" / name)
