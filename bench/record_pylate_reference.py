@@ -8,7 +8,10 @@ exactly, and 1.0.0 does not import with 6.x), so this runs in a separate environ
     /tmp/pylate/bin/python bench/record_pylate_reference.py
 
 The tests (tests/core/test_colbert_kind.py, tests/cli/test_run_new_kinds.py) build the same model with
-the same code and compare medbench's ColBERT with these numbers (scores to 1e-5, the same top 10).
+the same code and compare medbench's ColBERT with these numbers by the one rule of
+medbench_release/tolerance.py (token vectors within ε, MaxSim scores and the top 10 up to ties within
+the τ that follows), on any machine and kernel path; ``made_with`` records this one's (CPU, kernel
+paths, libraries: medbench_release.kernels).
 """
 
 from __future__ import annotations
@@ -47,8 +50,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = tiny_colbert(Path(tmp) / "colbert", minilm=minilm)
         model = models.ColBERT(model_name_or_path=str(folder), device="cpu")
+        from medbench_release.kernels import environment
+
         arrays, meta = {}, {"pylate": pylate.__version__, "sentence_transformers": sentence_transformers.__version__,
-                            "transformers": transformers.__version__, "torch": torch.__version__, "sets": {}}  # fmt: skip
+                            "transformers": transformers.__version__, "torch": torch.__version__, "made_with": environment(), "sets": {}}  # fmt: skip
         for name, texts in reference_sets().items():
             q = model.encode([t for _, t in texts["queries"]], is_query=True, batch_size=4)
             d = model.encode([t for _, t in texts["docs"]], is_query=False, batch_size=4)

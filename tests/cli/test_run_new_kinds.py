@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -136,10 +137,15 @@ def test_uniir_remote_code_and_hf_hub_clip_run_to_mlflow_and_the_leaderboard(tmp
             np.testing.assert_allclose(got["score"].to_numpy(), [row[j] for j in order], atol=atol, err_msg=name)
         return run
 
-    # ColBERT: pylate's own MaxSim scores on these captions and passages (recorded by bench/record_pylate_reference.py).
+    # ColBERT: pylate's own outputs on these captions and passages (recorded by bench/record_pylate_reference.py),
+    # compared with the stored token vectors and run by the one rule (medbench_release/tolerance.py).
     ref = colbert.pylate_reference("m3r_cardiology")
     assert [t for _, t in ref["texts"]["queries"]] == task.queries["text"].to_list() and [t for _, t in ref["texts"]["docs"]] == task.doc_text()
-    assert_scores("colbert-tiny", ref["scores"], 1e-5)
+    stored = {s: _only_folder(data / "artifacts" / "colbert-tiny" / TASK / s) for s in ("embeddings", "run")}
+    colbert.assert_equals_recorded(
+        stored_run("colbert-tiny"), task.queries["query_id"].to_list(), task.corpus["doc_id"].to_list(), ref,
+        np.load(stored["run"] / "query_tokens.npy"), np.load(stored["embeddings"] / "tokens.npy"),
+    )  # fmt: skip
     plaid = stored_run("colbert-plaid")
     exact = stored_run("colbert-tiny")
     for qid in task.queries["query_id"].to_list():  # six documents: PLAID finds them all; 8-bit residuals keep the order of the best
@@ -174,6 +180,12 @@ def test_uniir_remote_code_and_hf_hub_clip_run_to_mlflow_and_the_leaderboard(tmp
     )
     dv = sets(tiny.encode(texts=task.doc_text()))
     assert_scores("late-tiny", np.array([[float((a @ b.T).max(axis=1).sum()) for b in dv] for a in qv]), 1e-5)
+
+
+def _only_folder(parent: Path) -> Path:
+    """The one artifact folder (key) under a stage's folder."""
+    (folder,) = sorted(parent.iterdir())
+    return folder
 
 
 def make_side(task, passages: pl.DataFrame):
