@@ -22,6 +22,8 @@ from medbench_release.tolerance import (
     tie_orderings,
 )
 
+pytestmark = pytest.mark.portable  # float32 sums of the kernel path at hand, against bounds worked out by hand
+
 
 def _run(rows: list[tuple[str, str, float]]) -> pl.DataFrame:
     """(query, doc, score) rows in rank order per query."""
@@ -151,3 +153,96 @@ def test_metric_bounds_hold_the_metrics_of_every_tie_ordering(tmp_path):
     assert problems == [] and outside == 0 and widest > 0
     problems, outside, _ = bounds.check({**bounds.low, "mrr_at_10": 0.25}, 1e-9)
     assert problems == ["mrr_at_10: recorded 0.25 outside [0.5, 1.0] (by 0.25)"] and outside == 0.25
+
+
+def test_maxsim_scores_of_token_vectors_moved_within_eps_stay_within_tau():
+    """A 3-D query array is a late-interaction query: τ covers MaxSim (a float32 sum over its tokens of each token's best
+    inner product), checked against brute force; it is about ``tokens`` times one inner product's."""
+    from medbench_core.retrieval import multivector as mv
+
+    rng = np.random.default_rng(5)
+    eps, tq, dim = 1e-5, 16, 32
+
+    def unit(x):
+        return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+    q = unit(rng.standard_normal((6, tq, dim)))
+    lens = rng.integers(3, 20, 40)
+    d = unit(rng.standard_normal((int(lens.sum()), dim)))
+    offsets = np.concatenate([[0], np.cumsum(lens)])
+    tol = score_tolerance([q], [d], eps)
+    single = score_tolerance([q.reshape(-1, dim)], [d], eps)
+    assert tol.terms == tq and single.terms == 1 and tol.tau > tq * single.tau and "MaxSim over 16 query tokens" in tol.describe()
+    s = mv.maxsim(q, d, offsets)
+    worst = 0.0
+    for _ in range(3):
+        qp = (q + rng.choice([-eps, eps], q.shape)).astype(np.float32)
+        dp = (d + rng.choice([-eps, eps], d.shape)).astype(np.float32)
+        sp = mv.maxsim(qp, dp, offsets)
+        pair = (s[:, :, None] - s[:, None, :]) - (sp[:, :, None] - sp[:, None, :])
+        worst = max(worst, float(np.abs(pair).max()))
+    assert 0 < worst <= tol.tau
+    assert worst > single.tau  # one inner product's τ would not hold MaxSim
+
+
+def test_vectors_are_identical_within_eps_or_differ_naming_the_place():
+    from medbench_release.tolerance import rounding_of, vectors_verdict, widened
+
+    a = np.array([[0.5, 0.25], [0.125, -1.0]], dtype=np.float32)
+    assert vectors_verdict(a, a.copy()).verdict == "identical" and not vectors_verdict(a, a.copy()).moved
+    moved = a + np.float32(4e-6)
+    got = vectors_verdict(a, moved, 1e-5)
+    assert got.verdict == "within_tolerance" and got.moved and got.worst == pytest.approx(4e-6, rel=1e-2)
+    far = a.copy()
+    far[1, 0] += 3e-5
+    got = vectors_verdict(a, far, 1e-5, what="corpus")
+    assert got.verdict == "differs" and got.detail.startswith("corpus: ") and "at [1, 0]" in got.detail and "> ε 1e-05" in got.detail
+    assert vectors_verdict(a, a[:1]).verdict == "differs"  # another shape
+    # A value kept to 6 decimals stands for any within 5e-7 of it; a difference of two of them is off by 1e-6.
+    assert rounding_of(6) == 5e-7 and rounding_of(None) == 0.0 and widened(1e-4, 5e-7) == pytest.approx(1.01e-4)
+    assert vectors_verdict([0.123456], [0.1234564], 0.0, rho=5e-7).verdict == "within_tolerance"
+    assert vectors_verdict([0.123456], [0.1234566], 0.0, rho=5e-7).verdict == "differs"
+
+
+def test_metric_bounds_hold_the_upper_bounds_which_count_unjudged_documents_relevant(tmp_path):
+    """Three documents tied (grades 2, 1 and unjudged; two more of grade 2 not retrieved, so that no order is ideal):
+    nDCG's upper bound counts the unjudged one relevant at the top grade, so its best order puts the grade-1 document
+    last and its worst first; the orderings that count unjudged documents least relevant alone bound it too tightly.
+    Every order of the tie lies in the bounds."""
+    from itertools import permutations
+
+    from medbench_core.evaluation.scoring import flat_metrics, score
+    from medbench_core.taskdata.task import TaskMeta, make_task
+
+    qrels = pl.DataFrame({"query_id": ["q1"] * 4, "doc_id": ["r2", "r1", "r3", "r4"], "relevance": [2, 1, 2, 2]})
+    corpus = ["r2", "r1", "u1", "r3", "r4"]
+    queries = pl.DataFrame({"query_id": ["q1"], "text": ["q"]})
+    task = make_task(TaskMeta(name="t", source="test"), queries, pl.DataFrame({"doc_id": corpus, "text": corpus}), qrels)
+    scores = (0.5, 0.49999, 0.49998)  # one chain of ties within 1e-3; k = 10: a list that is not full
+    bounds = metric_bounds(task, _run([("q1", d, x) for d, x in zip(("r2", "r1", "u1"), scores)]), 1e-3, 10, tmp_path / "b")
+    upper = []
+    for order in permutations(("r2", "r1", "u1")):
+        out = tmp_path / "-".join(order)
+        out.mkdir()
+        got = flat_metrics(score(task, _run([("q1", d, x) for d, x in zip(order, scores)]), out))
+        assert bounds.check(got, 1e-9)[0] == [], order
+        upper.append(got["ndcg_upper_at_10"])
+    assert (bounds.low["ndcg_upper_at_10"], bounds.high["ndcg_upper_at_10"]) == (min(upper), max(upper))
+    least = []
+    for name, frame in zip(("best", "worst"), tie_orderings(_run([("q1", d, x) for d, x in zip(("r2", "r1", "u1"), scores)]), qrels, corpus, 1e-3, 10)):
+        (tmp_path / name).mkdir()
+        least.append(flat_metrics(score(task, frame, tmp_path / name))["ndcg_upper_at_10"])
+    assert min(upper) < min(least) or max(upper) > max(least)  # unjudged counted least relevant only: too tight
+
+
+def test_a_full_list_of_a_task_with_candidate_sets_takes_entering_documents_from_the_query_candidates(tmp_path):
+    """The last tie of a full list is open to the documents of the query's universe: its candidates, not the corpus."""
+    qrels = pl.DataFrame({"query_id": ["q1", "q1"], "doc_id": ["r1", "n1"], "relevance": [1, 0]})
+    corpus = ["x1", "r1", "n1", "u1", "c1"]  # x1: in the corpus, not among q1's candidates
+    run = _run([("q1", "r1", 0.9), ("q1", "n1", 0.5), ("q1", "u1", 0.49999)])  # n1 and u1 tied within 1e-3; k = 3: full
+    universe = {"q1": ["r1", "n1", "u1", "c1"]}
+    best, worst = tie_orderings(run, qrels, corpus, 1e-3, 3, universe=universe)
+    assert best["doc_id"].to_list() == ["r1", "n1", "u1"] and worst["doc_id"].to_list() == ["r1", "c1", "u1"]
+    best, worst = tie_orderings(run, qrels, corpus, 1e-3, 3, unjudged="most", universe=universe)
+    assert best["doc_id"].to_list() == ["r1", "u1", "c1"] and worst["doc_id"].to_list() == ["r1", "n1", "c1"]
+    assert tie_orderings(run, qrels, corpus, 1e-3, 3)[1]["doc_id"].to_list() == ["r1", "x1", "c1"]  # without candidates: the corpus
