@@ -94,3 +94,23 @@ def test_a_forked_command_past_its_timeout_is_killed_and_the_next_one_runs(probe
         forked.python_m("probe_module", "sleep", env=env, cwd=cwd, timeout=3)
     assert '"argv"' in caught.value.output and caught.value.stderr == "to stderr\n"
     assert forked.python_m("probe_module", env=env, cwd=cwd, timeout=60).returncode == 3
+
+
+@pytest.mark.portable
+def test_a_forked_command_takes_the_kernel_path_of_the_process_that_started_the_zygote():
+    """tests/portability.py runs each lane as a pytest process of its own: the zygote is that process's child, started
+    with the lane's environment (ATEN_CPU_CAPABILITY is read when torch is imported, FAISS_SIMD_LEVEL when faiss is),
+    so a command forked from it takes the lane's kernel path, and no lane's torch is another's."""
+    import faiss
+    import torch
+
+    before = forked._SHARED[os.getpid()].count if os.getpid() in forked._SHARED else 0
+    out = forked.python_m("medbench_release.kernels", env=forked.base_env(), cwd=forked.ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert forked._SHARED[os.getpid()].count == before + 1  # forked, not started afresh
+    kernels = json.loads(out.stdout)["kernels"]
+    assert kernels["torch"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert kernels["torch"]["threads"] == torch.get_num_threads()
+    assert kernels["faiss"].get("simd_level") == (faiss.SIMDConfig.get_level_name() if hasattr(faiss, "SIMDConfig") else None)
+    if os.environ.get("ATEN_CPU_CAPABILITY"):
+        assert kernels["torch"]["cpu_capability"] == os.environ["ATEN_CPU_CAPABILITY"].upper()
