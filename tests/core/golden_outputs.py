@@ -25,7 +25,8 @@ longer made); ``--record --only X`` merges X's entries into the file and removes
 The file: one entry per output, ``{"versions": ..., "tolerance": "exact" | "neural", "output": ...}``,
 and one key that is not an output, ``_recorded_on``: ``{id: {"environment": <medbench_release.kernels
 environment: CPU, kernel paths, libraries>, "entries": [names]}}``, what each entry recorded since
-issue 43 was made with (``--record`` keeps it; an entry in no group was recorded before). Outputs of
+issue 43 was made with (``--record`` files the entries it writes under this machine's), and
+``{"before-issue-43": {"environment": {...}}}``, what is known of the entries in no group. Outputs of
 ``exact`` work (ids, BM25, curated tasks, contracts, fused ranks of exact runs, the leaderboard and
 reports of exact models) must be equal. ``neural`` outputs (a model's float work, and what is built
 on it) keep their numbers, rounded to 6 places, and are judged by the one rule of
@@ -1001,25 +1002,31 @@ def record(
     """The recorded outputs with ``now``'s entries that differ (or are new) written in; entries that still hold are
     kept as recorded. Without ``only`` the entries no longer made are removed; with it, nothing is.
     ``environment`` (medbench_release.kernels): what the written entries were made with, kept under
-    :data:`RECORDED_ON` (``{id: {"environment": ..., "entries": [...]}}``; an entry in no group was recorded
-    before environments were kept). Returns ``(outputs, written, removed)``."""
+    :data:`RECORDED_ON` (``{id: {"environment": ..., "entries": [...]}}``; the one group without ``entries``
+    says what is known of the entries in no group, recorded before environments were kept).
+    Returns ``(outputs, written, removed)``."""
     old = outputs(recorded)
     written = [name for name, entry in now.items() if problem(name, old.get(name), entry)]
     merged = dict(old) if only else {k: v for k, v in old.items() if k in now}
     merged.update({name: _recordable(now[name]) for name in written})
-    groups = {i: {**g, "entries": [e for e in g["entries"] if e in merged and e not in written]} for i, g in recorded.get(RECORDED_ON, {}).items()}
+    kept = recorded.get(RECORDED_ON, {})
+    groups = {i: {**g, "entries": [e for e in g["entries"] if e in merged and e not in written]} for i, g in kept.items() if "entries" in g}
     if written and environment is not None:
         key = hashlib.sha256(json.dumps(environment, sort_keys=True).encode()).hexdigest()[:12]
         groups.setdefault(key, {"environment": environment, "entries": []})["entries"] += written
     groups = {i: {**g, "entries": sorted(g["entries"])} for i, g in groups.items() if g["entries"]}
+    groups |= {i: g for i, g in kept.items() if "entries" not in g}  # the entries in no group: what is known of them
     if groups:
         merged[RECORDED_ON] = groups
     return merged, written, sorted(set(old) - set(merged))
 
 
 def recorded_environment(name: str, recorded: dict[str, Any]) -> dict[str, Any] | None:
-    """What entry ``name`` was recorded with (machine, kernel paths, libraries), or None when it was recorded before that was kept."""
-    return next((g["environment"] for g in recorded.get(RECORDED_ON, {}).values() if name in g["entries"]), None)
+    """What entry ``name`` was recorded with (machine, kernel paths, libraries), or what is known of the entries recorded
+    before that was kept (the group without ``entries``), or None."""
+    groups = recorded.get(RECORDED_ON, {})
+    found = next((g["environment"] for g in groups.values() if name in g.get("entries", ())), None)
+    return found if found is not None else next((g["environment"] for g in groups.values() if "entries" not in g), None)
 
 
 def main(argv: list[str] | None = None) -> int:
