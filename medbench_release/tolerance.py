@@ -427,18 +427,36 @@ class MetricBounds:
     per_query_high: pl.DataFrame
     tau: float
     results: tuple[dict[str, Any], ...] = ()  # the scorer's whole results (metrics.json) of each ordering
+    ties_within_tau: dict[str, int] = field(default_factory=dict)  # metrics.json's "ties" counts where every tie within τ were exact
 
     def check_results(self, recorded: dict[str, Any], slack: float = METRIC_TOLERANCE) -> list[str]:
-        """A recorded ``metrics.json`` against the bound: its metrics by :meth:`check`; every other number (hole counts,
-        query counts) between the two orderings' values; everything else (file lists, names) equal to theirs."""
+        """A recorded ``metrics.json`` against the bound: its metrics by :meth:`check`; each language's gap to the best
+        language by interval arithmetic over the languages' bounds; the counts of queries with exactly tied scores
+        between 0 and the queries whose run has a tie within τ (an exact tie is a float coincidence a tie within τ
+        may or may not keep); every other number (hole counts, query counts) between the orderings' values;
+        everything else (file lists, names) equal to theirs."""
         from medbench_core.evaluation.scoring import flat_metrics
 
         problems = self.check(flat_metrics(recorded), slack)[0]
+        for lang, v in sorted(recorded.get("cross_lingual_gap", {}).items()):
+            lo, hi = self.gap_bound(lang)
+            if not (lo - slack <= float(v) <= hi + slack):
+                problems.append(f"cross_lingual_gap.{lang}: recorded {v!r} outside [{lo!r}, {hi!r}]")
         if self.results:
-            covered = {"mean", "ci", "breakdowns", "cross_lingual_gap"}  # what flat_metrics holds
-            rest = {k: v for k, v in recorded.items() if k not in covered}
-            problems += results_between(rest, *({k: v for k, v in r.items() if k not in covered} for r in self.results), slack=slack)
+            covered = {"mean", "ci", "breakdowns", "cross_lingual_gap", "tie_aware", "chance", "chance_corrected"}  # judged above
+            computed = [{k: v for k, v in r.items() if k not in covered} for r in self.results]
+            if "ties" in computed[0]:
+                computed.append({**computed[0], "ties": {**computed[0]["ties"], **self.ties_within_tau}})
+            problems += results_between({k: v for k, v in recorded.items() if k not in covered}, *computed, slack=slack)
         return problems
+
+    def gap_bound(self, lang: str, metric: str = "ndcg_at_10") -> tuple[float, float]:
+        """The range of ``cross_lingual_gap[lang]`` (the best language's ``metric`` minus ``lang``'s) over the tie reorderings."""
+        langs = [k for k in self.low if k.startswith("language.") and k.endswith("." + metric)]
+        mine = f"language.{lang}.{metric}"
+        if not langs or mine not in self.low:
+            return (math.nan, math.nan)
+        return max(0.0, max(self.low[x] for x in langs) - self.high[mine]), max(self.high[x] for x in langs) - self.low[mine]
 
     def check(self, recorded: dict[str, float], slack: float) -> tuple[list[str], float, float]:
         """(problems, largest distance of a recorded metric from the bound, widest bound) for ``recorded``."""
@@ -506,7 +524,10 @@ def metric_bounds(task: Any, run: pl.DataFrame, tau: float, k: int, work: Path) 
     metrics = [c for c in every.columns if c != "query_id" and every.schema[c].is_numeric()]
     lo = every.group_by("query_id", maintain_order=True).agg(pl.col(metrics).min())
     hi = every.group_by("query_id", maintain_order=True).agg(pl.col(metrics).max())
-    return MetricBounds(low, high, lo, hi, tau, tuple(results))
+    chains = [_clusters(scores, tau) for _, scores in ranked_lists(run).values()]
+    tied = sum(any(b - a >= 2 for a, b in c) for c in chains)
+    ties = {"queries_tied": tied, "queries_tie_continued": sum(bool(c) and c[-1][1] - c[-1][0] >= 2 for c in chains)}
+    return MetricBounds(low, high, lo, hi, tau, tuple(results), ties)
 
 
 def results_between(recorded: Any, *computed: Any, slack: float = METRIC_TOLERANCE, path: str = "") -> list[str]:

@@ -246,3 +246,23 @@ def test_a_full_list_of_a_task_with_candidate_sets_takes_entering_documents_from
     best, worst = tie_orderings(run, qrels, corpus, 1e-3, 3, unjudged="most", universe=universe)
     assert best["doc_id"].to_list() == ["r1", "u1", "c1"] and worst["doc_id"].to_list() == ["r1", "n1", "c1"]
     assert tie_orderings(run, qrels, corpus, 1e-3, 3)[1]["doc_id"].to_list() == ["r1", "x1", "c1"]  # without candidates: the corpus
+
+
+def test_the_counts_of_exactly_tied_queries_lie_between_none_and_those_with_a_tie_within_tau(tmp_path):
+    """metrics.json's ``ties`` counts the queries whose scores tie exactly: a float coincidence that a tie within τ may keep
+    on one machine and not on another, so the rule holds them between 0 and the queries with a tie within τ."""
+    import json
+
+    from medbench_core.evaluation.scoring import score
+    from medbench_core.taskdata.task import TaskMeta, make_task
+
+    queries = pl.DataFrame({"query_id": ["q1"], "text": ["q"]})
+    task = make_task(TaskMeta(name="t", source="test"), queries, pl.DataFrame({"doc_id": CORPUS, "text": CORPUS}), QRELS)
+    bounds = metric_bounds(task, TIES, 1e-3, 3, tmp_path / "b")
+    assert bounds.ties_within_tau == {"queries_tied": 1, "queries_tie_continued": 0}  # n1 and r1 within 1e-3; n3 alone last
+    (tmp_path / "m").mkdir()
+    score(task, TIES, tmp_path / "m")
+    made = json.loads((tmp_path / "m" / "metrics.json").read_text())
+    assert made["ties"]["queries_tied"] == 0 and bounds.check_results(made) == []  # 0.5 and 0.49995: no exact tie here
+    assert bounds.check_results({**made, "ties": {**made["ties"], "queries_tied": 1}}) == []  # exactly tied elsewhere: allowed
+    assert bounds.check_results({**made, "ties": {**made["ties"], "queries_tied": 2}}) == ["ties.queries_tied: recorded 2 outside [0, 1]"]
