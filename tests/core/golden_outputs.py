@@ -934,6 +934,8 @@ def judged(old: Any, entry: dict[str, Any]) -> str | None:
     from medbench_release.tolerance import compare_rankings, results_between, widened
 
     new, judge = entry["output"], entry.get("_judge")
+    if entry["tolerance"] not in TOLERANCES:
+        raise ValueError(f"tolerance {entry['tolerance']!r}: not one of {TOLERANCES}")
     if entry["tolerance"] == "exact":
         found = _exact(old, new)
         return f"{found} (exact work)" if found else None
