@@ -32,7 +32,7 @@ import numpy as np
 
 from medbench_core.storage import read_manifest
 from medbench_core.yaml_file import load_yaml
-from medbench_release.tolerance import ARRAY_TOLERANCE, METRIC_TOLERANCE  # noqa: F401 -- the rule's, named here for version files' readers
+from medbench_release.tolerance import ARRAY_TOLERANCE, METRIC_TOLERANCE, faiss_vectors  # noqa: F401 -- the rule's, named here too
 
 FORMAT = 2
 # The artifacts of a version, upstream first: a difference in one explains those after it.
@@ -145,17 +145,6 @@ def array_probe(arr: np.ndarray) -> dict[str, Any]:
         "values": _pack(a[rows]) if rows else "",
         "sum": float(a.astype(np.float64).sum()),
     }
-
-
-def faiss_vectors(path: Path) -> np.ndarray | None:
-    """Every vector of a FAISS index (None for index types that cannot give them back)."""
-    import faiss
-
-    index = faiss.read_index(str(path))
-    try:
-        return index.reconstruct_n(0, index.ntotal)
-    except RuntimeError:
-        return None
 
 
 def describe_file(path: Path, sha256: str, size: int) -> dict[str, Any]:

@@ -185,14 +185,23 @@ def _float_arrays(folder: Path | None) -> list[np.ndarray]:
     return out
 
 
+def faiss_vectors(path: Path) -> np.ndarray | None:
+    """Every vector of a FAISS index (None for index types that cannot give them back)."""
+    import faiss
+
+    index = faiss.read_index(str(path))
+    try:
+        return index.reconstruct_n(0, index.ntotal)
+    except RuntimeError:
+        return None
+
+
 def partition_vectors(run: Path | None, embeddings: Path | None, index: Path | None) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The vectors a run's scores come from: the queries' (float arrays kept with the run) and the documents'
     (float arrays of the embeddings artifact, else the vectors of its FAISS index). Empty where there are none (BM25)."""
     queries = _float_arrays(run)
     docs = _float_arrays(embeddings)
     if not docs and index is not None:
-        from medbench_release.record import faiss_vectors
-
         for p in sorted(index.glob("*.faiss")):
             v = faiss_vectors(p)
             if v is not None:
