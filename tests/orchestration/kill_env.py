@@ -231,6 +231,7 @@ class KillBed:
     env: dict
     workspace: Path
     processes: list[subprocess.Popen] = field(default_factory=list)
+    log_dir: Path | None = None
 
     @property
     def data(self) -> Path:
@@ -238,6 +239,17 @@ class KillBed:
 
     def instance(self) -> dg.DagsterInstance:
         return self.world.instance()
+
+    def retries_armed(self, instance: dg.DagsterInstance, timeout: float = 240) -> None:
+        """Wait for the daemon's first pass over run failures: Dagster's run-retry daemon starts its cursor at
+        the newest event on that pass and never retries a run that failed before it."""
+        key = "EVENT_LOG_CONSUMER_CURSOR-RUN_FAILURE"  # dagster/_daemon/auto_run_reexecution/event_log_consumer.py
+        wait_for("the daemon's run-retry cursor", lambda: instance.daemon_cursor_storage.get_cursor_values({key}).get(key), timeout, state=self.daemon_log)
+
+    def daemon_log(self) -> str:
+        """The daemon's log, its last lines: where a test gave up waiting for the daemon, what it did."""
+        log = self.log_dir / "daemon.log" if self.log_dir else None
+        return "daemon log:\n" + log.read_text(errors="replace")[-3000:] if log and log.exists() else "no daemon log"
 
     def hold(self, stage: str, model: str, task: str) -> Path:
         """Ask the first attempt of ``stage`` of model x task to stop there; returns the file its pid will be in."""
@@ -288,7 +300,7 @@ def start_bed(world: World, log_dir: Path) -> KillBed:
     workspace = world.root / "workspace.yaml"
     server = {"host": "127.0.0.1", "port": port, "location_name": "medbench"}
     workspace.write_text(yaml.safe_dump({"load_from": [{"grpc_server": server}]}))
-    bed = KillBed(world, world_process_env(world), workspace)
+    bed = KillBed(world, world_process_env(world), workspace, log_dir=log_dir)
     code_server = [sys.executable, "-m", "dagster", "api", "grpc", "--host", "127.0.0.1", "--port", str(port)]
     code_server += ["--python-file", str(Path(__file__)), "--attribute", "defs", "--working-directory", str(ROOT)]
     code_server += ["--location-name", "medbench"]

@@ -186,13 +186,15 @@ def test_a_killed_run_worker_fails_the_run_and_its_retry_recomputes_nothing_that
         assert [k.split("/")[3] for k in embeddings] == ["embeddings"]
         hashes, ids = manifest_hashes(bed.data), mlflow_ids(bed)
 
+        bed.retries_armed(instance)
         killed = kill_tree(worker)
         assert step in killed
         failed = finished(instance, run_id, bed)
         assert failed.status == dg.DagsterRunStatus.FAILURE
 
         # The daemon retries a crashed run (run_retries), from failure.
-        (retry,) = wait_for("the daemon's retry of the killed run", lambda: child_runs(instance, run_id), RUN_TIMEOUT, progress=lambda: last_event(instance))
+        retried = lambda: child_runs(instance, run_id)  # noqa: E731
+        (retry,) = wait_for("the daemon's retry of the killed run", retried, RUN_TIMEOUT, state=bed.daemon_log, progress=lambda: last_event(instance))
         retry = finished(instance, retry.run_id, bed)
         assert retry.status == dg.DagsterRunStatus.SUCCESS, failure_messages(instance, retry.run_id)
         assert retry.tags["dagster/retry_number"] == "1"  # an automatic retry (default strategy FROM_FAILURE)
