@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,10 @@ from tests import forked
 
 PROBE = """
 import atexit, json, os, sys, threading, time
+if sys.argv[1:] == ["seeds"]:
+    import random, numpy, torch
+    print(json.dumps({"random": random.random(), "numpy": numpy.random.random(), "torch": torch.initial_seed(), "hash": hash("medbench")}))
+    sys.exit(0)
 atexit.register(lambda: print("atexit", flush=True))
 threading.Thread(target=lambda: (time.sleep(0.3), print("thread", flush=True))).start()
 print(json.dumps({"argv": sys.argv, "name": __name__, "cwd": os.getcwd(), "path": sys.path, "var": os.environ.get("MEDBENCH_PROBE"),
@@ -114,3 +119,140 @@ def test_a_forked_command_takes_the_kernel_path_of_the_process_that_started_the_
     assert kernels["faiss"].get("simd_level") == (faiss.SIMDConfig.get_level_name() if hasattr(faiss, "SIMDConfig") else None)
     if os.environ.get("ATEN_CPU_CAPABILITY"):
         assert kernels["torch"]["cpu_capability"] == os.environ["ATEN_CPU_CAPABILITY"].upper()
+
+
+def _hold_until_the_command_ended(zygote: forked.Zygote) -> None:
+    """Wait until the zygote wrote both lines of the command in flight (its pid, then its exit) into the pipe,
+    unread: the byte count waiting is longer than any pid line (pids have at most 7 digits on Linux)."""
+    import fcntl
+    import struct
+    import termios
+    import time
+
+    longest_pid_line = len(json.dumps({"id": str(zygote.out), "pid": 4194304})) + 1
+    deadline = time.monotonic() + 60
+    while True:
+        waiting = struct.unpack("i", fcntl.ioctl(zygote.proc.stdout.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+        if waiting > longest_pid_line:
+            return
+        assert time.monotonic() < deadline, f"the command did not end ({waiting} bytes waiting)"
+        time.sleep(0.05)
+
+
+def test_a_command_that_ended_before_its_pid_was_read_is_not_waited_for_nor_killed(probe, monkeypatch):
+    """The race of issue 50, made certain: the command ends, and the zygote writes its pid and exit lines, before
+    the pid is read. A reader that buffers both lines then waits on the pipe for a line it already holds."""
+    import time
+
+    env, cwd = probe
+    forked.python_m("probe_module", env=env, cwd=cwd, timeout=60)  # the shared zygote, started
+    read = forked.Zygote._read
+
+    def read_late(self, *fields, **kw):
+        if "pid" in fields:
+            _hold_until_the_command_ended(self)
+        return read(self, *fields, **kw)
+
+    killed = []
+    real_kill = os.kill
+    monkeypatch.setattr(forked.Zygote, "_read", read_late)
+    monkeypatch.setattr(os, "kill", lambda pid, sig: (killed.append(pid), real_kill(pid, sig)))
+    t = time.monotonic()
+    out = forked.python_m("probe_module", "a", env=env, cwd=cwd, timeout=5)
+    assert out.returncode == 3 and json.loads(out.stdout.splitlines()[0])["argv"][1:] == ["a"]
+    assert time.monotonic() - t < 5 and killed == []  # its end was seen at once; no signal went to the pid it had
+
+
+def test_each_child_draws_its_own_random_numbers_as_a_new_interpreter_does(probe):
+    env, cwd = probe
+    a, b = (json.loads(forked.python_m("probe_module", "seeds", env=env, cwd=cwd, timeout=60).stdout) for _ in range(2))
+    zygote = forked._SHARED[os.getpid()]
+    # Seeded afresh in each child, as each new process seeds them (torch's initial seed too: it differs between processes).
+    assert a["random"] != b["random"] and a["numpy"] != b["numpy"] and a["torch"] != b["torch"]
+    # The hash seed is the zygote's, drawn at its start (the module's docstring): the same in both children.
+    assert a["hash"] == b["hash"] and zygote.hash_seed.isdigit()
+    real = subprocess.run([sys.executable, "-c", "print(hash('medbench'))"], env={**env, "PYTHONHASHSEED": zygote.hash_seed},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert int(real.stdout) == a["hash"]  # that seed, and no other, is what the children hash with
+
+
+ZYGOTE_RESOURCES = """
+import atexit, os, tempfile
+FOLDER = tempfile.TemporaryDirectory(prefix="zygote-")  # a weakref.finalize removes it at exit
+atexit.register(print, "the zygote's bound handler ran", flush=True)  # bound to this process's arguments
+def module_level():
+    print("the module-level handler ran", flush=True)
+atexit.register(module_level)
+"""
+
+
+def test_a_child_runs_the_module_level_exit_handlers_and_leaves_the_zygotes_objects_alone(probe, tmp_path):
+    env, cwd = probe
+    code = Path(env["PYTHONPATH"])
+    (code / "zygote_resources.py").write_text(ZYGOTE_RESOURCES)
+    (code / "folder_of_zygote.py").write_text("import sys, zygote_resources\nprint(zygote_resources.FOLDER.name)\n")
+    base = {**forked.base_env(), "PYTHONPATH": f"{forked.ROOT}{os.pathsep}{code}"}
+    zygote = forked.Zygote(tmp_path / "zygote", env=base, preload=("zygote_resources",))
+    try:
+        assert zygote.ready["exit_handlers"] == ["finalize._exitfunc", "module_level"] and zygote.ready["bound_exit_handlers"] == ["print"]
+        assert zygote.ready["unrecorded_exit_handlers"] == 0
+        zygote.submit("folder_of_zygote", env=base, cwd=cwd)
+        assert zygote.result(timeout=60) == 0
+        said = zygote.out.read_text().splitlines()
+        folder = Path(said[0])
+        assert said[1:] == ["the module-level handler ran"]  # not the bound one
+        assert folder.is_dir()  # the zygote's temporary folder outlived the child's exit
+    finally:
+        zygote.close()
+    assert not folder.exists()  # ... and went with the zygote
+
+
+def test_the_zygote_refuses_to_fork_while_a_thread_it_cannot_vouch_for_runs(probe, tmp_path):
+    env, cwd = probe
+    code = Path(env["PYTHONPATH"])
+    (code / "starts_a_thread.py").write_text("import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), name='poller', daemon=True).start()\n")
+    base = {**forked.base_env(), "PYTHONPATH": f"{forked.ROOT}{os.pathsep}{code}"}
+    zygote = forked.Zygote(tmp_path / "zygote", env=base, preload=("starts_a_thread",))
+    try:
+        with pytest.raises(forked.NotForked, match=r"Python threads alive in the zygote: \['poller'\]"):
+            zygote.submit("probe_module", env=base, cwd=cwd)
+        assert zygote.pid is None and zygote.proc.poll() is None  # nothing started; the zygote still answers
+    finally:
+        zygote.stop()
+
+
+def test_the_thread_pools_the_preloaded_libraries_leave_running_work_in_a_forked_child(probe):
+    """The threads a fork copies (tests/forked.py's FORK_SAFE_THREADS) were alive in the zygote, and every pool of
+    the preloaded libraries then runs parallel work in the child to the values this process computes."""
+    from tests import fork_pools
+
+    env, cwd = probe
+    forked.python_m("probe_module", env=env, cwd=cwd, timeout=60)
+    zygote = forked._SHARED[os.getpid()]
+    assert {"jemalloc_bg_thd", "polars-ooc-clea", "(unnamed)"} <= set(zygote.threads) <= set(forked.FORK_SAFE_THREADS)
+    before = zygote.count
+    out = forked.python_m("tests.fork_pools", env={**env, "PYTHONPATH": str(forked.ROOT)}, cwd=forked.ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert zygote.count == before + 1  # forked
+    said = json.loads(out.stdout)
+    assert said.pop("threads")["torch"] > 1  # work spread over threads, not one
+    assert said == fork_pools.results(threads=False)
+
+
+def test_medbench_test_fork_0_runs_every_command_as_a_process_of_its_own(probe, monkeypatch, tmp_path):
+    env, cwd = probe
+    forked.python_m("probe_module", env=env, cwd=cwd, timeout=60)
+    zygote = forked._SHARED[os.getpid()]
+    before = zygote.count
+    monkeypatch.setenv(forked.FORK_VAR, "0")
+    out = forked.python_m("probe_module", "a", env=env, cwd=cwd, timeout=60)
+    assert out.returncode == 3 and zygote.count == before  # not forked
+    assert "HF_HUB_OFFLINE" not in forked.base_env() or "HF_HUB_OFFLINE" in os.environ  # no offline switch of the harness's own
+    # A test's own commands (tests/cli/command.py's Forked): real processes, a prelude run before the module as -m runs it.
+    runner = forked.commands(tmp_path / "runs", prelude="print('prelude', flush=True)")
+    assert isinstance(runner, forked.Spawned)
+    runner.submit("probe_module", "b", env=env, cwd=cwd)
+    assert runner.result(timeout=60) == 3
+    said = runner.out.read_text().splitlines()
+    real = subprocess.run([sys.executable, "-m", "probe_module", "b"], env=env, cwd=cwd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert said[0] == "prelude" and json.loads(said[1]) == json.loads(real.stdout.splitlines()[0])

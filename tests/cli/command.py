@@ -5,7 +5,7 @@ import subprocess
 from pathlib import Path
 
 from tests import processes
-from tests.forked import Zygote, python_m
+from tests.forked import commands, python_m
 from tests.orchestration.operating_env import ROOT
 
 
@@ -19,18 +19,23 @@ def state_env(tmp_path: Path) -> dict[str, str]:
     return {"MEDBENCH_DATA": str(tmp_path / "data"), "MEDBENCH_STATE": str(tmp_path / "state"), "DAGSTER_HOME": str(tmp_path / "dagster_home")}
 
 
-class Forked(Zygote):
+class Forked:
     """``medbench`` commands run in children forked from one process that imported the heavy libraries once
-    (tests/forked.py).
+    (tests/forked.py), or as real processes when ``MEDBENCH_TEST_FORK=0``.
 
     ``run(args, env)`` returns (exit code, what the command printed: stdout and stderr into one file,
     in the order written, as a terminal shows them); ``submit`` starts one and ``result`` waits for it
-    (one at a time). ``env`` is added to the zygote's environment. ``prelude``: Python run in each child
-    before the command. Close it when done.
+    (one at a time). ``env`` is added to the base environment (:func:`tests.forked.base_env`). ``prelude``:
+    Python run in each command's process before the command. Close it when done (``stop`` after a failure).
     """
 
     def __init__(self, workdir: Path, prelude: str = "") -> None:
-        super().__init__(workdir, prelude, owner=processes.current_test())
+        self.runner = commands(workdir, prelude, owner=processes.current_test())
+        self.base = self.runner.base
+
+    @property
+    def out(self) -> Path:
+        return self.runner.out
 
     def run(self, *args: str, env: dict | None = None) -> tuple[int, str]:
         self.submit(*args, env=env)
@@ -38,12 +43,18 @@ class Forked(Zygote):
 
     def submit(self, *args: str, env: dict | None = None) -> Path:
         """Start a command; returns the file its output goes to (read it while it runs)."""
-        return super().submit("medbench_cli", *args, env={**self.base, **_test_var(), **(env or {})})
+        return self.runner.submit("medbench_cli", *args, env={**self.base, **_test_var(), **(env or {})})
 
     def result(self, timeout: float | None = None) -> tuple[int, str]:
         """The submitted command's exit code (negative: killed by that signal) and output, once it ended
         (TimeoutError after ``timeout`` s without its end)."""
-        return super().result(timeout), self.out.read_text(errors="replace")
+        return self.runner.result(timeout), self.runner.out.read_text(errors="replace")
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def stop(self) -> None:
+        self.runner.stop()
 
 
 def _test_var() -> dict[str, str]:

@@ -411,10 +411,7 @@ def test_medbench_run_killed_at_any_point_leaves_nothing_that_blocks_or_poisons_
         for pid_file in started:  # a command still held, or hung: SIGKILL it (the forking process waits for it)
             if pid_file.exists() and psutil.pid_exists(int(pid_file.read_text())):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
-        for child in psutil.Process(forked.proc.pid).children(recursive=True):
-            child.kill()
-        forked.proc.kill()
-        forked.proc.wait()
+        forked.stop()
 
     assert debris(data) == []
     verify_tree(data)
