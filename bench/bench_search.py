@@ -99,12 +99,11 @@ def child(mode: str, folder: Path, k: int, ivf: dict, repeats: int, sweep: list[
         return out
 
     from medbench_core.retrieval.index import build_index, load_index, save_index, search
-    from medbench_core.retrieval.vectors import iter_blocks, load_vectors
+    from medbench_core.retrieval.vectors import iter_blocks
 
     spec = {"type": "flat"} if mode == "medbench" else ivf
-    built = paired.call(
-        lambda: build_index(load_vectors(folder / "corpus.npy"), spec, use_gpu=False, add_blocks=lambda: (b for _, b in iter_blocks(folder / "corpus.npy")))
-    )
+    corpus = np.load(folder / "corpus.npy", mmap_mode="r", allow_pickle=False)  # rows are read when touched
+    built = paired.call(lambda: build_index(corpus, spec, use_gpu=False, add_blocks=lambda: (b for _, b in iter_blocks(folder / "corpus.npy"))))
     index, _ = built.value
     out["build_s"], out["build_cpu"] = built.wall, built.cpu
     t0 = time.perf_counter()

@@ -6,26 +6,10 @@ import argparse
 import difflib
 import os
 import re
-import signal
 import warnings
 from pathlib import Path
 
 from runtime import settings
-
-
-def restore_stop_signals() -> None:
-    """Ctrl-C (SIGINT) and ``kill`` (SIGTERM) stop a medbench command, even when it started with them ignored.
-
-    A background job of a non-interactive shell (``medbench run &`` in a script, many CI runners)
-    starts with SIGINT ignored. Dagster's in-process execution restores SIGINT's handler after every
-    job and copies it onto SIGTERM (``setup_interrupt_handlers`` in dagster/_utils/interrupts.py),
-    so after its first job such a process ignored SIGTERM too, and so did every process it started
-    afterwards (an ignored signal stays ignored across exec).
-    """
-    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def describe(doc: str) -> str:

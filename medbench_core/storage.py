@@ -45,10 +45,6 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 # --- files already hashed -----------------------------------------------------------------------
 # A file's bytes cannot change while its stat stays the same: every write sets its mtime and ctime
 # (ctime cannot be set back from user space), a replacement has another inode. So a file whose

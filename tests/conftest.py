@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import sys
 import time
 
@@ -19,10 +20,12 @@ _WORKER_KEY = "medbench_processes_left_behind"
 def pytest_configure(config):
     # Run as a background job (a CI runner, `scripts/test &`), pytest starts with SIGINT ignored;
     # the first in-process Dagster run then copies that onto SIGTERM, and every process the suite
-    # starts afterwards ignores SIGTERM (issue 20). The `medbench` command does the same for itself.
-    from medbench_cli.common import restore_stop_signals
-
-    restore_stop_signals()
+    # starts afterwards ignores SIGTERM (issue 20). The `medbench` command does the same for itself
+    # (medbench_cli/stopping.py's install).
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     processes.begin_session()
 
 

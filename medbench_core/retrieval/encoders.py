@@ -14,7 +14,7 @@ maps to custom code (``auto_map`` in ``config.json``) is refused unless its spec
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -25,12 +25,6 @@ from medbench_core.progress import resolve as resolve_progress
 from medbench_core.retrieval.instructions import apply_prefixes
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.weights import check_remote_code, model_folder, torch_dtype
-
-
-class TextEncoder(Protocol):
-    """Anything that turns texts into a (n, dim) float32 array."""
-
-    def encode(self, texts: list[str], *, role: str, languages: list[str] | None = None) -> np.ndarray: ...
 
 
 class SentenceTransformerEncoder:

@@ -12,9 +12,9 @@ stopwords=True)``) is Anserini's ``DefaultEnglishAnalyzer.newStemmingInstance("p
 4. ``StopFilter`` with ``EnglishAnalyzer.ENGLISH_STOP_WORDS_SET`` (33 words, :data:`STOPWORDS`);
 5. ``PorterStemFilter``: Martin Porter's reference stemmer on Java's UTF-16 units (:func:`porter_stem`).
 
-Empty terms are dropped (Anserini's ``AnalyzerUtils``). ``tests/core/test_lucene_analysis.py``
+Empty terms are dropped (Anserini's ``AnalyzerUtils``). ``tests/core/test_lucene_bm25.py``
 checks every step against pyserini's analyser running in a JVM, token for token, on the bundled
-corpora and on every code point of Unicode in several contexts.
+corpora and on every 61st code point of Unicode (and the ends of each range Lucene reads otherwise, below) in fifteen contexts.
 
 The character classes come from the ``regex`` package's Unicode properties (a newer Unicode than
 Lucene's 9.0), corrected by the code points that Lucene 9.9 reads otherwise (``lucene9`` in
@@ -147,48 +147,10 @@ def _window_end(text: str, start: int) -> int:
 # middle punctuation of words and numbers and plain "other" characters (no combining mark,
 # ideograph, kana, South-East-Asian script, regional indicator or emoji), Lucene's word rule
 # reduces to: a run of letters, digits and connectors holding at least one letter or digit, where
-# a MidLetter joins two letters and a MidNum two digits. The classes are stored in lucene_classes.json (made by
-# :func:`class_table` from the ``regex`` package's Unicode properties); texts with any other
-# character take the full grammar (:func:`_patterns`).
+# a MidLetter joins two letters and a MidNum two digits. The classes are stored in lucene_classes.json (computed
+# from the ``regex`` package's Unicode properties by tests/core/test_lucene_bm25.py's ``class_table``, which
+# checks the stored table against it); texts with any other character take the full grammar (:func:`_patterns`).
 FAST_CLASSES = ("letter", "digit", "connector", "midletter", "midnum", "extend", "special")
-
-
-def class_table() -> dict[str, list[list[int]]]:
-    """Code-point ranges of each class of the fast path, from the ``regex`` package's Unicode properties.
-
-    ``special``: what the fast path cannot handle (the text then takes the full grammar).
-    """
-    import regex
-
-    def ranges(pattern: str) -> list[list[int]]:
-        r = regex.compile(pattern, regex.V1)
-        out: list[list[int]] = []
-        for c in range(0x110000):
-            if 0xD800 <= c <= 0xDFFF or not r.match(chr(c)):
-                continue
-            if out and out[-1][1] == c - 1:
-                out[-1][1] = c
-            else:
-                out.append([c, c])
-        return out
-
-    emoji = r"\p{Extended_Pictographic}\p{Emoji}\p{Emoji_Modifier}\p{Emoji_Modifier_Base}\u20E3"
-    # every code point Lucene reads otherwise than today's properties takes the full grammar
-    lucene9 = _ranges(r for rs in _table()["lucene9"].values() for r in rs)
-    special = (
-        rf"[\p{{WB=Hebrew_Letter}}\p{{WB=Katakana}}\p{{WB=Regional_Indicator}}\p{{Script=Han}}\p{{Script=Hiragana}}\p{{LB=SA}}"
-        rf"\U000E0020-\U000E007F[{emoji}--[0-9#*]]{lucene9}]"
-    )
-    return {
-        "letter": ranges(rf"[\p{{WB=ALetter}}--{special}]"),
-        "digit": ranges(rf"[[\p{{WB=Numeric}}[\p{{Blk=HalfAndFullForms}}&&\p{{Nd}}]]--{special}]"),
-        "connector": ranges(rf"[\p{{WB=ExtendNumLet}}--{special}]"),
-        "midletter": ranges(rf"[[\p{{WB=MidLetter}}\p{{WB=MidNumLet}}\p{{WB=Single_Quote}}]--{special}]"),
-        "midnum": ranges(rf"[[\p{{WB=MidNum}}\p{{WB=MidNumLet}}\p{{WB=Single_Quote}}]--{special}]"),
-        "extend": ranges(rf"[[\p{{WB=Format}}\p{{WB=Extend}}\p{{WB=ZWJ}}]--[\p{{Emoji_Modifier}}{special}]]"),
-        "special": ranges(special),
-        "lucene9": _table()["lucene9"],
-    }
 
 
 @functools.cache

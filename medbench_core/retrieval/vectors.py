@@ -109,11 +109,6 @@ def npy_shape(path: str | Path) -> tuple[int, ...]:
         return _read_header(f)[0]
 
 
-def load_vectors(path: str | Path) -> np.ndarray:
-    """The vectors of a ``.npy`` file, memory-mapped read-only: rows are read when touched."""
-    return np.load(path, mmap_mode="r", allow_pickle=False)
-
-
 def iter_blocks(path: str | Path, block_rows: int = BLOCK_ROWS):
     """``(start, block)`` over the rows of a 2-D ``.npy`` file, each block read into its own array.
 

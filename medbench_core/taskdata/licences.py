@@ -154,16 +154,6 @@ def normalise_licence(raw: object) -> str:
     return text
 
 
-def is_permissive(licence: object) -> bool:
-    """True when the licence (any spelling) is one of :data:`PERMISSIVE`."""
-    return normalise_licence(licence) in PERMISSIVE
-
-
-def is_restricted(licence: object) -> bool:
-    """True for Creative Commons NonCommercial or NoDerivatives licences (research use only)."""
-    return normalise_licence(licence) in RESTRICTED
-
-
 @dataclass(frozen=True)
 class LicencePolicy:
     """The licence allowlist held in configuration.

@@ -80,7 +80,6 @@ def test_same_seed_same_vectors_other_seed_other_vectors(encoder, xray_png):
 
 def test_safetensors_round_trip(encoder, xray_png, tmp_path):
     from medbench_core.retrieval.clip import clip_revision, load_clip_encoder
-    from medbench_core.retrieval.kinds.base import effective_revision
     from medbench_core.storage import sha256_file
 
     path = encoder.save_safetensors(tmp_path / "tiny.safetensors")
@@ -92,7 +91,7 @@ def test_safetensors_round_trip(encoder, xray_png, tmp_path):
         encoder.encode_records(texts, images, langs, "query"),
         atol=1e-6,
     )
-    assert clip_revision(other) == effective_revision(other) == "sha256:" + sha256_file(path)[:16]
+    assert clip_revision(other) == other.plugin.revision(other) == "sha256:" + sha256_file(path)[:16]
     assert clip_revision(spec(seed=5)) == "random:seed=5"
 
 

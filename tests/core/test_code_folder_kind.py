@@ -184,7 +184,6 @@ def import_from(folder: Path, module: str):
 
 
 def test_code_runs_only_when_allowlisted_with_its_hash(folders, tmp_path):
-    from medbench_core.retrieval.kinds.base import effective_revision
     from medbench_core.retrieval.kinds.code_folder import code_hash, data_hash
 
     mii, _ = folders
@@ -202,7 +201,7 @@ def test_code_runs_only_when_allowlisted_with_its_hash(folders, tmp_path):
         registry(tmp_path, [entry], [{"path": "x", "sha256": "abc"}])
     spec = registry(tmp_path, [entry], [{"path": str(mii), "sha256": digest}])[0]
     # The revision records the code's hash and the folder's other files (the weights).
-    assert effective_revision(spec) == f"code-sha256:{digest[:16]}+files-sha256:{data_hash(mii)[:16]}"
+    assert spec.plugin.revision(spec) == f"code-sha256:{digest[:16]}+files-sha256:{data_hash(mii)[:16]}"
     # An entry that did not come through a registry's allowlist never imports anything.
     bare = model_spec(**entry)
     with pytest.raises(DataError, match=r"model mii: its code runs only when models.yaml lists it under trust_code"):

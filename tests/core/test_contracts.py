@@ -36,9 +36,9 @@ from medbench_core.taskdata.contracts import (
 )
 from medbench_core.taskdata.licences import (
     DEFAULT_ALLOWLIST,
+    PERMISSIVE,
+    RESTRICTED,
     LicencePolicy,
-    is_permissive,
-    is_restricted,
     normalise_licence,
 )
 from medbench_core.taskdata.task import Task, TaskMeta, make_task
@@ -181,8 +181,9 @@ def test_normalise_licence(raw, canonical):
 def test_default_allowlist_is_the_permissive_licences():
     assert {"CC0-1.0", "CC-BY-4.0", "CC-BY-SA-4.0", "ODC-By-1.0", "ODC-PDDL-1.0", "Apache-2.0", "MIT", "public-domain"} <= DEFAULT_ALLOWLIST
     assert not DEFAULT_ALLOWLIST & {"unknown", "CC-BY-NC-ND", "CC-BY-NC-4.0", "CC-BY-ND-4.0"}
-    assert is_permissive("CC BY 4.0") and not is_permissive("cc-by-nc-nd") and not is_permissive(None)
-    assert is_restricted("cc-by-nc-nd") and is_restricted("CC BY-ND 4.0") and not is_restricted("CC-BY-4.0")
+    assert normalise_licence("CC BY 4.0") in PERMISSIVE and normalise_licence(None) not in PERMISSIVE
+    assert {normalise_licence("cc-by-nc-nd"), normalise_licence("CC BY-ND 4.0")} <= RESTRICTED - PERMISSIVE
+    assert normalise_licence("CC-BY-4.0") not in RESTRICTED
 
 
 def test_policy_research_only_admits_unknown_nc_nd_but_not_unrecognised():

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.base import effective_revision
 from medbench_core.retrieval.kinds.dense import load_text_encoder
 from medbench_core.retrieval.model_registry import model_spec
 from medbench_core.retrieval.weights import folder_revision, resolve_model_path
@@ -73,9 +72,10 @@ def test_local_folder_path_and_its_revision(tmp_path, st_vectors):
     # content hash identifies the weights instead.
     spec = model_spec(name="local", kind="sentence-transformers", path=str(pkg_dir), revision="no-such-revision", settings=SETTINGS)
     assert np.abs(load_text_encoder(spec).encode(real_texts(), role="passage") - st_vectors).max() < 1e-6
-    rev = effective_revision(spec)
+    rev = spec.plugin.revision(spec)
     assert rev == folder_revision(pkg_dir) and rev.startswith("sha256:") and len(rev) == 7 + 16
-    assert effective_revision(model_spec(name="p", kind="sentence-transformers", path=PKG)) == rev
+    plain = model_spec(name="p", kind="sentence-transformers", path=PKG)
+    assert plain.plugin.revision(plain) == rev
 
     # A copy (hard links: no 90 MB copied) has the same revision until one of its files changes.
     copy = tmp_path / "minilm"
@@ -99,18 +99,18 @@ def test_hub_revision_is_pinned(tmp_path):
     probe = f"""
 import json, sys
 from medbench_core.retrieval.kinds.dense import load_text_encoder
-from medbench_core.retrieval.kinds.base import effective_revision
 from medbench_core.errors import DataError
 from medbench_core.retrieval.model_registry import model_spec
 out = {{}}
 for rev in ["{commit}", "{"b" * 40}"]:
     spec = model_spec(name="hub", kind="sentence-transformers", path="{HUB_ID}", revision=rev, settings={SETTINGS!r})
-    out[rev[:1] + "_revision"] = effective_revision(spec)
+    out[rev[:1] + "_revision"] = spec.plugin.revision(spec)
     try:
         out[rev[:1]] = load_text_encoder(spec).encode(["gout in the toe"], role="query")[0].tolist()
     except DataError as exc:
         out[rev[:1]] = str(exc)
-out["unpinned"] = effective_revision(model_spec(name="hub", kind="sentence-transformers", path="{HUB_ID}"))
+hub = model_spec(name="hub", kind="sentence-transformers", path="{HUB_ID}")
+out["unpinned"] = hub.plugin.revision(hub)
 print(json.dumps(out))
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}

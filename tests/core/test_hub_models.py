@@ -233,7 +233,6 @@ CLIP_ID = "medbench-test/tiny-clip"
 
 def test_open_clip_hf_hub_model_loads_from_the_pinned_snapshot(tmp_path):
     from medbench_core.retrieval.clip import CONFIG_DIR, load_clip_encoder
-    from medbench_core.retrieval.kinds.base import effective_revision
 
     random = model_spec(name="tiny", kind="open_clip", settings={"architecture": "medbench-tiny-clip", "seed": 3})
     source = load_clip_encoder(random)
@@ -257,4 +256,5 @@ def test_open_clip_hf_hub_model_loads_from_the_pinned_snapshot(tmp_path):
     assert {p.dtype for p in half.model.parameters()} == {torch.bfloat16}
     with pytest.raises(DataError, match=rf"model hubclip: cannot load hf-hub:{CLIP_ID} \(model {CLIP_ID}@{'f' * 40}: not in the local hub cache"):
         load_clip_encoder(dataclasses.replace(spec, revision="f" * 40), cache_dir=cache)
-    assert effective_revision(dataclasses.replace(spec, revision=SHA)) == SHA
+    pinned = dataclasses.replace(spec, revision=SHA)
+    assert pinned.plugin.revision(pinned) == SHA

@@ -99,14 +99,14 @@ def spec(**settings):
 
 
 def test_kind_open_clip_equals_open_clips_own_hf_hub_loading(cache, task, tmp_path, monkeypatch):
-    from medbench_core.retrieval.kinds.base import effective_revision
     from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
     s = spec()
     assert pin_revision(s).revision == CLIP_SHA
     # The text repository is pinned too: its commit is part of the weights' revision.
-    assert effective_revision(pin_revision(s)) == f"{CLIP_SHA}+{TEXT_ID}@{TEXT_SHA}"
+    pinned = pin_revision(s)
+    assert pinned.plugin.revision(pinned) == f"{CLIP_SHA}+{TEXT_ID}@{TEXT_SHA}"
     d = {n: tmp_path / n for n in ("emb", "idx", "run")}
     for folder in d.values():
         folder.mkdir()

@@ -8,6 +8,7 @@ a folder or writing a file, and just before each rename the swap makes (an audit
 ``os.rename``, which ``os.replace`` raises, delivers the kill).
 """
 
+import hashlib
 import json
 import os
 import signal
@@ -27,7 +28,6 @@ from medbench_core.storage import (
     read_manifest,
     remove_abandoned_temporaries,
     replace_dir_atomic,
-    sha256_bytes,
     verify_manifest,
     write_manifest,
 )
@@ -170,7 +170,7 @@ def snapshot(folder: Path) -> int:
     raises IntegrityError when the folder was swapped between its reads (a refusal, retried)."""
     manifest = read_manifest(folder)
     files = {name: (folder / name).read_bytes() for name in manifest["files"]}
-    if any(sha256_bytes(data) != manifest["files"][name]["sha256"] for name, data in files.items()):
+    if any(hashlib.sha256(data).hexdigest() != manifest["files"][name]["sha256"] for name, data in files.items()):
         raise IntegrityError("swapped while reading")
     version = json.loads(files["version.json"])["version"]
     assert manifest["version"] == version and files["payload.bin"] == payload(version)

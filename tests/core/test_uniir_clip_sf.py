@@ -164,9 +164,8 @@ def test_stages_equal_uniir_formula_computed_with_torch(source, checkpoint, task
     run = run_stages(spec, task, tmp_path)
     want = expected_top10(direct_vectors(source, task, "query"), direct_vectors(source, task, "passage"), task)
     assert_run_matches(run, want)
-    from medbench_core.retrieval.kinds.base import effective_revision
 
-    assert effective_revision(spec).startswith("sha256:")
+    assert spec.plugin.revision(spec).startswith("sha256:")
     vectors = np.load(tmp_path / "emb" / "corpus.npy")
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
     assert vectors.shape == (12, 32)  # the model's width: one summed vector, not two halves
@@ -360,7 +359,6 @@ def test_uniir_text_format_and_instructions(source, checkpoint, task, tmp_path):
 def test_checkpoint_inside_a_hub_snapshot(source, checkpoint, tmp_path):
     from reader_fixtures import hub_snapshot
 
-    from medbench_core.retrieval.kinds.base import effective_revision
     from medbench_core.retrieval.kinds.uniir_clip_sf import checkpoint_file
     from medbench_core.retrieval.model_registry import pin_revision
 
@@ -380,7 +378,8 @@ def test_checkpoint_inside_a_hub_snapshot(source, checkpoint, tmp_path):
     got = load_uniir_encoder(spec, cache_dir=tmp_path / "hub").encode_records(texts, [None], ["en"], "query")
     want = uniir_spec(checkpoint).plugin.load(uniir_spec(checkpoint)).encode_records(texts, [None], ["en"], "query")
     np.testing.assert_allclose(got, want, atol=1e-7)
-    assert effective_revision(model_spec(**{**spec.to_entry(), "revision": sha})) == sha
+    pinned = model_spec(**{**spec.to_entry(), "revision": sha})
+    assert pinned.plugin.revision(pinned) == sha
     with pytest.raises(DataError, match=r"'checkpoint/BLIP_FF/blip_ff_large.pth' is not in TIGER-Lab/UniIR@"):
         checkpoint_file(spec.with_settings(file="checkpoint/BLIP_FF/blip_ff_large.pth"), cache_dir=tmp_path / "hub")
 

@@ -21,7 +21,7 @@ from medbench_core.errors import DataError
 from medbench_core.retrieval.index import index_bytes, index_settings
 from medbench_core.retrieval.model_registry import model_spec
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
-from medbench_core.retrieval.vectors import GIB, MemoryBudgetError, check_memory, iter_blocks, load_vectors, npy_shape, write_npy_blocks
+from medbench_core.retrieval.vectors import GIB, MemoryBudgetError, check_memory, iter_blocks, npy_shape, write_npy_blocks
 from medbench_core.taskdata.task import TaskMeta, make_task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def test_block_writer_equals_np_save_in_any_block_order(tmp_path):
     assert (tmp_path / "blocks.npy").read_bytes() == (tmp_path / "one_shot.npy").read_bytes()
 
     assert npy_shape(tmp_path / "blocks.npy") == (1000, 24)
-    mapped = load_vectors(tmp_path / "blocks.npy")
+    mapped = np.load(tmp_path / "blocks.npy", mmap_mode="r", allow_pickle=False)
     assert isinstance(mapped, np.memmap) and not mapped.flags.writeable and np.array_equal(mapped, full)
     read = list(iter_blocks(tmp_path / "blocks.npy", block_rows=300))
     assert [start for start, _ in read] == [0, 300, 600, 900] and np.array_equal(np.concatenate([b for _, b in read]), full)

@@ -82,18 +82,3 @@ def beside_retriever(board: pl.DataFrame, models: list[ModelSpec], copies: dict[
         "copies": pl.Int64,
     }
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
-
-
-def beside_retriever_markdown(rows: pl.DataFrame, metric: str = "nDCG@10") -> str:
-    """Markdown of :func:`beside_retriever`: ``0.5734 (bm25 0.1919, +0.3815)``; a warning names the
-    expansions that copy a relevant passage."""
-    lines = [f"{metric} of expanded models beside their retrievers", "", "| model | task | expanded | retriever | difference |", "|---|---|---|---|---|"]
-
-    def fmt(x: float | None) -> str:
-        return "-" if x is None else f"{x:.4f}"
-
-    for r in rows.iter_rows(named=True):
-        delta = "-" if r["delta"] is None else f"{r['delta']:+.4f}"
-        warn = f" (warning: {r['copies']} expansion(s) copy a relevant passage)" if r["copies"] else ""
-        lines.append(f"| {r['model']} | {r['task']} | {fmt(r['value'])}{warn} | {r['retriever']} {fmt(r['retriever_value'])} | {delta} |")
-    return "\n".join(lines) + "\n"

@@ -128,11 +128,6 @@ class KeyContext:
 _REVISIONS: dict[str, str] = {}
 
 
-def effective_revision(spec: ModelSpec) -> str:
-    """What identifies ``spec``'s weights, as its kind resolves it (uncached; see :func:`cached_revision`)."""
-    return spec.plugin.revision(spec)
-
-
 def cached_revision(spec: ModelSpec) -> str:
     """The kind's :meth:`Kind.revision` of ``spec``, once per process and model identity (a folder's hash takes a moment).
 
