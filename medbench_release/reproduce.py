@@ -24,6 +24,7 @@ from typing import Any
 from medbench_core.errors import IntegrityError, MedbenchError
 from medbench_core.layout import Layout
 from medbench_core.storage import verify_manifest
+from medbench_release.record import check_version
 from medbench_release.release import artifact_dirs
 from medbench_release.remote import configure_remote, public_url, version_on_remote
 from medbench_release.tolerance import compare_rankings, partition_vectors, ranked_lists, score_tolerance
@@ -222,17 +223,27 @@ def find_record(root: Path, tag: str) -> tuple[dict[str, Any], str]:
     """
     path = root / VERSIONS / f"{tag}.json"
     if path.exists():
-        return json.loads(path.read_text()), f"{VERSIONS}/{tag}.json"
+        return _well_formed(json.loads(path.read_text()), f"{VERSIONS}/{tag}.json")
     if tag_commit(root, tag):
-        return version_record(root, tag), f"tag {tag}"
+        return _well_formed(version_record(root, tag), f"tag {tag}")
     commit = git(root, "log", "--all", "-1", "--format=%H", "--", f"{VERSIONS}/{tag}.json", check=False).strip()
     text = git(root, "show", f"{commit}:{VERSIONS}/{tag}.json", check=False) if commit else ""
     if text:
-        return json.loads(text), f"commit {commit[:12]}"
+        return _well_formed(json.loads(text), f"commit {commit[:12]}")
     raise VersioningError(
         f"no benchmark version {tag!r} here: no {VERSIONS}/{tag}.json, no tag {tag}, no commit that added it "
         f"(known: {', '.join(known_versions(root)) or 'none'})"
     )
+
+
+def _well_formed(record: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
+    """``(record, where)``; a version file of format 2 or later that :func:`check_version` finds fault with is refused
+    before anything is pulled (one of format 1 lists no artifacts to check: it is pulled from its remote as it was)."""
+    problems = check_version(record) if record.get("format", 1) >= 2 else []
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise VersioningError(f"{where}: not a well-formed version file: {'; '.join(problems[:3])}{more}; nothing was pulled or changed")
+    return record, where
 
 
 def known_versions(root: Path) -> list[str]:
