@@ -33,16 +33,12 @@ from typing import Any
 from medbench_core.errors import DiskFull, IntegrityError
 
 MANIFEST = "MANIFEST.json"
-_CHUNK = 1 << 20
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
     """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 # --- files already hashed -----------------------------------------------------------------------

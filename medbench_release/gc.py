@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import json
 import re
 import time
@@ -20,15 +19,7 @@ from typing import Any
 
 from medbench_release.remote import configure_remote, open_remote, remote_versions
 from medbench_release.vcs import DATA, Log, VersioningError, data_version, dvc, git, repo_root
-
-
-def _md5_file(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
+from medbench_release.workspace import md5_file
 
 _DVC_TEMP = re.compile(r"^\.[A-Za-z0-9_-]+\.tmp\Z")
 
@@ -62,7 +53,7 @@ def rehash_objects(store: Path) -> tuple[int, list[str]]:
             bad.append(f"{p}: not an object name (a leftover temporary file?)")
             continue
         n += 1
-        got = _md5_file(p)
+        got = md5_file(p)
         if got != name:
             bad.append(f"{p}: bytes hash to {got}")
     return n, bad

@@ -88,11 +88,8 @@ class PullResult:
 
 def md5_file(path: Path) -> str:
     """Hex md5 of a file's bytes (DVC's object names)."""
-    h = hashlib.md5()
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "md5").hexdigest()
 
 
 def cache_dir(root: Path) -> Path:
@@ -179,7 +176,9 @@ def _intact(cache: Path, md5: str, seen: dict[str, bool]) -> bool:
 
 
 def _copy_checked(src: Path, dst: Path, md5: str) -> bool:
-    """Copy ``src`` to ``dst`` hashing the bytes on the way; False (and nothing left at ``dst``) when they are not ``md5``."""
+    """Copy ``src`` to ``dst`` hashing the bytes on the way; False (and nothing left at ``dst``) when they are not ``md5``.
+
+    Not :func:`hashlib.file_digest`: that reads the file for the hash alone, and this reads it once for both."""
     h = hashlib.md5()
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         while chunk := fin.read(_CHUNK):
