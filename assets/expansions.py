@@ -33,7 +33,7 @@ from medbench_core.provenance import stage_version
 from medbench_core.retrieval.derived import load_upstream_run
 from medbench_core.retrieval.expansion.contract import GATE_FILE, record_expansion_gate, validate_expansion
 from medbench_core.retrieval.expansion.frame import load_expansion, store_expansion
-from medbench_core.retrieval.expansion.report import mlflow_metrics, mlflow_params
+from medbench_core.retrieval.expansion.report import expansion_mlflow_metrics, expansion_mlflow_params
 from medbench_core.retrieval.expansion.stage import build_expansion
 from medbench_core.retrieval.stages import DEFAULT_K
 from medbench_core.storage import is_complete, write_json_atomic
@@ -164,13 +164,13 @@ def log_expansion_run(context: dg.AssetCheckExecutionContext, p, gate: dict) -> 
         f"{spec.name}-{key}",
         f"{spec.name}/{p.task_name}",
         {
-            **mlflow_params(info),
+            **expansion_mlflow_params(info),
             "task": p.task_name,
             "task_content_hash": p.task.content_hash(),
             "code_version": info.get("code", ""),
             "gate_passed": gate["passed"],
         },
-        mlflow_metrics(info, leakage),
+        expansion_mlflow_metrics(info, leakage),
         {
             "medbench.expansion": spec.name,
             "medbench.task": p.task_name,

@@ -30,6 +30,7 @@ from medbench_core.evaluation.exports import mteb_models, mteb_task_names
 from medbench_core.evaluation.floors import floors_mlflow_metrics
 from medbench_core.evaluation.judging.layers import attach_filled
 from medbench_core.evaluation.judging.spec import load_judgements
+from medbench_core.evaluation.mlflow_names import mlflow_name
 from medbench_core.evaluation.multilingual import ENGLISH, multilingual_mlflow_metrics, query_groups
 from medbench_core.evaluation.published import load_sources
 from medbench_core.evaluation.reports import REPORT_NAMES, STALE_KEY, Cell, Significance, write_leaderboard
@@ -291,7 +292,7 @@ def log_leaderboard(
     trust: TrustSettings | None = None,
 ) -> tuple[str, bool]:
     """One MLflow run holding the reports and the significance table; the same inputs reuse it."""
-    from medbench_core.evaluation.trust import mlflow_metrics as trust_metrics
+    from medbench_core.evaluation.trust import trust_mlflow_metrics
 
     stats = written["stats"]
     published = written["published"]
@@ -307,7 +308,7 @@ def log_leaderboard(
     params = {**{f"significance.{k}": v for k, v in sig.describe().items()}, "cells": len(provenance), "code_version": REPORTS_VERSION}
     metrics: dict[str, float] = {}
     for r in stats.iter_rows(named=True):
-        prefix = "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"{r['task']}/{r['model']}")
+        prefix = mlflow_name(f"{r['task']}/{r['model']}")
         for col in ("mean", "ci_low", "ci_high", "diff", "p_ttest", "p_perm", "p_holm"):
             if r[col] is not None:
                 metrics[f"{prefix}/{col}"] = float(r[col])
@@ -317,13 +318,13 @@ def log_leaderboard(
             metrics[f"{prefix}/stale"] = 1.0
     groups: dict[str, list[str]] = {}
     for r in written["ranks"].iter_rows(named=True):  # per task and for the average (task "average")
-        prefix = "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"{r['task']}/{r['model']}")
+        prefix = mlflow_name(f"{r['task']}/{r['model']}")
         for col in ("rank", "rank_low", "rank_high"):
             metrics[f"{prefix}/{col}"] = float(r[col])
         groups.setdefault(r["task"], []).append(f"{r['model']}: {r['group']}")
     params |= {f"groups.{task}": "; ".join(g) for task, g in groups.items()}  # the letters of the groups no test separates
     for r in published.iter_rows(named=True):
-        prefix = "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"{r['task']}/{r['model']}")
+        prefix = mlflow_name(f"{r['task']}/{r['model']}")
         metrics[f"{prefix}/published"] = float(r["published"])
         if r["diff"] is not None:
             metrics[f"{prefix}/published_diff"] = float(r["diff"])
@@ -337,7 +338,7 @@ def log_leaderboard(
 
         params["published"] = summary(published)
     if trusted is not None and trusted.height:
-        metrics |= trust_metrics(trusted)
+        metrics |= trust_mlflow_metrics(trusted)
         params["trust.judged_threshold"] = (trust or TrustSettings()).judged_threshold
         params["trust.keep_circular"] = (trust or TrustSettings()).keep_circular
         params["trust.low_judged_cells"] = int(trusted["low_judged"].fill_null(False).sum())

@@ -22,6 +22,8 @@ from typing import Any
 
 import polars as pl
 
+from medbench_core.evaluation.mlflow_names import mlflow_name
+
 SCHEMA = {
     "model": pl.Utf8,
     "task": pl.Utf8,
@@ -137,13 +139,10 @@ def floors_csv_columns(board: pl.DataFrame, floors: pl.DataFrame, tasks: list[st
 def floors_mlflow_metrics(floors: pl.DataFrame) -> dict[str, float]:
     """``<task>/chance.<metric>`` once per task; ``<task>/<model>/tie_aware``, ``tie_flag`` and ``chance_corrected``."""
 
-    def safe(text: str) -> str:
-        return "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in text)
-
     out: dict[str, float] = {}
     for r in floors.iter_rows(named=True):
-        out[safe(f"{r['task']}/chance.{r['metric']}")] = r["chance"]
-        prefix = safe(f"{r['task']}/{r['model']}")
+        out[mlflow_name(f"{r['task']}/chance.{r['metric']}")] = r["chance"]
+        prefix = mlflow_name(f"{r['task']}/{r['model']}")
         if r["tie_aware"] is not None:
             out[f"{prefix}/tie_aware"] = r["tie_aware"]
             out[f"{prefix}/tie_flag"] = 1.0 if r["tie_flag"] else 0.0

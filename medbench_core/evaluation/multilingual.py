@@ -35,6 +35,8 @@ from typing import Any
 
 import polars as pl
 
+from medbench_core.evaluation.mlflow_names import mlflow_name
+
 # ISO 639-1 -> writing system (the per-script view). CJK: Han, kana and Hangul.
 SCRIPTS: dict[str, str] = {
     **{lang: "Latin" for lang in "en fr de es it pt nl vi ca ro pl cs sv da no nb fi tr id ms hu et lt lv eu ga eo".split()},
@@ -443,7 +445,7 @@ def multilingual_mlflow_metrics(tables: Mapping[str, pl.DataFrame]) -> dict[str,
     ``.../mean_language_variance`` (CIs as ``.ci_low``/``.ci_high``)."""
 
     def key(task: str, model: str, name: str) -> str:
-        return "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"multilingual/{task}/{model}/{name}")
+        return mlflow_name(f"multilingual/{task}/{model}/{name}")
 
     out: dict[str, float] = {}
     for r in tables["languages"].iter_rows(named=True):

@@ -8,9 +8,9 @@ Pure dictionaries: no MLflow here.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
+from medbench_core.evaluation.mlflow_names import PARAM_CHARS, mlflow_name
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.taskdata.task import Task
 
@@ -68,11 +68,6 @@ def evaluation_params(
     }
 
 
-def _param_name(name: str) -> str:
-    """``name`` as MLflow accepts it in a param key (letters, digits, ``_ - . / :`` and spaces; ``+`` is not)."""
-    return re.sub(r"[^\w\-. /:]", "_", name)
-
-
 def derived_params(spec: ModelSpec, upstream_run_keys: dict[str, str], run_info: dict[str, Any] | None = None) -> dict[str, str]:
     """The params a model built from upstreams adds to :func:`evaluation_params`.
 
@@ -84,7 +79,7 @@ def derived_params(spec: ModelSpec, upstream_run_keys: dict[str, str], run_info:
     if not spec.derived:
         return {}
     out = {"upstream_models": ",".join(upstream_run_keys)}
-    out.update({f"upstream.{_param_name(name)}.run_key": key for name, key in upstream_run_keys.items()})
+    out.update({f"upstream.{mlflow_name(name, PARAM_CHARS)}.run_key": key for name, key in upstream_run_keys.items()})
     out.update(spec.plugin.record_params(spec, run_info or {}))
     return out
 

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from medbench_core.evaluation.metrics import breakdown, evaluate_frame
+from medbench_core.evaluation.mlflow_names import PART_CHARS, mlflow_name
 from medbench_core.metric_names import DEFAULT_METRICS
 from medbench_core.taskdata.task import Task
 
@@ -160,7 +161,7 @@ def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
         out[f"ci_low.{m}"], out[f"ci_high.{m}"] = float(low), float(high)
     for col, groups in result.get("breakdowns", {}).items():
         for value, vals in groups.items():
-            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(value))
+            safe = mlflow_name(value, PART_CHARS)
             for m, v in vals.items():
                 out[f"{col}.{safe}.{m}"] = float(v)
     for family in ("tie_aware", "chance", "chance_corrected"):

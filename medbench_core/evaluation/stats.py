@@ -349,22 +349,6 @@ def format_cell(mean: float | None, ci_low: float | None = None, ci_high: float 
     return out
 
 
-def mlflow_metrics(row: Mapping[str, object]) -> dict[str, float]:
-    """MLflow keys for one row of :func:`compare`: ``ci_low.ndcg_at_10``, ``p_perm.vs_bm25.ndcg_at_10``, ...
-
-    Null p-values (the baseline's own row) are left out.
-    """
-    m = row["metric"]
-    base = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(row["baseline"]))
-    out = {f"ci_low.{m}": float(row["ci_low"]), f"ci_high.{m}": float(row["ci_high"])}
-    for col in ("diff", "p_ttest", "p_perm", "p_holm"):
-        if row.get(col) is not None:
-            out[f"{col}.vs_{base}.{m}"] = float(row[col])
-    if row.get("p_holm") is not None:
-        out[f"significant.vs_{base}.{m}"] = 1.0 if row["significant"] else 0.0
-    return out
-
-
 # --- ranks ----------------------------------------------------------------------------------
 # Rank intervals by the paired bootstrap over queries (Sakai, "Evaluating Evaluation Metrics based on the
 # Bootstrap", SIGIR 2006: resample topics jointly for every system; Chatbot Arena, arXiv 2403.04132, reports

@@ -40,6 +40,8 @@ from typing import Any
 
 import polars as pl
 
+from medbench_core.evaluation.mlflow_names import mlflow_name
+
 JUDGED_THRESHOLD = 0.5
 MARK = "†"
 UNINFORMATIVE = "‡"
@@ -279,14 +281,14 @@ def csv_columns(board: pl.DataFrame, table: pl.DataFrame, tasks: list[str]) -> p
     return board
 
 
-def mlflow_metrics(table: pl.DataFrame) -> dict[str, float]:
+def trust_mlflow_metrics(table: pl.DataFrame) -> dict[str, float]:
     """The leaderboard run's keys: ``<task>/<model>/judged_at_10``, ``.../holes_at_10``, the bounds under their
     metric names (``.../ndcg_lower_at_10``, ``.../ndcg_upper_at_10``), bpref and condensed nDCG@10 where some
     query has a judged non-relevant document, ``.../low_judged`` (1/0), ``.../filled`` (not for a circular cell
     left out), ``.../filled_judged_at_10``, ``.../circular`` (1/0)."""
     out: dict[str, float] = {}
     for r in table.iter_rows(named=True):
-        prefix = "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"{r['task']}/{r['model']}")
+        prefix = mlflow_name(f"{r['task']}/{r['model']}")
         for col in ("judged_at_10", "holes_at_10", "bpref_at_100", "ndcg_condensed_at_10", "filled", "filled_judged_at_10"):
             if r[col] is not None:
                 out[f"{prefix}/{col}"] = float(r[col])

@@ -8,7 +8,7 @@ from _expansion_fixtures import scifact_subset, synthetic_expansions
 from medbench_core.evaluation.reports import Cell, leaderboard
 from medbench_core.retrieval.expansion.contract import expansion_gate_refusal, record_expansion_gate, validate_expansion
 from medbench_core.retrieval.expansion.frame import expansion_frame
-from medbench_core.retrieval.expansion.report import beside_retriever, mlflow_metrics, mlflow_params
+from medbench_core.retrieval.expansion.report import beside_retriever, expansion_mlflow_metrics, expansion_mlflow_params
 from medbench_core.retrieval.model_registry import model_spec
 
 MODELS = [
@@ -54,10 +54,10 @@ def test_mlflow_params_and_metrics():
             "decoding": {"temperature": 0.7, "seed": 42},
         },
     }
-    params = mlflow_params(info)
+    params = expansion_mlflow_params(info)
     assert params["expansion.key"] == "k123" and params["expansion.decoding.seed"] == "42" and params["expansion.revision"] == "sha256:1"
     assert "expansion.upstream_run" not in params and "expansion.file_sha256" not in params
-    metrics = mlflow_metrics(info, {"max_shared_words": 41, "n_copies": 1, "copied_query_ids": ["q3"], "median_shared_words": 12.0})
+    metrics = expansion_mlflow_metrics(info, {"max_shared_words": 41, "n_copies": 1, "copied_query_ids": ["q3"], "median_shared_words": 12.0})
     assert metrics == {
         "expansion.n_queries": 10.0,
         "expansion.generated_tokens": 640.0,

@@ -27,7 +27,6 @@ from medbench_core.evaluation.stats import (
     compare,
     format_cell,
     holm,
-    mlflow_metrics,
     paired_permutation,
     paired_ttest,
 )
@@ -152,27 +151,7 @@ def test_bootstrap_needs_1000_resamples():
         bootstrap_ci(X, n_resamples=999)
 
 
-def test_format_cell_and_mlflow_keys():
+def test_format_cell():
     assert format_cell(0.66021, 0.6312, 0.6898, True) == "0.6602 [0.63, 0.69] *"
     assert format_cell(0.66021, 0.6312, 0.6898, False) == "0.6602 [0.63, 0.69]"
     assert format_cell(None) == "-"
-    row = {
-        "metric": "ndcg_at_10",
-        "baseline": "bm25",
-        "ci_low": 0.6,
-        "ci_high": 0.7,
-        "diff": -0.03,
-        "p_ttest": 0.01,
-        "p_perm": 0.02,
-        "p_holm": 0.04,
-        "significant": True,
-    }
-    assert mlflow_metrics(row) == {
-        "ci_low.ndcg_at_10": 0.6,
-        "ci_high.ndcg_at_10": 0.7,
-        "diff.vs_bm25.ndcg_at_10": -0.03,
-        "p_ttest.vs_bm25.ndcg_at_10": 0.01,
-        "p_perm.vs_bm25.ndcg_at_10": 0.02,
-        "p_holm.vs_bm25.ndcg_at_10": 0.04,
-        "significant.vs_bm25.ndcg_at_10": 1.0,
-    }

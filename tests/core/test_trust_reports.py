@@ -180,9 +180,9 @@ def test_bpref_and_condensed_ndcg_are_left_out_of_queries_without_a_judged_nonre
     assert f"| - {UNINFORMATIVE} | - {UNINFORMATIVE} |" in trust_markdown(none, ["bm25"], ["sf"])
     from medbench_core.evaluation.exports import mteb_result
     from medbench_core.evaluation.scoring import flat_metrics
-    from medbench_core.evaluation.trust import mlflow_metrics
+    from medbench_core.evaluation.trust import trust_mlflow_metrics
 
-    assert not any(k.endswith(("bpref_at_100", "ndcg_condensed_at_10")) for k in mlflow_metrics(none))
+    assert not any(k.endswith(("bpref_at_100", "ndcg_condensed_at_10")) for k in trust_mlflow_metrics(none))
     # The cell's MLflow run marks it; the MTEB export carries the figure over the queries with one, or none.
     flat = flat_metrics(result)
     assert flat["judged_nonrelevant.queries_with"] == 1.0 and flat["judged_nonrelevant.bpref_at_100"] == pytest.approx(ref[("q", "Bpref")], abs=1e-12)

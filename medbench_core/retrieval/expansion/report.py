@@ -9,7 +9,7 @@ import polars as pl
 from medbench_core.retrieval.model_registry import ModelSpec
 
 
-def mlflow_params(info: dict[str, Any]) -> dict[str, str]:
+def expansion_mlflow_params(info: dict[str, Any]) -> dict[str, str]:
     """Flat MLflow params of a built expansion (its ``info``): key, source, generator, revision,
     method, decoding settings, prompt hash, upstream run."""
     ident = info.get("identity", {})
@@ -31,7 +31,7 @@ def mlflow_params(info: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in out.items() if v is not None}
 
 
-def mlflow_metrics(info: dict[str, Any], leakage: dict[str, Any] | None = None) -> dict[str, float]:
+def expansion_mlflow_metrics(info: dict[str, Any], leakage: dict[str, Any] | None = None) -> dict[str, float]:
     """Flat MLflow metrics: tokens generated, seconds, tokens/s (generated expansions) and the
     leakage summary (``leakage.max_shared_words``, ``leakage.n_copies``, ...)."""
     out: dict[str, float] = {}
