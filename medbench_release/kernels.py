@@ -58,11 +58,6 @@ def cpu() -> dict[str, Any]:
     return {"model": name, "machine": platform.machine(), "flags": [f for f in CPU_FLAGS if f in flags], "cores": os.cpu_count()}
 
 
-def has_flag(flag: str) -> bool:
-    """Whether this CPU has SIMD ``flag`` (as /proc/cpuinfo names it: ``avx2``, ``avx512f``)."""
-    return flag in cpu()["flags"]
-
-
 def kernel_paths() -> dict[str, Any]:
     """The path each library takes here: torch's ATen capability and threads, FAISS's SIMD level, every BLAS and OpenMP
     runtime loaded (threadpoolctl: library, version, threads, the OpenBLAS core type it chose). A library that is not

@@ -5,9 +5,11 @@ production code anywhere outside its own body: a call, a reference (``KINDS = {"
 a decorator, ``module.name``), an ``import`` of it, ``__all__``, or a ``"module:function"`` string (the
 metric registry's entries). Names are matched, not scopes, so a
 name reused elsewhere hides a dead one (the check can miss, never accuse wrongly of an unused name).
-Tests do not count as callers; bench/ does (issue 50: "no caller outside tests": the measurements
-BENCHMARKS.md reports are made with the product's own functions). What libraries or tools call by name
-is in :data:`ALLOWED`, each with the reason.
+Tests do not count as callers; the commands beside them do (issue 50: "no caller outside tests"): bench/
+(the measurements BENCHMARKS.md reports are made with the product's own functions) and
+tests/core/golden_outputs.py (``--record`` and ``--check``, which docs/architecture.md has contributors run;
+it judges recorded values by medbench_release/tolerance.py's rule). What libraries or tools call by name is
+in :data:`ALLOWED`, each with the reason.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def _statements(roots: list[Path]) -> list[tuple[Path, list[tuple[ast.stmt, set[
     """(path, [(top-level statement, names it uses)]) of every module under ``roots``."""
     out = []
     for root in roots:
-        for path in sorted(root.rglob("*.py")):
+        for path in [root] if root.is_file() else sorted(root.rglob("*.py")):
             tree = ast.parse(path.read_text(), filename=str(path))
             out.append((path, [(stmt, _names_used(stmt)) for stmt in tree.body]))
     return out
@@ -78,5 +80,5 @@ def production_roots(root: Path = ROOT) -> list[Path]:
 
 
 def caller_roots(root: Path = ROOT) -> list[Path]:
-    """What may call production code besides itself: the benchmarks."""
-    return [root / "bench"]
+    """What may call production code besides itself: the benchmarks and the golden outputs' recorder."""
+    return [root / "bench", root / "tests" / "core" / "golden_outputs.py"]

@@ -24,9 +24,9 @@ from medbench_core.evaluation.judging.agreement import (
     rbo_ext,
     weighted_kappa,
 )
-from medbench_core.evaluation.judging.circularity import cell_builders, circular, families
+from medbench_core.evaluation.judging.circularity import cell_builders, circular, family_sources
 from medbench_core.evaluation.judging.judge import Verdict
-from medbench_core.evaluation.judging.layers import filled_qrels, score_filled
+from medbench_core.evaluation.judging.layers import llm_fill, score_filled
 from medbench_core.evaluation.judging.pool import build_pool
 from medbench_core.evaluation.judging.prompt import cut_words, parse_grade, render
 from medbench_core.evaluation.judging.spec import JudgementSpec, grade_mapping, parse_judgements
@@ -38,6 +38,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- a synthetic task with complete qrels ------------------------------------------------------
+
+
+def filled_qrels(human: pl.DataFrame, judgements: pl.DataFrame) -> pl.DataFrame:
+    """The filled layer's qrels (human grades plus the LLM's on the pairs they leave unjudged)."""
+    return llm_fill(human, judgements)[0]
+
+
+def families(name: str) -> frozenset[str]:
+    return frozenset(family_sources(name))
 
 
 def complete_task(n_queries: int = 12, n_docs: int = 15, seed: int = 3):

@@ -138,11 +138,6 @@ def family_sources(name: str | None, folder: str | Path | None = None) -> dict[s
     return out
 
 
-def families(name: str | None, folder: str | Path | None = None) -> frozenset[str]:
-    """The model families a model name (and, when given, its local folder's config and card) belongs to."""
-    return frozenset(family_sources(name, folder))
-
-
 def judge_family_sources(spec) -> dict[str, str]:
     """A judgement entry's families and where each was read: its ``family`` (``declared``) when given, else from its judge."""
     if spec.family:

@@ -31,13 +31,6 @@ from medbench_core.errors import DataError
 FILES = ("metrics.json", "per_query.parquet")
 
 
-def filled_qrels(human: pl.DataFrame, judgements: pl.DataFrame) -> pl.DataFrame:
-    """Human qrels plus the LLM grades of the pairs they leave unjudged, on the humans' queries (query_id, doc_id, relevance).
-
-    :func:`llm_fill` says which LLM grades join and how many were left out for other queries."""
-    return llm_fill(human, judgements)[0]
-
-
 def llm_fill(human: pl.DataFrame, judgements: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """The filled layer (module docstring) and how many parsed LLM grades of fill pairs it leaves out
     because their query is not one the humans judged."""
