@@ -250,7 +250,7 @@ def trec_order(docs: dict) -> list:
 
 def deep_runs_case(seed: int):
     """Runs 120-400 deep with ties; judgments sparse in some queries (their 10th judged document lies
-    below rank 100), dense in others; queries with nothing relevant, with no judged non-relevant
+    below rank 100), dense in others, some graded -1; queries with nothing relevant, with no judged non-relevant
     document, with only unjudged documents ranked, and one judged but absent from the run."""
     rng = random.Random(seed)
     docs = [f"d{j:03d}" for j in range(600)] + ["D7", "é1"]
@@ -273,7 +273,8 @@ def deep_runs_case(seed: int):
             continue
         else:
             judged = rng.sample(docs, rng.randint(20, 200))
-        qrels[q] = {d: rng.choice([0, 0, 1, 2, 3]) for d in judged}
+        # -1: trec_eval's "in the pool, unjudged" (left out of the condensed list, not in bpref's N)
+        qrels[q] = {d: rng.choice([0, 0, 1, 2, 3, -1]) for d in judged}
     qrels["absent"] = {"d001": 2, "d002": 0}
     return qrels, run
 
@@ -289,9 +290,15 @@ def pytrec_eval_deep(qrels: dict, run: dict) -> dict[str, dict[str, float]]:
 @pytest.mark.parametrize("seed", range(3))
 def test_bpref_and_condensed_ndcg_equal_pytrec_eval_past_rank_100(seed):
     qrels, run = deep_runs_case(seed)
+
     # The case reaches past the ranked top 100: queries whose 10th judged document lies below it.
-    deep = [q for q in run if q in qrels and sum(d in qrels[q] for d in trec_order(run[q])[:100]) < 10 <= sum(d in qrels[q] for d in run[q])]
+    def judged(q, docs):
+        return sum(qrels[q].get(d, -1) >= 0 for d in docs)
+
+    deep = [q for q in run if q in qrels and judged(q, trec_order(run[q])[:100]) < 10 <= judged(q, run[q])]
     assert len(deep) >= 8
+    # and a negative grade among them, judged in the qrels yet not in the condensed list
+    assert any(qrels[q].get(d) == -1 for q in deep for d in trec_order(run[q])[100:])
     want = pytrec_eval_deep(qrels, run)
     for metrics in (["bpref_at_100", "ndcg_condensed_at_10"], DEFAULT_METRICS, ["ndcg_condensed_at_10"]):
         got = evaluate(qrels, run, metrics).per_query
