@@ -142,6 +142,9 @@ def evaluate_frame(
     # A kernel that reads the ranking past rank k (the condensed list) gets each query's first k
     # judged documents; the top ``depth`` ranked here hold them for most queries (below).
     condensed_depth = max((k for _, base, k in parsed if getattr(fns[base], "whole_run", False)), default=0)
+    # Ranked 10k deep, a query whose run is a tenth judged holds them there: the join of a query's
+    # whole run, past it, cost 3.5x more (nDCG@10 condensed alone, bench/bench_metrics.py's data).
+    depth = max(depth, CONDENSED_RANKED * condensed_depth)
 
     # A grade <= 0 and an unjudged document count alike in the classic metrics; the hole-aware
     # kernels also see which ranked documents are judged. A negative grade is trec_eval's "in the
@@ -196,6 +199,9 @@ def evaluate_frame(
     per_query = dict(zip(query_ids, (dict(zip(metrics, row)) for row in zip(*(values[m] for m in metrics)))))
     mean = {m: (sum(values[m]) / nq if nq else 0.0) for m in metrics}  # in query order, as before: same bits
     return Evaluation(per_query=per_query, mean=mean)
+
+
+CONDENSED_RANKED = 10  # how many times its cut the condensed list's query is ranked before its whole run is joined
 
 
 def _condensed_gains(
