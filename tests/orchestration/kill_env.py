@@ -243,7 +243,7 @@ class KillBed:
     def retries_armed(self, instance: dg.DagsterInstance, timeout: float = 240) -> None:
         """Wait for the daemon's first pass over run failures: Dagster's run-retry daemon starts its cursor at
         the newest event on that pass and never retries a run that failed before it."""
-        key = "EVENT_LOG_CONSUMER_CURSOR-RUN_FAILURE"  # dagster/_daemon/auto_run_reexecution/event_log_consumer.py
+        key = f"EVENT_LOG_CONSUMER_CURSOR-{dg.DagsterEventType.RUN_FAILURE.value}"  # dagster/_daemon/auto_run_reexecution/event_log_consumer.py
         wait_for("the daemon's run-retry cursor", lambda: instance.daemon_cursor_storage.get_cursor_values({key}).get(key), timeout, state=self.daemon_log)
 
     def daemon_log(self) -> str:
