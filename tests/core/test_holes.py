@@ -13,12 +13,12 @@ from pathlib import Path
 
 import ir_measures
 import numpy as np
-import polars as pl
 import pytest
 import pytrec_eval
 from ir_measures import Bpref, Judged, nDCG
 
 from medbench_core.evaluation.metrics import DEFAULT_METRICS, HOLE_METRICS, evaluate, evaluate_frame, qrels_to_dict, run_to_dict
+from tests.core.test_metrics_vectorised import frames  # the qrels and run as the frames evaluate_frame reads
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -316,20 +316,7 @@ def test_bpref_and_condensed_ndcg_equal_pytrec_eval_past_rank_100(seed):
 
 def test_the_frame_form_agrees_on_shuffled_rows():
     qrels, run = deep_runs_case(7)
-    q = pl.DataFrame(
-        {
-            "query_id": [q for q, r in qrels.items() for _ in r],
-            "doc_id": [d for r in qrels.values() for d in r],
-            "relevance": [v for r in qrels.values() for v in r.values()],
-        }
-    )
-    r = pl.DataFrame(
-        {
-            "query_id": [q for q, d in run.items() for _ in d],
-            "doc_id": [x for d in run.values() for x in d],
-            "score": [s for d in run.values() for s in d.values()],
-        }
-    )
+    q, r = frames(qrels, run)
     want = evaluate(qrels, run, DEFAULT_METRICS)
     got = evaluate_frame(q.sample(fraction=1.0, shuffle=True, seed=1), r.sample(fraction=1.0, shuffle=True, seed=2), DEFAULT_METRICS)
     assert got.per_query == want.per_query  # the mean adds queries in the qrels' order, which the shuffle moved
