@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from medbench_core.errors import DataError, config_errors
 from medbench_core.taskdata.mteb_tasks import expand_entries as expand_mteb_entries
+from medbench_core.taskdata.task_identity import TaskIdentity, read_identity, task_identity
 from medbench_core.taskdata.readers import ReadContext, ReaderOptions, get_reader, parse_options
 from medbench_core.yaml_file import read_yaml_mapping
 
@@ -57,6 +58,8 @@ class TaskEntry:
     research_only: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     read_options: ReaderOptions | None = None
+    # what the task is, for matching declared training data (taskdata/task_identity.py); not an option, in no key
+    identity: TaskIdentity | None = None
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def load_catalog(path: str | Path) -> Catalog:
                 raise DataError(
                     f"{at}: hub dataset {e['dataset']!r} has no revision; pin one (revision: <40-hex commit sha>) so the task reads the same data every time"
                 )
-            opts = {k: v for k, v in e.items() if k not in {"name", "reader", "path", "research_only"}}
+            opts = {k: v for k, v in e.items() if k not in {"name", "reader", "path", "research_only", "identity"}}
             tasks.append(
                 TaskEntry(
                     name=name,
@@ -126,6 +129,7 @@ def load_catalog(path: str | Path) -> Catalog:
                     research_only=read_options.research_only,
                     options=opts,
                     read_options=read_options,
+                    identity=task_identity(name, read_identity(e.get("identity"), at), opts),
                 )
             )
     allow = doc.get("licence_allowlist") or []
