@@ -67,6 +67,8 @@ class Catalog:
     benchmark: str
     tasks: tuple[TaskEntry, ...]
     licence_allowlist: tuple[str, ...]
+    # the overlap contract's exact-duplicate image check across the version's test splits: ignore, mark (warn) or refuse
+    test_image_duplicates: str = "ignore"
 
     def task(self, name: str) -> TaskEntry:
         for t in self.tasks:
@@ -136,7 +138,10 @@ def load_catalog(path: str | Path) -> Catalog:
     benchmark = doc.get("benchmark", "medbench")
     if not isinstance(benchmark, str) or not _BENCHMARK_RE.match(benchmark):  # MLflow's experiment names, release records
         raise DataError(f"{path}: benchmark {benchmark!r}: use letters, digits, '.', '_', '+' or '-' (it names the MLflow experiments)")
-    return Catalog(benchmark=benchmark, tasks=tuple(tasks), licence_allowlist=tuple(allow))
+    dup = doc.get("test_image_duplicates", "ignore")
+    if dup not in ("ignore", "mark", "refuse"):
+        raise DataError(f"{path}: test_image_duplicates {dup!r}: use ignore, mark (a warning in the overlap gate) or refuse (the gate fails)")
+    return Catalog(benchmark=benchmark, tasks=tuple(tasks), licence_allowlist=tuple(allow), test_image_duplicates=dup)
 
 
 def check_path(value: Any, where: str) -> str:

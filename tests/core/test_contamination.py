@@ -211,3 +211,18 @@ def test_identical_pixels_across_splits_are_exact_and_near_images_carry_their_di
     rows = pairs.filter(pl.col("kind") == "image").select("id", "split", "other_id", "other_split", "exact").rows()
     assert rows == [("val_0000", "val", "test_0000", "test", True), ("val_0001", "val", "test_0001", "test", False)]
     assert info["n_images"] == 4
+
+
+def test_the_overlap_gate_refuses_the_same_pixels_in_two_test_splits_when_asked(tmp_path):
+    from medbench_core.taskdata.contracts import validate_tasks
+
+    a = _task("a", tmp_path / "a", {"q": "a chest X-ray"}, {"d1": "x"}, {}, {"d1": Image.open(PICS[0])})
+    # The same pixels written as another PNG (different bytes: the sha256 check of files cannot see it) in another task.
+    b = _task("b", tmp_path / "b", {"q2": "an abdominal CT scan"}, {"e1": "y"}, {}, {"e1": Image.open(PICS[0])})
+    Image.open(PICS[0]).convert("RGB").save(tmp_path / "b" / "images" / "e1.png", compress_level=1)
+    assert (tmp_path / "a" / "images" / "d1.png").read_bytes() != (tmp_path / "b" / "images" / "e1.png").read_bytes()
+    refused = validate_tasks([a, b], tmp_path / "refuse", test_image_duplicates="refuse")
+    assert not refused.passed and "no image (its decoded pixels) in two test splits" in refused.message
+    marked = validate_tasks([a, b], tmp_path / "mark", test_image_duplicates="mark")
+    assert marked.passed
+    assert validate_tasks([a, b], tmp_path / "ignore").passed
