@@ -136,9 +136,8 @@ def build_task_checks(partitions_def: dg.PartitionsDefinition, asset: dg.AssetKe
         layout = store.layout
         catalog = registry.catalog()
         dup = catalog.test_image_duplicates  # the exact-duplicate image check across test splits (docs/contamination.md)
-        judged_with = artifact_key(
-            tasks=sorted((t.name, t.content_hash()) for t in tasks), code=stage_version("contracts"), **({"test_image_duplicates": dup} if dup != "ignore" else {})
-        )
+        asked = {"test_image_duplicates": dup} if dup != "ignore" else {}
+        judged_with = artifact_key(tasks=sorted((t.name, t.content_hash()) for t in tasks), code=stage_version("contracts"), **asked)
         gate = read_gate(layout.overlap_gate_file())
         # The key names every task judged, so a verdict is reused only for exactly that set.
         if gate and gate.get("judged_with") == judged_with:

@@ -394,7 +394,8 @@ def annotate_contamination_runs(mlflow: MLflowResource, experiment: str, provena
             lo, hi = c["decontaminated_ci"]
             metrics |= {f"decontaminated.{metric}": float(c["decontaminated"]), f"decontaminated_ci_low.{metric}": float(lo),
                         f"decontaminated_ci_high.{metric}": float(hi)}  # fmt: skip
-        mlflow.annotate_run(experiment, prov["metrics_key"], metrics, {"medbench.contamination": c["mark"], "medbench.contamination_evidence": c["evidence"][:5000]})
+        tags = {"medbench.contamination": c["mark"], "medbench.contamination_evidence": c["evidence"][:5000]}
+        mlflow.annotate_run(experiment, prov["metrics_key"], metrics, tags)
 
 
 def annotate_filled_runs(mlflow: MLflowResource, experiment: str, cells: list[Cell], metric: str) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from medbench_core.errors import DataError, config_errors
-from medbench_core.retrieval.training_data import read_training_data
 from medbench_core.retrieval.kinds.spec import COMMON_FIELDS, ModelSpec, model_spec, parse_entry  # noqa: F401  (re-exported)
+from medbench_core.retrieval.training_data import read_training_data
 from medbench_core.yaml_file import read_yaml_mapping
 
 DEFAULT_BASELINE = "bm25"

@@ -80,7 +80,8 @@ def read_training_data(raw: Any, *, models_file: str | Path, index: int, model: 
     if raw is None:
         raw = []
     if not isinstance(raw, list):
-        raise DataError(f"{where()} must be a list of dataset names, {{mteb: ORG/NAME}}, {{texts: FILE}} or {{images: FILE}}; [] says it was trained on nothing")
+        kinds = "dataset names, {mteb: ORG/NAME}, {texts: FILE} or {images: FILE}"
+        raise DataError(f"{where()} must be a list of {kinds}; [] says it was trained on nothing")
     sources = []
     for i, item in enumerate(raw):
         line = line_of(path, ["models", index, "training_data", i])

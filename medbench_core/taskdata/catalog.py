@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from medbench_core.errors import DataError, config_errors
 from medbench_core.taskdata.mteb_tasks import expand_entries as expand_mteb_entries
-from medbench_core.taskdata.task_identity import TaskIdentity, read_identity, task_identity
 from medbench_core.taskdata.readers import ReadContext, ReaderOptions, get_reader, parse_options
+from medbench_core.taskdata.task_identity import TaskIdentity, read_identity, task_identity
 from medbench_core.yaml_file import read_yaml_mapping
 
 if TYPE_CHECKING:

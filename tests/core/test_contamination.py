@@ -88,6 +88,11 @@ def test_all_minilm_declares_what_mteb_lists_read_offline():
     assert d["bm25"].known and not d["bm25"].names
     # The fusion has no weights of its own: it is what its two upstreams declare.
     assert d["bm25-minilm-rrf"].known and set(d["bm25-minilm-rrf"].names) == set(d["all-MiniLM-L6-v2"].names)
+    # The export's model_meta.json carries them as MTEB's training_datasets (None: declares nothing).
+    from medbench_core.evaluation.exports import mteb_models
+
+    metas = mteb_models(specs)
+    assert metas["all-MiniLM-L6-v2"]["training_datasets"] == sorted(d["all-MiniLM-L6-v2"].names) and metas["bm25"]["training_datasets"] == []
 
 
 # --- the audit, by hand -------------------------------------------------------------------
@@ -141,7 +146,8 @@ def _models(tmp_path: Path, texts: list[str], images: list[str]) -> list:
 
 
 def _marks(tmp_path: Path, specs: list, task_a, task_b) -> dict:
-    entries = [TaskEntry(t.name, "beir", t.name, identity=task_identity(t.name, ident, {})) for t, ident in ((task_a, {"beir": ("a-set",)}), (task_b, {"dataset": ("OtherSet",)}))]  # fmt: skip
+    idents = ((task_a, {"beir": ("a-set",)}), (task_b, {"dataset": ("OtherSet",)}))
+    entries = [TaskEntry(t.name, "beir", t.name, identity=task_identity(t.name, ident, {})) for t, ident in idents]
     tasks = {task_a.name: task_a, task_b.name: task_b}
     layout = Layout(tmp_path / "data")
     for t in tasks.values():
@@ -167,15 +173,16 @@ def test_near_duplicates_in_a_manifest_and_a_second_task_change_the_marks_and_th
     assert marks[("m2", "b")]["mark"] == TRAINED and "declares OtherSet" in marks[("m2", "b")]["evidence"]
     assert all(marks[(m, "a")]["share"] == 0.0 and marks[(m, "a")]["decontaminated"] == pytest.approx(0.7) for m in ("m0", "m1", "m2", "m3"))
 
-    # Inserted: q4 reworded ("Antibiotic" dropped to "Antibiotics", "after" -> "following" kept out) in the manifest;
+    # Inserted: q4 lower-cased with "a" added before "caesarean" in the texts manifest;
     # q5's image resized to 2/3 and recompressed as JPEG (quality 60) in the images manifest, by hash;
-    # q2 with one word changed and d3's image resized and recompressed in the second task.
+    # q2 with "ischaemic" spelt "ischemic" and d3's image resized and recompressed in the second task.
     after = _models(
         tmp_path / "after",
         ["Exercise improves mood in adolescents", "antibiotic prophylaxis reduces infection after a caesarean section"],
         [" ".join(ih.hash_image(_resized_jpeg(PICS[0])).hex())],
     )
-    dirty_b = _task("b", tmp_path / "b2", {"b1": "Sleep duration and memory consolidation", "b2": "Statins lower the incidence of ischemic stroke in diabetic patients"},
+    b_queries = {"b1": "Sleep duration and memory consolidation", "b2": "Statins lower the incidence of ischemic stroke in diabetic patients"}
+    dirty_b = _task("b", tmp_path / "b2", b_queries,
                     {"e1": "A study of sleep", "e2": "A scan"}, {}, {"e2": _resized_jpeg(PICS[1])})  # fmt: skip
     marks, cells = _marks(tmp_path / "after", after, task_a, dirty_b)
     # m1: q4 (text) and q5 (image) near-duplicated in its manifests: share 2/5, clean = mean(0.9, 0.6, 0.0) = 0.5.

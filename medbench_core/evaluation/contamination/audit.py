@@ -5,7 +5,8 @@ The audit of task T compares T's queries and documents (texts: :mod:`.texts`; im
 :mod:`medbench_core.taskdata.image_hashes`) with
 
 - each other task's queries and documents (``source`` ``task:<name>``),
-- T's own images across its splits (``task:T``: PneumoniaMNIST val against test),
+- T's own images against each other, queries with queries and documents with documents (``task:T``:
+  PneumoniaMNIST val against test, with their splits),
 - each declared manifest (``texts:<path>``, ``images:<path>``).
 
 It writes ``pairs.parquet`` (one row per pair found: kind, T's side and id, source, the other
@@ -72,8 +73,23 @@ def item_split(item_id: str, default: str) -> str:
     return head if head in SPLITS and "_" in str(item_id) else default
 
 
+_TEXTS: dict[tuple[str, str], list[tx.TextSet]] = {}  # (task, content hash) -> its text sets, kept per process
+
+
 def task_texts(task: Any) -> list[tx.TextSet]:
-    """The task's query texts and document texts (title and text) as two :class:`~.texts.TextSet`."""
+    """The task's query texts and document texts (title and text) as two :class:`~.texts.TextSet`.
+
+    Kept per process by content hash: ``medbench run`` audits every task in one process, and each
+    audit compares with every other task, whose signatures are computed once."""
+    key = (task.name, task.content_hash())
+    if key not in _TEXTS:
+        for old in [k for k in _TEXTS if k[0] == task.name]:
+            del _TEXTS[old]
+        _TEXTS[key] = _task_texts(task)
+    return _TEXTS[key]
+
+
+def _task_texts(task: Any) -> list[tx.TextSet]:
     out = []
     q = task.queries.filter(pl.col("text").is_not_null())
     out.append(tx.text_set(f"task:{task.name}", "query", q["query_id"].to_list(), q["text"].to_list()))
@@ -107,7 +123,7 @@ def read_text_manifest(path: str) -> tx.TextSet:
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}:{n}: not a JSON object ({exc.msg}); a .jsonl texts manifest holds one {{\"text\": ...}} per line") from None
+                    raise DataError(f'{path}:{n}: not a JSON object ({exc.msg}); a .jsonl texts manifest holds one {{"text": ...}} per line') from None
                 if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                     raise DataError(f"{path}:{n}: no string 'text' field; a .jsonl texts manifest holds one {{\"text\": ...}} per line")
                 ids.append(str(obj.get("id", f"line {n}")))
@@ -156,6 +172,8 @@ def audit_task(
         hashes = [h for *_, h in images]
         for i, j, dp, dd, exact in ih.close_pairs(hashes, hashes, same=True):
             a, b = images[i], images[j]
+            if a[0] != b[0]:
+                continue  # a figure that is a query (figure -> caption) and a document (caption -> figure) of one task is by design
             rows.append(_image_row(a, f"task:{task.name}", b[0], b[1], b[2], dp, dd, exact))
         for o in others:
             theirs = task_images(o, splits.get(o.name) or "test")

@@ -139,8 +139,11 @@ def contamination_markdown(marks: Mapping[tuple[str, str], Mapping[str, Any]], m
         row = [m, "-" if avg is None else f"{avg:.4f}", "unknown" if shares[m] is None else f"{shares[m]}%"]
         row += [cell_text(marks[(m, t)]) if (m, t) in marks else "-" for t in tasks]
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "zero-shot: share of the model's cells marked zero-shot (MTEB's figure; unknown when it declares nothing). "
-              "near-dup: test queries with a near-duplicate in its training data; clean: the metric over the others, 95% bootstrap CI, n. Evidence:"]  # fmt: skip
+    lines += [
+        "",
+        "zero-shot: share of the model's cells marked zero-shot (MTEB's figure; unknown when it declares nothing). near-dup: test queries "
+        "with a near-duplicate in its training data; clean: the metric over the others, 95% bootstrap CI, n. Evidence:",
+    ]
     lines += [f"- {m} x {t}: {marks[(m, t)]['evidence']}" for m in models for t in tasks if (m, t) in marks]
     return "\n".join(lines) + "\n"
 

@@ -147,8 +147,15 @@ def test_image_table(tasks: Sequence[Task], splits: dict[str, str], blocking: bo
         "test_split_images",
         "images of every task, decoded",
         frame,
-        [Spec("ExpectColumnValuesToBeUnique", {"column": "pixel_sha256"}, "overlap", "no image (its decoded pixels) in two test splits of the version",
-              blocking=blocking)],  # fmt: skip
+        [
+            Spec(
+                "ExpectColumnValuesToBeUnique",
+                {"column": "pixel_sha256"},
+                "overlap",
+                "no image (its decoded pixels) in two test splits of the version",
+                blocking=blocking,
+            )
+        ],  # fmt: skip
     )
 
 
