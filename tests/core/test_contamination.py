@@ -233,3 +233,21 @@ def test_the_overlap_gate_refuses_the_same_pixels_in_two_test_splits_when_asked(
     marked = validate_tasks([a, b], tmp_path / "mark", test_image_duplicates="mark")
     assert marked.passed
     assert validate_tasks([a, b], tmp_path / "ignore").passed
+
+
+def test_the_audit_key_moves_with_its_inputs_only(tmp_path):
+    from medbench_core.evaluation.contamination.audit import read_text_manifest
+
+    a = _task("a", tmp_path / "a", {"q1": QUERIES["q1"]}, {"d1": "x"}, {}, {})
+    b = _task("b", tmp_path / "b", {"b1": "another question"}, {"e1": "y"}, {}, {})
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"text": "one"}\n')
+    key = audit_key(a, [b], [("texts", str(manifest))])
+    assert audit_key(a, [b], [("texts", str(manifest))]) == key  # the same inputs: the stored audit is reused
+    b2 = _task("b", tmp_path / "b2", {"b1": "another question, changed"}, {"e1": "y"}, {}, {})
+    assert audit_key(a, [b2], [("texts", str(manifest))]) != key  # another task's content
+    manifest.write_text('{"text": "two"}\n')
+    assert audit_key(a, [b], [("texts", str(manifest))]) != key  # the manifest's bytes
+    manifest.write_text('{"text": "one"}\n{"txt": "two"}\n')
+    with pytest.raises(DataError, match=r"m.jsonl:2: no string 'text' field"):
+        read_text_manifest(str(manifest))
