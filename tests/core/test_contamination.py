@@ -251,3 +251,18 @@ def test_the_audit_key_moves_with_its_inputs_only(tmp_path):
     manifest.write_text('{"text": "one"}\n{"txt": "two"}\n')
     with pytest.raises(DataError, match=r"m.jsonl:2: no string 'text' field"):
         read_text_manifest(str(manifest))
+
+
+def test_medbench_runs_up_to_date_key_reads_every_declared_manifests_bytes(tmp_path):
+    # models.yaml unchanged, a manifest edited: `medbench run` must not answer "nothing changed" (its audits would be stale).
+    from medbench_cli.uptodate import training_manifests
+    from medbench_core.provenance import file_hash
+
+    specs = _models(tmp_path, ["one text"], [])
+    texts, images = (str((tmp_path / n).resolve()) for n in ("train_texts.txt", "train_images.txt"))
+    before = training_manifests(specs)
+    assert before == {f"texts:{texts}": file_hash(texts), f"images:{images}": file_hash(images)}
+    (tmp_path / "train_texts.txt").write_text("one text\nanother text\n")
+    after = training_manifests(specs)
+    assert after[f"texts:{texts}"] != before[f"texts:{texts}"] and after[f"images:{images}"] == before[f"images:{images}"]
+    assert training_manifests([s for s in specs if s.name != "m1"]) == {}  # no manifest declared: nothing enters the key
