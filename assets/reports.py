@@ -383,19 +383,21 @@ def annotate_partition_runs(mlflow: MLflowResource, experiment: str, provenance:
 
 
 def annotate_contamination_runs(mlflow: MLflowResource, experiment: str, provenance: dict, metric: str) -> None:
-    """Each marked cell's own MLflow run gets the tags ``medbench.contamination`` (trained-on-task, zero-shot or unknown)
-    and ``medbench.contamination_evidence``, and the metrics ``contamination.near_dup_share`` and ``decontaminated.<metric>`` (with its CI)."""
+    """Each marked cell's own MLflow run gets the tags ``medbench.contamination`` (trained-on-task, zero-shot or unknown),
+    ``medbench.contamination_evidence``, ``medbench.near_dup_share`` and ``medbench.decontaminated`` (``<metric> <value> [lo, hi] n=N``).
+    Tags, not metrics: a cell's run holds what scoring logged, which a release records and ``medbench reproduce`` recomputes
+    (an audit figure there would be "not recomputed"); the figures as metrics are on the leaderboard run (``<task>/<model>/...``)."""
     for prov in provenance.values():
         c = prov.get("contamination")
         if not c or "metrics_key" not in prov:
             continue
-        metrics = {"contamination.near_dup_share": float(c["share"])} if c.get("share") is not None else {}
+        tags = {"medbench.contamination": c["mark"], "medbench.contamination_evidence": c["evidence"][:5000]}
+        if c.get("share") is not None:
+            tags["medbench.near_dup_share"] = str(c["share"])
         if c.get("decontaminated") is not None:
             lo, hi = c["decontaminated_ci"]
-            metrics |= {f"decontaminated.{metric}": float(c["decontaminated"]), f"decontaminated_ci_low.{metric}": float(lo),
-                        f"decontaminated_ci_high.{metric}": float(hi)}  # fmt: skip
-        tags = {"medbench.contamination": c["mark"], "medbench.contamination_evidence": c["evidence"][:5000]}
-        mlflow.annotate_run(experiment, prov["metrics_key"], metrics, tags)
+            tags["medbench.decontaminated"] = f"{metric} {c['decontaminated']} [{lo}, {hi}] n={c['n_clean']}"
+        mlflow.annotate_run(experiment, prov["metrics_key"], {}, tags)
 
 
 def annotate_filled_runs(mlflow: MLflowResource, experiment: str, cells: list[Cell], metric: str) -> None:
