@@ -37,13 +37,24 @@ IMAGES = ROOT.parent / "shared" / "data" / "vqa_rad" / "images"
 PICS = sorted(IMAGES.glob("*.jpg"))[:4]
 
 
+def shingle_hash(shingle: str | bytes) -> int:
+    """The 32-bit hash of one shingle as texts.signatures computes it for a whole batch: its code points as digits
+    in base texts._BASE, modulo 2**32 (the one-shingle reference form, handed to datasketch below)."""
+    if isinstance(shingle, bytes):
+        shingle = shingle.decode("utf-8")
+    h = 0
+    for ch in shingle:
+        h = (h * int(tx._BASE) + ord(ch)) & 0xFFFFFFFF
+    return h
+
+
 def test_signatures_equal_datasketch_minhash_of_the_same_shingles():
     from datasketch import MinHash
 
     texts = [tx.normalise(t) for t in ("Does aspirin reduce the risk of colorectal cancer?", "ab", "", "肺炎の胸部X線画像", "x y " * 900)]
     sigs = tx.signatures(texts)
     for text, sig in zip(texts, sigs):
-        m = MinHash(num_perm=tx.NUM_PERM, hashfunc=tx.shingle_hash)
+        m = MinHash(num_perm=tx.NUM_PERM, hashfunc=shingle_hash)
         m.update_batch(tx.shingles(text))
         assert np.array_equal(m.hashvalues, sig), text[:20]
     # Dropping one short word from a nine-word query keeps 39 of its 47 shingles: Jaccard 39/47 >= 0.7.

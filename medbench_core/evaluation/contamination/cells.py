@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 
 from medbench_core.evaluation.contamination.declared import Declared
+from medbench_core.evaluation.mlflow_names import mlflow_name
 
 TRAINED, ZERO_SHOT, UNKNOWN = "trained-on-task", "zero-shot", "unknown"
 MARKS = (TRAINED, ZERO_SHOT, UNKNOWN)
@@ -164,7 +165,7 @@ def mlflow_metrics(marks: Mapping[tuple[str, str], Mapping[str, Any]]) -> dict[s
     """The leaderboard run's ``<task>/<model>/near_dup_share``, ``.../decontaminated`` (and CI), ``.../zero_shot`` (1/0)."""
     out: dict[str, float] = {}
     for (m, t), c in marks.items():
-        prefix = "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in f"{t}/{m}")
+        prefix = mlflow_name(f"{t}/{m}")
         out[f"{prefix}/zero_shot"] = 1.0 if c["mark"] == ZERO_SHOT else 0.0
         if c.get("share") is not None:
             out[f"{prefix}/near_dup_share"] = float(c["share"])

@@ -37,15 +37,6 @@ def mteb_training_datasets(name: str) -> tuple[str, ...] | None:
     return None if got is None else tuple(sorted(got))
 
 
-def mteb_knows(name: str) -> bool:
-    """Whether the installed mteb has model ``name`` (a hub id) in its registry, offline."""
-    try:
-        mteb_training_datasets(name)
-        return True
-    except DataError:
-        return False
-
-
 @dataclass(frozen=True)
 class Declared:
     """A model's effective declaration. ``names``: declared dataset name -> where it was declared;

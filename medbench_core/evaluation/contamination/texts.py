@@ -6,11 +6,12 @@ spaces, spaces collapsed): characters, not words, so that a short query with one
 still shares most of its shingles, and so that Chinese and Japanese, written without spaces, are
 shingled too. A text shorter than 5 characters is one shingle, itself.
 
-Each shingle is hashed to 32 bits by :func:`shingle_hash` (a polynomial over its code points,
-computed for every shingle of a batch at once with numpy) and the signature is datasketch's
+Each shingle is hashed to 32 bits (a polynomial over its code points in base :data:`_BASE`, modulo
+2**32, computed for every shingle of a batch at once with numpy) and the signature is datasketch's
 MinHash of those hashes (scheme ``affine32``, 128 permutations, seed 1): equal, value for value,
-to ``datasketch.MinHash(num_perm=128, hashfunc=shingle_hash).update_batch(shingles)``
-(tests/core/test_contamination.py calls datasketch for that), without a Python call per shingle.
+to ``datasketch.MinHash(num_perm=128, hashfunc=shingle_hash).update_batch(shingles)`` with the
+one-shingle form of that hash (``shingle_hash`` in tests/core/test_contamination.py, which calls
+datasketch for that), without a Python call per shingle.
 Candidates come from datasketch's ``MinHashLSH`` at the threshold (its bands and rows chosen by
 datasketch for equal weights of false positives and negatives); every candidate is then verified
 on the texts' exact shingle sets, and a pair is reported only when its Jaccard similarity is at
@@ -47,16 +48,6 @@ def shingles(text: str, k: int = SHINGLE) -> list[str]:
     if len(text) <= k:
         return [text]
     return [text[i : i + k] for i in range(len(text) - k + 1)]
-
-
-def shingle_hash(shingle: str | bytes) -> int:
-    """The 32-bit hash of one shingle, as :func:`signatures` computes it for a whole batch (the reference form)."""
-    if isinstance(shingle, bytes):
-        shingle = shingle.decode("utf-8")
-    h = 0
-    for ch in shingle:
-        h = (h * int(_BASE) + ord(ch)) & 0xFFFFFFFF
-    return h
 
 
 def _shingle_hashes(texts: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
