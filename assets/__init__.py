@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def build_assets(partitions: Partitions) -> tuple[list[dg.AssetsDefinition | dg.AssetSpec], list[dg.AssetChecksDefinition]]:
     """Every asset (in lineage order) and asset check over ``partitions``."""
-    from assets import canary, checks, embeddings, expansions, indices, judgements, metrics, registry, reports, runs, tasks
+    from assets import canary, checks, contamination, embeddings, expansions, indices, judgements, metrics, registry, reports, runs, tasks
     from assets.stage import stage_asset
     from medbench_core.layout import STAGES
 
@@ -25,5 +25,5 @@ def build_assets(partitions: Partitions) -> tuple[list[dg.AssetsDefinition | dg.
     stages = [stage_asset(own[name], partitions) for name in STAGES]
     expansion, expansion_check = expansions.build_query_expansion(partitions)
     assets = [registry.model_spec, tasks.build_curated_task(partitions), expansion, *stages, judgements.build_relevance_judgements(partitions),
-              reports.leaderboard, canary.drift_canary]  # fmt: skip
+              contamination.build_contamination_audit(partitions), reports.leaderboard, canary.drift_canary]  # fmt: skip
     return assets, [*checks.build_task_checks(partitions.tasks), expansion_check]

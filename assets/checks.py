@@ -134,13 +134,17 @@ def build_task_checks(partitions_def: dg.PartitionsDefinition, asset: dg.AssetKe
             except MedbenchError:
                 not_curated.append(name)
         layout = store.layout
-        judged_with = artifact_key(tasks=sorted((t.name, t.content_hash()) for t in tasks), code=stage_version("contracts"))
+        catalog = registry.catalog()
+        dup = catalog.test_image_duplicates  # the exact-duplicate image check across test splits (docs/contamination.md)
+        asked = {"test_image_duplicates": dup} if dup != "ignore" else {}
+        judged_with = artifact_key(tasks=sorted((t.name, t.content_hash()) for t in tasks), code=stage_version("contracts"), **asked)
         gate = read_gate(layout.overlap_gate_file())
         # The key names every task judged, so a verdict is reused only for exactly that set.
         if gate and gate.get("judged_with") == judged_with:
             check = _reused(gate, layout.overlap_gate_file())
         else:
-            result = validate_tasks(tasks, layout.overlap_reports_dir())
+            splits = {e.name: str(e.options.get("split") or "test") for e in catalog.tasks}
+            result = validate_tasks(tasks, layout.overlap_reports_dir(), test_image_duplicates=dup, splits=splits)
             gate_file = record_overlap_gate(layout.tasks_root(), result, judged_with=judged_with)
             check = dg.AssetCheckResult(passed=result.passed, metadata=check_metadata(result, gate_file), description=result.message.splitlines()[0])
         if not not_curated:

@@ -26,6 +26,9 @@ import dagster as dg
 
 from assets.stage import ASSET_OF_STAGE
 from medbench_core.errors import DataError, MedbenchError
+from medbench_core.evaluation.contamination.board import contamination_marks
+from medbench_core.evaluation.contamination.cells import MARKS
+from medbench_core.evaluation.contamination.cells import mlflow_metrics as contamination_mlflow_metrics
 from medbench_core.evaluation.exports import mteb_models, mteb_task_names
 from medbench_core.evaluation.floors import floors_mlflow_metrics
 from medbench_core.evaluation.judging.layers import attach_filled
@@ -177,7 +180,7 @@ def run_error(instance: dg.DagsterInstance, run_id: str) -> str:
 
 
 @dg.asset(
-    deps=[ASSET_OF_STAGE["metrics"], "relevance_judgements"],
+    deps=[ASSET_OF_STAGE["metrics"], "relevance_judgements", "contamination_audit"],
     code_version=REPORTS_VERSION,
     group_name="reports",
     kinds={"markdown", "mlflow"},
@@ -204,9 +207,10 @@ def leaderboard(
     copies: dict[tuple[str, str], int] = {}
     previous = saved_cells(store.layout)
     groups, pivots = {}, {}  # task -> its queries' languages, concepts and relevant documents (and its pivot), for the multilingual section
+    loaded = {}
     for t in catalog.tasks:
         try:
-            task = store.load_task(t.name)
+            task = loaded[t.name] = store.load_task(t.name)
         except MedbenchError:
             continue  # not curated: its column shows '-'
         if task.queries["language"].drop_nulls().n_unique() >= 2:
@@ -235,7 +239,11 @@ def leaderboard(
             "that fail their manifest:\n" + "\n".join(lost)
         )
     research_only = [t.name for t in catalog.tasks if t.research_only]
-    provenance = {f"{c.model}/{c.task}": {**c.provenance, **({STALE_KEY: c.stale} if c.stale else {})} for c in cells if c.metrics is not None}
+    # Each cell's trained-on-task / zero-shot / unknown mark and decontaminated score, from the task audits at their current keys.
+    marks = contamination_marks(store.layout, specs, catalog.tasks, loaded, cells, metric=config.metric, n_resamples=config.resamples, seed=config.seed)
+    provenance = {f"{c.model}/{c.task}": {**c.provenance, **({STALE_KEY: c.stale} if c.stale else {}),
+                                          **({"contamination": marks[(c.model, c.task)]} if (c.model, c.task) in marks else {})}
+                  for c in cells if c.metrics is not None}  # fmt: skip
     out = store.reports_dir()
     sources = load_sources(registry.tasks_file, store.shared_data, config.published or None)
     names = {m: meta["name"] for m, meta in mteb_models(specs, {c.model: c.model_revision for c in cells}).items()} if sources else {}
@@ -249,13 +257,14 @@ def leaderboard(
             footer=f"code version {REPORTS_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
             extra_json={"benchmark": catalog.benchmark, "cells": provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
             trust=trust, qrels_holes=data_holes, judgements=judged,
-            query_groups=groups, pivots=pivots,
+            query_groups=groups, pivots=pivots, contamination=marks,
         )  # fmt: skip
         md = written["markdown"]
         context.log.info("\n" + md)
         run_id, reused = log_leaderboard(context, mlflow, leaderboard_experiment(catalog.benchmark), sig, provenance, copies, written, staged, trust)
         annotate_partition_runs(mlflow, catalog.benchmark, provenance, written["published"])
         annotate_filled_runs(mlflow, catalog.benchmark, cells, config.metric)
+        annotate_contamination_runs(mlflow, catalog.benchmark, provenance, config.metric)
         move_into(staged, out, REPORT_NAMES)
     heatmap = out / "heatmap.png"
     plots = {f"{Path(f).parent.name}_{Path(f).stem}": dg.MetadataValue.path(str(out / f)) for f in written["files"] if f.startswith(("diff/", "trust/"))}
@@ -273,6 +282,7 @@ def leaderboard(
             "stale_cells": len(written["stale"]),
             # Cells whose mean Judged@10 is below the threshold (docs/trust.md), marked in the table.
             "low_judged_cells": int(written["trust"]["low_judged"].fill_null(False).sum()) if written["trust"].height else 0,
+            "contamination_marks": dg.MetadataValue.json({m: sum(v["mark"] == m for v in marks.values()) for m in MARKS}),
             "mlflow_run_id": run_id,
             "mlflow_run_reused": reused,
             "mlflow_heatmap": f"runs:/{run_id}/heatmap.png",
@@ -296,6 +306,7 @@ def log_leaderboard(
 
     stats = written["stats"]
     published = written["published"]
+    marked = {k: v["contamination"] for k, v in provenance.items() if "contamination" in v}
     trusted = written.get("trust")
     filled = {f"{r['model']}/{r['task']}": r["judgements"] for r in trusted.iter_rows(named=True) if r["judgements"]} if trusted is not None else {}
     run_key = artifact_key(
@@ -304,6 +315,7 @@ def log_leaderboard(
         table=written["board"].columns + written["board"]["model"].to_list(), copies={f"{m}/{t}": n for (m, t), n in copies.items()},
         **({"published": published.select("model", "task", "published", "status", "file").to_dicts()} if published.height else {}),
         **({"stale": {f"{m}/{t}": why for (m, t), why in written["stale"].items()}} if written["stale"] else {}),
+        **({"contamination": {k: [v["mark"], v.get("share"), v.get("decontaminated")] for k, v in marked.items()}} if marked else {}),
     )  # fmt: skip
     params = {**{f"significance.{k}": v for k, v in sig.describe().items()}, "cells": len(provenance), "code_version": REPORTS_VERSION}
     metrics: dict[str, float] = {}
@@ -333,6 +345,8 @@ def log_leaderboard(
         metrics |= multilingual_mlflow_metrics(written["multilingual"])
     if written.get("floors") is not None and written["floors"].height:  # chance per task; tie-aware, its flag, chance-corrected per cell
         metrics |= floors_mlflow_metrics(written["floors"])
+    if marked:  # near-duplicate share, decontaminated score and its CI, zero-shot (1/0) per cell
+        metrics |= contamination_mlflow_metrics({tuple(k.split("/", 1)): v for k, v in marked.items()})
     if published.height:
         from medbench_core.evaluation.published import summary
 
@@ -366,6 +380,24 @@ def annotate_partition_runs(mlflow: MLflowResource, experiment: str, provenance:
             metrics |= {f"published_diff.{m}": float(r["diff"]), f"published_in_ci.{m}": 1.0 if r["in_ci"] else 0.0}
         status = r["status"] + (f": {r['note']}" if r["note"] else "")
         mlflow.annotate_run(experiment, prov["metrics_key"], metrics, {"medbench.published_status": status, "medbench.published_source": r["file"]})
+
+
+def annotate_contamination_runs(mlflow: MLflowResource, experiment: str, provenance: dict, metric: str) -> None:
+    """Each marked cell's own MLflow run gets the tags ``medbench.contamination`` (trained-on-task, zero-shot or unknown),
+    ``medbench.contamination_evidence``, ``medbench.near_dup_share`` and ``medbench.decontaminated`` (``<metric> <value> [lo, hi] n=N``).
+    Tags, not metrics: a cell's run holds what scoring logged, which a release records and ``medbench reproduce`` recomputes
+    (an audit figure there would be "not recomputed"); the figures as metrics are on the leaderboard run (``<task>/<model>/...``)."""
+    for prov in provenance.values():
+        c = prov.get("contamination")
+        if not c or "metrics_key" not in prov:
+            continue
+        tags = {"medbench.contamination": c["mark"], "medbench.contamination_evidence": c["evidence"][:5000]}
+        if c.get("share") is not None:
+            tags["medbench.near_dup_share"] = str(c["share"])
+        if c.get("decontaminated") is not None:
+            lo, hi = c["decontaminated_ci"]
+            tags["medbench.decontaminated"] = f"{metric} {c['decontaminated']} [{lo}, {hi}] n={c['n_clean']}"
+        mlflow.annotate_run(experiment, prov["metrics_key"], {}, tags)
 
 
 def annotate_filled_runs(mlflow: MLflowResource, experiment: str, cells: list[Cell], metric: str) -> None:

@@ -148,7 +148,10 @@ def export(data_root: Path, dest: Path, models_file: Path | None = None) -> int:
         index = export_results(cells, tmp, code_version=stage_version("reports"), models=metas, tasks=names)
         files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
         mteb = {"models": index["models"], "tasks": index["tasks"],
-                "not_mteb_tasks": sorted(t for t, v in index["tasks"].items() if not v["mteb_task"])}  # fmt: skip
+                "not_mteb_tasks": sorted(t for t, v in index["tasks"].items() if not v["mteb_task"]),
+                # each cell's trained-on-task / zero-shot / unknown mark (MTEB's results format has no field for it; model_meta.json
+                # carries the training_datasets MTEB's zero-shot figure reads)
+                **({"contamination": saved["contamination"]} if saved.get("contamination") else {})}  # fmt: skip
         write_manifest(tmp, files, {"kind": MARK, "benchmark": saved.get("benchmark"), "metric": saved.get("metric"), "cells": saved["cells"], "mteb": mteb})
 
     dest.parent.mkdir(parents=True, exist_ok=True)

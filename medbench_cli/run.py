@@ -232,6 +232,7 @@ def main(args: argparse.Namespace) -> int:
     reasons = dict(prepared.get("reasons") or {})
     failed = prepared["failures"] + run_steps.evaluate(defs, instance, models, prepared["usable"], args.force, progress, reasons, **steps)
     failed += run_steps.judge(defs, instance, prepared["usable"], reasons, failed_run=_failed, run_config=steps["run_config"])
+    failed += run_steps.audit(defs, instance, prepared["usable"], reasons, failed_run=_failed, run_config=steps["run_config"])
     for task, why in prepared["gated"].items():
         failed.append(f"gate[{task}]")
         reasons[f"gate[{task}]"] = why
@@ -279,7 +280,7 @@ def summary(failed: list[str], reasons: dict[str, str], said: dict[str, str], la
         return f"{label}: {why}" if why else label
 
     what = ("FAILED: " if len(failed) == 1 else f"FAILED ({len(failed)}): ") + "; ".join(first(f) for f in failed)
-    tasks = [f[f.index("[") + 1 : -1] for f in failed if f.startswith(("curated_task[", "gate[", "relevance_judgements["))]
+    tasks = [f[f.index("[") + 1 : -1] for f in failed if f.startswith(("curated_task[", "gate[", "relevance_judgements[", "contamination_audit["))]
     pairs = [f.split("|", 1) for f in failed if "|" in f]
     kept = [said[f] for f in failed if f in said]
     stale = {}

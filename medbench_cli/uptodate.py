@@ -119,8 +119,18 @@ def inputs(specs: list, catalog: Any, tasks: list[str]) -> Inputs:
         models=versions,
         data=str(settings.DATA.resolve()),
         **({"judgements": judged} if judged else {}),
+        **({"training_manifests": manifests} if (manifests := training_manifests(specs)) else {}),
     )
     return Inputs(key, {t: source_digest(catalog.task(t), settings.SHARED / "data") for t in tasks})
+
+
+def training_manifests(specs: list) -> dict[str, str]:
+    """The training manifests models.yaml declares (docs/contamination.md), each by its bytes: an edited manifest
+    is new input for the contamination audits, though models.yaml is unchanged."""
+    from medbench_core.evaluation.contamination.declared import manifest_sources
+    from medbench_core.provenance import file_hash
+
+    return {f"{kind}:{path}": file_hash(path) for kind, path in manifest_sources(specs)}
 
 
 def _mlflow_client() -> Any:

@@ -8,6 +8,7 @@ versioning) and the Dagster resources agree on it:
     <root>/artifacts/<model>/<task>/<stage>/<key>/
     <root>/artifacts/<model>/<task>/filled/<key>/   a cell scored on the human + LLM qrels layer
     <root>/judgements/<judgement>/<task>/<key>/  LLM relevance judgements (and _cache/: judged pairs)
+    <root>/audits/<task>/<key>/                a task's contamination audit (near-duplicate texts and images)
     <root>/reports/                            leaderboard.{md,csv,json}, canary/
 """
 
@@ -55,6 +56,10 @@ class Layout:
     def filled_dir(self, model: str, task: str, key: str) -> Path:
         """A cell's metrics on the filled (human + LLM) qrels layer: ``artifacts/<model>/<task>/filled/<key>``."""
         return self.root / "artifacts" / model / task / "filled" / key
+
+    def audit_dir(self, task: str, key: str) -> Path:
+        """Where a task's contamination audit lives: ``audits/<task>/<key>``."""
+        return self.root / "audits" / task / key
 
     def reports_dir(self) -> Path:
         return self.root / "reports"

@@ -57,6 +57,7 @@ STAGE_VERSIONS: dict[str, str] = {
     "expansion_contract": "2",  # the expansion gate and its leakage measure (2: an empty answer warns, as R2MED scores it, instead of failing)
     "judgements": "1",  # LLM relevance judgements of a task's pool, or a judgement file read (evaluation/judging)
     "filled_metrics": "2",  # a cell's run scored on the human + LLM qrels layer; 2: the humans' queries only, identical ids, exact bounds
+    "contamination": "1",  # a task's near-duplicate texts and images in other tasks and training manifests (evaluation/contamination)
     "leaderboard": "1",  # the leaderboard cells
     # tables, CIs, paired tests, plots; 2: rank intervals and groups; 3: chance row, floors and ties, one paired gap
     # (pivot minus L, Holm), language variance; 4: trust cells follow the metric, one interval per cell (issue 46)

@@ -137,3 +137,29 @@ def _children(node: Any, yaml: Any) -> list[Any]:
     if isinstance(node, yaml.MappingNode):
         return [n for pair in node.value for n in pair]
     return []
+
+
+def line_of(path: str | Path, keys: list[Any]) -> int:
+    """The line (1-based) where the node at ``keys`` (mapping keys and sequence positions) starts in the
+    YAML file ``path``, or of its deepest ancestor found; 0 when the file cannot be composed.
+
+    For errors about a value after the document was loaded (``models[2].training_data[1]``): the
+    loaded document keeps no marks, so the file is composed again (a few KB; read with the same bounds)."""
+    import yaml
+
+    try:
+        text = decode_utf8(Path(path).read_bytes()[: MAX_YAML_BYTES + 1], str(path))
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (OSError, DataError, yaml.YAMLError):
+        return 0
+    line = node.start_mark.line + 1 if node is not None else 0
+    for key in keys:
+        child = None
+        if isinstance(node, yaml.MappingNode):
+            child = next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
+            child = node.value[key]
+        if child is None:
+            break
+        node, line = child, child.start_mark.line + 1
+    return line

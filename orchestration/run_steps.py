@@ -269,6 +269,24 @@ def judge(defs, instance, tasks: list[str], reasons: dict, *, failed_run: SayFai
     return failed
 
 
+def audit(defs, instance, tasks: list[str], reasons: dict, *, failed_run: SayFailure, run_config: dict) -> list[str]:
+    """Each task's contamination audit (issue 49: near-duplicates in the other tasks and the declared training
+    manifests), stored once per inputs: a second run with nothing changed reads it back. A failure fails that task's audit alone."""
+    from orchestration.jobs import AUDIT_JOB
+
+    job = defs.resolve_job_def(AUDIT_JOB)
+    failed = []
+    for task in tasks:
+        t = time.perf_counter()
+        res = job.execute_in_process(instance=instance, partition_key=task, run_config=copy.deepcopy(run_config), raise_on_error=False)
+        hit = res.success and all(ev.materialization.metadata["cache_hit"].value for ev in res.get_asset_materialization_events())
+        print(f"[audit] {task:<22} {'ok' if res.success else 'FAILED'}{' (cached)' if hit else ''} ({time.perf_counter() - t:.1f}s)", flush=True)
+        if not res.success:
+            failed.append(f"contamination_audit[{task}]")
+            reasons[f"contamination_audit[{task}]"] = failed_run(f"audit {task}", res)
+    return failed
+
+
 def not_applicable(result) -> bool:
     for ev in result.get_asset_materialization_events():
         md = ev.materialization.metadata

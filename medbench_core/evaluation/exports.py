@@ -30,6 +30,7 @@ def mteb_models(specs: Iterable[Any], revisions: Mapping[str, str] | None = None
     from medbench_core.hub import is_repo_id
 
     specs = list(specs)
+    trained = training_datasets(specs)
     by_name = {s.name: s for s in specs}
     hub = {s.name: s.path for s in specs if not s.derived and is_repo_id(s.path)}
     claims: dict[str, list[str]] = {}
@@ -60,7 +61,7 @@ def mteb_models(specs: Iterable[Any], revisions: Mapping[str, str] | None = None
             "framework": list(meta["framework"]),
             "similarity_fn_name": meta["similarity_fn_name"],
             "use_instructions": meta["use_instructions"],
-            "training_datasets": None,
+            "training_datasets": trained.get(s.name),
             "loader": None,
             "reference": f"https://huggingface.co/{path}" if path else None,
             "adapted_from": path if path and not own_id else None,
@@ -68,6 +69,17 @@ def mteb_models(specs: Iterable[Any], revisions: Mapping[str, str] | None = None
             "model_type": list(meta["model_type"]),
         }
     return out
+
+
+def training_datasets(specs: list[Any]) -> dict[str, list[str] | None]:
+    """Each model's ``training_datasets`` as MTEB's ``ModelMeta`` holds them: the dataset names it (and its upstreams)
+    declare (medbench_core.evaluation.contamination.declared: mteb's own names where it came from mteb), sorted; None
+    when a model of its lineage declares nothing (MTEB's "unknown"). A manifest of texts or images has no name MTEB knows."""
+    from medbench_core.evaluation.contamination.declared import declarations
+
+    if not any(s.training_data is not None and s.training_data.declared for s in specs):
+        return {}
+    return {m: sorted(d.names) if d.known else None for m, d in declarations(specs).items()}
 
 
 def default_model_meta(model: str, revision: str) -> dict[str, Any]:

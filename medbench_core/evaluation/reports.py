@@ -554,8 +554,13 @@ def write_leaderboard(
     judgements: Mapping[str, Mapping[str, Any]] | None = None,
     query_groups: Mapping[str, pl.DataFrame] | None = None,
     pivots: Mapping[str, str] | None = None,
+    contamination: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Every report of the leaderboard, written into ``out_dir``; returns what was written.
+
+    ``contamination``: (model, task) -> the cell's mark, evidence and decontaminated score
+    (:func:`medbench_core.evaluation.contamination.cells.cell_contamination`): a section with each
+    model's zero-shot share beside its average, CSV columns and ``contamination`` in the JSON.
 
     ``trust`` (:class:`medbench_core.evaluation.trust.TrustSettings`, default its defaults): what
     each cell rests on (:func:`write_trust`): Judged@10 and the bounds beside every cell, their
@@ -635,6 +640,11 @@ def write_leaderboard(
             board_csv = board_csv.join(per, on="model", how="left", maintain_order="left")
     trust_md, board_csv, stats, trust_plots = write_trust(trusted, board_csv, stats, models, tasks, out, trust, qrels_holes)
     md += trust_md
+    if contamination:
+        from medbench_core.evaluation.contamination import cells as contaminated
+
+        md += "\n" + contaminated.contamination_markdown(contamination, models, tasks, dict(zip(board["model"], board["average"])))
+        board_csv = contaminated.csv_columns(board_csv, contamination, tasks)
     if floors.height:
         md += "\n" + floors_markdown(floors, METRIC_LABELS.get(metric, metric))
         board_csv = floors_csv_columns(board_csv, floors, tasks)
@@ -695,6 +705,7 @@ def write_leaderboard(
         **({"multilingual": multilingual_json(multilingual)} if multilingual_files else {}),
         "plots": {"heatmap": "heatmap.png", "diff": plots, "trust": trust_plots},
         STALE_KEY: {f"{m}/{t}": why for (m, t), why in sorted(stale.items())},
+        **({"contamination": contamination_json(contamination, models)} if contamination else {}),
         "trust": {
             "settings": trust.describe(),
             "cells": trusted.to_dicts(),
@@ -803,6 +814,13 @@ def write_multilingual(
     write_text_atomic(Path(out) / "multilingual.csv", multilingual_csv(tables))
     md = multilingual_markdown(tables, label=METRIC_LABELS.get(sig.metric, sig.metric), n_resamples=sig.n_resamples, seed=sig.seed)
     return tables, "\n" + md, ["multilingual.csv"]
+
+
+def contamination_json(marks: Mapping[tuple[str, str], Mapping[str, Any]], models: list[str]) -> dict[str, Any]:
+    """``leaderboard.json``'s ``contamination``: each model's zero-shot share and each cell's mark, evidence and scores (``model/task``)."""
+    from medbench_core.evaluation.contamination.cells import zero_shot_shares
+
+    return {"zero_shot": zero_shot_shares(marks, models), "cells": {f"{m}/{t}": dict(v) for (m, t), v in sorted(marks.items())}}
 
 
 def with_stale_column(board: pl.DataFrame, stale: Mapping[tuple[str, str], str]) -> pl.DataFrame:

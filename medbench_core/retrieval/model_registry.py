@@ -16,6 +16,7 @@ from typing import Any
 
 from medbench_core.errors import DataError, config_errors
 from medbench_core.retrieval.kinds.spec import COMMON_FIELDS, ModelSpec, model_spec, parse_entry  # noqa: F401  (re-exported)
+from medbench_core.retrieval.training_data import read_training_data
 from medbench_core.yaml_file import read_yaml_mapping
 
 DEFAULT_BASELINE = "bm25"
@@ -125,6 +126,8 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
             raise DataError(f"{path}: model name {entry['name']!r} appears twice")
         seen.add(entry["name"])
         spec = parse_entry(entry, where=str(path))
+        declared = read_training_data(entry.get("training_data", ...), models_file=path, index=i, model=spec.name)
+        spec = dataclasses.replace(spec, training_data=declared)
         hub_id = spec.hub_id
         if spec.trust_remote_code and hub_id not in allow:
             raise DataError(

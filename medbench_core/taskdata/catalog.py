@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from medbench_core.errors import DataError, config_errors
 from medbench_core.taskdata.mteb_tasks import expand_entries as expand_mteb_entries
 from medbench_core.taskdata.readers import ReadContext, ReaderOptions, get_reader, parse_options
+from medbench_core.taskdata.task_identity import TaskIdentity, read_identity, task_identity
 from medbench_core.yaml_file import read_yaml_mapping
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ class TaskEntry:
     research_only: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     read_options: ReaderOptions | None = None
+    # what the task is, for matching declared training data (taskdata/task_identity.py); not an option, in no key
+    identity: TaskIdentity | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class Catalog:
     benchmark: str
     tasks: tuple[TaskEntry, ...]
     licence_allowlist: tuple[str, ...]
+    # the overlap contract's exact-duplicate image check across the version's test splits: ignore, mark (warn) or refuse
+    test_image_duplicates: str = "ignore"
 
     def task(self, name: str) -> TaskEntry:
         for t in self.tasks:
@@ -117,7 +122,7 @@ def load_catalog(path: str | Path) -> Catalog:
                 raise DataError(
                     f"{at}: hub dataset {e['dataset']!r} has no revision; pin one (revision: <40-hex commit sha>) so the task reads the same data every time"
                 )
-            opts = {k: v for k, v in e.items() if k not in {"name", "reader", "path", "research_only"}}
+            opts = {k: v for k, v in e.items() if k not in {"name", "reader", "path", "research_only", "identity"}}
             tasks.append(
                 TaskEntry(
                     name=name,
@@ -126,13 +131,17 @@ def load_catalog(path: str | Path) -> Catalog:
                     research_only=read_options.research_only,
                     options=opts,
                     read_options=read_options,
+                    identity=task_identity(name, read_identity(e.get("identity"), at), opts),
                 )
             )
     allow = doc.get("licence_allowlist") or []
     benchmark = doc.get("benchmark", "medbench")
     if not isinstance(benchmark, str) or not _BENCHMARK_RE.match(benchmark):  # MLflow's experiment names, release records
         raise DataError(f"{path}: benchmark {benchmark!r}: use letters, digits, '.', '_', '+' or '-' (it names the MLflow experiments)")
-    return Catalog(benchmark=benchmark, tasks=tuple(tasks), licence_allowlist=tuple(allow))
+    dup = doc.get("test_image_duplicates", "ignore")
+    if dup not in ("ignore", "mark", "refuse"):
+        raise DataError(f"{path}: test_image_duplicates {dup!r}: use ignore, mark (a warning in the overlap gate) or refuse (the gate fails)")
+    return Catalog(benchmark=benchmark, tasks=tuple(tasks), licence_allowlist=tuple(allow), test_image_duplicates=dup)
 
 
 def check_path(value: Any, where: str) -> str:

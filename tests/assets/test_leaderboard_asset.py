@@ -117,6 +117,14 @@ def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_
     assert run.data.metrics["scifact/bm25-k12/p_perm"] == 1.0 and run.data.metrics["scifact/bm25-k12/significant"] == 0.0
     assert run.data.params["significance.baseline"] == "bm25"
     assert run.data.metrics["average/bm25-k12/rank_high"] == 1.0 and run.data.params["groups.scifact"] == "bm25: a; bm25-k12: a"
+    # Each cell's contamination mark (docs/contamination.md, issue 49): these models declare no training data, so unknown (never
+    # zero-shot); no query near-duplicated: share 0, and the decontaminated score is nDCG@10 over all 3 claims, each 1.
+    assert saved["cells"]["bm25/scifact"]["contamination"]["mark"] == "unknown" and run.data.metrics["scifact/bm25/zero_shot"] == 0.0
+    cell_run = resources["mlflow"].finished_run("medbench-test", saved["cells"]["bm25/scifact"]["metrics_key"])
+    assert cell_run.data.tags["medbench.contamination"] == "unknown" and cell_run.data.tags["medbench.near_dup_share"] == "0.0"
+    assert cell_run.data.tags["medbench.decontaminated"] == "ndcg_at_10 1.0 [1.0, 1.0] n=3"
+    # Tags only: a cell's run keeps the metrics scoring logged (a release records them, reproduce recomputes them).
+    assert not any(k.startswith(("contamination", "decontaminated")) for k in cell_run.data.metrics)
     # ... and the same inputs reuse it.
     with world.instance() as instance:
         again = dg.materialize([leaderboard], resources=resources, instance=instance).asset_materializations_for_node("leaderboard")[0].metadata

@@ -21,7 +21,7 @@ def test_definitions_load_with_the_medbench_assets_checks_and_jobs():
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert {("curated_task", "task_contract"), ("curated_task", "tasks_do_not_overlap"), ("query_expansion", "expansion_contract")} <= checks
     jobs = {j.name for j in defs.resolve_all_job_defs()}
-    assert {"curate_tasks", "check_overlap", "evaluate_partition", "build_leaderboard"} <= jobs
+    assert {"curate_tasks", "check_overlap", "evaluate_partition", "build_leaderboard", "audit_contamination"} <= jobs
     assert {"store", "registry", "compute", "mlflow"} <= set(defs.resources)
 
 
@@ -35,6 +35,11 @@ def test_the_lineage_runs_from_tasks_to_metrics_to_the_leaderboard():
     assert {p.to_user_string() for p in graph.get(dg.AssetKey("query_expansion")).parent_keys} == {"curated_task", "model_spec"}
     assert parents["task_metrics"] == {"retrieval_run"}
     assert "task_metrics" in parents["leaderboard"]
+    # Each task's contamination audit reads every curated task, and the leaderboard marks its cells from it.
+    assert "contamination_audit" in parents["leaderboard"]
+    audit = defs.resolve_assets_def("contamination_audit")
+    assert audit.partitions_def.get_partition_keys() == TASKS
+    assert {p.to_user_string() for p in graph.get(dg.AssetKey("contamination_audit")).parent_keys} == {"curated_task"}
 
 
 def test_partitions_are_task_static_and_model_dynamic():

@@ -19,7 +19,7 @@ from medbench_core.errors import DataError
 from medbench_core.retrieval.kinds import get_kind, kind_names
 from medbench_core.retrieval.kinds.settings import KindSettings, NoSettings, closest
 
-COMMON_FIELDS = ("name", "kind", "path", "revision", "settings", "batch_size", "index", "trust_remote_code")
+COMMON_FIELDS = ("name", "kind", "path", "revision", "settings", "batch_size", "index", "trust_remote_code", "training_data")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 
 
@@ -40,6 +40,9 @@ class ModelSpec:
     index: dict[str, Any] = field(default_factory=lambda: {"type": "flat"})
     trust_remote_code: bool = False
     block: Any = None
+    # what the entry says the model was trained on (medbench_core.retrieval.training_data); read by the
+    # registry with file and line, never part of the identity: it changes what the audit says, not the output
+    training_data: Any = None
 
     @property
     def plugin(self) -> Any:
@@ -87,7 +90,9 @@ class ModelSpec:
         """This entry with some settings changed, read again by its kind (so the change is checked)."""
         entry = self.to_entry()
         entry["settings"] = {**entry.get("settings", {}), **changes}
-        return dataclasses.replace(parse_entry(entry, where="model entry"), trust_remote_code=self.trust_remote_code, block=self.block)
+        return dataclasses.replace(
+            parse_entry(entry, where="model entry"), trust_remote_code=self.trust_remote_code, block=self.block, training_data=self.training_data
+        )
 
     def to_entry(self) -> dict[str, Any]:
         """The entry as models.yaml would write it (what :func:`parse_entry` reads back)."""

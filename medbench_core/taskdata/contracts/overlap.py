@@ -124,6 +124,47 @@ def _image_hashes(task: Task) -> dict[str, list[str]]:
     return out
 
 
+IMAGE_DUPLICATES = ("ignore", "mark", "refuse")  # tasks.yaml test_image_duplicates: the exact-pixel check across test splits
+
+
+def test_image_table(tasks: Sequence[Task], splits: dict[str, str], blocking: bool) -> Table:
+    """Every (task, split) group's distinct decoded-pixel digests (:mod:`medbench_core.taskdata.image_hashes`): one
+    digest in two groups is the same image in two test splits of the version, whatever its file's format or metadata.
+    A split comes from an image id's ``<split>_`` prefix (PneumoniaMNIST's val and test), else the task's split."""
+    from medbench_core.taskdata.image_hashes import hash_file
+
+    groups: dict[tuple[str, str, str], str] = {}
+    for t in tasks:
+        for df, key in ((t.queries, "query_id"), (t.corpus, "doc_id")):
+            if "image" not in df.columns:
+                continue
+            for rid, ref in df.select(key, "image").drop_nulls("image").iter_rows():
+                head = str(rid).split("_", 1)[0].lower()
+                split = head if "_" in str(rid) and head in ("train", "val", "valid", "dev", "test") else splits.get(t.name, "test")
+                try:
+                    digest = hash_file(t.resolve_image(ref), f"task {t.name} {rid}").pixels
+                except (DataError, OSError):
+                    continue  # an unreadable image is its own task gate's business
+                groups.setdefault((t.name, split, digest), f"{t.name}[{split}]:{rid}")
+    frame = pl.DataFrame(
+        {"record_id": list(groups.values()), "pixel_sha256": [d for (_, _, d) in groups]}, schema={"record_id": pl.Utf8, "pixel_sha256": pl.Utf8}
+    )
+    return Table(
+        "test_split_images",
+        "images of every task, decoded",
+        frame,
+        [
+            Spec(
+                "ExpectColumnValuesToBeUnique",
+                {"column": "pixel_sha256"},
+                "overlap",
+                "no image (its decoded pixels) in two test splits of the version",
+                blocking=blocking,
+            )
+        ],  # fmt: skip
+    )
+
+
 def _cross_tables(tasks: Sequence[Task], threshold: float, fail_on_near_duplicates: bool) -> tuple[list[Table], list[NearDuplicate]]:
     S = Spec
     task_frame = pl.DataFrame(
@@ -259,6 +300,8 @@ def validate_tasks(
     *,
     threshold: float = NEAR_DUPLICATE_THRESHOLD,
     fail_on_near_duplicates: bool = True,
+    test_image_duplicates: str = "ignore",
+    splits: dict[str, str] | None = None,
 ) -> ContractResult:
     """Run the cross-task overlap suite over ``tasks``.
 
@@ -268,6 +311,8 @@ def validate_tasks(
     tasks involved in a failure; ``task_hashes`` the content each task had when judged.
     """
     tables, dups = _cross_tables(tasks, threshold, fail_on_near_duplicates)
+    if test_image_duplicates != "ignore":  # tasks.yaml test_image_duplicates: mark (a warning) or refuse (blocking)
+        tables.append(test_image_table(tasks, dict(splits or {}), blocking=test_image_duplicates == "refuse"))
     outcomes, results_path, docs_path = run_tables(ALL_TASKS, tables, Path(out_dir) if out_dir else None)
     failed_tasks = sorted(_tasks_named(r for o in outcomes if not o.success and o.blocking for r in o.rows))
     extra = []

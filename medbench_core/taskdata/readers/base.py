@@ -25,7 +25,7 @@ from typing import Any, Literal
 from medbench_core.errors import DataError
 
 # Keys of a tasks.yaml entry that the catalogue itself reads (not reader options).
-CATALOGUE_KEYS = ("name", "reader", "path", "subsets")
+CATALOGUE_KEYS = ("name", "reader", "path", "subsets", "identity")
 
 
 @dataclass(frozen=True, kw_only=True)

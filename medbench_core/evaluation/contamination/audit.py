@@ -1,0 +1,264 @@
+"""One task's contamination audit: its near-duplicate texts and images in every other task of the
+benchmark and in every training manifest a model declares, stored once per task and inputs.
+
+The audit of task T compares T's queries and documents (texts: :mod:`.texts`; images:
+:mod:`medbench_core.taskdata.image_hashes`) with
+
+- each other task's queries and documents (``source`` ``task:<name>``),
+- T's own images against each other, queries with queries and documents with documents (``task:T``:
+  PneumoniaMNIST val against test, with their splits),
+- each declared manifest (``texts:<path>``, ``images:<path>``).
+
+It writes ``pairs.parquet`` (one row per pair found: kind, T's side and id, source, the other
+side and id, Jaccard or the two Hamming distances, exact, splits), ``info.json`` (counts,
+thresholds, sources with their hashes) and ``thumbs/`` (the first image pairs side by side).
+Which pairs count against a model is decided per cell (:mod:`.cells`), so one audit serves every
+model. The key (:func:`audit_key`) hashes T's content, every other task's, every manifest's bytes,
+the thresholds and the stage version: the same inputs reuse it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from medbench_core.errors import DataError
+from medbench_core.evaluation.contamination import texts as tx
+from medbench_core.provenance import artifact_key, stage_version
+from medbench_core.storage import sha256_file, write_manifest
+from medbench_core.taskdata import image_hashes as ih
+
+STAGE = "contamination"
+FILES = ("pairs.parquet", "info.json")
+PAIRS_SCHEMA: dict[str, pl.DataType] = {
+    "kind": pl.Utf8, "side": pl.Utf8, "id": pl.Utf8, "split": pl.Utf8, "source": pl.Utf8, "other_side": pl.Utf8, "other_id": pl.Utf8,
+    "other_split": pl.Utf8, "jaccard": pl.Float64, "phash_distance": pl.Int32, "dhash_distance": pl.Int32, "exact": pl.Boolean,
+}  # fmt: skip
+SPLITS = ("train", "val", "valid", "dev", "test")
+THUMBS = 24  # image pairs drawn side by side
+
+
+def settings() -> dict[str, Any]:
+    """The audit's thresholds, as its key and its info record them."""
+    return {
+        "shingle": f"character {tx.SHINGLE}-grams of the normalised text",
+        "jaccard_threshold": tx.JACCARD_THRESHOLD,
+        "num_perm": tx.NUM_PERM,
+        "minhash": "datasketch affine32, seed 1",
+        "phash_max": ih.PHASH_MAX,
+        "dhash_max": ih.DHASH_MAX,
+    }
+
+
+def audit_key(task: Any, others: Sequence[Any], manifests: Sequence[tuple[str, str]]) -> str:
+    """The audit artifact's key: the stage version, the thresholds, T's content hash, each other task's and each manifest's sha256."""
+    return artifact_key(
+        stage=STAGE,
+        version=stage_version(STAGE),
+        settings=settings(),
+        task=task.content_hash(),
+        others={o.name: o.content_hash() for o in others},
+        manifests={f"{k}:{p}": sha256_file(p) if Path(p).is_file() else "missing" for k, p in manifests},
+    )
+
+
+def item_split(item_id: str, default: str) -> str:
+    """The split an item belongs to: a ``<split>_`` prefix of its id (PneumoniaMNIST's ``val_0001``), else the task's split."""
+    head = str(item_id).split("_", 1)[0].lower()
+    return head if head in SPLITS and "_" in str(item_id) else default
+
+
+_TEXTS: dict[tuple[str, str], list[tx.TextSet]] = {}  # (task, content hash) -> its text sets, kept per process
+
+
+def task_texts(task: Any) -> list[tx.TextSet]:
+    """The task's query texts and document texts (title and text) as two :class:`~.texts.TextSet`.
+
+    Kept per process by content hash: ``medbench run`` audits every task in one process, and each
+    audit compares with every other task, whose signatures are computed once."""
+    key = (task.name, task.content_hash())
+    if key not in _TEXTS:
+        for old in [k for k in _TEXTS if k[0] == task.name]:
+            del _TEXTS[old]
+        _TEXTS[key] = _task_texts(task)
+    return _TEXTS[key]
+
+
+def _task_texts(task: Any) -> list[tx.TextSet]:
+    out = []
+    q = task.queries.filter(pl.col("text").is_not_null())
+    out.append(tx.text_set(f"task:{task.name}", "query", q["query_id"].to_list(), q["text"].to_list()))
+    docs = task.corpus
+    ids = docs["doc_id"].to_list()
+    titles = docs["title"].to_list() if "title" in docs.columns else [None] * len(ids)
+    bodies = docs["text"].to_list() if "text" in docs.columns else [None] * len(ids)
+    out.append(tx.text_set(f"task:{task.name}", "doc", ids, [" ".join(p for p in (a, b) if p) for a, b in zip(titles, bodies)]))
+    return out
+
+
+def task_images(task: Any, split: str) -> list[tuple[str, str, str, ih.ImageHashes]]:
+    """(side, id, split, hashes) of every image of the task (queries and documents), hashed from the curated files."""
+    out = []
+    for frame, side, key in ((task.queries, "query", "query_id"), (task.corpus, "doc", "doc_id")):
+        if "image" not in frame.columns:
+            continue
+        for rid, ref in frame.select(key, "image").drop_nulls("image").iter_rows():
+            out.append((side, str(rid), item_split(rid, split), ih.hash_file(task.resolve_image(ref), f"task {task.name} {side} {rid}")))
+    return out
+
+
+def read_text_manifest(path: str) -> tx.TextSet:
+    """A texts manifest: one text per line (.txt) or JSON lines with ``text`` (and an optional ``id``; .jsonl); ids are line numbers otherwise."""
+    ids, raw = [], []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if path.endswith(".jsonl"):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DataError(f'{path}:{n}: not a JSON object ({exc.msg}); a .jsonl texts manifest holds one {{"text": ...}} per line') from None
+                if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                    raise DataError(f"{path}:{n}: no string 'text' field; a .jsonl texts manifest holds one {{\"text\": ...}} per line")
+                ids.append(str(obj.get("id", f"line {n}")))
+                raw.append(obj["text"])
+            else:
+                ids.append(f"line {n}")
+                raw.append(line.rstrip("\n"))
+    return tx.text_set(f"texts:{path}", "text", ids, raw)
+
+
+def read_image_manifest(path: str) -> list[tuple[str, ih.ImageHashes]]:
+    """An images manifest: per line an image path (relative to the manifest) or ``<phash hex> <dhash hex>``; (line id, hashes)."""
+    out = []
+    base = Path(path).parent
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            hashes = ih.parse_hashes(line)
+            if hashes is None:
+                file = Path(line) if Path(line).is_absolute() else base / line
+                if not file.is_file():
+                    raise DataError(f"{path}:{n}: {line!r} is neither an image file (relative to the manifest) nor '<phash hex> <dhash hex>'")
+                hashes = ih.hash_file(file, f"{path}:{n}")
+            out.append((f"line {n}", hashes))
+    return out
+
+
+def audit_task(
+    task: Any, others: Sequence[Any], manifests: Sequence[tuple[str, str]], *, splits: Mapping[str, str] | None = None
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """The pairs and the info of task ``task``'s audit (module docstring); ``splits``: task -> its catalogue split (default test)."""
+    t0 = time.perf_counter()
+    splits = dict(splits or {})
+    split = splits.get(task.name) or "test"
+    rows: list[dict[str, Any]] = []
+    mine = task_texts(task)
+    other_texts = [s for o in others for s in task_texts(o)]
+    text_manifests = [read_text_manifest(p) for k, p in manifests if k == "texts"]
+    for probe in mine:
+        for r in tx.near_duplicates(probe, [*other_texts, *text_manifests]):
+            rows.append({"kind": "text", **r, "split": split, "other_split": None})
+    images = task_images(task, split)
+    if images:
+        hashes = [h for *_, h in images]
+        for i, j, dp, dd, exact in ih.close_pairs(hashes, hashes, same=True):
+            a, b = images[i], images[j]
+            if a[0] != b[0]:
+                continue  # a figure that is a query (figure -> caption) and a document (caption -> figure) of one task is by design
+            rows.append(_image_row(a, f"task:{task.name}", b[0], b[1], b[2], dp, dd, exact))
+        for o in others:
+            theirs = task_images(o, splits.get(o.name) or "test")
+            for i, j, dp, dd, exact in ih.close_pairs(hashes, [h for *_, h in theirs]):
+                b = theirs[j]
+                rows.append(_image_row(images[i], f"task:{o.name}", b[0], b[1], b[2], dp, dd, exact))
+        for k, p in manifests:
+            if k != "images":
+                continue
+            listed = read_image_manifest(p)
+            for i, j, dp, dd, exact in ih.close_pairs(hashes, [h for _, h in listed]):
+                rows.append(_image_row(images[i], f"images:{p}", "image", listed[j][0], None, dp, dd, exact))
+    pairs = pl.DataFrame(rows, schema=PAIRS_SCHEMA) if rows else pl.DataFrame(schema=PAIRS_SCHEMA)
+    pairs = pairs.sort("kind", "side", "id", "source", "other_side", "other_id")
+    info = {
+        "task": task.name,
+        "settings": settings(),
+        "n_queries": task.queries.height,
+        "n_docs": task.corpus.height,
+        "n_images": len(images),
+        "others": sorted(o.name for o in others),
+        "manifests": [{"kind": k, "path": p, "sha256": sha256_file(p)} for k, p in manifests],
+        "pairs": {f"{s}": n for s, n in pairs.group_by("source").len().iter_rows()} if pairs.height else {},
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    return pairs, info
+
+
+def _image_row(a: tuple, source: str, other_side: str, other_id: str, other_split: str | None, dp: int, dd: int, exact: bool) -> dict[str, Any]:
+    return {"kind": "image", "side": a[0], "id": a[1], "split": a[2], "source": source, "other_side": other_side, "other_id": other_id,
+            "other_split": other_split, "jaccard": None, "phash_distance": dp, "dhash_distance": dd, "exact": exact}  # fmt: skip
+
+
+def store_audit(folder: str | Path, pairs: pl.DataFrame, info: dict[str, Any], task: Any, others: Sequence[Any], extra: dict[str, Any]) -> Path:
+    """Write the audit into ``folder`` atomically with its manifest, with ``thumbs/`` of its first image pairs."""
+    from medbench_core.storage import replace_dir_atomic
+
+    def build(tmp: Path) -> None:
+        pairs.write_parquet(tmp / "pairs.parquet", statistics=False)
+        (tmp / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True, default=str) + "\n")
+        drawn = draw_thumbs(pairs, task, others, tmp / "thumbs")
+        write_manifest(tmp, [*FILES, *drawn], extra)
+
+    return replace_dir_atomic(folder, build)
+
+
+def load_audit(folder: str | Path) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """The pairs and info of a stored audit, its manifest verified first."""
+    from medbench_core.storage import verify_manifest
+
+    folder = Path(folder)
+    verify_manifest(folder)
+    return pl.read_parquet(folder / "pairs.parquet"), json.loads((folder / "info.json").read_text())
+
+
+def draw_thumbs(pairs: pl.DataFrame, task: Any, others: Sequence[Any], out: Path) -> list[str]:
+    """The first :data:`THUMBS` image pairs between two tasks (a manifest's images are not here) as side-by-side 128-pixel PNGs; their names."""
+    from PIL import Image, ImageDraw
+
+    from medbench_core.taskdata.images import load_image
+
+    by_name = {task.name: task, **{o.name: o for o in others}}
+    rows = [r for r in pairs.filter(pl.col("kind") == "image").iter_rows(named=True) if r["source"].startswith("task:")][:THUMBS]
+    if not rows:
+        return []
+    out.mkdir(parents=True, exist_ok=True)
+    names = []
+    for n, r in enumerate(rows):
+        other = by_name.get(r["source"][len("task:") :])
+        if other is None:
+            continue
+        left = _image_of(task, r["side"], r["id"])
+        right = _image_of(other, r["other_side"], r["other_id"])
+        canvas = Image.new("RGB", (2 * 128 + 8, 128 + 14), "white")
+        for x, path in ((0, left), (136, right)):
+            if path is not None:
+                canvas.paste(load_image(path, str(path)).convert("RGB").resize((128, 128)), (x, 0))
+        ImageDraw.Draw(canvas).text((2, 129), f"pHash {r['phash_distance']} dHash {r['dhash_distance']}{' exact' if r['exact'] else ''}", fill="black")
+        name = f"thumbs/{n:03d}.png"
+        canvas.save(out / f"{n:03d}.png", format="PNG")
+        names.append(name)
+    return names
+
+
+def _image_of(task: Any, side: str, rid: str) -> Path | None:
+    frame, key = (task.queries, "query_id") if side == "query" else (task.corpus, "doc_id")
+    ref = frame.filter(pl.col(key) == rid)["image"].to_list() if "image" in frame.columns else []
+    return task.resolve_image(ref[0]) if ref and ref[0] else None
