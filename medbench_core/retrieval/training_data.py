@@ -27,20 +27,21 @@ from typing import Any
 
 from medbench_core.errors import DataError
 
-SOURCE_KINDS = ("dataset", "mteb", "texts", "images")
-MANIFEST_KINDS = ("texts", "images")
+SOURCE_FORMS = ("dataset", "mteb", "texts", "images")
+MANIFEST_FORMS = ("texts", "images")
 
 
 @dataclass(frozen=True)
 class TrainingSource:
-    """One item of a ``training_data:`` list: its kind, its value (a manifest's resolved path) and its line in models.yaml."""
+    """One item of a ``training_data:`` list: its form (dataset, mteb, texts, images; not a model kind), its value
+    (a manifest's resolved path) and its line in models.yaml."""
 
-    kind: str
+    form: str
     value: str
     line: int = 0
 
     def describe(self) -> str:
-        return self.value if self.kind == "dataset" else f"{self.kind}: {self.value}"
+        return self.value if self.form == "dataset" else f"{self.form}: {self.value}"
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,9 @@ class TrainingData:
     sources: tuple[TrainingSource, ...] = ()
     file: str = ""  # the models.yaml it was read from, for errors found later (an mteb name mteb does not know)
 
-    def of_kind(self, kind: str) -> list[TrainingSource]:
-        return [s for s in self.sources if s.kind == kind]
-
     def to_entry(self) -> list[Any]:
         """The field as models.yaml writes it."""
-        return [s.value if s.kind == "dataset" else {s.kind: s.value} for s in self.sources]
+        return [s.value if s.form == "dataset" else {s.form: s.value} for s in self.sources]
 
 
 UNDECLARED = TrainingData(declared=False)
@@ -88,16 +86,16 @@ def read_training_data(raw: Any, *, models_file: str | Path, index: int, model: 
         if isinstance(item, str):
             item = {"dataset": item}
         if not isinstance(item, dict) or len(item) != 1:
-            raise DataError(f"{where(i)}[{i}]: give one of {', '.join(SOURCE_KINDS)} per item (a string is a dataset name), not {item!r}")
+            raise DataError(f"{where(i)}[{i}]: give one of {', '.join(SOURCE_FORMS)} per item (a string is a dataset name), not {item!r}")
         ((kind, value),) = item.items()
-        if kind not in SOURCE_KINDS:
+        if kind not in SOURCE_FORMS:
             from medbench_core.retrieval.kinds.settings import closest
 
-            raise DataError(f"{where(i)}[{i}]: unknown kind {kind!r}{closest(str(kind), SOURCE_KINDS)}; known: {', '.join(SOURCE_KINDS)}")
+            raise DataError(f"{where(i)}[{i}]: unknown kind {kind!r}{closest(str(kind), SOURCE_FORMS)}; known: {', '.join(SOURCE_FORMS)}")
         if not isinstance(value, str) or not value.strip():
             raise DataError(f"{where(i)}[{i}]: {kind} must be a non-empty string, not {value!r}")
         value = value.strip()
-        if kind in MANIFEST_KINDS:
+        if kind in MANIFEST_FORMS:
             file = Path(value) if Path(value).is_absolute() else path.parent / value
             if not file.is_file():
                 raise DataError(f"{where(i)}[{i}]: {kind} manifest {value} not found (looked for {file}); paths are relative to {path.name}")

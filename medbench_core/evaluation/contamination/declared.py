@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.training_data import MANIFEST_KINDS
+from medbench_core.retrieval.training_data import MANIFEST_FORMS
 
 
 @lru_cache(maxsize=None)
@@ -77,9 +77,9 @@ def own_declaration(spec: Any, mteb_lookup: MtebLookup = mteb_training_datasets)
                 return Declared(spec.name, {n: f"{spec.name}: mteb {hub}" for n in got})
         return Declared(spec.name, silent=(spec.name,))
     for s in td.sources:
-        if s.kind == "dataset":
+        if s.form == "dataset":
             names.setdefault(s.value, f"{spec.name}: models.yaml line {s.line}")
-        elif s.kind == "mteb":
+        elif s.form == "mteb":
             try:
                 got = mteb_lookup(s.value)
             except DataError as exc:
@@ -88,8 +88,8 @@ def own_declaration(spec: Any, mteb_lookup: MtebLookup = mteb_training_datasets)
                 return Declared(spec.name, silent=(spec.name,))  # mteb knows the model, and not what it was trained on
             for n in got:
                 names.setdefault(n, f"{spec.name}: mteb {s.value}")
-        elif s.kind in MANIFEST_KINDS:
-            manifests[f"{s.kind}:{s.value}"] = f"{spec.name}: models.yaml line {s.line}"
+        elif s.form in MANIFEST_FORMS:
+            manifests[f"{s.form}:{s.value}"] = f"{spec.name}: models.yaml line {s.line}"
     return Declared(spec.name, names, manifests)
 
 
@@ -121,5 +121,5 @@ def declarations(specs: Sequence[Any], mteb_lookup: MtebLookup = mteb_training_d
 
 def manifest_sources(specs: Sequence[Any]) -> list[tuple[str, str]]:
     """Every distinct (kind, resolved path) manifest any model declares, sorted: what each task is audited against."""
-    found = {(s.kind, s.value) for spec in specs if spec.training_data is not None for s in spec.training_data.sources if s.kind in MANIFEST_KINDS}
+    found = {(s.form, s.value) for spec in specs if spec.training_data is not None for s in spec.training_data.sources if s.form in MANIFEST_FORMS}
     return sorted(found)
