@@ -21,6 +21,15 @@ medbench, medbench then bare, ...), each in its own process, watched by a sample
   curation with its GX contract, the overlap gate, the partition's five steps, the leaderboard.
   Its stage windows are the step start/end events of Dagster's event log.
 
+With ``--floor`` two more sides run in every round, the libraries' floor on this task
+(bench/platform_floor_work.py): **floor_bare** imports the bare side's libraries and reads the task's
+three tables; **floor_work** does the same after importing Dagster, MLflow and Great Expectations, then
+has them do one partition's bookkeeping by their bare calls (four Dagster runs, the GX checkpoints of
+medbench's contract on these tables with data docs, two MLflow runs). Their difference is what no run
+through those libraries can spend less than above bare: the floor ratio of a round is (bare + that
+CPU) / bare, and (bare peak + the libraries' resident memory) / bare peak for memory. ``--target-cpu``
+and ``--target-memory`` print whether the medians meet a target.
+
 Each side's CPU time is its process tree's (``os.wait4``'s rusage: the process and the children it
 waited for); its peak memory, the largest single process's VmHWM. The figures are the per-round
 ratios medbench / bare (CPU, wall, peak memory), median and range, with each stage's median CPU
@@ -49,6 +58,8 @@ from scale_probe import Marks, Sampler, gb, read_marks  # noqa: E402
 
 WORK = Path(os.environ.get("MEDBENCH_SCALE_WORK") or "/tmp/medbench-scale")
 BM25 = {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}
+BARE_IMPORTS = "bm25s,Stemmer,numpy,polars,pytrec_eval,scipy.stats"  # what the bare side imports (bare() below)
+FLOOR_SIDES = ("floor_bare", "floor_work")
 K = 100
 BIG = 400_000
 NEED_GB = 14
@@ -318,6 +329,16 @@ def pipeline(args: argparse.Namespace) -> None:
 
         def side(name: str):
             def run() -> paired.Sample:
+                if name in FLOOR_SIDES:
+                    cmd = [sys.executable, str(ROOT / "bench" / "platform_floor_work.py"), "--data", str(data), "--imports", BARE_IMPORTS, "--lean"]
+                    cmd += ["--mlflow-template", str(empty_mlflow_store(args.work))]
+                    log = args.work / f"{name}-{label}.log"
+                    sample = paired.child(cmd + (["--bare"] if name == "floor_bare" else []), timeout=3600, log=log)
+                    said = json.loads(log.read_text().strip().splitlines()[-1])
+                    peak = gb(sample.peak_rss)
+                    out = {"wall_s": round(sample.wall, 2), "cpu_s": round(sample.cpu, 2), "peak_proc_gb": peak, "peak_tree_gb": peak, "load": os.getloadavg()}
+                    out["rss_after_imports_gb"] = said["rss_after_imports_gb"]
+                    return paired.Sample(sample.wall, sample.cpu, sample.peak_rss, out | {"phases": [], "timeline": []})
                 check_memory(docs, args.force_memory)
                 out = run_bare(args.work, data, label) if name == "bare" else run_medbench(args.work, data, label, args.code)
                 if name == "bare":
@@ -342,17 +363,76 @@ def pipeline(args: argparse.Namespace) -> None:
             if not args.keep:
                 shutil.rmtree(args.work / f"{name}-{label}", ignore_errors=True)
 
-        sides = args.sides.split(",")
+        sides = args.sides.split(",") + (list(FLOOR_SIDES) if args.floor else [])
         m = paired.measure({name: side(name) for name in sides}, args.pairs, report=keep)
         res["load_after"] = os.getloadavg()
         res["figures"] = (
             {what: list(m.ratio("medbench", "bare", what).values) for what in ("cpu", "wall", "peak_rss")} if {"bare", "medbench"} <= set(sides) else {}
         )
+        if {"bare", *FLOOR_SIDES} <= set(sides):
+            res["floor"] = floor_figures(m)
         path.write_text(json.dumps(res, indent=1))
         if {"bare", "medbench"} <= set(sides):
             print(f"\n{docs:,} documents x {args.queries:,} queries\n" + m.table([("medbench / bare", "medbench", "bare")], memory=True))
             print_stages(res)
+            if "floor" in res:
+                print_floor(res["floor"])
+            print_targets(m, res.get("floor"), args.target_cpu, args.target_memory)
         print(f"saved {path}")
+
+
+def empty_mlflow_store(work: Path) -> Path:
+    """An empty SQLite store made by MLflow itself (its migrations, its default experiment), once, outside any timed side."""
+    path = work / "floor-mlflow-empty.db"
+    if not path.is_file():
+        from mlflow.tracking import MlflowClient
+
+        tmp = path.with_suffix(".tmp")
+        tmp.unlink(missing_ok=True)
+        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments()
+        tmp.rename(path)
+    return path
+
+
+def floor_figures(m: paired.Measurement) -> dict[str, list[float]]:
+    """Per round: the libraries' floor above bare (CPU s, resident GB) and the smallest ratios to bare it allows."""
+    bare, fb, fw = (m.samples[s] for s in ("bare", *FLOOR_SIDES))
+    cpu = [w.cpu - b.cpu for b, w in zip(fb, fw)]
+    # Resident once imported and the tables read, platform minus bare: under every later peak of a process that imported them.
+    rss = [w.value["rss_after_imports_gb"] - b.value["rss_after_imports_gb"] for b, w in zip(fb, fw)]
+    return {
+        "cpu_s": cpu,
+        "libraries_gb": rss,
+        "cpu_ratio": [(x.cpu + c) / x.cpu for x, c in zip(bare, cpu)],
+        "memory_ratio": [(x.peak_rss / 2**30 + r) / (x.peak_rss / 2**30) for x, r in zip(bare, rss)],
+        "floor_bare_cpu_s": [b.cpu for b in fb],
+        "floor_work_cpu_s": [w.cpu for w in fw],
+    }
+
+
+def _median_range(xs: list[float], fmt: str = ".3f") -> str:
+    import statistics
+
+    return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}}, n={len(xs)})"
+
+
+def print_floor(floor: dict[str, list[float]]) -> None:
+    print(
+        "\nthe libraries' floor on this task (bench/platform_floor_work.py: Dagster, GX and MLflow imported and doing one partition's "
+        "bookkeeping by their bare calls, minus the bare libraries' imports and reads):\n"
+        f"  CPU above bare: {_median_range(floor['cpu_s'], '.2f')} s -> smallest CPU ratio to bare {_median_range(floor['cpu_ratio'])}\n"
+        f"  their resident memory once imported: {_median_range(floor['libraries_gb'])} GB -> (bare peak + it) / bare peak "
+        f"{_median_range(floor['memory_ratio'])}"
+    )
+
+
+def print_targets(m: paired.Measurement, floor: dict | None, target_cpu: float | None, target_memory: float | None) -> None:
+    for what, key, target, fkey in (("CPU", "cpu", target_cpu, "cpu_ratio"), ("peak memory", "peak_rss", target_memory, "memory_ratio")):
+        if target is None:
+            continue
+        r = m.ratio("medbench", "bare", key)
+        under = f"; the floor allows {_median_range(floor[fkey])}" if floor else ""
+        print(f"target: {what} medbench / bare <= {target:g}x: {r} -> {'met' if r.median <= target else 'MISSED'}{under}")
 
 
 def stage_medians(res: dict, side: str) -> dict[str, dict[str, float]]:
@@ -492,6 +572,9 @@ def main() -> None:
     p.add_argument("--keep", action="store_true", help="keep each side's folders (the medbench world, the bare outputs)")
     p.add_argument("--force-memory", action="store_true")
     p.add_argument("--code", type=Path, default=ROOT, help="the medbench checkout to run (e.g. a `git archive` of an earlier commit); default this one")
+    p.add_argument("--floor", action="store_true", help="also the libraries' floor on this task, every round (module docstring)")
+    p.add_argument("--target-cpu", type=float, help="print whether the median CPU ratio medbench / bare is at most this")
+    p.add_argument("--target-memory", type=float, help="print whether the median peak-memory ratio is at most this")
     r = sub.add_parser("report", help="tables, slopes and the log-log plot of the saved results")
     r.add_argument("--work", type=Path, default=WORK)
     r.add_argument("--exclude", default="smoke", help="comma-separated parts of result names to leave out")

@@ -1,8 +1,17 @@
 """The platform's libraries doing one partition's bookkeeping, with no medbench code: a floor, not a copy.
 
-    python bench/platform_floor_work.py
+    python bench/platform_floor_work.py [--data BEIR_FOLDER] [--imports bm25s,Stemmer,pytrec_eval,polars] [--bare]
+                                        [--lean] [--mlflow-template EMPTY_STORE.db]
 
-Run as a side of ``bench/import_floor.py --work``. What ``medbench run --models all-MiniLM-L6-v2
+Run as a side of ``bench/import_floor.py --work`` (LiveQA-MedQuAD and sentence-transformers, the
+default) and of ``bench/bench_scale.py pipeline --floor`` (the scale task's BEIR folder and the bare
+BM25 side's imports). ``--bare`` makes the other side of that pair: the same imports of the bare
+libraries and the same reads of the task's tables, nothing of the platform, so that the difference
+of the two processes' CPU is the platform's alone (its imports and its bookkeeping). ``--lean`` and
+``--mlflow-template`` make each library's part as cheap as medbench's own use of it (a lower bound at
+any size; without them, GX's in-set expectations over every id cost 25 CPU s at 10K rows):
+Dagster's console log off, GX's in-set expectations on derived boolean columns, MLflow's store a
+copy of an empty one it made rather than ~40 migrations. What ``medbench run --models all-MiniLM-L6-v2
 --tasks liveqa_medquad`` asks of Dagster, Great Expectations and MLflow, done by the bare library calls
 in the simplest form each allows (so what it costs is a lower bound of what any run through them costs):
 
@@ -27,9 +36,12 @@ from pathlib import Path
 
 SHARED = Path(os.environ.get("MEDBENCH_SHARED") or Path(__file__).resolve().parents[2] / "shared")
 LIVEQA = SHARED / "data" / "liveqa_medquad"
+BARE_IMPORTS = "sentence_transformers,polars"
 
 
-def dagster_runs(home: Path) -> None:
+def dagster_runs(home: Path, quiet: bool = False) -> None:
+    """The four runs of a partition on a new SQLite instance, each body empty; ``quiet``: Dagster's console
+    log off, as medbench's commands run their jobs (a run config, Dagster's public API)."""
     import dagster as dg
 
     @dg.asset
@@ -77,35 +89,52 @@ def dagster_runs(home: Path) -> None:
         ],
     )
     for name in ("curate", "overlap", "partition", "board"):
-        if not defs.resolve_job_def(name).execute_in_process(instance=instance).success:
+        run_config = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}} if quiet else None
+        if not defs.resolve_job_def(name).execute_in_process(instance=instance, run_config=run_config).success:
             raise SystemExit(f"dagster job {name} failed")
 
 
-def gx_checkpoints(docs_dir: Path) -> None:
+def read_tables(data: Path) -> dict:
+    """The task's three tables as polars reads them: table -> (frame, key column, and how many expectations of each type medbench's contract has)."""
+    import polars as pl
+
+    return {
+        "queries": (pl.read_ndjson(data / "queries.jsonl").select(pl.col("_id").cast(pl.Utf8), pl.col("text")), "_id", 9, 2, 4, 2),
+        "corpus": (pl.read_ndjson(data / "corpus.jsonl").select(pl.col("_id").cast(pl.Utf8), "title", "text"), "_id", 9, 2, 4, 0),
+        # one row per judged pair, as curation leaves it (the file repeats some pairs)
+        "qrels": (pl.read_csv(data / "qrels" / "test.tsv", separator="\t", infer_schema_length=0).unique(["query-id", "corpus-id"]), "query-id", 3, 3, 2, 0),
+    }
+
+
+def gx_checkpoints(docs_dir: Path, tables: dict, lean: bool = False) -> None:
+    """One suite and checkpoint per table, data docs built. ``lean``: the in-set expectations test a
+    boolean column (every row True) against {True}, as medbench's contract tests the columns it derives
+    (``doc_id_known``, ...), instead of the key against the set of every id, whose tens of thousands of
+    values GX writes into each result and data docs page (25 CPU s at 10K rows: no lower bound)."""
     import great_expectations as gx
     import great_expectations.expectations as gxe
-    import polars as pl
     from great_expectations.data_context.types.base import DataContextConfig, InMemoryStoreBackendDefaults, ProgressBarsConfig
 
     cfg = DataContextConfig(store_backend_defaults=InMemoryStoreBackendDefaults(), analytics_enabled=False, progress_bars=ProgressBarsConfig(globally=False))
     ctx = gx.get_context(project_config=cfg, mode="ephemeral")
     source = ctx.data_sources.add_pandas("floor")
-    tables = {
-        "queries": (pl.read_ndjson(LIVEQA / "queries.jsonl").select(pl.col("_id").cast(pl.Utf8), pl.col("text")), "_id", 9, 2, 4, 2),
-        "corpus": (pl.read_ndjson(LIVEQA / "corpus.jsonl").select(pl.col("_id").cast(pl.Utf8), "title", "text"), "_id", 9, 2, 4, 0),
-        # one row per judged pair, as curation leaves it (the file repeats some pairs)
-        "qrels": (pl.read_csv(LIVEQA / "qrels" / "test.tsv", separator="\t", infer_schema_length=0).unique(["query-id", "corpus-id"]), "query-id", 3, 3, 2, 0),
-    }
     for name, (frame, key, columns, not_null, in_set, between) in tables.items():
         cols = frame.columns
         pick = [cols[i % len(cols)] for i in range(columns)]
         ex = [gxe.ExpectTableRowCountToBeBetween(min_value=1)]
         ex += [gxe.ExpectColumnToExist(column=c) for c in pick]
+        if lean:
+            import polars as pl
+
+            frame = frame.with_columns(pl.lit(True).alias("known"))
         pdf = frame.to_pandas()
         ex += [gxe.ExpectColumnValuesToBeOfType(column=c, type_=str(pdf.dtypes[c])) for c in pick]
         ex += [gxe.ExpectColumnValuesToNotBeNull(column=cols[i % len(cols)]) for i in range(not_null)]
         ex += [gxe.ExpectColumnValuesToBeUnique(column=key)] if name != "qrels" else [gxe.ExpectCompoundColumnsToBeUnique(column_list=cols[:2])]
-        ex += [gxe.ExpectColumnValuesToBeInSet(column=key, value_set=frame[key].unique().to_list()) for _ in range(in_set)]
+        if lean:
+            ex += [gxe.ExpectColumnValuesToBeInSet(column="known", value_set=[True]) for _ in range(in_set)]
+        else:
+            ex += [gxe.ExpectColumnValuesToBeInSet(column=key, value_set=frame[key].unique().to_list()) for _ in range(in_set)]
         ex += [gxe.ExpectColumnValueLengthsToBeBetween(column=key, min_value=0) for _ in range(between)]
         suite = ctx.suites.add(gx.ExpectationSuite(name=f"floor.{name}", expectations=ex))
         batch = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("whole")
@@ -121,10 +150,16 @@ def gx_checkpoints(docs_dir: Path) -> None:
     ctx.build_data_docs(site_names=["floor"])
 
 
-def mlflow_runs(folder: Path) -> None:
+def mlflow_runs(folder: Path, template: Path | None = None) -> None:
+    """A new SQLite store (a copy of ``template``, an empty store MLflow made, when given: its migrations
+    are not then counted, as medbench copies its own once-per-machine schema) and two runs."""
+    import shutil
+
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
+    if template is not None:
+        shutil.copyfile(template, folder / "mlflow.db")
     client = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
     (folder / "artifact.json").write_text("{}")
     for exp, params, metrics, tags in (("floor", 30, 60, 6), ("floor-leaderboard", 5, 8, 5)):
@@ -137,25 +172,53 @@ def mlflow_runs(folder: Path) -> None:
 
 def main() -> None:
     import argparse
+    import importlib
 
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
-    import dagster  # noqa: F401  the platform's imports first, as in import_floor.py's platform side
-    import great_expectations  # noqa: F401
-    import mlflow  # noqa: F401
-    import polars  # noqa: F401
-    import sentence_transformers  # noqa: F401
-
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=LIVEQA, help="a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv); default LiveQA-MedQuAD")
+    ap.add_argument("--imports", default=BARE_IMPORTS, help=f"the bare side's libraries, imported first (default {BARE_IMPORTS})")
+    ap.add_argument("--bare", action="store_true", help="only those imports and the reads of the tables: the other side of the pair")
+    ap.add_argument(
+        "--lean", action="store_true",
+        help="the bookkeeping in the cheapest form medbench's own calls take: Dagster's console log off, GX's in-set expectations on derived boolean columns",
+    )  # fmt: skip
+    ap.add_argument("--mlflow-template", type=Path, help="an empty SQLite store MLflow made, copied as the new store (mlflow_runs)")
+    args = ap.parse_args()
+    if not args.bare:
+        import dagster  # noqa: F401  the platform's imports first, as in import_floor.py's platform side
+        import great_expectations  # noqa: F401
+        import mlflow  # noqa: F401
+    for name in args.imports.split(","):
+        importlib.import_module(name)
+    tables = read_tables(args.data)
+    # Resident memory once the libraries are imported and the tables read (modules are never unloaded:
+    # the platform's share of it is under every later peak of a process that imported them).
+    resident = {"rss_after_imports_gb": round(_rss_bytes() / 2**30, 4)}
+    if args.bare:
+        print(json.dumps(resident))
+        return
     with tempfile.TemporaryDirectory(prefix="medbench-floor-") as tmp:
         root = Path(tmp)
         (root / "dagster_home").mkdir()
         (root / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
         spent = {}
-        parts = {"dagster": lambda: dagster_runs(root / "dagster_home"), "gx": lambda: gx_checkpoints(root / "docs"), "mlflow": lambda: mlflow_runs(root)}
+        parts = {
+            "dagster": lambda: dagster_runs(root / "dagster_home", args.lean),
+            "gx": lambda: gx_checkpoints(root / "docs", tables, args.lean),
+            "mlflow": lambda: mlflow_runs(root, args.mlflow_template),
+        }
         for name, part in parts.items():
             t = time.process_time()
             part()
             spent[name] = round(time.process_time() - t, 3)
-    print(json.dumps({"cpu_s": spent}))
+    print(json.dumps({"cpu_s": spent, **resident}))
+
+
+def _rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 if __name__ == "__main__":

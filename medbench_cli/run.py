@@ -208,7 +208,7 @@ def main(args: argparse.Namespace) -> int:
                 args.report.write_text(json.dumps(prepared))
             return 1 if prepared["failures"] else 0
         if preparation is None:
-            defs.resources["mlflow"].ensure_store()
+            defs.resources["mlflow"].ensure_store(open_now=False)  # opened by MLflow when the first metrics are logged
             prepared = run_steps.prepare(defs, dg.DagsterInstance.get(), tasks, **steps)
         else:
             try:
@@ -216,7 +216,7 @@ def main(args: argparse.Namespace) -> int:
                 print(f"[warm-up] {model} loaded while the tasks are prepared ({seconds:.1f}s)", flush=True)
             except Exception as exc:  # its partitions fail with the full error, in Dagster
                 print(f"[warm-up] {model} could not be loaded: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}", flush=True)
-            defs.resources["mlflow"].ensure_store()  # once, before any parallel work (RELIABILITY.md)
+            defs.resources["mlflow"].ensure_store(open_now=False)  # once, before any parallel work (RELIABILITY.md)
             prepared = preparation.result()
             if prepared is None:
                 raise failures.Refusal(

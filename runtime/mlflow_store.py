@@ -47,10 +47,26 @@ class MLflowResource(dg.ConfigurableResource):
     def client(self):
         # One client per store and process: each new one costs ~0.1 s (store and engine set-up).
         if self.tracking_uri not in _CLIENTS:
-            from mlflow.tracking import MlflowClient
+            db = self._sqlite_path()
+            if db is not None and db.is_file() and not _migrated(db):  # copied by ensure_store(open_now=False)
+                self.verify()
+                with self._store_lock():
+                    if not _migrated(db):
+                        self._let_mlflow_open(db)
+            if self.tracking_uri not in _CLIENTS:
+                from mlflow.tracking import MlflowClient
 
-            _CLIENTS[self.tracking_uri] = MlflowClient(tracking_uri=self.tracking_uri)
+                _CLIENTS[self.tracking_uri] = MlflowClient(tracking_uri=self.tracking_uri)
         return _CLIENTS[self.tracking_uri]
+
+    def _let_mlflow_open(self, db: Path) -> None:
+        """MLflow opens the new store (checks its schema version, adds its default experiment), then the ready marker; the store's lock held."""
+        from mlflow.tracking import MlflowClient
+
+        client = _CLIENTS.get(self.tracking_uri) or MlflowClient(tracking_uri=self.tracking_uri)
+        client.search_experiments(max_results=1)
+        _CLIENTS[self.tracking_uri] = client
+        write_text_atomic(_ready_marker(db), _mlflow_version() + "\n")
 
     def _sqlite_path(self) -> Path | None:
         return sqlite_path(self.tracking_uri)
@@ -81,18 +97,23 @@ class MLflowResource(dg.ConfigurableResource):
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def ensure_store(self) -> None:
+    def ensure_store(self, *, open_now: bool = True) -> None:
         """Create the SQLite store once, under a file lock, before any parallel work.
 
         Sixteen processes migrating one new SQLite file at once all fail (RELIABILITY.md). A new
         store starts as a copy of the empty schema this MLflow version builds once per machine
         (:func:`mlflow_schema`; its ~40 migrations take seconds); MLflow then opens it, checks the
         schema version and adds its default experiment, as for a store it created itself.
+
+        ``open_now=False``: that opening is left to the first :meth:`client` of any process, under
+        the same lock, so that a command which logs only after its stages (``medbench run``) does not
+        hold MLflow's modules (about 150 MB resident) through them: at 100K documents the BM25 fit
+        is the run's peak, and MLflow beside it was a ninth of it.
         """
         with self._out_of_space_said():
-            self._ensure_store()
+            self._ensure_store(open_now)
 
-    def _ensure_store(self) -> None:
+    def _ensure_store(self, open_now: bool) -> None:
         db = self._sqlite_path()
         if db is None:
             return
@@ -107,8 +128,8 @@ class MLflowResource(dg.ConfigurableResource):
             if not db.exists():
                 with atomic_path(db) as tmp:
                     shutil.copyfile(mlflow_schema(), tmp)
-            self.client().search_experiments(max_results=1)
-            write_text_atomic(_ready_marker(db), _mlflow_version() + "\n")
+            if open_now:
+                self._let_mlflow_open(db)
 
     def experiment_id(self, name: str, columns: Sequence[str] = ()) -> str:
         """The id of experiment ``name``, created if need be as a classic machine-learning experiment

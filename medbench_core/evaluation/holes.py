@@ -73,7 +73,9 @@ class JudgedRanking:
     positive grades sorted descending; ``n_rel`` / ``n_nonrel``: relevant (grade > 0) and judged
     non-relevant documents in the qrels; ``top_grade``: the task's highest grade (at least 1);
     ``unjudged``: unjudged documents in each query's universe (-1: not known);
-    ``discount``: log2(rank + 1).
+    ``discount``: log2(rank + 1); ``condensed``: each query's judged grades in rank order with the
+    unjudged documents left out (the condensed list), to the deepest cut a :func:`whole_run`
+    kernel asks for, however deep in the run they lie.
     """
 
     gains: np.ndarray
@@ -85,6 +87,7 @@ class JudgedRanking:
     top_grade: int
     unjudged: np.ndarray
     discount: np.ndarray
+    condensed: np.ndarray | None = None
 
 
 def takes_ranking(fn):
@@ -94,7 +97,7 @@ def takes_ranking(fn):
 
 
 def whole_run(fn):
-    """Mark a kernel that reads the ranking past rank k (to the run's depth)."""
+    """Mark a kernel that reads the condensed list (``JudgedRanking.condensed``): the ranking past rank k."""
     fn.whole_run = True
     return fn
 
@@ -118,7 +121,6 @@ def holes(r: JudgedRanking, k: int) -> np.ndarray:
     return (r.ranked[:, :k] & ~r.judged[:, :k]).sum(axis=1).astype(np.float64)
 
 
-@whole_run
 @takes_ranking
 def bpref(r: JudgedRanking, k: int) -> np.ndarray:
     """trec_eval's bpref over the top k ranked (see the module docstring)."""
@@ -138,10 +140,7 @@ def bpref(r: JudgedRanking, k: int) -> np.ndarray:
 @takes_ranking
 def ndcg_condensed(r: JudgedRanking, k: int) -> np.ndarray:
     """nDCG@k on the condensed list: unjudged documents removed before the cut (Sakai 2007; trec_eval -J)."""
-    # Each query's judged documents moved to the front in rank order, then cut at k.
-    order = np.argsort(~r.judged, axis=1, kind="stable")
-    condensed = np.take_along_axis(np.where(r.judged, r.gains, 0), order, axis=1)[:, :k]
-    dcg = _dcg(condensed, r.discount[: condensed.shape[1]])
+    dcg = _dcg(r.condensed[:, :k], r.discount[:k])
     idcg = _dcg(r.ideal[:, :k], r.discount[:k])
     return np.divide(dcg, idcg, out=np.zeros_like(dcg), where=idcg != 0)
 

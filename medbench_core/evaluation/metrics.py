@@ -116,11 +116,12 @@ def evaluate_frame(
     medbench's runs guarantee it; the dict form of :func:`evaluate` cannot repeat one).
     Vectorised, yet bit-identical to summing each query's terms in rank order as trec_eval's
     definitions read: only each query's top ``max k`` run rows are ranked (by score, then doc id
-    descending; the whole run for a kernel that reads past rank k), sums accumulate left to right
-    (``np.cumsum``), discounts are ``math.log2`` values, and the mean adds queries in their order
-    of first appearance in ``qrels``. ``unjudged``: query id -> unjudged documents in its universe
-    (corpus or candidate pool), for the bounds of :mod:`medbench_core.evaluation.holes`; a query
-    not in it counts as having at least k.
+    descending; past them, for the condensed list, only the judged rows of a query whose top holds
+    too few judged documents), sums accumulate left to right (``np.cumsum``), discounts are
+    ``math.log2`` values, and the mean adds queries in their order of first appearance in ``qrels``.
+    ``unjudged``: query id -> unjudged documents in its universe (corpus or candidate pool), for
+    the bounds of :mod:`medbench_core.evaluation.holes`; a query not in it counts as having at
+    least k.
     """
     metrics = list(metrics)
     parsed = [(m, *parse_metric(m)) for m in metrics]
@@ -138,9 +139,12 @@ def evaluate_frame(
     if len(run_q) and not (run_q >= 0).any():
         extra = run.get_column("query_id").unique(maintain_order=True).head(5).to_list()
         raise DataError(f"no run query id matches a judged query (run has e.g. {extra}); check the task the run was made for")
-    if any(getattr(fn, "whole_run", False) for fn in fns.values()) and len(run_q):
-        judged_rows = run_q[run_q >= 0]
-        depth = max(depth, int(np.bincount(judged_rows).max()) if len(judged_rows) else 0)
+    # A kernel that reads the ranking past rank k (the condensed list) gets each query's first k
+    # judged documents; the top ``depth`` ranked here hold them for most queries (below).
+    condensed_depth = max((k for _, base, k in parsed if getattr(fns[base], "whole_run", False)), default=0)
+    # Ranked 10k deep, a query whose run is a tenth judged holds them there: the join of a query's
+    # whole run, past it, cost 3.5x more (nDCG@10 condensed alone, bench/bench_metrics.py's data).
+    depth = max(depth, CONDENSED_RANKED * condensed_depth)
 
     # A grade <= 0 and an unjudged document count alike in the classic metrics; the hole-aware
     # kernels also see which ranked documents are judged. A negative grade is trec_eval's "in the
@@ -157,8 +161,11 @@ def evaluate_frame(
     judged = np.zeros((nq, depth), dtype=bool)
     ranked = _top_ranked(run, run_q, depth)
     if ranked.height and (len(pos) or holes_asked and len(rel)):
-        rows = np.arange(len(rel)) if holes_asked else pos
-        judgments = pl.DataFrame({"qi": qrel_q[rows], "doc_id": qrels.get_column("doc_id").cast(pl.Utf8).gather(rows), "rel": rel[rows]})
+        doc_ids = qrels.get_column("doc_id").cast(pl.Utf8)
+        if holes_asked:  # every judgment (the column as it is: no copy of the ids)
+            judgments = pl.DataFrame({"qi": qrel_q, "doc_id": doc_ids, "rel": rel})
+        else:
+            judgments = pl.DataFrame({"qi": qrel_q[pos], "doc_id": doc_ids.gather(pos), "rel": pos_rel})
         hits = _pair_join(ranked, judgments)
         if hits.height > ranked.height:
             raise DataError("qrels judge the same (query, document) pair twice; a curated task's contract forbids it")
@@ -166,6 +173,9 @@ def evaluate_frame(
         hit_rel = hits.get_column("rel").to_numpy()
         gains[qi, rank] = np.maximum(hit_rel, 0)
         judged[qi, rank] = hit_rel >= 0
+    condensed = None
+    if condensed_depth:
+        condensed = _condensed_gains(gains, judged, run, run_q, judgments if ranked.height and len(rel) else None, depth, condensed_depth)
 
     discount = np.array([math.log2(i + 2) for i in range(depth)])
     ranking = None
@@ -180,14 +190,60 @@ def evaluate_frame(
             gains=gains, judged=judged, ranked=filled, ideal=ideal, n_rel=n_rel,
             n_nonrel=np.bincount(qrel_q[rel == 0], minlength=nq), top_grade=max(int(rel.max()) if len(rel) else 1, 1),
             unjudged=np.array([int(known.get(q, -1)) for q in query_ids], dtype=np.int64), discount=discount,
+            condensed=condensed,
         )  # fmt: skip
     values = {}
     for m, base, k in parsed:
         fn = fns[base]
         values[m] = (fn(ranking, k) if getattr(fn, "takes_ranking", False) else fn(gains[:, :k], ideal[:, :k], n_rel, discount[:k])).tolist()
-    per_query = {q: {m: values[m][i] for m in metrics} for i, q in enumerate(query_ids)}
+    per_query = dict(zip(query_ids, (dict(zip(metrics, row)) for row in zip(*(values[m] for m in metrics)))))
     mean = {m: (sum(values[m]) / nq if nq else 0.0) for m in metrics}  # in query order, as before: same bits
     return Evaluation(per_query=per_query, mean=mean)
+
+
+CONDENSED_RANKED = 10  # how many times its cut the condensed list's query is ranked before its whole run is joined
+
+
+def _condensed_gains(
+    gains: np.ndarray, judged: np.ndarray, run: pl.DataFrame, run_q: np.ndarray, judgments: pl.DataFrame | None, depth: int, k: int
+) -> np.ndarray:
+    """(nq, k): each judged query's judged grades in rank order, unjudged documents (a negative grade too) left out, cut at k.
+
+    Read off the ranked top ``depth`` (``gains``, ``judged``) where it holds k judged documents or
+    the query's whole run. The other queries' run rows alone are joined with their judgments, and
+    their judged rows ranked on their own (trec_eval's order restricted to them is the order of
+    the condensed list), so a deep run with sparse judgments costs what those queries hold.
+    """
+    nq = gains.shape[0]
+    out = np.zeros((nq, k), dtype=np.int64)
+    position = np.cumsum(judged, axis=1) - 1
+    qi, col = np.nonzero(judged & (position < k))
+    out[qi, position[qi, col]] = gains[qi, col]
+    if judgments is None:
+        return out
+    short = judged.sum(axis=1) < k
+    if not short.any():
+        return out
+    in_run = np.bincount(run_q[run_q >= 0], minlength=nq)
+    deep = short & (in_run > depth)
+    if not deep.any():
+        return out
+    rows = np.flatnonzero(deep[run_q] & (run_q >= 0))
+    # "rank" carries each row's position in the run through the join.
+    theirs = pl.DataFrame(
+        {"qi": run_q[rows].astype(np.int64), "doc_id": run.get_column("doc_id").cast(pl.Utf8).gather(rows), "rank": rows},
+        schema={"qi": pl.Int64, "doc_id": pl.Utf8, "rank": pl.Int64},
+    )
+    # A negative grade is unjudged (trec_eval's "in the pool, unjudged"): not in the condensed list.
+    wanted = deep[judgments.get_column("qi").to_numpy()] & (judgments.get_column("rel").to_numpy() >= 0)
+    hits = _pair_join(theirs, judgments.filter(pl.Series(wanted)))
+    hq = hits.get_column("qi").to_numpy()
+    score = run.get_column("score").cast(pl.Float64).to_numpy()[hits.get_column("rank").to_numpy()]
+    keep = _at_or_above_depth(hq, score, k)
+    order, qi, rank = _ranked_prefix(hq[keep], score[keep], hits.get_column("doc_id").gather(keep), k)
+    out[deep] = 0
+    out[qi, rank] = np.maximum(hits.get_column("rel").to_numpy()[keep][order], 0)
+    return out
 
 
 def _id_runs(ids: pl.Series) -> tuple[pl.Series, np.ndarray]:
@@ -216,14 +272,19 @@ def _top_ranked(run: pl.DataFrame, run_q: np.ndarray, depth: int) -> pl.DataFram
     # ties included, are ranked.
     keep = _at_or_above_depth(run_q, score, depth)
     docs = run.get_column("doc_id").cast(pl.Utf8).gather(keep if rows is None else rows[keep])
-    qi = run_q[keep].astype(np.int64, copy=False)
-    order = _trec_order(qi, score[keep], docs)
+    order, qi, rank = _ranked_prefix(run_q[keep].astype(np.int64, copy=False), score[keep], docs, depth)
+    return pl.DataFrame({"qi": qi, "doc_id": docs.gather(order), "rank": rank}, schema={"qi": pl.Int64, "doc_id": pl.Utf8, "rank": pl.Int64})
+
+
+def _ranked_prefix(qi: np.ndarray, score: np.ndarray, docs: pl.Series, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each query's first ``depth`` rows in trec_eval's order: (their positions in the inputs, query index, rank from 0)."""
+    order = _trec_order(qi, score, docs)
     qi = qi[order]
     # Rank within each query: position in the sorted rows minus the position of the query's first row.
     first = np.flatnonzero(np.concatenate(([True], qi[1:] != qi[:-1]))) if len(qi) else np.zeros(0, dtype=np.int64)
     rank = np.arange(len(qi), dtype=np.int64) - np.repeat(first, np.diff(np.append(first, len(qi))))
     top = np.flatnonzero(rank < depth)
-    return pl.DataFrame({"qi": qi[top], "doc_id": docs.gather(order[top]), "rank": rank[top]}, schema={"qi": pl.Int64, "doc_id": pl.Utf8, "rank": pl.Int64})
+    return order[top], qi[top], rank[top]
 
 
 def _trec_order(qi: np.ndarray, score: np.ndarray, docs: pl.Series) -> np.ndarray:
@@ -285,28 +346,62 @@ def _at_or_above_depth(run_q: np.ndarray, score: np.ndarray, depth: int) -> np.n
     return np.flatnonzero(score >= threshold[run_q])
 
 
-def _pair_join(ranked: pl.DataFrame, positives: pl.DataFrame) -> pl.DataFrame:
+def _pair_join(ranked: pl.DataFrame, judgments: pl.DataFrame) -> pl.DataFrame:
     """Inner join on (qi, doc_id): (qi, doc_id, rank, rel) of every ranked row that a judgment names.
 
     Matched through a 64-bit key of each row (its doc id's hash mixed with its query index), then
     checked for exact equality (a hash collision cannot add a row); the strings are compared for
-    the matches alone.
+    the matches alone. Every judgment against a run's top 100 (what the hole-aware measures read)
+    is mostly judgments that name no ranked document: a table per query drops most of those first.
     """
-    golden = np.uint64(0x9E3779B97F4A7C15)
-
-    def key(df: pl.DataFrame) -> np.ndarray:
-        return df.get_column("doc_id").hash(seed=0).to_numpy() ^ (df.get_column("qi").to_numpy().astype(np.uint64) * golden)
-
-    i, j = _equal_keys(key(ranked), key(positives))
-    qi = ranked.get_column("qi").to_numpy()[i]
+    ranked_q, ranked_hash = ranked.get_column("qi").to_numpy(), ranked.get_column("doc_id").hash(seed=0).to_numpy()
+    judged_q, judged_hash = judgments.get_column("qi").to_numpy(), judgments.get_column("doc_id").hash(seed=0).to_numpy()
+    kept = None
+    if len(judged_q) > 4 * len(ranked_q) and len(judged_q) > 1 << 16:
+        kept = _may_match(judged_q, judged_hash, ranked_q, ranked_hash)
+        if kept is not None:
+            judged_q, judged_hash = judged_q[kept], judged_hash[kept]
+    i, j = _equal_keys(_mixed_key(ranked_q, ranked_hash), _mixed_key(judged_q, judged_hash))
+    if kept is not None:
+        j = kept[j]
+    qi = ranked_q[i]
     docs = ranked.get_column("doc_id").gather(i)
-    same = (qi == positives.get_column("qi").to_numpy()[j]) & (docs == positives.get_column("doc_id").gather(j)).to_numpy()
+    same = (qi == judgments.get_column("qi").to_numpy()[j]) & (docs == judgments.get_column("doc_id").gather(j)).to_numpy()
     if not same.all():
         i, j, qi, docs = i[same], j[same], qi[same], docs.filter(pl.Series(same))
     return pl.DataFrame(
-        {"qi": qi, "doc_id": docs, "rank": ranked.get_column("rank").to_numpy()[i], "rel": positives.get_column("rel").to_numpy()[j]},
+        {"qi": qi, "doc_id": docs, "rank": ranked.get_column("rank").to_numpy()[i], "rel": judgments.get_column("rel").to_numpy()[j]},
         schema={"qi": pl.Int64, "doc_id": pl.Utf8, "rank": pl.Int64, "rel": pl.Int64},
     )
+
+
+def _mixed_key(qi: np.ndarray, doc_hash: np.ndarray) -> np.ndarray:
+    """A row's 64-bit key: its doc id's hash mixed with its query index (one new array, then in place)."""
+    key = qi.astype(np.uint64)
+    key *= np.uint64(0x9E3779B97F4A7C15)
+    key ^= doc_hash
+    return key
+
+
+def _may_match(many_q: np.ndarray, many_hash: np.ndarray, few_q: np.ndarray, few_hash: np.ndarray) -> np.ndarray | None:
+    """Positions in ``many`` whose query and top hash bits some row of ``few`` shares (a superset of its matches); None: no filter fits.
+
+    One small table per query, about 8 slots a row of ``few``, so one in 8 of the others passes.
+    Judgments come grouped by query, so the look-ups walk the table in order rather than all over
+    it (a random look-up into megabytes costs more than the sort it saves).
+    """
+    if not len(few_q):
+        return np.zeros(0, dtype=np.int64)
+    bits = int(np.bincount(few_q).max()).bit_length() + 3
+    n_queries = max(int(few_q.max()), int(many_q.max())) + 1
+    if n_queries << bits > 2 * len(many_q):
+        return None
+    shift = np.uint64(64 - bits)
+    present = np.zeros(n_queries << bits, dtype=bool)
+    present[(few_q.astype(np.int64) << bits) | (few_hash >> shift).view(np.int64)] = True
+    slot = many_q.astype(np.int64) << bits
+    slot |= (many_hash >> shift).view(np.int64)
+    return np.flatnonzero(present[slot])
 
 
 def _equal_keys(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -326,29 +421,42 @@ def _equal_keys(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.nda
     packed.sort()
     high = packed >> bits
     same = high[1:] == high[:-1]
-    at = np.flatnonzero(same)
+    at = np.flatnonzero(same)  # packed[i] and packed[i + 1] share a key
     if not len(at):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    if not (same[1:] & same[:-1]).any():  # every key at most once per side: matches are neighbours
-        a, b = packed[at], packed[at + 1]
-        cross = (a & one) != (b & one)
-        a, b = a[cross], b[cross]
-        a_left = (a & one) == 0
-        lo, hi = np.where(a_left, a, b), np.where(a_left, b, a)
-        return ((lo & low) >> one).astype(np.int64), ((hi & low) >> one).astype(np.int64)
-    # A key repeated (a pair judged twice, or a hash collision): every left x right pair of each run of equal keys.
-    starts = np.flatnonzero(np.concatenate(([True], ~same)))
-    ends = np.append(starts[1:], len(packed))
-    pairs_i: list[int] = []
-    pairs_j: list[int] = []
-    for s, e in zip(starts[ends - starts > 1].tolist(), ends[ends - starts > 1].tolist()):
-        run = packed[s:e]
-        rows, side = (run & low) >> one, run & one
-        for i in rows[side == 0].tolist():
-            for j in rows[side == 1].tolist():
-                pairs_i.append(i)
-                pairs_j.append(j)
-    return np.array(pairs_i, dtype=np.int64), np.array(pairs_j, dtype=np.int64)
+    # A run of equal keys is nearly always one match: two entries, one per side. At millions of
+    # rows a hash collision beside some match is all but certain, so the longer runs (that, or a
+    # pair judged twice) are expanded apart, vectorised too: every left x right pair of the run.
+    chained = np.zeros(len(at), dtype=bool)
+    chained[1:] = np.diff(at) == 1
+    longer = chained.copy()
+    longer[:-1] |= chained[1:]
+    i, j = _cross_pairs_of_two(packed[at[~longer]], packed[at[~longer] + 1], low, one)
+    if not longer.any():
+        return i, j
+    where = np.unique(np.concatenate((at[longer], at[longer] + 1)))
+    opens = np.ones(len(where), dtype=bool)
+    opens[where > 0] = ~same[where[where > 0] - 1]
+    run_id = np.cumsum(opens) - 1
+    entries = packed[where]
+    right = (entries & one) == one
+    left_rows, left_run = ((entries[~right] & low) >> one).astype(np.int64), run_id[~right]
+    right_rows = ((entries[right] & low) >> one).astype(np.int64)
+    per_run = np.bincount(run_id[right], minlength=int(run_id[-1]) + 1)
+    first_right = np.cumsum(per_run) - per_run  # right entries come in run order
+    reps = per_run[left_run]
+    offset = np.arange(int(reps.sum())) - np.repeat(np.cumsum(reps) - reps, reps)
+    more_i, more_j = np.repeat(left_rows, reps), right_rows[np.repeat(first_right[left_run], reps) + offset]
+    return np.concatenate((i, more_i)), np.concatenate((j, more_j))
+
+
+def _cross_pairs_of_two(a: np.ndarray, b: np.ndarray, low: np.uint64, one: np.uint64) -> tuple[np.ndarray, np.ndarray]:
+    """(left row, right row) of each run of two equal packed keys ``a``, ``b`` that holds one entry of each side."""
+    cross = (a & one) != (b & one)
+    a, b = a[cross], b[cross]
+    a_left = (a & one) == 0
+    lo, hi = np.where(a_left, a, b), np.where(a_left, b, a)
+    return ((lo & low) >> one).astype(np.int64), ((hi & low) >> one).astype(np.int64)
 
 
 def _ideal_gains(pos_q: np.ndarray, pos_rel: np.ndarray, nq: int, depth: int) -> np.ndarray:

@@ -132,17 +132,21 @@ def _number_vocabulary_sorted(retriever, vocab: dict[str, int]) -> None:
     lengths = np.diff(indptr.astype(np.int64))[old]
     new_indptr = np.zeros(len(old) + 1, dtype=np.int64)
     np.cumsum(lengths, out=new_indptr[1:])
-    data, indices = np.asarray(scores["data"]), np.asarray(scores["indices"])
-    new_data, new_indices = np.empty_like(data), np.empty_like(indices)
     shift = indptr[old].astype(np.int64) - new_indptr[:-1]  # old position - new position, per column
-    col = 0
-    while col < len(old):  # blocks of whole columns, about _PERMUTE_BLOCK entries each
-        end = max(int(np.searchsorted(new_indptr, new_indptr[col] + _PERMUTE_BLOCK, side="right")) - 1, col + 1)
-        lo, hi = new_indptr[col], new_indptr[end]
-        take = np.repeat(shift[col:end], lengths[col:end]) + np.arange(lo, hi)
-        new_data[lo:hi], new_indices[lo:hi] = data[take], indices[take]
-        col = end
-    scores["data"], scores["indices"], scores["indptr"] = new_data, new_indices, new_indptr.astype(indptr.dtype)
+    # One array at a time, the old one dropped before the next is copied: the index plus one array
+    # at the peak, not plus two.
+    for name in ("data", "indices"):
+        before = np.asarray(scores[name])
+        after = np.empty_like(before)
+        col = 0
+        while col < len(old):  # blocks of whole columns, about _PERMUTE_BLOCK entries each
+            end = max(int(np.searchsorted(new_indptr, new_indptr[col] + _PERMUTE_BLOCK, side="right")) - 1, col + 1)
+            lo, hi = new_indptr[col], new_indptr[end]
+            after[lo:hi] = before[np.repeat(shift[col:end], lengths[col:end]) + np.arange(lo, hi)]
+            col = end
+        scores[name] = after
+        del before
+    scores["indptr"] = new_indptr.astype(indptr.dtype)
     if getattr(retriever, "nonoccurrence_array", None) is not None:
         retriever.nonoccurrence_array = retriever.nonoccurrence_array[old]
     numbering = {token: i for i, token in enumerate(ordered)}

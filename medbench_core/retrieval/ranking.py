@@ -27,7 +27,8 @@ def doc_order(doc_ids: list[str]) -> np.ndarray:
     return pos
 
 
-BOUND_BLOCK = 1024  # scores per block whose maximum bounds the k-th best from below
+BOUND_BLOCK = 1024  # scores per block whose maximum bounds the k-th best from below (halved for shorter rows)
+MIN_BOUND_BLOCK = 128  # no smaller: below it the rows are short enough to partition whole
 
 
 def topk(scores: np.ndarray, tie_key: np.ndarray, k: int) -> np.ndarray:
@@ -51,13 +52,18 @@ def _above_bound(scores: np.ndarray, k: int) -> np.ndarray | None:
     reach the k-th largest maximum: the k-th best score is at or above it, and every score the
     selection keeps (ties included) is among these positions. Partitioning them instead of all n
     scores cut the top-k of a 1.2M-document BM25 row about tenfold (bench/bench_topk.py).
-    A NaN (whose order partition and comparison do not share) takes the plain path.
+    A NaN (whose order partition and comparison do not share) takes the plain path. Rows with
+    fewer than k blocks of BOUND_BLOCK scores (100K documents for k = 100) get blocks halved until
+    there are k of them (at least MIN_BOUND_BLOCK scores each): any block size keeps the argument.
     """
-    blocks = scores.shape[0] // BOUND_BLOCK
+    n, block = scores.shape[0], BOUND_BLOCK
+    while n // block < k and block > MIN_BOUND_BLOCK:
+        block //= 2
+    blocks = n // block
     if blocks < k:
         return None
-    maxima = scores[: blocks * BOUND_BLOCK].reshape(blocks, BOUND_BLOCK).max(axis=1)
-    if np.isnan(maxima).any() or np.isnan(scores[blocks * BOUND_BLOCK :]).any():
+    maxima = scores[: blocks * block].reshape(blocks, block).max(axis=1)
+    if np.isnan(maxima).any() or np.isnan(scores[blocks * block :]).any():
         return None
     bound = np.partition(maxima, blocks - k)[blocks - k]
     return np.flatnonzero(scores >= bound)

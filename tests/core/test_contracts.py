@@ -442,6 +442,17 @@ def test_normalise_query():
     assert normalise_query(None) == "" and normalise_query("...") == ""
 
 
+def test_normalise_query_of_ascii_text_replaces_exactly_the_punctuation_categories():
+    # ASCII text takes a translation table: every character of category P* becomes a space, no other.
+    import unicodedata
+
+    every = "".join(map(chr, range(32, 127)))
+    punct = {c for c in every if unicodedata.category(c).startswith("P")}
+    assert punct == set("!\"#%&'()*,-./:;?@[\\]_{}")  # $ + < = > ^ ` | ~ are symbols (S*), kept
+    want = " ".join("".join(" " if c in punct else c for c in every.lower()).split())
+    assert normalise_query(every) == want
+
+
 def test_distinct_tasks_pass_the_overlap_gate(tmp_path):
     a = text_task("a")
     b = text_task(

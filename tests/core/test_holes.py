@@ -13,11 +13,12 @@ from pathlib import Path
 
 import ir_measures
 import numpy as np
+import polars as pl
 import pytest
 import pytrec_eval
 from ir_measures import Bpref, Judged, nDCG
 
-from medbench_core.evaluation.metrics import HOLE_METRICS, evaluate, qrels_to_dict, run_to_dict
+from medbench_core.evaluation.metrics import DEFAULT_METRICS, HOLE_METRICS, evaluate, evaluate_frame, qrels_to_dict, run_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -238,6 +239,110 @@ def test_equal_to_ir_measures_on_random_runs_with_ties_and_short_lists():
         n = rng.randint(1, 60) if i % 5 else rng.randint(1, 9)  # some shorter than the cut
         run[f"q{i}"] = {d: float(rng.randint(0, 12)) for d in rng.sample(docs, n)}
     assert assert_equals_ir_measures(qrels, run) == 4 * 60
+
+
+# --- bpref@100 and the condensed nDCG@10 past rank 100, against pytrec_eval ------------------------------
+
+
+def trec_order(docs: dict) -> list:
+    return [d for d, _ in sorted(docs.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)]
+
+
+def deep_runs_case(seed: int):
+    """Runs 120-400 deep with ties; judgments sparse in some queries (their 10th judged document lies
+    below rank 100), dense in others, some graded -1; queries with nothing relevant, with no judged non-relevant
+    document, with only unjudged documents ranked, and one judged but absent from the run."""
+    rng = random.Random(seed)
+    docs = [f"d{j:03d}" for j in range(600)] + ["D7", "é1"]
+    qrels, run = {}, {}
+    for i in range(48):
+        q = f"q{i}"
+        ranked = rng.sample(docs, rng.randint(120, 400))
+        run[q] = {d: float(rng.randint(0, 40)) for d in ranked}  # about ten documents share each score
+        kind = i % 6
+        if kind == 0:  # sparse: the judged documents sit deep in the ranking
+            judged = rng.sample(trec_order(run[q])[90:], 14)
+        elif kind == 1:  # nothing relevant
+            qrels[q] = {d: 0 for d in rng.sample(docs, 30)}
+            continue
+        elif kind == 2:  # no judged non-relevant document
+            qrels[q] = {d: rng.choice([1, 2, 3]) for d in rng.sample(ranked, 12) + rng.sample(docs, 3)}
+            continue
+        elif kind == 3:  # what is ranked is unjudged; the judgments name other documents
+            qrels[q] = {d: rng.choice([0, 1, 2]) for d in rng.sample([d for d in docs if d not in run[q]], 8)}
+            continue
+        else:
+            judged = rng.sample(docs, rng.randint(20, 200))
+        # -1: trec_eval's "in the pool, unjudged" (left out of the condensed list, not in bpref's N)
+        qrels[q] = {d: rng.choice([0, 0, 1, 2, 3, -1]) for d in judged}
+    qrels["absent"] = {"d001": 2, "d002": 0}
+    return qrels, run
+
+
+def pytrec_eval_deep(qrels: dict, run: dict) -> dict[str, dict[str, float]]:
+    """bpref of the run cut to its trec_eval top 100 (bpref_at_100) and trec_eval -J's ndcg_cut_10 (the condensed list)."""
+    top100 = {q: {d: docs[d] for d in trec_order(docs)[:100]} for q, docs in run.items()}
+    bpref = pytrec_eval.RelevanceEvaluator(qrels, {"bpref"}).evaluate(top100)
+    condensed = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10"}, judged_docs_only_flag=True).evaluate(run)
+    return {q: {"bpref_at_100": bpref[q]["bpref"], "ndcg_condensed_at_10": condensed[q]["ndcg_cut_10"]} for q in bpref}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bpref_and_condensed_ndcg_equal_pytrec_eval_past_rank_100(seed):
+    qrels, run = deep_runs_case(seed)
+
+    # The case reaches past the ranked top 100: queries whose 10th judged document lies below it.
+    def judged(q, docs):
+        return sum(qrels[q].get(d, -1) >= 0 for d in docs)
+
+    deep = [q for q in run if q in qrels and judged(q, trec_order(run[q])[:100]) < 10 <= judged(q, run[q])]
+    assert len(deep) >= 8
+    # and a negative grade among them, judged in the qrels yet not in the condensed list
+    assert any(qrels[q].get(d) == -1 for q in deep for d in trec_order(run[q])[100:])
+    want = pytrec_eval_deep(qrels, run)
+    for metrics in (["bpref_at_100", "ndcg_condensed_at_10"], DEFAULT_METRICS, ["ndcg_condensed_at_10"]):
+        got = evaluate(qrels, run, metrics).per_query
+        assert set(want) == set(run) and got["absent"] == {m: 0.0 for m in metrics}
+        for q, values in want.items():
+            for m, v in values.items():
+                if m in metrics:
+                    assert got[q][m] == pytest.approx(v, abs=TOL), (q, m, metrics)
+    # The edge cases score what their definitions say: nothing relevant, 0; nothing judged ranked, 0.
+    by_kind = {i % 6: f"q{i}" for i in range(48)}
+    assert want[by_kind[1]] == {"bpref_at_100": 0.0, "ndcg_condensed_at_10": 0.0}
+    assert want[by_kind[3]]["ndcg_condensed_at_10"] == 0.0
+    assert want[by_kind[2]]["bpref_at_100"] > 0  # no judged non-relevant: each relevant document ranked adds 1
+
+
+def test_the_frame_form_agrees_on_shuffled_rows():
+    qrels, run = deep_runs_case(7)
+    q = pl.DataFrame(
+        {
+            "query_id": [q for q, r in qrels.items() for _ in r],
+            "doc_id": [d for r in qrels.values() for d in r],
+            "relevance": [v for r in qrels.values() for v in r.values()],
+        }
+    )
+    r = pl.DataFrame(
+        {
+            "query_id": [q for q, d in run.items() for _ in d],
+            "doc_id": [x for d in run.values() for x in d],
+            "score": [s for d in run.values() for s in d.values()],
+        }
+    )
+    want = evaluate(qrels, run, DEFAULT_METRICS)
+    got = evaluate_frame(q.sample(fraction=1.0, shuffle=True, seed=1), r.sample(fraction=1.0, shuffle=True, seed=2), DEFAULT_METRICS)
+    assert got.per_query == want.per_query  # the mean adds queries in the qrels' order, which the shuffle moved
+
+
+def test_bpref_with_a_tie_across_the_cut_at_100():
+    # 101 documents scored alike: trec_eval's order (doc id descending) decides which 100 are ranked.
+    run = {"q": {f"d{j:03d}": 1.0 for j in range(101)}}
+    qrels = {"q": {"d000": 1, "d050": 0, "d100": 2, "d099": 0}}  # d000 is the one left out
+    got = evaluate(qrels, run, ["bpref_at_100"]).per_query["q"]["bpref_at_100"]
+    # Ranked: d100 (relevant, nothing above: 1), d099 (non-relevant), ..., d050 (non-relevant); R = 2, N = 2.
+    assert got == pytest.approx(1 / 2)
+    assert got == pytest.approx(pytrec_eval_deep(qrels, run)["q"]["bpref_at_100"], abs=TOL)
 
 
 @pytest.fixture(scope="module")

@@ -151,3 +151,38 @@ def test_a_qrels_pair_judged_twice_is_refused():
     run = pl.DataFrame({"query_id": ["q"], "doc_id": ["a"], "score": [1.0]})
     with pytest.raises(DataError, match="judge the same"):
         evaluate_frame(qrels, run)
+
+
+def test_every_judgment_against_the_top_100_keeps_every_match():
+    # Far more judgments than ranked rows (70 queries x 1,000 judged, runs 150 deep): the hole-aware
+    # measures join every judgment, and a table per query drops those naming no ranked document
+    # before the sort. No match may be dropped with them: the trec_eval measures keep their bits
+    # and the judged share of the top 10 is what a count by hand gives.
+    rng = np.random.default_rng(5)
+    qrels, run = {}, {}
+    for q in range(70):
+        docs = [f"d{d}" for d in rng.choice(5000, 1000, replace=False)]
+        qrels[f"q{q}"] = {d: int(g) for d, g in zip(docs, rng.choice(4, 1000, p=[0.7, 0.15, 0.1, 0.05]))}
+        ranked = [f"d{d}" for d in rng.choice(5000, 150, replace=False)]
+        run[f"q{q}"] = {d: float(s) for d, s in zip(ranked, np.round(rng.random(150), 2))}
+    want_per_query, _ = scalar_evaluate(qrels, run, TREC_METRICS)
+    got = evaluate_frame(*frames(qrels, run), DEFAULT_METRICS).per_query
+    assert {q: {m: v[m] for m in TREC_METRICS} for q, v in got.items()} == want_per_query
+    for q, docs in run.items():
+        judged_top10 = sum(d in qrels[q] for d in _rank(docs)[:10])
+        assert got[q]["judged_at_10"] == judged_top10 / 10 and got[q]["holes_at_10"] == 10 - judged_top10
+
+
+def test_equal_keys_finds_every_pair_when_keys_repeat():
+    # Keys drawn from a small pool: runs of equal keys of every length, on one side or both (a hash
+    # collision beside a match, a pair judged twice). Every left x right pair of equal keys, by brute force.
+    from medbench_core.evaluation.metrics import _equal_keys
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n, m = (int(x) for x in rng.integers(1, 80, 2))
+        pool = rng.integers(0, 2**20, int(rng.integers(1, 30))).astype(np.uint64) << np.uint64(40)
+        left, right = pool[rng.integers(0, len(pool), n)], pool[rng.integers(0, len(pool), m)]
+        i, j = _equal_keys(left, right)
+        want = sorted((a, b) for a in range(n) for b in range(m) if left[a] == right[b])
+        assert sorted(zip(i.tolist(), j.tolist())) == want

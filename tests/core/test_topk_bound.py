@@ -47,9 +47,10 @@ def test_the_bounded_selection_equals_sorting_every_score(dtype, k):
 
 
 def test_rows_too_short_for_k_blocks_and_rows_with_nan_take_the_plain_path():
-    tie = np.arange(5000, dtype=np.int64)
-    row = np.round(np.random.default_rng(1).random(5000), 1)
-    assert ranking._above_bound(row, 10) is None  # 4 blocks < 10
+    n = ranking.MIN_BOUND_BLOCK * 10 - 1  # 9 blocks of the smallest size < 10
+    tie = np.arange(n, dtype=np.int64)
+    row = np.round(np.random.default_rng(1).random(n), 1)
+    assert ranking._above_bound(row, 10) is None
     assert np.array_equal(ranking.topk(row, tie, 10), reference(row, tie, 10))
     n = ranking.BOUND_BLOCK * 20
     nan_row = np.random.default_rng(2).random(n)
@@ -71,3 +72,15 @@ def test_the_bound_keeps_every_score_that_ties_the_kth():
     tie = np.random.default_rng(4).permutation(n).astype(np.int64)
     assert set(np.flatnonzero(row == 1.0)) <= set(ranking._above_bound(row, 10).tolist())
     assert np.array_equal(ranking.topk(row, tie, 10), reference(row, tie, 10))
+
+
+@pytest.mark.parametrize("n", [100_000, ranking.MIN_BOUND_BLOCK * 100])
+def test_rows_with_fewer_than_k_full_blocks_use_smaller_blocks_and_select_the_same(n):
+    # 100K documents hold 97 blocks of BOUND_BLOCK, fewer than k = 100: blocks of 512 are used (195 of
+    # them), as are 100 of MIN_BOUND_BLOCK at the other length. The selection is the sort's.
+    k = 100
+    assert n // ranking.BOUND_BLOCK < k
+    tie = np.random.default_rng(5).permutation(n).astype(np.int64)
+    for name, row in rows(n, seed=6):
+        assert ranking._above_bound(row, k) is not None, name
+        assert np.array_equal(ranking.topk(row, tie, k), reference(row, tie, k)), name

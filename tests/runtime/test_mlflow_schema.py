@@ -50,6 +50,31 @@ def test_a_ready_store_is_not_migrated_again_and_an_unfinished_one_is_completed(
     assert marker.read_text().strip() == version("mlflow")
 
 
+LAZY = """
+import sys
+from runtime.mlflow_store import MLflowResource
+store = MLflowResource(tracking_uri=sys.argv[1])
+store.ensure_store(open_now=False)
+print("mlflow imported" if "mlflow" in sys.modules else "mlflow not imported")
+"""
+
+
+def test_a_store_opened_later_is_completed_by_the_first_client(tmp_path):
+    # ensure_store(open_now=False) (medbench run) copies the schema without importing MLflow; the first
+    # client, in any process, lets MLflow open it under the store's lock and writes the ready marker.
+    db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    out = subprocess.run([sys.executable, "-c", LAZY, uri], env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "mlflow not imported"
+    marker = tmp_path / ".mlflow.db.ready"
+    assert db.is_file() and not marker.exists()
+    experiments = MLflowResource(tracking_uri=uri).client().search_experiments()
+    assert [e.name for e in experiments] == ["Default"] and marker.is_file()
+    MLflowResource(tracking_uri=uri).ensure_store()  # ready: nothing to do
+    assert [e.name for e in MLflowResource(tracking_uri=uri).client().search_experiments()] == ["Default"]
+
+
 def _schema(db: Path) -> dict:
     """The store's schema by meaning: the same whatever order MLflow's migrations emitted the DDL in.
 
