@@ -104,7 +104,7 @@ def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_
         assert im.format == "PNG" and im.size == (260 + 120 * 2, 140 + 40 * 3)
     assert sorted(p.name for p in (reports / "diff").iterdir()) == ["liveqa_medquad.png", "scifact.png"]
     # The Markdown and the plots are in the asset's metadata (what the Dagster UI shows).
-    assert md["leaderboard"].value.startswith("nDCG@10 by model and task") and md["heatmap"].value == str(reports / "heatmap.png")
+    assert md["leaderboard"].value.startswith("nDCG@10 at a glance") and md["heatmap"].value == str(reports / "heatmap.png")
     assert md["diff_scifact"].value == str(reports / "diff" / "scifact.png") and md["baseline"].value == "bm25"
 
     # One MLflow run holds the reports and the significance table ...
