@@ -87,6 +87,11 @@ def columns_of(rows: Sequence[Mapping[str, Any]], drop: Sequence[str] = ()) -> l
     return out
 
 
+def leading(first: Mapping[str, Any], rest: Mapping[str, Any]) -> dict[str, Any]:
+    """``first``'s fields, then those of ``rest`` it does not have: a row whose first columns are given."""
+    return {**first, **{k: v for k, v in rest.items() if k not in first}}
+
+
 def command(model: str, task: str | None = None) -> str:
     """The command that computes the cell (or every cell of the model) again, from its stored inputs."""
     return "medbench run --models " + shlex.quote(model) + (" --tasks " + shlex.quote(task) if task else "") + " --force"
@@ -123,7 +128,7 @@ def _env():
         extensions=["jinja2.ext.do"],
     )
     env.filters.update(fmt=fmt, ci=ci_text, rank=rank_text, slug=slug, tojson_attr=lambda v: json.dumps(v, ensure_ascii=False))
-    env.globals.update(command=command, extra_text=extra_text, columns_of=columns_of, number=number, shlex_quote=shlex.quote)
+    env.globals.update(leading=leading, command=command, extra_text=extra_text, columns_of=columns_of, number=number, shlex_quote=shlex.quote)
     return env
 
 
