@@ -172,7 +172,7 @@ def site_inputs(data_root: Path):
     from medbench_core.layout import Layout
     from medbench_core.provenance import code_versions, git_sha
     from medbench_core.retrieval.model_registry import load_registry
-    from medbench_core.site import SiteInputs
+    from medbench_core.site import SiteInputs, UiLinks
     from medbench_core.taskdata.catalog import load_catalog
     from runtime.ledger import last_complete_run
 
@@ -195,6 +195,7 @@ def site_inputs(data_root: Path):
     return SiteInputs(
         leaderboard=board, data_root=data_root, catalog=catalog, shared_data=settings.SHARED / "data", specs=specs,
         versions_dir=settings.ROOT / "versions", build=build, mlflow_runs=mlflow_runs(board), code_versions=code_versions(),
+        links=UiLinks(dagster=f"http://127.0.0.1:{settings.UI_PORT}"),  # the metrics asset's name as UiLinks has it (tested): no Dagster import
     )  # fmt: skip
 
 

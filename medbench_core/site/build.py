@@ -214,36 +214,35 @@ def breakdowns(site: SiteData, task: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def task_sections(site: SiteData, task: str) -> dict[str, list[dict[str, Any]]]:
-    """Rows of the leaderboard's per-task lists (multilingual tables, expanded models, the cross-lingual gap, the
-    published comparison, and any other list of rows with a ``task`` field) that concern ``task``, by section name."""
-    out: dict[str, list[dict[str, Any]]] = {}
+SECTIONS_PLACED = ("table", "stats", "ranks", "cells", "stale", "plots", "significance", "benchmark", "metric", "breakdowns")
+
+
+def task_sections(site: SiteData, task: str) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """What the leaderboard holds for ``task`` beyond the sections the task page draws itself, by section name: rows of
+    its lists of rows with a ``task`` field (the multilingual tables, expanded models, the cross-lingual gap, published
+    scores, whatever a later stage adds) and the entry of any mapping keyed by task name (the judgement layers, a
+    chance floor or a mark per task). Breakdowns are drawn from metrics.json, with every metric; trust has its section."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    fields: dict[str, Any] = {}
 
     def walk(name: str, value: Any) -> None:
         if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
-            rows = [r for r in value if r.get("task") == task]
-            if rows:
-                out[name] = rows
+            got = [r for r in value if r.get("task") == task]
+            if got:
+                rows[name] = got
         elif isinstance(value, dict):
+            if task in value:
+                fields[name] = value[task]
+                return
             for k, v in value.items():
-                walk(f"{name} / {k}" if name else str(k), v)
+                walk(f"{name} / {k}", v)
 
-    board = site.board
-    for key in sorted(board):
-        if key in ("table", "stats", "ranks", "cells", "stale", "plots", "significance", "benchmark", "metric"):
-            continue
+    for key in sorted(site.board):
         if key == "trust":
-            walk("trust / layers", (board["trust"] or {}).get("layers"))
-            continue
-        if key == "breakdowns":
-            continue  # the task page draws them from metrics.json, with every metric
-        walk(key, board[key])
-    return out
-
-
-def per_task_fields(site: SiteData, task: str) -> dict[str, Any]:
-    """Top-level fields of the leaderboard no page places that map this task to something (``{task: ...}``)."""
-    return {k: v[task] for k, v in site.other_sections.items() if isinstance(v, Mapping) and task in v}
+            walk("trust / layers", (site.board["trust"] or {}).get("layers"))
+        elif key not in SECTIONS_PLACED:
+            walk(key, site.board[key])
+    return rows, fields
 
 
 def build_site(out_dir: str | Path, inputs: SiteInputs) -> dict[str, Any]:
@@ -282,9 +281,10 @@ def build_site(out_dir: str | Path, inputs: SiteInputs) -> dict[str, Any]:
             **common, root="", page="overview", facets=facets, initial=initial, averages=averages, AVERAGE=AVERAGE,
         ))  # fmt: skip
         for t in site.tasks:
+            sections = task_sections(site, t.name)
             written.text(tmp, f"tasks/{t.slug}.html", env.get_template("task.html.j2").render(
                 **common, root="../", page="task", task=t, plots=plots[t.name], breakdowns=breakdowns(site, t.name),
-                sections=task_sections(site, t.name), fields=per_task_fields(site, t.name), tables=task_tables(site, t.name),
+                sections=sections[0], fields=sections[1], tables=task_tables(site, t.name),
             ))  # fmt: skip
         for m in site.models:
             written.text(tmp, f"models/{m.slug}.html", env.get_template("model.html.j2").render(**common, root="../", page="model", model=m))

@@ -285,7 +285,7 @@ def families(meta: Mapping[str, Any], entry: Mapping[str, Any], benchmark: str) 
     out = []
     if "m3retrieve" in said:
         out.append("M3Retrieve")
-    if "r2med" in said.replace("r2med / mmed", ""):  # a shape named after R2MED in a description is not R2MED's data
+    if "r2med" in said:
         out.append("R2MED")
     languages = [str(x) for x in meta.get("languages") or []]
     if languages and set(languages) != {"en"}:

@@ -74,6 +74,12 @@ def test_the_overview_shows_every_cell_with_its_figure_ci_and_mark(built):
     assert [a.text for a in cell(doc, "bm25", "t1").xpath(".//a")] == ["D"]
 
 
+def test_the_cells_dagster_links_name_the_metrics_asset():
+    from assets.stage import ASSET_OF_STAGE
+
+    assert UiLinks().metrics_asset == ASSET_OF_STAGE["metrics"]  # medbench export --site links without importing Dagster
+
+
 def test_the_average_is_over_the_tasks_every_shown_model_reads(built):
     world, _, _ = built
     site = gather(SiteInputs(world.board, data_root=world.data))
