@@ -16,6 +16,7 @@ from medbench_core.site.gather import AVERAGE, CellView, SiteData, TaskView, UiL
 
 HERE = Path(__file__).resolve().parent
 STATIC = ("site.css", "site.js", "favicon.svg", "LICENSE")  # this package's own files, copied as they are
+MAX_FILES = 40  # files of a curated task listed one by one (an image task has thousands; its manifest has them all)
 UI_SCRIPT = "ui.js"  # where the Dagster and MLflow UIs answer; `medbench ui` serves its own in their place
 MARK = "medbench-site"  # the first line of SITE.json: a folder this builder may replace
 
@@ -272,7 +273,7 @@ def build_site(out_dir: str | Path, inputs: SiteInputs) -> dict[str, Any]:
         "family": sorted({f for t in site.tasks for f in t.families}),
         "kind": sorted({m.kind or "?" for m in site.models}),
     }
-    common = {"site": site, "links": site.links, "ui_script": UI_SCRIPT, "model_names": set(models), "task_names": set(tasks)}
+    common = {"site": site, "links": site.links, "ui_script": UI_SCRIPT, "model_names": set(models), "task_names": set(tasks), "max_files": MAX_FILES}
 
     def build(tmp: Path) -> None:
         plots = {t.name: task_plots(site, t, tmp, written) for t in site.tasks}

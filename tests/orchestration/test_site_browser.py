@@ -115,7 +115,8 @@ def test_the_overview_shows_every_cell_sorts_filters_and_recomputes_the_average(
                 assert text.strip() == "n/a"
             else:
                 r = stats[(m, t)]
-                assert text.startswith(f"{world.value(m, t):.4f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"), text
+                assert text.startswith(f"{world.value(m, t):.4f}") and f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}]" in text, text
+                assert ("*" in text) == bool(r["significant"]), text
     assert (avg_text(page, "bm25"), avg_text(page, "dense")) == ("0.5625", "0.8750")
 
     def order() -> list[str]:
