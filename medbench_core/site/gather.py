@@ -23,10 +23,12 @@ from medbench_core.errors import MedbenchError
 # Sections of leaderboard.json placed by the pages themselves; any other top-level field is shown as it is.
 KNOWN_SECTIONS = frozenset(
     {"benchmark", "metric", "significance", "table", "stats", "ranks", "breakdowns", "cross_lingual_gap", "expanded", "multilingual", "plots", "stale",
-     "trust", "cells", "published"}
+     "trust", "cells", "published", "floors"}
 )  # fmt: skip
 # Keys of a stats row the overview cell itself shows (the rest are listed in its title and on the task page).
 CELL_SHOWN = frozenset({"task", "model", "metric", "mean", "ci_low", "ci_high", "significant", "rank", "rank_low", "rank_high", "group"})
+# Keys of a floors row (leaderboard.json's floors.cells) that its stats row says already.
+FLOOR_SAME = frozenset({"model", "task", "metric", "trec_eval", "ci_half_width"})
 RANK_FIELDS = ("rank", "rank_low", "rank_high", "group", "n_models")
 AVERAGE = "average"  # the task name of the average's rows in the rank table (medbench_core.evaluation.reports)
 
@@ -221,9 +223,14 @@ def board_tasks(board: Mapping[str, Any], order: Sequence[str] = ()) -> list[str
 def chance_of(task: str, metric: str, rows: Sequence[Mapping[str, Any]], board: Mapping[str, Any]) -> tuple[float | None, str]:
     """The task's chance floor for ``metric`` where the leaderboard data has one, and the field it came from.
 
-    Looked for, in order: a top-level field whose name holds ``chance`` mapping the task to a number or to
+    Looked for, in order: the report writer's ``floors.chance`` (issue 45); a top-level field whose name holds ``chance`` mapping the task to a number or to
     ``{metric: number}``; then a field of the task's stats rows named ``chance``, ``chance_<metric>``,
     ``chance.<metric>`` or ``chance_<...>`` (not a chance-corrected figure)."""
+    floors = board.get("floors")
+    if isinstance(floors, Mapping) and floors.get("metric", metric) == metric and isinstance(floors.get("chance"), Mapping):
+        got = number(floors["chance"].get(task))  # the report writer's own (medbench_core.evaluation.floors.chance_by_task)
+        if got is not None:
+            return got, "floors.chance"
     for key, v in board.items():
         if "chance" in key.lower() and isinstance(v, Mapping) and task in v:
             got = v[task]
@@ -401,6 +408,10 @@ def gather(inputs: Any) -> SiteData:
     stats = {(r.get("model"), r.get("task")): r for r in board.get("stats") or [] if r.get("metric", metric) == metric}
     trust = {(r.get("model"), r.get("task")): r for r in (board.get("trust") or {}).get("cells") or [] if r.get("metric", metric) == metric}
     ranks = {(r.get("model"), r.get("task")): r for r in board.get("ranks") or []}
+    # Each cell's floors (tie-aware, chance, chance-corrected: medbench_core.evaluation.floors) join its stats row,
+    # so its title and its task's table of figures show them by name.
+    floors = board.get("floors") if isinstance(board.get("floors"), Mapping) else {}
+    floor_cells = {(r.get("model"), r.get("task")): r for r in floors.get("cells") or [] if r.get("metric", metric) == metric}
     provenance = board.get("cells") or {}
     stale = board.get("stale") or {}
     runs = dict(inputs.mlflow_runs or {})
@@ -409,6 +420,9 @@ def gather(inputs: Any) -> SiteData:
     for m in models:
         for t in tasks:
             st = dict(stats.get((m, t)) or {})
+            for k, v in (floor_cells.get((m, t)) or {}).items():
+                if k not in FLOOR_SAME and v is not None:
+                    st.setdefault(k, v)
             value = number(st.get("mean"))
             if value is None:
                 value = number(rows[m].get(t))

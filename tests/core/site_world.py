@@ -55,8 +55,14 @@ class SiteWorld:
         return None if v is None else sum(v) / len(v)
 
 
-def build_world(root: Path, models: dict[str, str] | None = None, tasks: dict[str, str] | None = None, extra_json: dict | None = None) -> SiteWorld:
-    """Write the world under ``root`` (data/tasks, data/artifacts, data/reports/leaderboard.*) and return it."""
+def build_world(
+    root: Path, models: dict[str, str] | None = None, tasks: dict[str, str] | None = None, extra_json: dict | None = None,
+    floors: dict[tuple[str, str], dict] | None = None,
+) -> SiteWorld:  # fmt: skip
+    """Write the world under ``root`` (data/tasks, data/artifacts, data/reports/leaderboard.*) and return it.
+
+    ``floors``: (model role, task role) -> fields the metrics stage adds to a cell's metrics.json for nDCG@10
+    (``{"chance": 0.25, "tie_aware": 0.6}``), which the report writer turns into leaderboard.json's floors."""
     from medbench_core.evaluation.reports import Cell, Significance, write_leaderboard
     from medbench_core.storage import write_manifest
 
@@ -85,6 +91,8 @@ def build_world(root: Path, models: dict[str, str] | None = None, tasks: dict[st
             mean = {"ndcg_at_10": sum(values) / len(values), "recall_at_10": float(per_query["recall_at_10"].mean())}
             metrics = {"mean": mean, "breakdowns": {"language": {"en": mean}} if t_role != "t2" else {"language": {
                 "en": {"ndcg_at_10": sum(values[:2]) / 2}, "ja": {"ndcg_at_10": sum(values[2:]) / 2}}}}  # fmt: skip
+            for field_name, v in (floors or {}).get((m_role, t_role), {}).items():
+                metrics[field_name] = {"ndcg_at_10": v}
             key = f"key-{m_role}-{t_role}"
             art = world.data / "artifacts" / m / t / "metrics" / key
             art.mkdir(parents=True)

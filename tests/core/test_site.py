@@ -129,6 +129,20 @@ def test_a_model_page_has_its_cells_runs_keys_and_the_command(built):
     assert "not in the registry" in text  # no models.yaml given: what it does not know is said
 
 
+def test_the_report_writers_floors_give_the_chance_row_and_each_cells_tie_aware_figure(tmp_path):
+    # As the metrics stage stores them (issue 45): the same chance value in every cell of a task, a tie-aware figure per cell.
+    world = build_world(tmp_path / "w", floors={("bm25", "t1"): {"chance": 0.25, "tie_aware": 0.6}, ("dense", "t1"): {"chance": 0.25, "tie_aware": 0.875}})
+    assert json.loads(world.board.read_text())["floors"]["chance"] == {"t1": 0.25}  # the writer's, not this test's, field
+    build_site(tmp_path / "site", SiteInputs(world.board, data_root=world.data))
+    doc = page(tmp_path / "site" / "index.html")
+    chance = {td.get("data-task"): td.text_content() for td in doc.xpath('//tr[@class="chance"]/td[@data-task]')}
+    assert chance == {"t1": "0.2500", "t2": "-", "img": "-"}
+    # bm25 on t1: 0.625 by trec_eval, 0.6 over its tied orders, so -0.025.
+    title = cell(doc, "bm25", "t1").get("title")
+    assert "tie_aware 0.6000" in title and "tie_difference -0.0250" in title, title
+    assert not doc.xpath('//h2[@id="field-floors"]')  # placed in the cells, not dumped as a field no page places
+
+
 def test_fields_a_later_stage_adds_are_shown_by_name_with_the_chance_floor(tmp_path):
     world = build_world(tmp_path / "w", extra_json={"contamination": {"t1": {"dense": "corpus seen in training"}}})
     add_to_stats(world, {("bm25", "t1"): {"chance": 0.3, "tie_aware_ndcg_at_10": 0.61}, ("dense", "t1"): {"chance": 0.3, "tie_aware_ndcg_at_10": 0.87}})
