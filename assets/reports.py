@@ -266,12 +266,16 @@ def leaderboard(
         annotate_filled_runs(mlflow, catalog.benchmark, cells, config.metric)
         annotate_contamination_runs(mlflow, catalog.benchmark, provenance, config.metric)
         move_into(staged, out, REPORT_NAMES)
+    built_by = {"git": registry.git_sha(), "dagster_run_id": context.run_id, "mlflow_run_id": run_id}
+    site = write_site(context, store, registry, catalog, specs, mlflow, out, built_by)
     heatmap = out / "heatmap.png"
     plots = {f"{Path(f).parent.name}_{Path(f).stem}": dg.MetadataValue.path(str(out / f)) for f in written["files"] if f.startswith(("diff/", "trust/"))}
     return dg.MaterializeResult(
         metadata={
             "leaderboard": dg.MetadataValue.md(md),
             "path": dg.MetadataValue.path(str(out / "leaderboard.md")),
+            # The same as pages (`medbench ui` serves them), or why they are not there.
+            **({"site": dg.MetadataValue.path(str(site["index"])), "site_bytes": site["bytes"]} if "index" in site else {"site": site["error"]}),
             "heatmap": dg.MetadataValue.path(str(heatmap)),
             # Markdown links render as clickable in the UI; the images themselves are in the MLflow run.
             "plots": dg.MetadataValue.md("\n".join(f"- [{f}]({(out / f).resolve().as_uri()})" for f in written["files"] if f.endswith(".png"))),
@@ -288,6 +292,36 @@ def leaderboard(
             "mlflow_heatmap": f"runs:/{run_id}/heatmap.png",
         },
     )
+
+
+SITE_DIR = "site"  # data/reports/site: the leaderboard as pages (medbench_core.site), rebuilt with every leaderboard
+
+
+def write_site(
+    context, store: ArtifactStoreResource, registry: RegistryResource, catalog, specs: list[ModelSpec], mlflow: MLflowResource, out: Path, build: dict
+) -> dict:
+    """The leaderboard's site beside it (``<reports>/site``), from the leaderboard.json just written and the stored provenance,
+    with each cell's MLflow run found by its metrics key and the released versions of this checkout.
+
+    The pages are a view of what was saved: when they cannot be built, the leaderboard stands, the pages of an earlier
+    leaderboard are removed (they would show other figures) and a warning says why (``{"error": ...}``)."""
+    import shutil
+
+    from medbench_core.provenance import code_versions
+    from medbench_core.site import SiteInputs, UiLinks, build_site
+
+    try:
+        inputs = SiteInputs(
+            leaderboard=out / "leaderboard.json", data_root=store.root_path, catalog=catalog, shared_data=Path(store.shared_data), specs=specs,
+            versions_dir=registry.checkout() / "versions", build=build, mlflow_runs=mlflow.finished_runs_by_key(catalog.benchmark),
+            links=UiLinks(metrics_asset=ASSET_OF_STAGE["metrics"]), code_versions=code_versions(),
+        )  # fmt: skip
+        return build_site(out / SITE_DIR, inputs)
+    except Exception as exc:  # any failure of the view: the leaderboard above is saved and logged already
+        shutil.rmtree(out / SITE_DIR, ignore_errors=True)
+        why = f"not built: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        context.log.warning(f"the leaderboard's site was {why} (`medbench export --site DIR` builds it again, with the error)")
+        return {"error": why}
 
 
 def log_leaderboard(

@@ -1,5 +1,8 @@
 """``medbench export --to DIR``: the saved leaderboard, the metrics behind each of its cells, and each cell
-as an MTEB results JSON and a TREC run, in one folder.
+as an MTEB results JSON and a TREC run, in one folder. ``medbench export --site DIR``: the leaderboard as a
+static site (medbench_core.site: overview, task, model and versions pages, SVG plots with their CSV; no
+server and no network needed to read it), built from the saved leaderboard and the stored provenance,
+the same pages every ``medbench run`` writes beside the leaderboard (<data>/reports/site).
 
 DIR/leaderboard.{md,csv,json}, stats.csv, heatmap.png, multilingual.csv (when a task is multilingual), diff/<task>.png,
 trust/<model>.png (the reports as saved);
@@ -37,8 +40,9 @@ def add_parser(sub) -> None:
         "export", help="write the leaderboard, each cell's metrics, MTEB results JSON and TREC runs into a folder, with a sha256 manifest",
         description=describe(__doc__),
     )  # fmt: skip
-    p.add_argument("--to", required=True, type=Path, metavar="DIR", help="the folder to write (new, or an earlier export)")
-    p.set_defaults(handler=main)
+    p.add_argument("--to", type=Path, metavar="DIR", help="the folder to write (new, or an earlier export)")
+    p.add_argument("--site", type=Path, metavar="DIR", help="write the leaderboard's static site into DIR (new, or an earlier site); open DIR/index.html")
+    p.set_defaults(handler=main, parser=p)
 
 
 class NotAnExport(DataError):
@@ -159,10 +163,79 @@ def export(data_root: Path, dest: Path, models_file: Path | None = None) -> int:
     return len(cells)
 
 
+def site_inputs(data_root: Path):
+    """What the site is built from in this checkout: the saved leaderboard, the data folder, tasks.yaml and models.yaml (when
+    they read), the released versions, the last complete run (when it wrote this leaderboard) and each cell's MLflow run."""
+    import hashlib
+
+    from medbench_core.errors import MedbenchError
+    from medbench_core.layout import Layout
+    from medbench_core.provenance import code_versions, git_sha
+    from medbench_core.retrieval.model_registry import load_registry
+    from medbench_core.site import SiteInputs, UiLinks
+    from medbench_core.taskdata.catalog import load_catalog
+    from runtime.ledger import last_complete_run
+
+    layout = Layout(data_root)
+    catalog, specs = None, []
+    try:
+        catalog = load_catalog(settings.TASKS_FILE)
+    except MedbenchError:
+        pass  # the pages say what they do not know
+    try:
+        specs = load_registry(settings.MODELS_FILE)
+    except MedbenchError:
+        pass
+    build = {"git": git_sha(settings.ROOT)}
+    done = last_complete_run(settings.STATE)
+    md = layout.leaderboard_file("md")
+    if done is not None and md.is_file() and hashlib.sha256(md.read_bytes()).hexdigest() == done.leaderboard_sha256:
+        build |= {"dagster_run_id": done.dagster_run_id, "mlflow_run_id": done.leaderboard_mlflow_run_id}
+    board = layout.leaderboard_file("json")
+    return SiteInputs(
+        leaderboard=board, data_root=data_root, catalog=catalog, shared_data=settings.SHARED / "data", specs=specs,
+        versions_dir=settings.ROOT / "versions", build=build, mlflow_runs=mlflow_runs(board), code_versions=code_versions(),
+        links=UiLinks(dagster=f"http://127.0.0.1:{settings.UI_PORT}"),  # the metrics asset's name as UiLinks has it (tested): no Dagster import
+    )  # fmt: skip
+
+
+def mlflow_runs(board: Path) -> dict:
+    """Metrics key -> the cell's MLflow run, from the project's tracking store ({} when it has none yet)."""
+    try:
+        benchmark = json.loads(board.read_text()).get("benchmark")
+    except (OSError, ValueError):
+        return {}
+    uri = settings.default_tracking_uri()
+    if not benchmark or (uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file()):
+        return {}
+    from runtime.mlflow_store import MLflowResource
+
+    return MLflowResource(tracking_uri=uri).finished_runs_by_key(benchmark)
+
+
+def export_site(data_root: Path, dest: Path) -> dict:
+    """The leaderboard's static site of the project at ``data_root``, written to ``dest``."""
+    from medbench_core.site import build_site
+
+    return build_site(dest, site_inputs(data_root))
+
+
 def main(args: argparse.Namespace) -> int:
     from medbench_cli.failures import USAGE, Refusal
     from medbench_core.errors import MedbenchError
 
+    if args.to is None and args.site is None:
+        args.parser.error("give --to DIR (the export), --site DIR (the static site), or both")
+    if args.site is not None:
+        existed = args.site.exists()
+        try:
+            site = export_site(settings.DATA, args.site.resolve())
+        except MedbenchError as exc:
+            kept = f"{args.site} {'left as it was' if existed else 'not created'} (a site is built aside and swapped in whole)"
+            raise Refusal(str(exc), kept=kept, code=USAGE if "is not a medbench site" in str(exc) else 1) from exc
+        print(f"wrote the leaderboard's site to {args.site} ({len(site['files'])} files, {site['bytes'] / 1e6:.1f} MB): open {args.site / 'index.html'}")
+        if args.to is None:
+            return 0
     existed = args.to.exists()
     not_a_folder = next((p for p in (args.to, *args.to.parents) if p.exists() and not p.is_dir()), None)
     if not_a_folder is not None:  # a usage error, said before anything is read or written

@@ -101,6 +101,7 @@ def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: floa
         raise failures.Refusal("the leaderboard with the published scores beside it failed to build", kept="the saved leaderboard as it was")
     show_leaderboard(done.leaderboard, settings.default_tracking_uri())
     print(f"total {time.perf_counter() - t0:.1f}s")
+    show_site()
     return given, True
 
 
@@ -160,6 +161,16 @@ def show_leaderboard(board: Path, tracking_uri: str) -> None:
     if line:
         print(f"[published] {line}")
     print(f"saved to {board} (and .csv, .json); MLflow: {tracking_uri}")
+
+
+def show_site() -> None:
+    """Where the leaderboard's pages are (written beside it by the leaderboard asset) and where `medbench ui` serves them."""
+    from medbench_cli.ui import site_address, site_dir
+
+    index = site_dir() / "index.html"
+    if index.is_file():
+        print(f"site: {index} (open it in a browser: no server needed)")
+        print(f"serve it: medbench ui -> {site_address()} (beside the Dagster and MLflow UIs)", flush=True)
 
 
 def prepare_command(args: argparse.Namespace, report: Path) -> list[str]:
@@ -263,6 +274,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"total {time.perf_counter() - t0:.1f}s", flush=True)
     if failed:
         raise failures.Refusal(*summary(failed, reasons, prepared.get("kept") or {}, defs.resources["store"].layout, args))
+    show_site()
     return 0
 
 

@@ -21,11 +21,13 @@ medbench's experiments as runs with their metrics as columns, not as an empty Ge
     python -m medbench_cli.webserver dev --allowed-hosts 127.0.0.1:3000,localhost:3000 [dagster dev options]
     python -m medbench_cli.webserver serve --allowed-hosts HOSTS [--allowed-origins ORIGINS] [dagster-webserver options]
     python -m medbench_cli.webserver mlflow --allowed-hosts 127.0.0.1:5000,localhost:5000 [mlflow ui/server options]
+    python -m medbench_cli.webserver site --allowed-hosts 127.0.0.1:3100,localhost:3100 --dir DIR --port 3100 [--dagster URL] [--mlflow URL]
 
 ``dev`` is ``dagster dev`` (the webserver, the daemon and their shared code server) with its
 webserver started as ``serve``; ``serve`` is dagster-webserver's own command line with its app
 wrapped; ``mlflow`` is ``mlflow ui`` whose uvicorn workers serve :data:`mlflow_app` (MLflow's app
-wrapped; its origins are those of MLflow's own allowed hosts). Each replaces one name that the
+wrapped; its origins are those of MLflow's own allowed hosts); ``site`` serves the leaderboard's static site
+(medbench_core.site) read-only, behind the same two checks (:func:`site_app`). Each replaces one name that the
 package's module looks up when it runs (``dagster._cli.dev.open_ipc_subprocess``,
 ``dagster_webserver.cli.create_app_from_workspace_process_context``, as in dagster 1.13;
 ``mlflow.server._build_uvicorn_command``, as in mlflow 3.17); tests/orchestration/test_servers.py
@@ -340,8 +342,79 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
+# The site's pages load only their own files: a browser holds them to it even if a page were changed.
+SITE_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'none'; form-action 'none'; base-uri 'none'; frame-ancestors 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"cache-control", b"no-cache"),  # a rebuilt site (every `medbench run`) is seen on the next load
+]
+
+
+class ReadOnly:
+    """ASGI middleware: only GET and HEAD are served (405 otherwise); every response gets :data:`SITE_HEADERS`."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] not in ("GET", "HEAD"):
+            await _refuse(scope, send, 405, "the leaderboard site is read-only")
+            return
+
+        async def with_headers(message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *SITE_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def site_app(folder: str, hosts: list[str], ui: dict[str, str]):
+    """The site in ``folder`` as an ASGI app: its files as they are (``/`` is index.html), ``/ui.js`` saying where the
+    Dagster and MLflow UIs answer (``ui``), read-only, answering only ``hosts`` and its own pages (:func:`guarded`)."""
+    import json
+
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+
+    script = f"// where the Dagster and MLflow UIs of this `medbench ui` answer\nwindow.MEDBENCH_UI = {json.dumps(ui)};\n"
+
+    async def ui_script(request):
+        return Response(script, media_type="text/javascript")
+
+    app = Starlette(routes=[Route("/ui.js", ui_script), Mount("/", app=StaticFiles(directory=folder, html=True))])
+    return guarded(ReadOnly(app), hosts)
+
+
+def site(argv: list[str]) -> None:
+    """Serve the leaderboard's site (:func:`site_app`) with uvicorn until stopped."""
+    import uvicorn
+
+    hosts, rest = _split(argv)
+    folder, rest = _option(rest, "--dir")
+    host, rest = _option(rest, "--host")
+    port, rest = _option(rest, "--port")
+    dagster, rest = _option(rest, "--dagster")
+    mlflow, rest = _option(rest, "--mlflow")
+    if not folder or not port or rest:
+        sys.exit("usage: python -m medbench_cli.webserver site --allowed-hosts HOSTS --dir DIR --port PORT [--host H] [--dagster URL] [--mlflow URL]")
+    app = site_app(folder, hosts.split(","), {k: v for k, v in (("dagster", dagster), ("mlflow", mlflow)) if v})
+    uvicorn.run(app, host=host or "127.0.0.1", port=int(port), log_level="warning")
+
+
 if __name__ == "__main__":
     mode, args = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("", [])
-    if mode not in ("dev", "serve", "mlflow"):
-        sys.exit("usage: python -m medbench_cli.webserver dev|serve|mlflow --allowed-hosts HOST:PORT[,...] [dagster or mlflow ui options]")
-    {"dev": dev, "serve": serve, "mlflow": mlflow_ui}[mode](args)
+    if mode not in ("dev", "serve", "mlflow", "site"):
+        sys.exit("usage: python -m medbench_cli.webserver dev|serve|mlflow|site --allowed-hosts HOST:PORT[,...] [dagster, mlflow ui or site options]")
+    {"dev": dev, "serve": serve, "mlflow": mlflow_ui, "site": site}[mode](args)

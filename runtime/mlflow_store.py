@@ -167,6 +167,27 @@ class MLflowResource(dg.ConfigurableResource):
         exp_id = self.experiment_id(experiment)
         return self.client().search_runs([exp_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{run_key}'", max_results=100)
 
+    def finished_runs_by_key(self, experiment: str) -> dict[str, dict[str, str]]:
+        """Run key -> ``{"run_id", "experiment_id"}`` of the newest FINISHED run of each key in ``experiment``, in one
+        paged search ({} when the experiment does not exist): the leaderboard site's links from a cell to its run."""
+        client = self.client()
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            return {}
+        out: dict[str, dict[str, str]] = {}
+        token = None
+        while True:
+            page = client.search_runs(
+                [exp.experiment_id], filter_string="attributes.status = 'FINISHED'", max_results=1000, order_by=["attributes.start_time DESC"], page_token=token
+            )
+            for r in page:
+                key = r.data.tags.get(RUN_KEY_TAG)
+                if key and key not in out:
+                    out[key] = {"run_id": r.info.run_id, "experiment_id": exp.experiment_id}
+            token = page.token
+            if not token:
+                return out
+
     def finished_run(self, experiment: str, run_key: str) -> Any | None:
         for r in self.find_runs(experiment, run_key):
             if r.info.status == "FINISHED":

@@ -282,6 +282,56 @@ def leaderboard_markdown(
     return "\n".join(lines + notes) + "\n"
 
 
+SITE_LINE = (
+    "The same as pages: site/index.html beside this file (sort, filter, a page per task and per model, plots; "
+    "`medbench ui` serves them, `medbench export --site DIR` writes them anywhere)."
+)
+
+
+def headline_markdown(
+    board: pl.DataFrame,
+    stats: pl.DataFrame | None,
+    below: Iterable[str],
+    *,
+    metric: str = "ndcg_at_10",
+    baseline: str | None = None,
+    research_only: Iterable[str] = (),
+    not_applicable: Iterable[tuple[str, str]] = (),
+    stale: Mapping[tuple[str, str], str] | None = None,
+) -> str:
+    """The short head of leaderboard.md: each cell's figure and CI only (``0.6602 [0.63, 0.69] *``), then a line pointing
+    to the site and naming the sections ``below`` (the full table with what each cell rests on, and the rest)."""
+    tasks = [c for c in board.columns if c not in ("model", "average", "averaged_over")]
+    na, stale, research_only = set(not_applicable), dict(stale or {}), set(research_only)
+    st = {(r["model"], r["task"]): r for r in stats.filter(pl.col("metric") == metric).iter_rows(named=True)} if stats is not None else {}
+    star = f"; * differs from {baseline}" if baseline else ""
+    head = ["model", *[f"{t} (research-only)" if t in research_only else t for t in tasks], "average"]
+    lines = [f"{METRIC_LABELS.get(metric, metric)} at a glance (mean [95% CI]{star})", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in board.iter_rows(named=True):
+        cells = [row["model"]]
+        for t in tasks:
+            r = st.get((row["model"], t))
+            text = "n/a" if (row["model"], t) in na else format_cell(r["mean"], r["ci_low"], r["ci_high"], r["significant"]) if r else format_cell(row[t])
+            cells.append(text + (" (stale)" if (row["model"], t) in stale and text != "n/a" else ""))
+        cells.append(format_cell(row["average"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + f"\n\n{SITE_LINE} Below, for terminals and diffs: {'; '.join(below)}.\n"
+
+
+def markdown_sections(md: str) -> list[str]:
+    """The titles of the leaderboard's sections: each table's caption (a line, a blank line, a table) and each ``##`` heading,
+    without what follows its first bracket."""
+    lines = md.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        heading = line.startswith("## ")
+        if heading or (line and not line.startswith("|") and i + 2 < len(lines) and lines[i + 1] == "" and lines[i + 2].startswith("| ")):
+            title = line.removeprefix("## ").split(" (")[0].split(": ")[0].strip()
+            if title and title not in out:
+                out.append(title)
+    return out
+
+
 def breakdown_table(cells: Iterable[Cell], by: str, metric: str = "ndcg_at_10") -> pl.DataFrame:
     """Long table (model, task, ``by`` value, metric) from the ``breakdowns`` of metrics.json.
 
@@ -653,8 +703,6 @@ def write_leaderboard(
         from medbench_core.evaluation.trust import agreement_markdown
 
         md += "\n" + agreement_markdown(layers, tasks, trust)
-    if footer:
-        md += f"\n{footer}\n"
     sections: dict[str, Any] = {}
     label = METRIC_LABELS.get(metric, metric)
     for by in BREAKDOWNS:
@@ -670,6 +718,9 @@ def write_leaderboard(
         md += "\n" + expanded_markdown(beside, sig)
     multilingual, multilingual_md, multilingual_files = write_multilingual(cells, query_groups or {}, models, sig, out, pivots)
     md += multilingual_md
+    head = headline_markdown(board, stats, markdown_sections(md), metric=metric, baseline=sig.baseline,
+                              research_only=research_only, not_applicable=na, stale=stale)  # fmt: skip
+    md = head + "\n" + md + (f"\n{footer}\n" if footer else "")
     plots: list[str] = []
     by_task: dict[str, dict[str, pl.DataFrame]] = {}
     for c in cells:

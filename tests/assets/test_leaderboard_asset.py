@@ -104,8 +104,17 @@ def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_
         assert im.format == "PNG" and im.size == (260 + 120 * 2, 140 + 40 * 3)
     assert sorted(p.name for p in (reports / "diff").iterdir()) == ["liveqa_medquad.png", "scifact.png"]
     # The Markdown and the plots are in the asset's metadata (what the Dagster UI shows).
-    assert md["leaderboard"].value.startswith("nDCG@10 by model and task") and md["heatmap"].value == str(reports / "heatmap.png")
+    assert md["leaderboard"].value.startswith("nDCG@10 at a glance") and md["heatmap"].value == str(reports / "heatmap.png")
     assert md["diff_scifact"].value == str(reports / "diff" / "scifact.png") and md["baseline"].value == "bm25"
+    # The same as pages beside it (medbench_core.site, tests/core/test_site.py): every cell, linked to its own MLflow run.
+    assert md["site"].value == str(reports / "site" / "index.html")
+    index = (reports / "site" / "index.html").read_text()
+    client = resources["mlflow"].client()
+    for m, t in expected:
+        (run,) = client.search_runs([client.get_experiment_by_name("medbench-test").experiment_id],
+                                    filter_string=f"tags.`medbench.run_key` = '{saved['cells'][f'{m}/{t}']['metrics_key']}'")  # fmt: skip
+        assert f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}" in index
+    assert "bm25-b05" in index and (reports / "site" / "models" / "bm25-b05.html").is_file()
 
     # One MLflow run holds the reports and the significance table ...
     runs = leaderboard_runs(resources)  # the world's own build (two models) and this one (three)

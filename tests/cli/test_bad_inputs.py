@@ -452,7 +452,7 @@ CASES = [
             "fix it, then: medbench run --tasks scifact",
         ),
         setup=break_scifact,
-        writes=("data/reports/leaderboard.*", "state/mlflow.db", "state/.mlflow.db.locks/*", "state/mlartifacts/*"),
+        writes=("data/reports/leaderboard.*", "data/reports/site/*", "state/mlflow.db", "state/.mlflow.db.locks/*", "state/mlartifacts/*"),
         check=stale_everywhere,
         new_runs=1,
     ),

@@ -130,3 +130,33 @@ def test_export_over_an_earlier_one_replaces_only_its_own_files_and_refuses_to_d
             (out / "leaderboard.md").write_bytes(before_leaderboard)
     assert medbench("export", "--to", str(out), env=env).returncode == 0
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == exported
+
+
+def test_export_site_writes_the_pages_of_the_saved_leaderboard_with_each_cells_mlflow_run(tmp_path_factory, tmp_path):
+    world = operated_world(tmp_path_factory).copy_to(tmp_path / "w")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "data").symlink_to(world.shared)  # MEDBENCH_SHARED holds data/
+    env = {
+        "MEDBENCH_SHARED": str(tmp_path / "shared"), "MEDBENCH_DATA": str(world.root / "data"), "MEDBENCH_STATE": str(world.root / "state"),
+        "MEDBENCH_MODELS": str(world.models_file),
+        "MEDBENCH_TASKS": str(world.root / "tasks.yaml"), "MLFLOW_TRACKING_URI": f"sqlite:///{world.root / 'mlflow.db'}",
+    }  # fmt: skip
+    site = tmp_path / "site"
+    cli = medbench("export", "--site", str(site), env=env)
+    assert cli.returncode == 0 and f"wrote the leaderboard's site to {site}" in cli.stdout, cli.stderr
+    index = (site / "index.html").read_text()
+    client = world.resources()["mlflow"].client()
+    experiment = client.get_experiment_by_name("medbench-test").experiment_id
+    for name, prov in json.loads((world.root / "data" / "reports" / "leaderboard.json").read_text())["cells"].items():
+        (run,) = client.search_runs([experiment], filter_string=f"tags.`medbench.run_key` = '{prov['metrics_key']}'")
+        assert f"/#/experiments/{experiment}/runs/{run.info.run_id}" in index, name
+    # Its task pages read the stored provenance: the curated task's manifest and the catalogue's source files.
+    task = (site / "tasks" / "scifact.html").read_text()
+    assert json.loads((world.root / "data" / "tasks" / "scifact" / "MANIFEST.json").read_text())["files"]["qrels.parquet"]["sha256"] in task
+    assert "corpus.jsonl" in task and "beir" in task
+    # A folder that is not a site is refused (a usage error) and left alone; --to or --site is needed.
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    refused = medbench("export", "--site", str(tmp_path / "mine"), env=env)
+    assert refused.returncode == 2 and "is not a medbench site" in refused.stderr and (tmp_path / "mine" / "notes.txt").read_text() == "mine"
+    assert medbench("export", env=env).returncode == 2

@@ -49,27 +49,30 @@ def held(address: str, port: int) -> socket.socket:
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "0.0.0.0"])
-@pytest.mark.parametrize("which", ["dagster", "mlflow"])
+@pytest.mark.parametrize("which", ["dagster", "mlflow", "site"])
 def test_a_taken_port_stops_ui_before_anything_starts(tmp_path, which, address):
-    port, mlflow_port = free_port(), free_port()
-    taken = port if which == "dagster" else mlflow_port
+    ports = {"dagster": free_port(), "mlflow": free_port(), "site": free_port()}
+    taken = ports[which]
     with held(address, taken):
-        code, err, left = ui(tmp_path, "--port", str(port), "--mlflow-port", str(mlflow_port))
+        code, err, left = ui(tmp_path, "--port", str(ports["dagster"]), "--mlflow-port", str(ports["mlflow"]), "--site-port", str(ports["site"]))
     assert code == 2, err
     (line,) = err.strip().splitlines()
-    option = "--port PORT (or MEDBENCH_UI_PORT)" if which == "dagster" else "--mlflow-port PORT"
-    server = "the Dagster UI" if which == "dagster" else "the MLflow UI"
+    option = {"dagster": "--port PORT (or MEDBENCH_UI_PORT)", "mlflow": "--mlflow-port PORT", "site": "--site-port PORT"}[which]
+    server = {"dagster": "the Dagster UI", "mlflow": "the MLflow UI", "site": "the leaderboard's site"}[which]
     assert line.startswith(f"medbench ui: error: port {taken} on 127.0.0.1 is already in use (by pid {os.getpid()}: "), line
     assert line.endswith(f", so {server} cannot start there; nothing was started; choose a free port with {option}"), line
     assert left == []
     assert not (tmp_path / "state").exists()  # not even the instance's folder
 
 
-def test_one_port_for_both_servers_is_refused(tmp_path):
+def test_one_port_for_two_servers_is_refused(tmp_path):
     port = free_port()
     code, err, left = ui(tmp_path, "--port", str(port), "--mlflow-port", str(port))
     assert code == 2 and left == []
     assert err.strip() == f"medbench ui: error: --port and --mlflow-port are both {port}; nothing was started; give each server a port of its own"
+    code, err, left = ui(tmp_path, "--port", str(free_port()), "--mlflow-port", str(port), "--site-port", str(port))
+    assert code == 2 and left == []
+    assert err.strip() == f"medbench ui: error: --mlflow-port and --site-port are both {port}; nothing was started; give each server a port of its own"
 
 
 @pytest.mark.parametrize("value", ["0", "65536", "http"])

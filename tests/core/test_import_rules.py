@@ -222,6 +222,7 @@ CORE_FLOORS: tuple[tuple[str, ...], ...] = (
     ("layout",),  # the folder layout, STAGES and the gate rule (over taskdata's contracts)
     ("retrieval",),  # models and kinds, indices, expansions: the stages up to the run
     ("evaluation", "status"),  # scoring, reports, exports, judging, run records; "is it done?"
+    ("site",),  # the leaderboard as a static site, from what evaluation saved
 )
 
 
