@@ -12,7 +12,7 @@ import dagster as dg
 
 from medbench_core.errors import MedbenchError
 from medbench_core.evaluation.contamination.audit import audit_key, audit_task, load_audit, store_audit
-from medbench_core.evaluation.contamination.board import audit_inputs, task_splits
+from medbench_core.evaluation.contamination.board import admitted, audit_inputs, task_splits
 from medbench_core.provenance import stage_version
 from medbench_core.storage import is_complete
 
@@ -20,14 +20,14 @@ CONTAMINATION_AUDIT = "contamination_audit"
 
 
 def curated_tasks(store, names: list[str]) -> dict:
-    """Every task of ``names`` that is curated and verifies (one that is not is left out of the comparison)."""
+    """Every task of ``names`` that is curated, verifies and passes its gates (any other is left out of the comparison)."""
     out = {}
     for n in names:
         try:
             out[n] = store.load_task(n)
         except MedbenchError:
             continue
-    return out
+    return admitted(store.layout, out)
 
 
 def audit(context: dg.AssetExecutionContext) -> dg.MaterializeResult:

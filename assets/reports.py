@@ -26,7 +26,7 @@ import dagster as dg
 
 from assets.stage import ASSET_OF_STAGE
 from medbench_core.errors import DataError, MedbenchError
-from medbench_core.evaluation.contamination.board import contamination_marks
+from medbench_core.evaluation.contamination.board import admitted, contamination_marks
 from medbench_core.evaluation.contamination.cells import MARKS
 from medbench_core.evaluation.contamination.cells import mlflow_metrics as contamination_mlflow_metrics
 from medbench_core.evaluation.exports import mteb_models, mteb_task_names
@@ -240,7 +240,8 @@ def leaderboard(
         )
     research_only = [t.name for t in catalog.tasks if t.research_only]
     # Each cell's trained-on-task / zero-shot / unknown mark and decontaminated score, from the task audits at their current keys.
-    marks = contamination_marks(store.layout, specs, catalog.tasks, loaded, cells, metric=config.metric, n_resamples=config.resamples, seed=config.seed)
+    audited = admitted(store.layout, loaded, keep=scored)
+    marks = contamination_marks(store.layout, specs, catalog.tasks, audited, cells, metric=config.metric, n_resamples=config.resamples, seed=config.seed)
     provenance = {f"{c.model}/{c.task}": {**c.provenance, **({STALE_KEY: c.stale} if c.stale else {}),
                                           **({"contamination": marks[(c.model, c.task)]} if (c.model, c.task) in marks else {})}
                   for c in cells if c.metrics is not None}  # fmt: skip
@@ -304,17 +305,31 @@ def write_site(
     with each cell's MLflow run found by its metrics key and the released versions of this checkout.
 
     The pages are a view of what was saved: when they cannot be built, the leaderboard stands, the pages of an earlier
-    leaderboard are removed (they would show other figures) and a warning says why (``{"error": ...}``)."""
+    leaderboard are removed (they would show other figures) and a warning says why (``{"error": ...}``). They are built
+    again when the saved leaderboard, its MLflow run, the code or the released versions changed, not when a run saved
+    the same leaderboard again (a refused input changes nothing, pages included: test_bad_inputs)."""
+    import hashlib
     import shutil
 
     from medbench_core.provenance import code_versions
     from medbench_core.site import SiteInputs, UiLinks, build_site
+    from medbench_core.site.build import built_from
 
     try:
+        versions_dir = registry.checkout() / "versions"
+        links = UiLinks(metrics_asset=ASSET_OF_STAGE["metrics"])
+        digest = artifact_key(
+            kind="site", leaderboard=hashlib.sha256((out / "leaderboard.json").read_bytes()).hexdigest(), git=build.get("git"),
+            mlflow_run_id=build.get("mlflow_run_id"), code=code_versions(), links=repr(links),
+            versions={p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(versions_dir.glob("*.json"))},
+        )  # fmt: skip
+        was, size = built_from(out / SITE_DIR)
+        if was == digest:
+            return {"index": out / SITE_DIR / "index.html", "bytes": size, "reused": True}
         inputs = SiteInputs(
             leaderboard=out / "leaderboard.json", data_root=store.root_path, catalog=catalog, shared_data=Path(store.shared_data), specs=specs,
-            versions_dir=registry.checkout() / "versions", build=build, mlflow_runs=mlflow.finished_runs_by_key(catalog.benchmark),
-            links=UiLinks(metrics_asset=ASSET_OF_STAGE["metrics"]), code_versions=code_versions(),
+            versions_dir=versions_dir, build=build, mlflow_runs=mlflow.finished_runs_by_key(catalog.benchmark),
+            links=links, code_versions=code_versions(), built_from=digest,
         )  # fmt: skip
         return build_site(out / SITE_DIR, inputs)
     except Exception as exc:  # any failure of the view: the leaderboard above is saved and logged already

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from medbench_core.site.contamination import SYMBOL as CONTAMINATION_SYMBOL
+from medbench_core.site.contamination import copy_thumbs
 from medbench_core.site.gather import AVERAGE, CellView, SiteData, TaskView, UiLinks, gather, number, slug
 
 HERE = Path(__file__).resolve().parent
@@ -45,6 +47,7 @@ class SiteInputs:
     mlflow_runs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     links: UiLinks = field(default_factory=UiLinks)
     code_versions: Mapping[str, str] = field(default_factory=dict)
+    built_from: str = ""  # a digest of what the pages show, kept in SITE.json (:func:`built_from`): the same one is not built again
 
 
 # --- formatting (the templates' filters) ------------------------------------------------------------
@@ -273,7 +276,8 @@ def build_site(out_dir: str | Path, inputs: SiteInputs) -> dict[str, Any]:
         "family": sorted({f for t in site.tasks for f in t.families}),
         "kind": sorted({m.kind or "?" for m in site.models}),
     }
-    common = {"site": site, "links": site.links, "ui_script": UI_SCRIPT, "model_names": set(models), "task_names": set(tasks), "max_files": MAX_FILES}
+    common = {"site": site, "links": site.links, "ui_script": UI_SCRIPT, "model_names": set(models), "task_names": set(tasks), "max_files": MAX_FILES,
+              "contamination_symbol": CONTAMINATION_SYMBOL}  # fmt: skip
 
     def build(tmp: Path) -> None:
         plots = {t.name: task_plots(site, t, tmp, written) for t in site.tasks}
@@ -283,9 +287,12 @@ def build_site(out_dir: str | Path, inputs: SiteInputs) -> dict[str, Any]:
         ))  # fmt: skip
         for t in site.tasks:
             sections = task_sections(site, t.name)
+            thumbs = copy_thumbs(site.contamination, t.name, t.slug, tmp)
+            written.files += thumbs
+            written.bytes += sum((tmp / f).stat().st_size for f in thumbs)
             written.text(tmp, f"tasks/{t.slug}.html", env.get_template("task.html.j2").render(
                 **common, root="../", page="task", task=t, plots=plots[t.name], breakdowns=breakdowns(site, t.name),
-                sections=sections[0], fields=sections[1], tables=task_tables(site, t.name),
+                sections=sections[0], fields=sections[1], tables=task_tables(site, t.name), thumbs=thumbs,
             ))  # fmt: skip
         for m in site.models:
             written.text(tmp, f"models/{m.slug}.html", env.get_template("model.html.j2").render(**common, root="../", page="model", model=m))
@@ -298,11 +305,24 @@ def build_site(out_dir: str | Path, inputs: SiteInputs) -> dict[str, Any]:
             written.bytes += (tmp / name).stat().st_size
         ui = {"dagster": site.links.dagster, "mlflow": site.links.mlflow}
         written.text(tmp, UI_SCRIPT, f"// where the Dagster and MLflow UIs answer (medbench ui serves its own)\nwindow.MEDBENCH_UI = {json.dumps(ui)};\n")
-        written.text(tmp, "SITE.json", json.dumps({"kind": MARK, "files": sorted(written.files)}, indent=1) + "\n")
+        record = {"kind": MARK, "files": sorted(written.files), **({"built_from": inputs.built_from} if inputs.built_from else {})}
+        written.text(tmp, "SITE.json", json.dumps(record, indent=1) + "\n")
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     replace_dir_atomic(out_dir, build)
     return {"files": sorted(written.files), "bytes": written.bytes, "seconds": time.perf_counter() - t0, "index": out_dir / "index.html"}
+
+
+def built_from(folder: str | Path) -> tuple[str, int]:
+    """The ``built_from`` digest of the site in ``folder`` and the bytes of its files; ("", 0) when there is none, or a file is missing."""
+    folder = Path(folder)
+    try:
+        record = json.loads((folder / "SITE.json").read_text())
+        if record.get("kind") != MARK:
+            return "", 0
+        return str(record.get("built_from") or ""), sum((folder / f).stat().st_size for f in [*record["files"], "SITE.json"])
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return "", 0
 
 
 def _is_site(folder: Path) -> bool:

@@ -23,7 +23,7 @@ from medbench_core.errors import MedbenchError
 # Sections of leaderboard.json placed by the pages themselves; any other top-level field is shown as it is.
 KNOWN_SECTIONS = frozenset(
     {"benchmark", "metric", "significance", "table", "stats", "ranks", "breakdowns", "cross_lingual_gap", "expanded", "multilingual", "plots", "stale",
-     "trust", "cells", "published", "floors"}
+     "trust", "cells", "published", "floors", "contamination"}
 )  # fmt: skip
 # Keys of a stats row the overview cell itself shows (the rest are listed in its title and on the task page).
 CELL_SHOWN = frozenset({"task", "model", "metric", "mean", "ci_low", "ci_high", "significant", "rank", "rank_low", "rank_high", "group"})
@@ -171,6 +171,7 @@ class SiteData:
     links: UiLinks
     other_sections: dict[str, Any]  # top-level fields of leaderboard.json no page places
     notes: list[str] = field(default_factory=list)
+    contamination: Any = None  # medbench_core.site.contamination.ContaminationView, when the leaderboard has the section
 
     def cell(self, model: str, task: str) -> CellView:
         return self.cells.get((model, task)) or CellView(model, task)
@@ -395,6 +396,7 @@ def model_view(name: str, spec: Any, cells: Sequence[CellView]) -> ModelView:
 def gather(inputs: Any) -> SiteData:
     """The :class:`SiteData` of :class:`medbench_core.site.build.SiteInputs`."""
     from medbench_core.evaluation.plots import METRIC_LABELS
+    from medbench_core.site.contamination import contamination_view
 
     board = read_board(Path(inputs.leaderboard))
     metric = str(board.get("metric") or "ndcg_at_10")
@@ -456,5 +458,5 @@ def gather(inputs: Any) -> SiteData:
         averaged_over=averaged, average_rank_tasks=average_rank_tasks,
         average_ranks={str(m): {k: r[k] for k in RANK_FIELDS if k in r} for (m, t), r in ranks.items() if t == AVERAGE},
         build=dict(inputs.build or {}), links=inputs.links,
-        other_sections={k: v for k, v in board.items() if k not in KNOWN_SECTIONS},
+        other_sections={k: v for k, v in board.items() if k not in KNOWN_SECTIONS}, contamination=contamination_view(board, data_root),
     )  # fmt: skip

@@ -136,9 +136,13 @@ def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_
     assert not any(k.startswith(("contamination", "decontaminated")) for k in cell_run.data.metrics)
     # ... and the same inputs reuse it.
     with world.instance() as instance:
-        again = dg.materialize([leaderboard], resources=resources, instance=instance).asset_materializations_for_node("leaderboard")[0].metadata
+        again_res = dg.materialize([leaderboard], resources=resources, instance=instance)
+    again = again_res.asset_materializations_for_node("leaderboard")[0].metadata
     assert again["mlflow_run_reused"].value is True and again["mlflow_run_id"].value == run.info.run_id
     assert len(leaderboard_runs(resources)) == 2
+    # The same leaderboard saved again does not build its pages again: they still name the Dagster run that built them.
+    assert again["site"].value == md["site"].value and again["site_bytes"].value == md["site_bytes"].value
+    assert (reports / "site" / "index.html").read_text() == index and res.run_id[:8] in index and again_res.run_id[:8] not in index
 
 
 @pytest.mark.parametrize("baseline", ["bm25-missing", None], ids=["named", "default-bm25-absent"])

@@ -245,3 +245,58 @@ def test_the_markdown_head_is_the_headline_table_and_a_pointer_to_the_site(built
     assert "| bm25 | " in md and " | n/a | 0.5625 |" in md.split("The same as pages")[0]
     line = next(line for line in md.splitlines() if line.startswith("The same as pages"))
     assert "site/index.html" in line and "Below, for terminals and diffs: nDCG@10 by model and task; Rank by nDCG@10; What each cell rests on" in line
+
+
+def test_contamination_marks_zero_shot_shares_and_a_tasks_image_pairs_with_their_thumbnails(tmp_path):
+    # leaderboard.json's contamination section as the leaderboard writes it (docs/contamination.md), with hand-chosen values,
+    # and the img task's audit folder at the key its cells name: one image pair with another task, and its thumbnail.
+    from PIL import Image
+
+    from medbench_core.storage import write_manifest
+
+    cells = {
+        "dense/t1": {"mark": "trained-on-task", "audited": True, "share": 0.5, "n_queries": 4, "contaminated_queries": 2, "n_clean": 2,
+                     "decontaminated": 0.75, "decontaminated_ci": [0.5, 1.0], "contaminated_docs": 0, "audit_key": "k-t1",
+                     "evidence": "2 of 4 test queries near-duplicated in its training data: texts:/m.jsonl (2, texts:/m.jsonl)"},
+        "bm25/t1": {"mark": "unknown", "audited": False, "evidence": "bm25 declares no training data"},
+        "dense/img": {"mark": "zero-shot", "audited": True, "share": 0.0, "n_queries": 4, "contaminated_queries": 0, "n_clean": 4,
+                      "decontaminated": 0.875, "decontaminated_ci": [0.75, 1.0], "contaminated_docs": 0, "audit_key": "k-img",
+                      "evidence": "declares MSMARCO; none is this task (img)"},
+    }  # fmt: skip
+    world = build_world(tmp_path / "w", extra_json={"contamination": {"zero_shot": {"bm25": None, "dense": 50}, "cells": cells}})
+    audit = world.data / "audits" / "img" / "k-img"
+    (audit / "thumbs").mkdir(parents=True)
+    pair = {"kind": "image", "side": "doc", "id": "d1", "split": "test", "source": "task:t1", "other_side": "query", "other_id": "q9",
+            "other_split": "test", "jaccard": None, "phash_distance": 2, "dhash_distance": 3, "exact": False}  # fmt: skip
+    pl.DataFrame([pair]).write_parquet(audit / "pairs.parquet")
+    (audit / "info.json").write_text("{}\n")
+    Image.new("RGB", (264, 142), "white").save(audit / "thumbs" / "000.png")
+    write_manifest(audit, ["pairs.parquet", "info.json", "thumbs/000.png"])
+
+    out = build_site(tmp_path / "site", SiteInputs(world.board, data_root=world.data))
+    doc = page(tmp_path / "site" / "index.html")
+    (table,) = [t for t in doc.xpath("//table") if "contamination mark" in t.xpath("string(./caption)")]
+    rows = {r.get("data-model"): r for r in table.xpath("./tbody/tr")}
+    assert rows["dense"].xpath("string(./td[1])") == "50%" and rows["bm25"].xpath("string(./td[1])") == "unknown"
+    marks = {}
+    for m, r in rows.items():
+        for td in r.xpath("./td[@data-task]"):
+            marks[(m, td.get("data-task"))] = (td.get("data-mark"), " ".join(td.text_content().split()))
+    assert marks[("dense", "t1")] == ("trained-on-task", "T 0.50") and marks[("dense", "img")] == ("zero-shot", "Z")
+    assert marks[("bm25", "t1")] == ("unknown", "? (not audited)") and marks[("bm25", "t2")] == (None, "")
+    assert not doc.xpath('//h2[@id="field-contamination"]')  # placed, not dumped as an unplaced field
+
+    task = page(tmp_path / "site" / "tasks" / "t1.html")
+    (ct,) = [t for t in task.xpath("//table") if "decontaminated" in t.xpath("string(./caption)")]
+    cols = [th.text for th in ct.xpath("./thead/tr/th")]
+    (dense,) = [r for r in ct.xpath("./tbody/tr") if r.xpath("string(./td[1])") == "dense"]
+    got = dict(zip(cols, [td.text_content() for td in dense.xpath("./td")]))
+    assert got["mark"] == "trained-on-task" and got["share"] == "0.5000" and got["decontaminated"] == "0.7500" and got["n_clean"] == "2"
+    img = page(tmp_path / "site" / "tasks" / "img.html")
+    assert "1 image pair(s) with another task's images" in img.text_content() and "audits/img/k-img" in img.text_content()
+    (pairs,) = [t for t in img.xpath("//table") if "Image pairs" in t.xpath("string(./caption)")]
+    assert [td.text_content() for td in pairs.xpath("./tbody/tr/td")][:3] == ["doc", "d1", "test"]
+    (src,) = img.xpath('//figure[@class="thumb"]/img/@src')
+    assert src == "img-audit/000.png" and (tmp_path / "site" / "tasks" / src).read_bytes() == (audit / "thumbs" / "000.png").read_bytes()
+    assert "tasks/img-audit/000.png" in out["files"]
+    assert "zero-shot share: 50% of its marked cells" in page(tmp_path / "site" / "models" / "dense.html").text_content()

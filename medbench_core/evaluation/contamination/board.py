@@ -11,6 +11,15 @@ from medbench_core.evaluation.contamination.declared import MtebLookup, declarat
 from medbench_core.storage import is_complete
 
 
+def admitted(layout: Any, tasks: Mapping[str, Any], keep: Iterable[str] = ()) -> dict[str, Any]:
+    """The tasks of ``tasks`` (name -> curated task) that their gates admit (:meth:`Layout.gate_refusal`), and those named in
+    ``keep``. A task refused by its own or the cross-task gate is not part of the benchmark, so it is no audit's input: a
+    refused input changes no other task's audit key. The leaderboard keeps the tasks it shows a figure for: a cross-task
+    refusal names the existing task beside the new one, and the existing task's figures and marks stay as they were."""
+    keep = set(keep)
+    return {n: t for n, t in tasks.items() if n in keep or layout.gate_refusal(n, t.content_hash()) is None}
+
+
 def audit_inputs(task: Any, tasks: Mapping[str, Any], specs: Sequence[Any]) -> tuple[list[Any], list[tuple[str, str]]]:
     """What task ``task``'s audit compares it with: every other curated task (by name) and every declared manifest."""
     return [t for n, t in sorted(tasks.items()) if n != task.name], manifest_sources(specs)
@@ -41,9 +50,11 @@ def contamination_marks(
     declared = declarations(specs, mteb_lookup)
     identities = {e.name: e.identity for e in entries if e.identity is not None}
     pairs: dict[str, Any] = {}
+    keys: dict[str, str] = {}
     for name, task in tasks.items():
         others, manifests = audit_inputs(task, tasks, specs)
-        folder = layout.audit_dir(name, audit_key(task, others, manifests))
+        keys[name] = audit_key(task, others, manifests)
+        folder = layout.audit_dir(name, keys[name])
         pairs[name] = load_audit(folder)[0] if is_complete(folder) else None
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for c in cells:
@@ -52,4 +63,6 @@ def contamination_marks(
         out[(c.model, c.task)] = cell_contamination(
             declared[c.model], identities[c.task], identities, pairs.get(c.task), c.per_query, metric, n_resamples=n_resamples, seed=seed
         )
+        if pairs.get(c.task) is not None:
+            out[(c.model, c.task)]["audit_key"] = keys[c.task]  # where its pairs and thumbnails are (the site shows them)
     return out
