@@ -25,6 +25,7 @@ from medbench_core.evaluation.run_record import canary_params, canary_tags, flat
 from medbench_core.evaluation.scoring import flat_metrics, score
 from medbench_core.layout import STAGES
 from medbench_core.provenance import environment_fingerprint
+from medbench_core.retrieval.kinds import scoring_packages
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 from medbench_core.storage import write_json_atomic
 from runtime.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource
@@ -116,7 +117,7 @@ def drift_canary(
         result = rescore(spec, task, Path(tmp), device=compute.torch_device())
     record = {
         "model": spec.name, "task": task.name, "model_identity": spec.identity(), "task_content_hash": task.content_hash(),
-        "metrics": {m: float(result["mean"][m]) for m in config.metrics}, "fingerprint": environment_fingerprint(),
+        "metrics": {m: float(result["mean"][m]) for m in config.metrics}, "fingerprint": environment_fingerprint(scoring_packages()),
         "lock_hash": registry.lock_hash(), "git_sha": registry.git_sha(), "code_version": CORE_SOURCE_DIGEST,
         "dagster_run_id": context.run_id, "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }  # fmt: skip

@@ -17,21 +17,10 @@ from typing import Any
 
 _CORE = Path(__file__).resolve().parent
 
-# Packages whose versions can change a score; recorded with every run.
-SCORING_PACKAGES = (
-    "torch",
-    "transformers",
-    "sentence-transformers",
-    "open_clip_torch",
-    "faiss-cpu",
-    "bm25s",
-    "PyStemmer",
-    "numpy",
-    "polars",
-    "pyarrow",
-    "tokenizers",
-    "safetensors",
-)
+# Packages whose versions can change any score: what every stage rests on (task frames, vectors, the FAISS
+# index). Each model kind declares its own library beside them (``Kind.packages``); the whole list, recorded
+# with a benchmark version and a canary run, is medbench_core.retrieval.kinds.scoring_packages().
+SCORING_PACKAGES = ("numpy", "polars", "pyarrow", "faiss-cpu")
 
 
 # The declared output version of each stage. Bump a stage's number in the change that alters what
@@ -110,6 +99,7 @@ def file_hash(path: str | Path) -> str:
 
 
 def package_versions(names: tuple[str, ...] = SCORING_PACKAGES) -> dict[str, str]:
+    """The installed version of each distribution in ``names`` (``absent`` when it is not installed)."""
     out = {}
     for n in names:
         try:
@@ -119,8 +109,9 @@ def package_versions(names: tuple[str, ...] = SCORING_PACKAGES) -> dict[str, str
     return out
 
 
-def environment_fingerprint() -> dict[str, Any]:
-    """Python, platform, CPU/GPU and the versions of the packages that compute scores."""
+def environment_fingerprint(packages: tuple[str, ...]) -> dict[str, Any]:
+    """Python, platform, CPU/GPU and the versions of ``packages``: pass
+    :func:`medbench_core.retrieval.kinds.scoring_packages` (every kind's library; this module imports none of ours)."""
     gpu = "none"
     try:
         import torch
@@ -135,7 +126,7 @@ def environment_fingerprint() -> dict[str, Any]:
         "machine": platform.machine(),
         "processor": platform.processor() or platform.machine(),
         "gpu": gpu,
-        "packages": package_versions(),
+        "packages": package_versions(packages),
     }
 
 

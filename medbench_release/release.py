@@ -280,6 +280,7 @@ def release(
     a tag naming other data is refused.
     """
     from medbench_core.provenance import code_versions, environment_fingerprint, file_hash
+    from medbench_core.retrieval.kinds import scoring_packages
 
     root = repo_root(root)
     check_tag(tag)
@@ -350,7 +351,7 @@ def release(
         "code_versions": code_versions(),
         "registry": {"models.yaml": _text_record(models_file), "tasks.yaml": _text_record(tasks_file)},
         "remote": public_url(url),
-        "environment": environment_fingerprint(),
+        "environment": environment_fingerprint(scoring_packages()),
         "released_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "artifacts": artifacts,
         "runs": runs,

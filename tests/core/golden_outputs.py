@@ -13,7 +13,7 @@ in the same change:
 Every output is made by the functions production calls: tasks through the catalogue and their
 readers (a BEIR task, a FrenchMedMCQA task with its candidate sets), the four stages of
 :mod:`medbench_core.retrieval.stages` for every model of every kind registered in ``KINDS`` on
-every task it can read (a kind without a model below gets ``{name: <kind>, kind: <kind>}``), the
+every task it can read (a kind without a model below gets the one its ``example_entry()`` declares), the
 derived runs, the per-language analysers BM25 uses (:func:`medbench_core.retrieval.analysis.analyzer_for`
 under the fixture's ``language_analyzers``, as models.yaml sets them for frenchmedmcqa), and the
 leaderboard and reports users see (:func:`medbench_core.evaluation.reports.write_leaderboard`, as
@@ -227,7 +227,7 @@ models:
 trust_code: [{{path: {code}, sha256: {code_sha}}}]
 baseline: {BASELINE}
 {models.strip()}
-{derived_entries(models)}expansions:
+{derived_entries(models, root)}expansions:
   - {{name: hyde-gpt4, method: hyde, source: file, generator: gpt4, path: {root / "published"}}}
 """
 
@@ -241,9 +241,12 @@ def _code_folder(code: Path) -> tuple[Path, str]:
     return code, code_hash(code)
 
 
-def derived_entries(models: str) -> str:
-    """``  - {name: <kind>, kind: <kind>}`` for every registered kind that no entry of ``models`` is: its
-    defaults must make a model (a kind that needs a path or a block of its own gets a written entry)."""
+def derived_entries(models: str, root: Path) -> str:
+    """``  - {name: <kind>, kind: <kind>, ...}`` for every registered kind that no entry of ``models`` is: the model its
+    own :meth:`~medbench_core.retrieval.kinds.base.Kind.example_entry` declares (``{}``: its defaults make one),
+    with what that model needs written under ``root/examples/<kind>``. A kind that declares none is named here."""
+    import math
+
     import yaml
 
     from medbench_core.retrieval.kinds import get_kind, kind_names
@@ -255,13 +258,16 @@ def derived_entries(models: str) -> str:
         if kind_name in written:
             continue
         kind = get_kind(kind_name)
-        if kind.needs_path or kind.entry_fields:
+        folder = root / "examples" / kind_name
+        folder.mkdir(parents=True, exist_ok=True)
+        fields = kind.example_entry(folder)
+        if fields is None:
             raise ValueError(
                 f"kind {kind_name} has no model in the golden fixture, and it needs a path or fields of its own: "
-                "add an entry for it to models_yaml() in tests/core/golden_outputs.py"
+                "its module declares the model with example_entry() (docs/contributing/adding_a_kind.md)"
             )
-        name = kind_name if kind_name not in names else f"{kind_name}-defaults"
-        out.append(f"  - {{name: {name}, kind: {kind_name}}}\n")
+        entry = {"name": kind_name if kind_name not in names else f"{kind_name}-defaults", "kind": kind_name, **fields}
+        out.append(f"  - {yaml.safe_dump(entry, default_flow_style=True, sort_keys=False, width=math.inf, allow_unicode=True).strip()}\n")
     return "".join(out)
 
 

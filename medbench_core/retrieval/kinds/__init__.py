@@ -48,3 +48,11 @@ def get_kind(name: str) -> Any:
     if kind.name != name:
         raise RuntimeError(f"kind registered as {name!r} calls itself {kind.name!r}")
     return kind
+
+
+def scoring_packages() -> tuple[str, ...]:
+    """The distributions whose versions can change a score: those every stage rests on
+    (:data:`medbench_core.provenance.SCORING_PACKAGES`), then every registered kind's own (:attr:`Kind.packages`)."""
+    from medbench_core.provenance import SCORING_PACKAGES
+
+    return tuple(dict.fromkeys([*SCORING_PACKAGES, *sorted({p for name in KINDS for p in get_kind(name).packages})]))

@@ -169,6 +169,19 @@ class Kind:
     expansion_family: str | None = None
     #: loads model weights to compute (a process keeps one loaded; the main job warms it up early)
     loads_weights: bool = False
+    #: the distributions (as pip names them) whose versions can change this kind's output, beside those every
+    #: stage rests on (:data:`medbench_core.provenance.SCORING_PACKAGES`); recorded with every benchmark version
+    #: and canary run (:func:`medbench_core.retrieval.kinds.scoring_packages`). Every library its module imports
+    #: is one of them (tests/core/test_kind_packages.py).
+    packages: tuple[str, ...] = ()
+
+    # --- an example
+    def example_entry(self, folder: Path) -> dict[str, Any] | None:
+        """The fields, besides ``name`` and ``kind``, of a small model of this kind that runs offline: the golden
+        outputs' model of this kind when their fixture writes none (tests/core/golden_outputs.py). It may write what
+        the model needs (tiny weights, a config) into the empty folder ``folder``. The default: ``{}`` (the kind's
+        defaults make a model) unless the kind needs a path or fields of its own, then None (no example)."""
+        return None if self.needs_path or self.entry_fields else {}
 
     # --- the entry
     def parse_block(self, spec: ModelSpec, fields: dict[str, Any], where: str) -> Any:

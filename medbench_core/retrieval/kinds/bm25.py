@@ -82,6 +82,7 @@ def task_language(task: Task) -> str | None:
 
 class BM25Kind(RetrieverKind):
     name = "bm25"
+    packages = ("bm25s", "PyStemmer", "jieba", "fugashi", "unidic-lite")  # the analysers of retrieval/analysis.py segment ja and zh
     Settings = BM25Settings
     version = "1"
     takes_path = False

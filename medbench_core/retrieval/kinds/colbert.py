@@ -226,6 +226,7 @@ class ColbertEncoder:
 
 class ColbertKind(LateInteractionKind):
     name = "colbert"
+    packages = ("torch", "transformers", "tokenizers", "safetensors")
     Settings = ColbertSettings
     version = "1"
     needs_path = True

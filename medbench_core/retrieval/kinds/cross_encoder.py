@@ -64,6 +64,7 @@ def load_cross_encoder(spec: ModelSpec, device: str = "cpu", progress: bool | No
 
 class CrossEncoderKind(DerivedKind):
     name = "cross-encoder"
+    packages = ("sentence-transformers", "transformers", "tokenizers", "safetensors", "torch")
     Settings = CrossEncoderSettings
     version = "1"
     entry_fields = ("rerank",)

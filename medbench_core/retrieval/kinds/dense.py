@@ -152,6 +152,7 @@ class TextEncoderKind(EncoderKind):
 
 class SentenceTransformersKind(TextEncoderKind):
     name = "sentence-transformers"
+    packages = ("sentence-transformers", "transformers", "tokenizers", "safetensors", "torch")
     mteb_framework = "Sentence Transformers"
 
     def encoder_class(self) -> Any:
@@ -162,6 +163,7 @@ class SentenceTransformersKind(TextEncoderKind):
 
 class TransformersKind(TextEncoderKind):
     name = "transformers"
+    packages = ("transformers", "tokenizers", "safetensors", "torch", "sentence-transformers")  # one encoders module serves both kinds
     mteb_framework = "Transformers"
     Settings = TransformersSettings
 

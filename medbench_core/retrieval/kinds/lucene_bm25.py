@@ -72,6 +72,7 @@ def expanded_query_texts(queries: list[str], expansions: list[str], combine: Any
 
 class LuceneBM25Kind(RetrieverKind):
     name = "lucene-bm25"
+    packages = ("regex", "scipy")  # Lucene's analysers (retrieval/lucene_analysis.py) and its sparse scoring
     Settings = LuceneBM25Settings
     # 2: of documents tied at the k-th place, the first in the corpus are kept (R2MED's stable sort), not the last by doc id;
     #    a document's U+202F at either end is kept (a connector to Lucene), as R2MED's raw text keeps it

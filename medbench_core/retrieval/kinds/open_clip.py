@@ -51,6 +51,7 @@ class ClipSettings(KindSettings):
 
 class OpenClipKind(EncoderKind):
     name = "open_clip"
+    packages = ("open_clip_torch", "torch", "safetensors", "pillow")
     Settings = ClipSettings
     version = "1"
     reads = frozenset({"text", "image"})

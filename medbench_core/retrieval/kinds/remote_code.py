@@ -462,6 +462,7 @@ def load_remote_code_encoder(
 
 class RemoteCodeKind(EncoderKind):
     name = "remote-code-embedder"
+    packages = ("transformers", "tokenizers", "safetensors", "torch", "pillow")
     Settings = RemoteCodeSettings
     # 2: image-only queries get the instruction (the call's keyword, else as text through image_text)
     version = "2"

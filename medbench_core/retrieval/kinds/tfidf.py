@@ -76,6 +76,7 @@ def vectorizer(settings: TfidfSettings, vocabulary: dict[str, int] | None = None
 
 class TfidfKind(RetrieverKind):
     name = "tfidf"
+    packages = ("scikit-learn", "scipy")
     Settings = TfidfSettings
     version = "1"
     takes_path = False

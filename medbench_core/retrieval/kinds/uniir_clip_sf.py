@@ -267,6 +267,7 @@ def positive_counts(task: Task) -> list[int]:
 
 class UniIRClipSFKind(EncoderKind):
     name = "uniir-clip-sf"
+    packages = ("open_clip_torch", "torch", "safetensors", "pillow")
     Settings = UniIRSettings
     # 2: queries as UniIR builds them: the prompt formatted before the join, an image-only query
     #    given the prompt as its text, a list of prompts drawn per query
