@@ -177,7 +177,7 @@ def test_a_change_beyond_the_rule_differs_in_the_reproduce_compare(golden, tmp_p
 
 
 def test_every_registered_kind_has_a_model_in_the_fixture(tmp_path):
-    """Derived from KINDS: a kind without a written entry gets ``{name: <kind>, kind: <kind>}``, so its outputs are made and checked."""
+    """Derived from KINDS: a kind without a written entry gets the model its ``example_entry()`` declares, so its outputs are made and checked."""
     import yaml
 
     models = yaml.safe_load(models_yaml(tmp_path))["models"]
