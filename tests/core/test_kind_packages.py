@@ -12,6 +12,7 @@ fingerprint of a benchmark version or a canary run records is their union
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from importlib import metadata
@@ -49,9 +50,15 @@ def imported_names(path: Path) -> set[str]:
     return out
 
 
+@functools.cache
+def packages_distributions() -> dict[str, list[str]]:
+    """Top-level package -> the distributions that provide it (a scan of every installed distribution: once)."""
+    return metadata.packages_distributions()
+
+
 def distributions(names: set[str]) -> set[str]:
     """The third-party distributions (canonical names) that provide the top-level packages of ``names``."""
-    by_package = metadata.packages_distributions()
+    by_package = packages_distributions()
     tops = {n.split(".")[0] for n in names} - set(sys.stdlib_module_names) - {"__future__", "medbench_core"}
     return {canonical(d) for top in tops for d in by_package.get(top, [top])}
 
