@@ -39,7 +39,7 @@ from medbench_core.evaluation.published import load_sources
 from medbench_core.evaluation.reports import REPORT_NAMES, STALE_KEY, Cell, Significance, write_leaderboard
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.evaluation.stale import lost_to_corrupt_artifacts, saved_cells, task_cells, task_stale, unconfirmed_reason, with_stale
-from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
+from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS, Results, reusing
 from medbench_core.evaluation.trust import JUDGED_THRESHOLD, TrustSettings
 from medbench_core.provenance import artifact_key, stage_version
 from medbench_core.retrieval.expansion.spec import load_expansions
@@ -250,16 +250,21 @@ def leaderboard(
     names = {m: meta["name"] for m, meta in mteb_models(specs, {c.model: c.model_revision for c in cells}).items()} if sources else {}
     evaluated = [c for c in cells if c.metrics is not None and c.applicable]
     mteb_tasks = {t: v["mteb_task"] for t, v in mteb_task_names(evaluated).items() if v["mteb_task"]} if sources else {}
+    # The CIs and tests of the last leaderboard, by their inputs: only the cells and pairs whose values are new are computed.
+    results = Results.load(stats_results_file(store))
     # The reports are written aside and replace the saved ones only once MLflow holds their run (issue 44.10): a
     # store that refuses it (a full disk) leaves the saved leaderboard as it was, as the failed command says.
     with staging_folder(out / "leaderboard") as staged:
-        written = write_leaderboard(
-            cells, [s.name for s in specs], catalog.names, sig, staged, research_only=research_only, specs=specs, copies=copies,
-            footer=f"code version {REPORTS_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
-            extra_json={"benchmark": catalog.benchmark, "cells": provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
-            trust=trust, qrels_holes=data_holes, judgements=judged,
-            query_groups=groups, pivots=pivots, contamination=marks,
-        )  # fmt: skip
+        with reusing(results):
+            written = write_leaderboard(
+                cells, [s.name for s in specs], catalog.names, sig, staged, research_only=research_only, specs=specs, copies=copies,
+                footer=f"code version {REPORTS_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
+                extra_json={"benchmark": catalog.benchmark, "cells": provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
+                trust=trust, qrels_holes=data_holes, judgements=judged,
+                query_groups=groups, pivots=pivots, contamination=marks,
+            )  # fmt: skip
+        results.save(stats_results_file(store))
+        context.log.info(f"statistics: {results.computed} computed, {results.hits} reused from the last leaderboard")
         md = written["markdown"]
         context.log.info("\n" + md)
         run_id, reused = log_leaderboard(context, mlflow, leaderboard_experiment(catalog.benchmark), sig, provenance, copies, written, staged, trust)
@@ -290,6 +295,8 @@ def leaderboard(
             "contamination_marks": dg.MetadataValue.json({m: sum(v["mark"] == m for v in marks.values()) for m in MARKS}),
             "mlflow_run_id": run_id,
             "mlflow_run_reused": reused,
+            "stats_computed": results.computed,  # CIs and tests computed for this leaderboard
+            "stats_reused": results.hits,  # ... and taken from the last one (their inputs unchanged)
             "mlflow_heatmap": f"runs:/{run_id}/heatmap.png",
         },
     )
@@ -337,6 +344,11 @@ def write_site(
         why = f"not built: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
         context.log.warning(f"the leaderboard's site was {why} (`medbench export --site DIR` builds it again, with the error)")
         return {"error": why}
+
+
+def stats_results_file(store: ArtifactStoreResource) -> Path:
+    """Where the leaderboard keeps its CIs and tests between builds (:class:`medbench_core.evaluation.stats.Results`): run state, not data."""
+    return store.scratch_dir("leaderboard") / "stats_results.json"
 
 
 def log_leaderboard(
