@@ -9,6 +9,7 @@ later, separate run refuses a task whose gate failed: Dagster's ``blocking`` onl
 downstream assets inside the run that ran the check.
 """
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import dagster as dg
@@ -80,6 +81,21 @@ def _reused(gate: dict, gate_file: Path) -> dg.AssetCheckResult:
     )
 
 
+def task_judged_with(catalog, entry, content_hash: str) -> str:
+    """What a task's recorded verdict must have judged to be reused: its content and the rules (the allowlist, its
+    research-only flag, what its qrels holes get, the contracts' code version)."""
+    holes = str(entry.options.get("qrels_holes") or "refuse")
+    rules = artifact_key(allow=sorted(catalog.licence_allowlist), research_only=entry.research_only, qrels_holes=holes, code=stage_version("contracts"))
+    return f"{content_hash}:{rules}"
+
+
+def overlap_judged_with(tasks: Iterable[tuple[str, str]], test_image_duplicates: str = "ignore") -> str:
+    """What the cross-task verdict must have judged to be reused: exactly these (task, content hash), the contracts' code
+    version and tasks.yaml's ``test_image_duplicates`` (mark or refuse add the image check; ignore keeps the key it had before it)."""
+    asked = {"test_image_duplicates": test_image_duplicates} if test_image_duplicates != "ignore" else {}
+    return artifact_key(tasks=sorted(tasks), code=stage_version("contracts"), **asked)
+
+
 def _unloadable(name: str, exc: Exception) -> ContractResult:
     return ContractResult(name=name, passed=False, outcomes=(), message=f"task {name}: cannot be judged: {exc}")
 
@@ -110,8 +126,7 @@ def build_task_checks(partitions_def: dg.PartitionsDefinition, asset: dg.AssetKe
             judged_with = ""
         else:
             holes = str(entry.options.get("qrels_holes") or "refuse")  # refuse or mark the task's qrels holes (docs/trust.md)
-            rules = artifact_key(allow=sorted(catalog.licence_allowlist), research_only=entry.research_only, qrels_holes=holes, code=stage_version("contracts"))
-            judged_with = f"{task.content_hash()}:{rules}"
+            judged_with = task_judged_with(catalog, entry, task.content_hash())
             gate = read_gate(layout.gate_file(name))
             if gate and gate.get("judged_with") == judged_with:
                 return _reused(gate, layout.gate_file(name))
@@ -136,8 +151,7 @@ def build_task_checks(partitions_def: dg.PartitionsDefinition, asset: dg.AssetKe
         layout = store.layout
         catalog = registry.catalog()
         dup = catalog.test_image_duplicates  # the exact-duplicate image check across test splits (docs/contamination.md)
-        asked = {"test_image_duplicates": dup} if dup != "ignore" else {}
-        judged_with = artifact_key(tasks=sorted((t.name, t.content_hash()) for t in tasks), code=stage_version("contracts"), **asked)
+        judged_with = overlap_judged_with(((t.name, t.content_hash()) for t in tasks), dup)
         gate = read_gate(layout.overlap_gate_file())
         # The key names every task judged, so a verdict is reused only for exactly that set.
         if gate and gate.get("judged_with") == judged_with:

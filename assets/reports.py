@@ -37,9 +37,10 @@ from medbench_core.evaluation.mlflow_names import mlflow_name
 from medbench_core.evaluation.multilingual import ENGLISH, multilingual_mlflow_metrics, query_groups
 from medbench_core.evaluation.published import load_sources
 from medbench_core.evaluation.reports import REPORT_NAMES, STALE_KEY, Cell, Significance, write_leaderboard
+from medbench_core.evaluation.reuse import Results, reusing
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.evaluation.stale import lost_to_corrupt_artifacts, saved_cells, task_cells, task_stale, unconfirmed_reason, with_stale
-from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS, Results, reusing
+from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
 from medbench_core.evaluation.trust import JUDGED_THRESHOLD, TrustSettings
 from medbench_core.provenance import artifact_key, stage_version
 from medbench_core.retrieval.expansion.spec import load_expansions

@@ -55,8 +55,9 @@ STAGE_KEYS = tuple(dg.AssetKey(name) for name in STAGE_ASSETS)
 # The expansion of a model's queries (assets/expansions.py), between the curated task and the run.
 EXPANSION_ASSET = "query_expansion"
 EXPANSION_STAGE = "expansion"
-# Every asset of one model x task partition, upstream first: what the evaluate_partition job runs.
+# Every asset of one model x task partition, upstream first: what the evaluate_partition job runs (and the stage of each).
 PARTITION_ASSETS = (*STAGE_ASSETS[:2], EXPANSION_ASSET, *STAGE_ASSETS[2:])
+PARTITION_STAGES = (*STAGES[:2], EXPANSION_STAGE, *STAGES[2:])
 PARTITION_KEYS = tuple(dg.AssetKey(name) for name in PARTITION_ASSETS)
 
 _RETRY = dg.RetryPolicy(max_retries=2, delay=1)
@@ -239,25 +240,46 @@ def open_partition(partition_key: str, store: ArtifactStoreResource, registry: R
     """
     model, task_name = split_key(partition_key)
     specs = registry.models()
-    by_name = {s.name: s for s in specs}
-    spec = by_name.get(model) or registry.model(model)  # the latter says what to do about a model no longer registered
+    if model not in {s.name for s in specs}:
+        registry.model(model)  # says what to do about a model no longer registered
     task = store.load_task(task_name)
     store.layout.require_gate(task_name, task.content_hash())
+    return resolve_partition(model, task, specs, registry.expansions, k, store)
+
+
+def resolve_partition(
+    model: str, task: Task, specs: list[ModelSpec], expansions: Callable[[], list], k: int, store: ArtifactStoreResource, *, revision: bool = True
+) -> Partition:
+    """The partition of ``model`` on the curated ``task``: its keys over the registry ``specs`` (``expansions()``, the
+    registry's expansions, read only when the model's chain has one); ``revision=False`` leaves the model's revision
+    unresolved (the run plan needs the keys only: orchestration/plan.py)."""
+    by_name = {s.name: s for s in specs}
+    spec = by_name[model]
     not_applicable = spec.plugin.applicability(spec, task, by_name)
     chain = [*upstream_order(model, specs), model]
-    expansions = registry.expansions() if any(by_name[n].plugin.expansion_name(by_name[n]) for n in chain) else []
+    found = expansions() if any(by_name[n].plugin.expansion_name(by_name[n]) for n in chain) else []
     try:
-        keys = registry_partition_keys(list(by_name.values()), task, k, names=[model], expansions=expansions)
+        keys = registry_partition_keys(list(by_name.values()), task, k, names=[model], expansions=found)
     except MedbenchError:
         if not not_applicable:
             raise
         # e.g. an expansion with no file for an image task: nothing will be computed; the keys only name the data versions.
         na = artifact_key(model=spec.identity(), task=task.content_hash(), k=k, not_applicable=not_applicable)
         keys = {model: {stage: na for stage in (*STAGES, EXPANSION_STAGE)}}
-    expansion = next((e for e in expansions if e.name == spec.plugin.expansion_name(spec)), None)
-    revision = model_revision(spec, by_name)  # once per process and model identity
+    expansion = next((e for e in found if e.name == spec.plugin.expansion_name(spec)), None)
+    resolved = model_revision(spec, by_name) if revision else ""  # once per process and model identity
     upstream_keys = {n: v for n, v in keys.items() if n != model}
-    return Partition(model, task_name, spec, task, revision, keys[model], store, not_applicable, upstream_keys, by_name, expansion)
+    return Partition(model, task.name, spec, task, resolved, keys[model], store, not_applicable, upstream_keys, by_name, expansion)
+
+
+def data_version(p: Partition, stage: str) -> str:
+    """The data version the asset of ``stage`` records for the partition, which the Dagster UI compares: the stage's key,
+    or, for a stage without an artifact of its own, the label of why (:class:`NoArtifact`) with the key it names; a
+    model that reads the task's own queries has the one constant version ``none`` for its expansion (assets/expansions.py)."""
+    if stage == EXPANSION_STAGE and not p.spec.plugin.expansion_name(p.spec):
+        return no_expansion(p.model).label
+    skip = p.no_artifact(stage)
+    return p.keys[stage] if skip is None else f"{skip.label}-{p.data_key(stage)}"
 
 
 def provenance_metadata(p: Partition, stage: str) -> dict:
@@ -359,7 +381,7 @@ def _run_stage(stage: Stage, context: dg.AssetExecutionContext, config: Retrieva
     hit = p.materialize(stage.name, lambda tmp: stage.build(run, tmp), force=config.force, needs=stage.needs)
     return dg.MaterializeResult(
         metadata={**provenance_metadata(p, stage.name), "cache_hit": hit, **stage.finish(run)},
-        data_version=dg.DataVersion(p.keys[stage.name]),
+        data_version=dg.DataVersion(data_version(p, stage.name)),
     )
 
 
@@ -372,7 +394,7 @@ def no_artifact_result(p: Partition, stage: str, skip: NoArtifact) -> dg.Materia
     """The materialisation of a stage without an artifact of its own: why, and a data version labelled so."""
     return dg.MaterializeResult(
         metadata={"model": p.model, "task": p.task_name, "applicable": skip.applicable, "reason": skip.reason, "label": skip.label},
-        data_version=dg.DataVersion(f"{skip.label}-{p.data_key(stage)}"),
+        data_version=dg.DataVersion(data_version(p, stage)),
     )
 
 

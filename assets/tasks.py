@@ -2,15 +2,54 @@
 
 import dagster as dg
 
+from medbench_core.errors import MedbenchError
 from medbench_core.provenance import stage_version
 from medbench_core.storage import is_complete, read_manifest, replace_dir_atomic, update_manifest, write_manifest
-from medbench_core.taskdata.catalog import build_task, curation_inputs
+from medbench_core.taskdata.catalog import build_task, curation_inputs, unchanged_inputs
+from medbench_core.taskdata.contracts import read_gate
 from medbench_core.taskdata.task import save_task
 from runtime import verified
 from runtime.partitions import Partitions
 from runtime.resources import ArtifactStoreResource, RegistryResource
 
 CURATED_TASK = dg.AssetKey("curated_task")
+CURATED_TASK_VERSION = stage_version("curated_task")
+
+
+def data_version_of(content_hash: str) -> str:
+    """The data version a curated task with this content hash records (what the Dagster UI compares)."""
+    return content_hash[:16]
+
+
+def current_curation(store: ArtifactStoreResource, registry: RegistryResource, name: str) -> tuple[str | None, str]:
+    """``(content hash, "")`` when the curated task ``name`` is current as stored, so that curating it again would
+    change nothing (issue 53): complete (the files' sha256 by their notes, runtime/verified.py), curated from the
+    same entry, code version and source files (names, sizes and mtimes, then sha256 when those moved:
+    :func:`medbench_core.taskdata.catalog.unchanged_inputs`; the new stat is recorded), and judged by its data
+    contract under the current rules. ``(None, why not)`` otherwise (and online, where a hub dataset may have moved)."""
+    from assets.checks import task_judged_with
+
+    if registry.online:
+        return None, "online: a hub dataset may have moved"
+    folder = store.task_dir(name)
+    try:
+        entry = registry.task_entry(name)
+        if not verified.complete(folder):
+            return None, "not curated, or its files fail their manifest"
+        manifest = read_manifest(folder)
+        inputs, why = unchanged_inputs(manifest.get("inputs"), entry, store.shared_data)
+    except MedbenchError as exc:  # a link out of the data folder, a bad entry: curating says so in full
+        return None, str(exc).splitlines()[0]
+    if inputs is None:
+        return None, why
+    content = manifest.get("content_hash", "")
+    gate = read_gate(store.layout.gate_file(name))
+    if not gate or gate.get("judged_with") != task_judged_with(registry.catalog(), entry, content):
+        return None, "its data contract has not judged it under the current rules"
+    if inputs != manifest.get("inputs"):  # the same bytes under a new stat: recorded, so that the next check is by stat again
+        update_manifest(folder, inputs=inputs)
+        verified.remember(folder)
+    return content, ""
 
 
 def build_curated_task(partitions: Partitions) -> dg.AssetsDefinition:
@@ -18,7 +57,7 @@ def build_curated_task(partitions: Partitions) -> dg.AssetsDefinition:
     return dg.asset(
         key=CURATED_TASK,
         partitions_def=partitions.tasks,
-        code_version=stage_version("curated_task"),
+        code_version=CURATED_TASK_VERSION,
         group_name="tasks",
         kinds={"polars", "parquet"},
         description="A source dataset curated into queries, corpus and graded qrels (Parquet), with licences on every record.",
@@ -66,5 +105,5 @@ def curate(context: dg.AssetExecutionContext, store: ArtifactStoreResource, regi
             "rewritten": not unchanged,
             "path": dg.MetadataValue.path(str(folder)),
         },
-        data_version=dg.DataVersion(digest[:16]),
+        data_version=dg.DataVersion(data_version_of(digest)),
     )

@@ -180,6 +180,8 @@ def prepare_command(args: argparse.Namespace, report: Path) -> list[str]:
         cmd.append("--verbose")
     if args.tasks:
         cmd += ["--tasks", args.tasks]
+    if args.recheck or args.force:  # every task curated again
+        cmd.append("--recheck")
     return cmd
 
 
@@ -214,13 +216,13 @@ def main(args: argparse.Namespace) -> int:
 
         defs = build_definitions()
         if args.prepare_only:
-            prepared = run_steps.prepare(defs, dg.DagsterInstance.get(), tasks, **steps)
+            prepared = run_steps.prepare(defs, dg.DagsterInstance.get(), tasks, recheck=args.recheck, **steps)
             if args.report:
                 args.report.write_text(json.dumps(prepared))
             return 1 if prepared["failures"] else 0
         if preparation is None:
             defs.resources["mlflow"].ensure_store(open_now=False)  # opened by MLflow when the first metrics are logged
-            prepared = run_steps.prepare(defs, dg.DagsterInstance.get(), tasks, **steps)
+            prepared = run_steps.prepare(defs, dg.DagsterInstance.get(), tasks, recheck=args.recheck or args.force, **steps)
         else:
             try:
                 seconds = run_steps.warm_up(defs, model, progress)
@@ -241,7 +243,12 @@ def main(args: argparse.Namespace) -> int:
     # What killed commands left (runs of dead processes, their pool slots, partial writes) is reclaimed before evaluating.
     inprocess.recover(instance, defs.resources["store"].layout.root, defs.resources["mlflow"], catalog.benchmark)
     reasons = dict(prepared.get("reasons") or {})
-    failed = prepared["failures"] + run_steps.evaluate(defs, instance, models, prepared["usable"], args.force, progress, reasons, **steps)
+    planned = None
+    if not (args.force or args.recheck):  # which partitions are new or stale, from what is stored: the others are not visited
+        from medbench_cli import uptodate
+
+        planned = run_steps.plan(defs, instance, models, prepared["usable"], lambda keys: uptodate.logged_keys(catalog.benchmark, keys))
+    failed = prepared["failures"] + run_steps.evaluate(defs, instance, models, prepared["usable"], args.force, progress, reasons, planned=planned, **steps)
     failed += run_steps.judge(defs, instance, prepared["usable"], reasons, failed_run=_failed, run_config=steps["run_config"])
     failed += run_steps.audit(defs, instance, prepared["usable"], reasons, failed_run=_failed, run_config=steps["run_config"])
     for task, why in prepared["gated"].items():

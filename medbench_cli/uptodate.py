@@ -244,6 +244,28 @@ def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given
     return Answered(done.dagster_run_id, len(models) * len(tasks), len(tasks), layout.leaderboard_file("md"))
 
 
+def logged_keys(experiment: str, wanted: dict[str, Any]) -> set[str]:
+    """The metrics keys of ``wanted`` (key -> partition) that have an active FINISHED run in ``experiment``: those the last
+    complete run found so, while MLflow's store is the very file it found them in (its fingerprint, as the warm path
+    trusts it), the others asked of MLflow's public client (all of them, when the store was written since)."""
+    from runtime.ledger import last_complete_run, store_fingerprint
+
+    done = last_complete_run(settings.STATE)
+    known: set[str] = set()
+    if done is not None and done.mlflow_store and done.mlflow_store == store_fingerprint(settings.default_tracking_uri()):
+        known = set(done.logged) & set(wanted)
+    rest = set(wanted) - known
+    uri = settings.default_tracking_uri()
+    if not rest or (uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file()):
+        return known
+    try:
+        from mlflow.tracking import MlflowClient  # the public client: no SQL on MLflow's tables
+
+        return known | finished_runs(MlflowClient(tracking_uri=uri), experiment, rest)
+    except Exception:  # noqa: BLE001 (a store MLflow cannot read: those partitions run, and their logging says why)
+        return known
+
+
 def requested_cells(cells: dict[str, Any], models: list[str], tasks: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
     """(model, task, leaderboard cell) of every requested pair with metrics (one without is n/a: the leaderboard shows why)."""
     return [(m, t, cells[f"{m}/{t}"]) for m in models for t in tasks if f"{m}/{t}" in cells]

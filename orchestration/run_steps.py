@@ -114,9 +114,11 @@ class Preparation:
         self._tmp.cleanup()
 
 
-def prepare(defs, instance, tasks: list[str], *, execute: Execute, failed_run: SayFailure, run_config: dict) -> dict:
+def prepare(defs, instance, tasks: list[str], *, execute: Execute, failed_run: SayFailure, run_config: dict, recheck: bool = False) -> dict:
     """Model partitions, curated tasks and both gates. Returns usable, gated and failed tasks, and why each failed.
 
+    A task current as stored (:func:`reusable_tasks`) is not curated again, and the cross-task gate not judged
+    again when every task is as it judged them; ``recheck`` curates and judges every task anyway.
     ``execute`` runs each job (the command's :func:`medbench_cli.inprocess.execute`), ``failed_run`` says why one
     failed, ``run_config`` is each job's."""
     from orchestration.jobs import CURATE_JOB, OVERLAP_JOB
@@ -129,11 +131,24 @@ def prepare(defs, instance, tasks: list[str], *, execute: Execute, failed_run: S
     reasons: dict[str, str] = {}
     curated: list[str] = []
     kept: dict[str, str] = {}
+    t = time.perf_counter()
+    reused = {} if recheck else reusable_tasks(instance, resources["store"], resources["registry"], tasks)
+    if reused:
+        shown = ", ".join(reused) if len(reused) <= 8 else f"{', '.join(list(reused)[:8])}, ... ({len(reused)})"
+        print(
+            f"[curate] not curated again: {shown}: source files, tasks.yaml entry and code as curated, gates judged ({time.perf_counter() - t:.2f}s)",
+            flush=True,
+        )
+    ran = []
     for task in tasks:
+        if task in reused:
+            curated.append(task)
+            continue
         t = time.perf_counter()
         before = content_hash(resources["store"].layout, task)
         res = execute(curate, instance, what=f"curate {task}", partition_key=task, run_config=copy.deepcopy(run_config), raise_on_error=False)
         print(f"[curate] {task:<22} {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t:.1f}s)", flush=True)
+        ran.append(task)
         if res.success:
             curated.append(task)
         else:
@@ -142,24 +157,72 @@ def prepare(defs, instance, tasks: list[str], *, execute: Execute, failed_run: S
             reasons[label] = failed_run(f"curate {task}", res)
             kept[label] = kept_after_failed_curation(resources["store"].layout, task, before)
     t = time.perf_counter()
-    if curated:
+    if curated and (ran or recheck or not overlap_judged(resources["store"], resources["registry"])):
         res = execute(defs.resolve_job_def(OVERLAP_JOB), instance, what="overlap", run_config=copy.deepcopy(run_config), raise_on_error=False)
         print(f"[overlap] {len(curated)} tasks judged together ({time.perf_counter() - t:.1f}s)", flush=True)
         if not res.success:
             failed_run("overlap", res, quiet=True)  # its verdict is each task's gate, below
+    elif curated:
+        print("[overlap] not judged again: every task is as the cross-task check judged it", flush=True)
     else:  # the curated tasks are those of before: their recorded verdict stands
         print("[overlap] not judged again: no task was curated in this run", flush=True)
     usable: list[str] = []
     gated: dict[str, str] = {}
     store = resources["store"]
     for task in curated:
-        reason = store.layout.gate_refusal(task, store.load_task(task).content_hash())
+        reason = store.layout.gate_refusal(task, reused.get(task) or store.load_task(task).content_hash())
         if reason:
             gated[task] = reason.splitlines()[0][:300]
             print(f"[gate] {task}: refused: {gated[task]}", flush=True)
         else:
             usable.append(task)
-    return {"usable": usable, "gated": gated, "failures": failed, "reasons": reasons, "kept": kept, "curated": curated}
+    return {"usable": usable, "gated": gated, "failures": failed, "reasons": reasons, "kept": kept, "curated": curated, "reused": list(reused)}
+
+
+def reusable_tasks(instance, store, registry, tasks: list[str]) -> dict[str, str]:
+    """task -> content hash, for each of ``tasks`` that is current as stored (:func:`assets.tasks.current_curation`) and
+    that Dagster shows as the UI does: its latest ``curated_task`` materialisation of that content, by the current code,
+    and no attempt failed or under way since. Curating such a task again would change nothing."""
+    import dagster as dg
+    from dagster._core.definitions.data_version import CODE_VERSION_TAG, DATA_VERSION_TAG  # private: the tags Dagster reads
+    from dagster._core.events import DagsterEventType
+
+    from assets.tasks import CURATED_TASK, CURATED_TASK_VERSION, current_curation, data_version_of
+    from runtime.partitions import Partitions
+
+    current = {}
+    for task in tasks:
+        content, _ = current_curation(store, registry, task)
+        if content:
+            current[task] = content
+    if not current:
+        return {}
+    ids = instance.event_log_storage.get_latest_storage_id_by_partition(CURATED_TASK, DagsterEventType.ASSET_MATERIALIZATION)
+    wanted = [ids[t] for t in current if t in ids]
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=CURATED_TASK, storage_ids=wanted), limit=max(1, len(wanted))).records
+    tags = {r.storage_id: r.event_log_entry.tags or {} for r in records}
+    status = instance.get_status_by_partition(CURATED_TASK, list(current), Partitions(registry.catalog().names).tasks) or {}
+    out = {}
+    for task, content in current.items():
+        seen = tags.get(ids.get(task, -1), {})
+        if (
+            status.get(task) == dg.AssetPartitionStatus.MATERIALIZED
+            and seen.get(DATA_VERSION_TAG) == data_version_of(content)
+            and seen.get(CODE_VERSION_TAG) == CURATED_TASK_VERSION
+        ):
+            out[task] = content
+    return out
+
+
+def overlap_judged(store, registry) -> bool:
+    """Whether the recorded cross-task verdict judged exactly the curated tasks as stored (the check would reuse it)."""
+    from assets.checks import overlap_judged_with
+    from medbench_core.taskdata.contracts import read_gate
+
+    catalog = registry.catalog()
+    hashes = [(t, h) for t in catalog.names if (h := content_hash(store.layout, t)) is not None]
+    gate = read_gate(store.layout.overlap_gate_file())
+    return bool(gate) and gate.get("judged_with") == overlap_judged_with(hashes, catalog.test_image_duplicates)
 
 
 def kept_after_failed_curation(layout, task: str, before: str | None) -> str:
@@ -201,6 +264,23 @@ def stage_run_config(force: bool, progress: bool, quiet: dict | None = None) -> 
     return run_config
 
 
+def plan(defs, instance, models: list[str], tasks: list[str], logged: Callable[[dict[str, Any]], set[str]]):
+    """Which of ``models`` x ``tasks`` (curated, gated) are new or stale, from what is stored (:mod:`orchestration.plan`);
+    ``logged`` says which metrics keys MLflow holds a FINISHED run for."""
+    from medbench_core.retrieval.stages import DEFAULT_K
+    from orchestration.plan import plan_partitions
+    from runtime import verified
+
+    store, registry = defs.resources["store"], defs.resources["registry"]
+    curated = []
+    for task in tasks:
+        verified.recall(store.layout.task_dir(task))  # its files' sha256 by their notes: read again only if their stat moved
+        curated.append(store.load_task(task))
+    return plan_partitions(
+        instance, defs.resolve_asset_graph(), store, registry.models(), curated, models, expansions=registry.expansions, k=DEFAULT_K, logged=logged
+    )
+
+
 def evaluate(
     defs,
     instance,
@@ -213,8 +293,10 @@ def evaluate(
     execute: Execute,
     failed_run: SayFailure,
     run_config: dict,
+    planned=None,
 ) -> list[str]:
-    """Every model x task partition, in that order (one encoder is kept loaded at a time).
+    """Every model x task partition, in that order (one encoder is kept loaded at a time); with ``planned`` (an
+    :class:`orchestration.plan.Plan`), only those it found due.
 
     ``models`` come upstreams first, so a fusion or reranker runs after the runs it is built
     from; a partition whose upstream failed fails alone, saying which upstream and what to run.
@@ -230,8 +312,14 @@ def evaluate(
     reasons = {} if reasons is None else reasons
     job = defs.resolve_job_def(EVALUATE_JOB)
     failed: list[str] = []
+    due = None
+    if planned is not None:
+        print(planned.line(), flush=True)
+        due = set(planned.due)
     for model in models:
         for task in tasks:
+            if due is not None and (model, task) not in due:
+                continue
             t = time.perf_counter()
             give_back_free_memory()  # what curation, the gates or the last partition freed: not the base of this one's peak
             res = execute(
@@ -330,9 +418,11 @@ def record_complete_run(defs, board_result, given, models: list[str], tasks: lis
     events = board_result.get_asset_materialization_events()
     mlflow_run = str(next((e.materialization.metadata["mlflow_run_id"].value for e in events if "mlflow_run_id" in e.materialization.metadata), ""))
     fingerprint = store_fingerprint(settings.default_tracking_uri())
+    logged: list[str] = []
     try:
         cells = json.loads(layout.leaderboard_file("json").read_text())["cells"]
         why = confirm_logged(cells, mlflow_run)
+        logged = sorted({cells[f"{m}/{t}"]["metrics_key"] for m in models for t in tasks if f"{m}/{t}" in cells})
     except (OSError, ValueError, KeyError) as exc:  # a leaderboard that does not read: as the warm path
         why = str(exc)
     if why is not None:
@@ -340,12 +430,14 @@ def record_complete_run(defs, board_result, given, models: list[str], tasks: lis
         fingerprint = {}
     if fingerprint != store_fingerprint(settings.default_tracking_uri()):
         fingerprint = {}  # written to while MLflow was asked: not the store it answered for
+    if not fingerprint:
+        logged = []
     record(
         settings.STATE,
         CompleteRun(
             dagster_run_id=board_result.run_id, inputs_key=given.key, sources=given.sources, models=list(models), tasks=list(tasks),
             curated={t: read_manifest(layout.task_dir(t)).get("content_hash", "") for t in tasks},
             leaderboard_sha256=hashlib.sha256(layout.leaderboard_file("md").read_bytes()).hexdigest(), leaderboard_mlflow_run_id=mlflow_run,
-            mlflow_store=fingerprint,
+            mlflow_store=fingerprint, logged=logged,
         ),
     )  # fmt: skip

@@ -38,6 +38,9 @@ class CompleteRun:
     leaderboard_mlflow_run_id: str
     # store_fingerprint() of MLflow's SQLite store once every run above was found FINISHED in it; empty: not verified.
     mlflow_store: dict[str, int] = field(default_factory=dict)
+    # The metrics keys (tag medbench.run_key) of those FINISHED runs: while the store is that file, the run plan
+    # confirms them without asking MLflow (orchestration/plan.py).
+    logged: list[str] = field(default_factory=list)
     written_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     format: int = FORMAT
 

@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.evaluation import reuse
 from medbench_core.evaluation.multilingual import multilingual_json
 from medbench_core.evaluation.plots import METRIC_LABELS, diff_plot_png, file_name, heatmap_png
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, compare, format_cell
@@ -731,14 +732,21 @@ def write_leaderboard(
     def draw(tmp: Path) -> None:
         for t in compared:
             ordered = {m: by_task[t][m] for m in models if m in by_task[t]}
-            diff_plot_png(ordered, sig.baseline, tmp / f"{file_name(t)}.png", task=t, metric=metric)
+            name = f"{file_name(t)}.png"
+            reuse.drawn(  # the last leaderboard's plot when its inputs are these (issue 53)
+                lambda: reuse.digest("diff_plot", _plots_code(), ordered, sig.baseline, t, metric),
+                out / "diff" / name, tmp / name, lambda path: diff_plot_png(ordered, sig.baseline, path, task=t, metric=metric),
+            )  # fmt: skip
 
     replace_dir_atomic(out / "diff", draw)
     plots = [f"diff/{file_name(t)}.png" for t in compared]
     labels = {
         r["model"]: f"{r['model']}  rank {format_rank(r['rank'], r['rank_low'], r['rank_high'], r['group'])}" for r in average_ranks.iter_rows(named=True)
     }
-    heatmap_png(board, out / "heatmap.png", metric=metric, not_applicable=na, labels=labels)
+    reuse.drawn(
+        lambda: reuse.digest("heatmap", _plots_code(), board, metric, sorted(na), labels), out / "heatmap.png", out / "heatmap.png",
+        lambda path: heatmap_png(board, path, metric=metric, not_applicable=na, labels=labels),
+    )  # fmt: skip
     write_text_atomic(out / "leaderboard.md", md)
     write_text_atomic(out / "leaderboard.csv", (with_stale_column(board_csv, stale) if stale else board_csv).write_csv())
     write_text_atomic(out / "stats.csv", stats.write_csv())
@@ -844,7 +852,11 @@ def write_trust(
 
     def draw(tmp: Path) -> None:
         for m in drawn:
-            trust_plot_png(trusted, m, tasks, tmp / f"{file_name(m)}.png", settings)
+            name, rows = f"{file_name(m)}.png", trusted.filter(pl.col("model") == m)
+            reuse.drawn(  # the last leaderboard's plot when the model's rows are these (issue 53)
+                lambda: reuse.digest("trust_plot", _plots_code(), rows, m, tasks, settings.describe()),
+                out / "trust" / name, tmp / name, lambda path: trust_plot_png(rows, m, tasks, path, settings),
+            )  # fmt: skip
 
     replace_dir_atomic(out / "trust", draw)
     return ("\n" + md if md else ""), board_csv, stats, [f"trust/{file_name(m)}.png" for m in drawn]
@@ -872,6 +884,11 @@ def contamination_json(marks: Mapping[tuple[str, str], Mapping[str, Any]], model
     from medbench_core.evaluation.contamination.cells import zero_shot_shares
 
     return {"zero_shot": zero_shot_shares(marks, models), "cells": {f"{m}/{t}": dict(v) for (m, t), v in sorted(marks.items())}}
+
+
+def _plots_code() -> str:
+    """What draws the plots (:mod:`medbench_core.evaluation.reuse`): plots.py, trust.py and the libraries they call."""
+    return reuse.code_digest(("plots.py", "trust.py", "stats.py"), ("matplotlib", "numpy", "polars"))
 
 
 def with_stale_column(board: pl.DataFrame, stale: Mapping[tuple[str, str], str]) -> pl.DataFrame:

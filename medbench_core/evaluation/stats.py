@@ -33,31 +33,28 @@ p-value rule; one draw of bootstrap indices serves every column of the same quer
 resampled values the sums run in :mod:`medbench_core.evaluation.resampling`'s compiled loops
 (the same additions, without the gathered copies), beside the next block's draw. ``tests/core/test_stats_scale.py`` checks equality with scipy bit for bit.
 
-Reused between leaderboards (issue 53): inside ``with reusing(results)`` every CI, p-value and
-randomisation test of this module is looked up in ``results`` (:class:`Results`) by a digest of
-everything it depends on (the values' bytes, resamples, seed, confidence, this module's and
-resampling.py's code, numpy's and scipy's versions) and computed only when absent. Each is a pure
-function of those inputs (a fresh generator per call, and per column of :func:`bootstrap_cis`), so a
-value taken from ``results`` is the value the call would compute, to the bit: a leaderboard with one
-model more computes that model's cells and pairs only, and Holm's correction runs again over the
-stored p-values.
+Reused between leaderboards (issue 53; :mod:`medbench_core.evaluation.reuse`): inside its
+``reusing`` block every CI and test here is looked up by a digest of everything it depends on (the
+values' bytes, resamples, seed, confidence, this module's and resampling.py's code, numpy's and
+scipy's versions) and computed only when absent. Each is a pure function of those inputs (a fresh
+generator per call, and per column of :func:`bootstrap_cis`), so a value taken from the last
+leaderboard is the value the call would compute, to the bit: a leaderboard with one model more
+computes that model's cells and pairs only, and Holm's correction runs again over the stored p-values.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.evaluation import reuse
+
+_T = TypeVar("_T")
 
 STATS_SCHEMA: dict[str, pl.DataType] = {
     "task": pl.Utf8,
@@ -83,106 +80,14 @@ _BLOCK_VALUES = 1 << 22  # random draws per block of resamples: 16 MB of uint32,
 _COMPILED_MIN = 20_000_000
 
 
-# --- reuse between leaderboards (module docstring) -------------------------------------------
-_T = TypeVar("_T")
-
-
-class Results:
-    """Values of this module's resampling functions by the digest of their inputs (module docstring).
-
-    ``load``/``save`` keep them in one JSON file between processes (floats as Python writes them,
-    which read back to the same bits); ``save`` keeps only the entries used since loading, so the
-    file holds what the last leaderboard needed. ``hits`` and ``computed`` count this build's
-    look-ups. A file that cannot be read counts as empty: it is an optimisation, never an input.
-    """
-
-    FORMAT = 1
-
-    def __init__(self, entries: Mapping[str, Any] | None = None) -> None:
-        self._stored: dict[str, Any] = dict(entries or {})
-        self.used: dict[str, Any] = {}
-        self.hits = 0
-        self.computed = 0
-
-    def get(self, key: str) -> Any:
-        if key in self.used:
-            self.hits += 1
-            return self.used[key]
-        if key in self._stored:
-            self.hits += 1
-            self.used[key] = self._stored[key]
-            return self.used[key]
-        return None
-
-    def put(self, key: str, value: Any) -> None:
-        self.computed += 1
-        self.used[key] = value
-
-    @classmethod
-    def load(cls, path: str | Path) -> Results:
-        try:
-            doc = json.loads(Path(path).read_text())
-            if doc.get("format") != cls.FORMAT or doc.get("code") != _code_digest():
-                return cls()
-            return cls(doc["entries"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return cls()
-
-    def save(self, path: str | Path) -> None:
-        from medbench_core.storage import write_text_atomic
-
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(Path(path), json.dumps({"format": self.FORMAT, "code": _code_digest(), "entries": self.used}, separators=(",", ":")))
-
-
-_ACTIVE: ContextVar[Results | None] = ContextVar("medbench_stats_results", default=None)
-_CODE: list[str] = []
-
-
-@contextmanager
-def reusing(results: Results) -> Iterator[Results]:
-    """Within the block, every CI and test of this module is taken from ``results`` when its inputs are there, and added to it otherwise."""
-    token = _ACTIVE.set(results)
-    try:
-        yield results
-    finally:
-        _ACTIVE.reset(token)
-
-
-def _code_digest() -> str:
-    """The code that computes the values: this module, resampling.py, numpy's and scipy's versions."""
-    if not _CODE:
-        import scipy
-
-        h = hashlib.sha256(f"numpy {np.__version__} scipy {scipy.__version__}".encode())
-        for name in ("stats.py", "resampling.py"):
-            h.update((Path(__file__).with_name(name)).read_bytes())
-        _CODE.append(h.hexdigest()[:16])
-    return _CODE[0]
-
-
-def _key(kind: str, *parts: Any) -> str:
-    h = hashlib.sha256(f"{kind}\0{_code_digest()}".encode())
-    for part in parts:
-        if isinstance(part, np.ndarray):
-            a = np.ascontiguousarray(part, dtype=np.float64)
-            h.update(f"\0a{a.shape}".encode() + a.tobytes())
-        else:
-            h.update(f"\0{part!r}".encode())
-    return h.hexdigest()[:32]
-
-
 def _reused(kind: str, parts: tuple, compute: Callable[[], _T]) -> _T:
-    """``compute()``, or its value for these inputs from the active :class:`Results`."""
-    results = _ACTIVE.get()
-    if results is None:
-        return compute()
-    key = _key(kind, *parts)
-    got = results.get(key)
-    if got is None:
-        got = compute()
-        results.put(key, got)
-    return got
+    """``compute()``, or, inside :func:`medbench_core.evaluation.reuse.reusing`, its value for these inputs from the last leaderboard."""
+    return reuse.reused(lambda: reuse.digest(kind, _code(), *parts), compute)
+
+
+def _code() -> str:
+    """What computes the values here: this module, resampling.py, numpy's and scipy's versions."""
+    return reuse.code_digest(("stats.py", "resampling.py"), ("numpy", "scipy"))
 
 
 def _mean_diff(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -303,11 +208,11 @@ def bootstrap_cis(
     if n_resamples < 1000:
         raise ValueError(f"n_resamples={n_resamples}: use at least 1000 bootstrap resamples")
     cols = np.atleast_2d(np.asarray(columns, dtype=np.float64))
-    results = _ACTIVE.get()
+    results = reuse.active()
     if results is None:
         return _bootstrap_cis(cols, n_resamples, seed, confidence)
     # Each column's CI depends on its own values only (the draws on n, the resamples and the seed): looked up one by one.
-    keys = [_key("ci", col, n_resamples, seed, confidence) for col in cols]
+    keys = [reuse.digest("ci", _code(), col, n_resamples, seed, confidence) for col in cols]
     found = [results.get(k) for k in keys]
     missing = [i for i, ci in enumerate(found) if ci is None]
     if missing:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from medbench_core.errors import DataError, config_errors
 from medbench_core.taskdata.mteb_tasks import expand_entries as expand_mteb_entries
 from medbench_core.taskdata.readers import ReadContext, ReaderOptions, get_reader, parse_options
+from medbench_core.taskdata.readers.base import SharedReads
 from medbench_core.taskdata.task_identity import TaskIdentity, read_identity, task_identity
 from medbench_core.yaml_file import read_yaml_mapping
 
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from medbench_core.taskdata.task import Task
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]*\Z")
+_SHARED_READS = SharedReads()  # this process's: build_task scopes it to each read's reader and source
 _BENCHMARK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 
 
@@ -213,7 +215,9 @@ def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path, *,
         rd, {"name": entry.name, "research_only": entry.research_only, **entry.options}, f"task {entry.name!r}", called=entry.reader
     )
     src = local_source(entry, data_root)
-    context = ReadContext(scratch=Path(work_dir) / "images", online=online, hub_cache=Path(hub_cache) if hub_cache else None)
+    # What the tasks of one source share (ReadContext.share) is built once per reader and source bytes in this process.
+    shared = None if src is None else _SHARED_READS.scoped(lambda: (entry.reader, str(src), source_files_digest(src)))
+    context = ReadContext(scratch=Path(work_dir) / "images", online=online, hub_cache=Path(hub_cache) if hub_cache else None, shared=shared)
     task = rd.read(src, options, context)
     if entry.path and Path(entry.path).is_absolute():
         task.meta = dataclasses.replace(task.meta, source_path=str(Path(entry.path)))
@@ -251,11 +255,14 @@ EACH_FILE_LIMIT = 5000  # a source of more files records only its one digest (th
 
 def curation_inputs(entry: TaskEntry, data_root: str | Path) -> dict[str, Any]:
     """What curating ``entry`` reads, as digests recorded beside the curated task: ``entry`` (its reader,
-    path and options as tasks.yaml gives them) and, for a local source, ``files`` (sha256 over its
-    files' names and bytes, :func:`source_files_digest`) with ``stat`` (over their names, sizes and modification times: the cheap
-    check :func:`changed_inputs` makes first) and ``each`` (16 hex of each file's sha256, by name, for a source of at most
-    :data:`EACH_FILE_LIMIT` files: :func:`changed_source_files` names the files that changed)."""
-    out: dict[str, Any] = {"entry": _entry_digest(entry)}
+    path and options as tasks.yaml gives them), ``code`` (the curation's declared version: the readers, the
+    task model) and, for a local source, ``files`` (sha256 over its files' names and bytes,
+    :func:`source_files_digest`) with ``stat`` (over their names, sizes and modification times: the cheap
+    check :func:`changed_inputs` and :func:`unchanged_inputs` make first) and ``each`` (16 hex of each file's sha256, by
+    name, for a source of at most :data:`EACH_FILE_LIMIT` files: :func:`changed_source_files` names the files that changed)."""
+    from medbench_core.provenance import stage_version
+
+    out: dict[str, Any] = {"entry": _entry_digest(entry), "code": stage_version("curated_task")}
     src = _local_source(entry, data_root)
     if src is not None and src.exists():
         local_source(entry, data_root)  # no file outside the data folder is read, not even to be hashed
@@ -285,6 +292,34 @@ def changed_source_files(recorded: dict[str, Any] | None, entry: TaskEntry, data
     out = [n for n in sorted(set(now) & set(then)) if now[n] != then[n]]
     out += [f"{n} (new)" for n in sorted(set(now) - set(then))] + [f"{n} (gone)" for n in sorted(set(then) - set(now))]
     return out
+
+
+def unchanged_inputs(recorded: dict[str, Any] | None, entry: TaskEntry, data_root: str | Path) -> tuple[dict[str, Any] | None, str]:
+    """Whether curating ``entry`` again would read what the curated task's ``recorded`` inputs (:func:`curation_inputs`)
+    describe, so that it is current as stored (issue 53): ``(inputs, "")`` when its entry and the curation's code are
+    those recorded and its source files have the same names, sizes and modification times, or, when those moved, the
+    same sha256 (``inputs`` is then what to record: the new stat); ``(None, why not)`` otherwise, and for a hub
+    dataset (whose cached branch may move: curated again)."""
+    from medbench_core.provenance import stage_version
+
+    if not recorded:
+        return None, "no inputs recorded with the curated task"
+    if recorded.get("entry") != _entry_digest(entry):
+        return None, "its entry in tasks.yaml changed"
+    if recorded.get("code") != stage_version("curated_task"):
+        return None, "the curation's code version changed"
+    src = _local_source(entry, data_root)
+    if src is None:
+        return None, "a hub dataset"
+    if not src.exists() or "files" not in recorded:
+        return None, "its source files are not where they were"
+    local_source(entry, data_root)  # no link out of the data folder is followed, not even to be hashed
+    stat = _stat_digest(src)
+    if stat == recorded.get("stat"):
+        return dict(recorded), ""
+    if source_files_digest(src) != recorded["files"]:
+        return None, "its source files changed"
+    return {**recorded, "stat": stat}, ""
 
 
 def changed_inputs(recorded: dict[str, Any] | None, entry: TaskEntry, data_root: str | Path) -> str:

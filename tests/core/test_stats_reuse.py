@@ -1,26 +1,23 @@
-"""The leaderboard's statistics reused between builds (issue 53; medbench_core/evaluation/stats.py, ``Results``).
+"""What a leaderboard reuses from the last one (issue 53; medbench_core/evaluation/reuse.py, stats.py, reports.py).
 
 A leaderboard with one model more computes that model's CIs, its tests against the baseline and
-its pairs only; every other value comes from the last build, and the reports are the very bytes a
-build from nothing writes (Holm's correction runs again over all the p-values).
+its pairs only, and draws the plots it changes (each task's difference plot, the heatmap, its own
+trust plot); every other value and plot comes from the last build, and the reports are the very
+bytes a build from nothing writes (Holm's correction runs again over all the p-values).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import polars as pl
 
+from medbench_core.evaluation import reuse
 from medbench_core.evaluation.reports import Cell, Significance, write_leaderboard
-from medbench_core.evaluation.stats import (
-    Results,
-    bootstrap_cis,
-    paired_permutation,
-    paired_ttest,
-    reusing,
-    stratified_permutation,
-)
+from medbench_core.evaluation.reuse import Results, reusing
+from medbench_core.evaluation.stats import bootstrap_cis, paired_permutation, paired_ttest, stratified_permutation
 
 # Task t1 has 300 queries (random sign flips and bootstrap draws), t2 has 12 (every sign pattern enumerated).
 SIZES = {"t1": 300, "t2": 12}
@@ -38,7 +35,9 @@ def cells(models: list[str]) -> list[Cell]:
     for m in models:
         for t in SIZES:
             pq = per_query(m, t)
-            out.append(Cell(m, t, metrics={"mean": {"ndcg_at_10": float(pq["ndcg_at_10"].mean())}}, per_query=pq))
+            mean = float(pq["ndcg_at_10"].mean())
+            bounds = {"judged_at_10": 0.4 + 0.1 * MODELS.index(m), "ndcg_lower_at_10": mean / 2, "ndcg_upper_at_10": (1 + mean) / 2}
+            out.append(Cell(m, t, metrics={"mean": {"ndcg_at_10": mean, **bounds}}, per_query=pq))
     return out
 
 
@@ -58,14 +57,17 @@ def test_one_model_more_computes_its_cells_and_pairs_only_and_writes_the_same_by
     build(MODELS[:3], tmp_path / "three", first)
     first.save(store)
     # Three models on two tasks: a CI per cell (6), a t-test and a randomisation test per model against bm25
-    # per task (2 x 2 x 2 = 8), every pair per task and for the average (3 x 3 = 9).
-    assert (first.computed, first.hits) == (6 + 8 + 9, 0)
+    # per task (2 x 2 x 2 = 8), every pair per task and for the average (3 x 3 = 9); a difference plot per
+    # task (2), the heatmap and a trust plot per model (3).
+    assert (first.computed, first.hits) == (6 + 8 + 9 + 2 + 1 + 3, 0)
 
     again = Results.load(store)
+    shutil.copytree(tmp_path / "three", tmp_path / "incremental")  # the reports folder of the last leaderboard, written over
     incremental = build(MODELS, tmp_path / "incremental", again)
-    # The fourth model: its CIs (2), its two tests per task (4), its pairs with the three others per task and for the average (9).
-    assert again.computed == 2 + 4 + 9
-    assert again.hits == first.computed  # everything the three-model board computed, taken as it was
+    # The fourth model: its CIs (2), its two tests per task (4), its pairs with the three others per task and
+    # for the average (9); the plots it is in: both difference plots, the heatmap and its own trust plot.
+    assert again.computed == 2 + 4 + 9 + 2 + 1 + 1
+    assert again.hits == 6 + 8 + 9 + 3  # every statistic of the three-model board and the other models' trust plots
     assert incremental == build(MODELS, tmp_path / "from_nothing")  # the same bytes as a build with nothing stored
     stats = pl.read_csv(tmp_path / "incremental" / "stats.csv")
     assert stats.filter(pl.col("model") != "bm25")["p_holm"].null_count() == 0  # Holm over three comparisons per task again
@@ -73,7 +75,11 @@ def test_one_model_more_computes_its_cells_and_pairs_only_and_writes_the_same_by
     # Saved, it holds what the last board used: a build with nothing new computes nothing.
     again.save(store)
     same = Results.load(store)
-    assert build(MODELS, tmp_path / "same", same) == incremental and same.computed == 0
+    assert build(MODELS, tmp_path / "incremental", same) == incremental and same.computed == 0
+    # A plot whose file is no longer the bytes recorded is drawn again, not copied.
+    (tmp_path / "incremental" / "trust" / "late.png").write_bytes(b"not a plot")
+    redrawn = Results.load(store)
+    assert build(MODELS, tmp_path / "incremental", redrawn) == incremental and redrawn.computed == 1
 
 
 def test_a_stored_value_is_the_value_computed_to_the_bit(tmp_path):
@@ -99,20 +105,21 @@ def test_a_stored_value_is_the_value_computed_to_the_bit(tmp_path):
     assert loaded.computed == 2
 
 
-def test_a_file_of_other_code_or_unreadable_counts_as_empty(tmp_path):
+def test_values_of_other_code_are_never_read_and_an_unreadable_file_counts_as_empty(tmp_path, monkeypatch):
     x = np.linspace(0, 1, 50)
     stored = Results()
-    with reusing(stored):
-        bootstrap_cis([x])
-    stored.save(tmp_path / "r.json")
-    doc = json.loads((tmp_path / "r.json").read_text())
+    with monkeypatch.context() as m:  # as if stats.py were other code: its digest is part of every key
+        m.setitem(reuse._CODE, ("stats.py", "resampling.py", "|", "numpy", "scipy"), "0" * 16)
+        with reusing(stored):
+            bootstrap_cis([x])
+    stored.save(tmp_path / "other.json")
+    doc = json.loads((tmp_path / "other.json").read_text())
     (key,) = doc["entries"]
-    doc["entries"][key] = [0.0, 0.0]  # a wrong value under another code version must never be read
-    doc["code"] = "0" * 16
+    doc["entries"][key] = [0.0, 0.0]  # a wrong value: it must not be what this code reads
     (tmp_path / "other.json").write_text(json.dumps(doc))
-    (tmp_path / "broken.json").write_text('{"format": 1, "code"')
+    (tmp_path / "broken.json").write_text('{"format": 1, "entries"')
     for name in ("other.json", "broken.json", "absent.json"):
         results = Results.load(tmp_path / name)
         with reusing(results):
-            assert bootstrap_cis([x]) == bootstrap_cis([x])
+            assert bootstrap_cis([x]) == bootstrap_cis([x]) != [(0.0, 0.0)]
         assert results.hits == 1 and results.computed == 1, name

@@ -53,16 +53,56 @@ class ReadContext:
     ``scratch``: a folder the reader may write into (rendered PNGs, image bytes, images taken out
     of an archive); the curated task copies what it references. ``online``: a hub dataset may be
     downloaded (otherwise it is read from the local hub cache, ``hub_cache`` or huggingface_hub's).
+    ``shared``: what the reads of one source share (:meth:`share`), given by the curation layer.
     """
 
     scratch: Path | None = None
     online: bool = False
     hub_cache: Path | None = None
+    shared: SharedReads | None = None
 
     def need_scratch(self, what: str) -> Path:
         if self.scratch is None:
             raise DataError(f"{what}: this reader writes files (images) and needs a scratch folder (ReadContext(scratch=...))")
         return Path(self.scratch)
+
+    def share(self, key: tuple, build: Callable[[], Any]) -> Any:
+        """``build()``, once for every read of the same source (its bytes) with the same ``key`` in this process.
+
+        For work that several tasks of one entry repeat (``subsets``: the GNU Health ICD-10 split is
+        built whole for each of its tasks): ``key`` names everything of the options that work depends on;
+        the curation layer adds the reader and the source's sha256 (:class:`SharedReads`). The value is
+        shared between those reads: a reader must not change it.
+        """
+        return build() if self.shared is None else self.shared.get(key, build)
+
+
+class SharedReads:
+    """The values :meth:`ReadContext.share` built, scoped to one reader and one source's content (``scope()``,
+    computed at the first share: a read that shares nothing does not hash its source for it), at most ``keep``
+    of them (the last used), within this process."""
+
+    def __init__(self, keep: int = 2) -> None:
+        self.keep = keep
+        self._scope: Callable[[], tuple] = tuple
+        self._values: dict[tuple, Any] = {}
+
+    def scoped(self, scope: Callable[[], tuple]) -> SharedReads:
+        """These shared values, for reads of ``scope()`` (the reader's name and the source's digest)."""
+        view = SharedReads(self.keep)
+        view._scope, view._values = scope, self._values
+        return view
+
+    def get(self, key: tuple, build: Callable[[], Any]) -> Any:
+        full = (self._scope(), key)
+        if full in self._values:
+            self._values[full] = self._values.pop(full)  # the last used is kept longest
+            return self._values[full]
+        value = build()
+        self._values[full] = value
+        while len(self._values) > self.keep:
+            self._values.pop(next(iter(self._values)))
+        return value
 
 
 @dataclass(frozen=True)

