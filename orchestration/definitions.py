@@ -11,7 +11,7 @@ import dagster as dg
 from assets import build_assets
 from orchestration.jobs import ALL_JOBS
 from orchestration.schedules import nightly_drift_canary, nightly_evaluation
-from orchestration.sensors import model_registry_sensor
+from orchestration.sensors import leaderboard_after_evaluations, model_registry_sensor
 from runtime import settings
 from runtime.partitions import Partitions
 from runtime.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource
@@ -62,7 +62,7 @@ def build_definitions(resources: dict | None = None) -> dg.Definitions:
         asset_checks=checks,
         jobs=ALL_JOBS,
         schedules=[nightly_evaluation, nightly_drift_canary],
-        sensors=[model_registry_sensor],
+        sensors=[model_registry_sensor, leaderboard_after_evaluations],
         resources=resources if resources is not None else default_resources(),
         executor=executor(),
     )

@@ -26,7 +26,7 @@ import dagster as dg
 
 from assets.stage import STAGE_KEYS
 from orchestration.freshness import task_partition_keys, usable_tasks, waiting_on_upstreams
-from orchestration.jobs import EVALUATE_JOB
+from orchestration.jobs import EVALUATE_JOB, LEADERBOARD_JOB
 from orchestration.registry_sync import model_observations, observation_version
 from runtime.partitions import MODEL_PARTITIONS_NAME, model_partitions, partition_key
 from runtime.resources import ArtifactStoreResource, RegistryResource
@@ -101,3 +101,41 @@ def model_registry_sensor(context: dg.SensorEvaluationContext, registry: Registr
     if result.run_requests:
         context.log.info(f"requesting {len(result.run_requests)} runs: {', '.join(str(r.partition_key) for r in result.run_requests)}")
     return result
+
+
+# --- the leaderboard after the evaluations ---------------------------------------------------------------
+LEADERBOARD_SENSOR = "leaderboard_after_evaluations"
+
+
+def leaderboard_tick(instance: dg.DagsterInstance, cursor: str | None) -> dg.SensorResult:
+    """What one tick of :data:`leaderboard_after_evaluations` does: request the ``build_leaderboard`` job once
+    the evaluations have settled: the latest ``task_metrics`` materialisation is newer than the leaderboard's,
+    it was already the latest one tick ago (the cursor), and no ``evaluate_partition`` run is queued or
+    running. So the nightly schedule's and the registry sensor's runs (one per partition) are followed by
+    one leaderboard, whose statistics of the cells they did not touch are those of the last one (issue 53)."""
+
+    def latest(asset: dg.AssetKey) -> int:
+        records = instance.fetch_materializations(asset, limit=1, ascending=False).records
+        return records[0].storage_id if records else 0
+
+    metrics, board = latest(STAGE_KEYS[-1]), latest(dg.AssetKey("leaderboard"))
+    if metrics <= board:
+        return dg.SensorResult(skip_reason="the leaderboard is newer than every evaluation", cursor=str(metrics))
+    busy = instance.get_run_records(
+        dg.RunsFilter(job_name=EVALUATE_JOB, statuses=[dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]),
+        limit=1,
+    )
+    if busy or cursor != str(metrics):  # evaluations still under way, or the last one recorded since the previous tick
+        return dg.SensorResult(skip_reason="waiting for the evaluations to settle", cursor=str(metrics))
+    return dg.SensorResult(run_requests=[dg.RunRequest(run_key=f"after-evaluations:{metrics}", tags={TRIGGER_TAG: LEADERBOARD_SENSOR})], cursor=str(metrics))
+
+
+@dg.sensor(
+    name=LEADERBOARD_SENSOR,
+    job_name=LEADERBOARD_JOB,
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Builds the leaderboard once the evaluations the nightly schedule or the registry sensor launched have finished.",
+)
+def leaderboard_after_evaluations(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    return leaderboard_tick(context.instance, context.cursor)

@@ -110,8 +110,12 @@ def defs() -> dg.Definitions:
 
 def no_schedules(d: dg.Definitions, executor=None) -> dg.Definitions:
     """``d`` without its schedules: the daemon would launch the nightly runs in any test that spans 02:00 UTC
-    (seen: a backfill test found 12 runs where it queued 4, and waited for 4 until its timeout)."""
-    return dg.Definitions(assets=d.assets, asset_checks=d.asset_checks, jobs=d.jobs, sensors=d.sensors, resources=d.resources, executor=executor or d.executor)
+    (seen: a backfill test found 12 runs where it queued 4, and waited for 4 until its timeout); nor the sensor that
+    builds the leaderboard once evaluations settle (a run of its own a minute or two after the test's)."""
+    from orchestration.sensors import LEADERBOARD_SENSOR
+
+    sensors = [s for s in d.sensors or [] if s.name != LEADERBOARD_SENSOR]
+    return dg.Definitions(assets=d.assets, asset_checks=d.asset_checks, jobs=d.jobs, sensors=sensors, resources=d.resources, executor=executor or d.executor)
 
 
 def evaluate_partition_job() -> dg.JobDefinition:
