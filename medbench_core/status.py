@@ -11,7 +11,7 @@ shows the same thing through the data versions the stages record (their keys).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,10 +64,13 @@ def partition_statuses(
     expansions: Sequence[Any] = (),
     k: int | None = None,
     stages: Sequence[str] | None = None,
+    complete: Callable[[Any], bool] = is_complete,
 ) -> list[PartitionStatus]:
     """The status of ``models`` (default: every registered model) on each of ``tasks`` (curated tasks), model by model.
 
-    ``stages`` limits the check to those stages (e.g. the ones that load a model's weights).
+    ``stages`` limits the check to those stages (e.g. the ones that load a model's weights); ``complete(folder)`` says
+    whether an artifact folder is complete (default: every file hashed against its manifest; runtime/verified.py's
+    reads only the files whose stat moved since they were hashed).
     """
     from medbench_core.retrieval.derived import registry_partition_keys
     from medbench_core.retrieval.kinds.base import DEFAULT_K
@@ -89,7 +92,7 @@ def partition_statuses(
                 out.append(PartitionStatus(name, task.name, UNRESOLVED, str(exc).splitlines()[0]))
                 continue
             folders = stage_folders(layout, spec, task.name, keys)
-            missing = tuple(s for s, folder in folders.items() if (stages is None or s in stages) and not is_complete(folder))
+            missing = tuple(s for s, folder in folders.items() if (stages is None or s in stages) and not complete(folder))
             if missing:
                 out.append(PartitionStatus(name, task.name, DUE, "no complete " + ", ".join(missing) + " at the current keys", dict(keys), missing))
             else:

@@ -48,15 +48,18 @@ def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) ->
         return None
     if force:
         return loaders[0].name
+    from runtime import verified
+
     curated = []
     for task in tasks:
+        verified.recall(layout.task_dir(task))  # its files' sha256 by their notes: read again only where the stat moved
         try:
             stored = layout.load_task(task)
         except MedbenchError:
             return loaders[0].name
         if not layout.gate_refusal(task, stored.content_hash()):
             curated.append(stored)
-    for status in partition_statuses(layout, specs, curated, [s.name for s in loaders], stages=ENCODING_STAGES):
+    for status in partition_statuses(layout, specs, curated, [s.name for s in loaders], stages=ENCODING_STAGES, complete=verified.complete):
         if status.state == DUE:
             return status.model
     return None
