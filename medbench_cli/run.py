@@ -132,7 +132,10 @@ def record_complete_run(defs, board_result, given, models: list[str], tasks: lis
             return str(exc)
         return None
 
-    run_steps.record_complete_run(defs, board_result, given, models, tasks, confirm_logged)
+    def seal(cells: dict, previous: dict) -> dict:
+        return uptodate.seal(defs.resources["store"].layout, defs.resources["registry"].models(), cells, models, tasks, previous)
+
+    run_steps.record_complete_run(defs, board_result, given, models, tasks, confirm_logged, seal)
 
 
 def rebuild_leaderboard(published: Path | None = None):

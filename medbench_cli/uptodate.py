@@ -196,7 +196,6 @@ def check(specs: list, catalog: Any, models: list[str], tasks: list[str], given:
 def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given: Inputs) -> Answered:
     from medbench_core.errors import MedbenchError
     from medbench_core.layout import Layout
-    from medbench_core.status import stage_folders
     from medbench_core.storage import read_manifest
     from runtime import verified
     from runtime.ledger import last_complete_run, store_fingerprint
@@ -223,21 +222,19 @@ def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given
         cells = json.loads(board.read_text())["cells"]
     except (OSError, ValueError, KeyError) as exc:
         raise Undecided(f"no readable leaderboard at {board}") from exc
+    sealed = verified.Sealed(done.sealed)  # the files' stat unchanged since sealed or hashed, or their bytes
     for task in tasks:
         folder = layout.task_dir(task)
         try:
             content = read_manifest(folder).get("content_hash", "")
         except MedbenchError as exc:
             raise Undecided(f"task {task}: {exc}") from exc
-        if not verified.complete(folder) or layout.gate_refusal(task, content) or done.curated.get(task) != content:
+        if not sealed.complete(folder) or layout.gate_refusal(task, content) or done.curated.get(task) != content:
             raise Undecided(f"task {task} is not curated and gated as recorded")
-    by_name = {s.name: s for s in specs}
     requested = requested_cells(cells, models, tasks)
-    for model, task, cell in requested:
-        keys = {s: cell.get(f"{s}_key", "-") for s in ("embeddings", "index", "run", "metrics", "expansion")}
-        for stage, folder in stage_folders(layout, by_name[model], task, keys).items():
-            if not verified.complete(folder):  # the files' stat unchanged since hashed, or their bytes
-                raise Undecided(f"{model} x {task}: its {stage} artifact is missing or fails its manifest")
+    for model, task, stage, folder in partition_folders(layout, specs, requested):
+        if not sealed.complete(folder):
+            raise Undecided(f"{model} x {task}: its {stage} artifact is missing or fails its manifest")
     # Unless not one write reached MLflow's store since the run's end found every one of these runs FINISHED in it:
     if not (done.mlflow_store and done.mlflow_store == store_fingerprint(settings.default_tracking_uri())):
         confirm_logged(catalog.benchmark, requested, done.leaderboard_mlflow_run_id)
@@ -264,6 +261,27 @@ def logged_keys(experiment: str, wanted: dict[str, Any]) -> set[str]:
         return known | finished_runs(MlflowClient(tracking_uri=uri), experiment, rest)
     except Exception:  # noqa: BLE001 (a store MLflow cannot read: those partitions run, and their logging says why)
         return known
+
+
+def partition_folders(layout: Any, specs: list, requested: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, str, str, Path]]:
+    """(model, task, stage, folder) of every artifact of each requested cell at the keys the leaderboard lists."""
+    from medbench_core.status import stage_folders
+
+    by_name = {s.name: s for s in specs}
+    out = []
+    for model, task, cell in requested:
+        keys = {s: cell.get(f"{s}_key", "-") for s in ("embeddings", "index", "run", "metrics", "expansion")}
+        out += [(model, task, stage, folder) for stage, folder in stage_folders(layout, by_name[model], task, keys).items()]
+    return out
+
+
+def seal(layout: Any, specs: list, cells: dict[str, Any], models: list[str], tasks: list[str], previous: dict | None) -> dict[str, list]:
+    """The seal of what the warm path checks after this run (:func:`runtime.verified.seal`): the curated tasks and every
+    requested cell's artifacts; what ``previous`` sealed and is unchanged is taken as it was."""
+    from runtime import verified
+
+    folders = [layout.task_dir(t) for t in tasks] + [f for _, _, _, f in partition_folders(layout, specs, requested_cells(cells, models, tasks))]
+    return verified.seal(folders, previous)
 
 
 def requested_cells(cells: dict[str, Any], models: list[str], tasks: list[str]) -> list[tuple[str, str, dict[str, Any]]]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import dagster as dg
 from dagster._core.definitions.data_version import CODE_VERSION_TAG, DATA_VERSION_TAG  # private: the tags Dagster reads them from
@@ -78,11 +79,13 @@ def plan_partitions(
     expansions: Callable[[], list],
     k: int,
     logged: Callable[[dict[str, tuple[str, str]]], set[str]],
+    complete: Callable[[Path], bool] = verified.complete,
 ) -> Plan:
     """The :class:`Plan` of ``models`` (evaluation order) on the curated, gated ``tasks`` (module docstring).
 
     ``store`` is the artifact store resource; ``logged(metrics key -> (model, task))`` returns the keys MLflow holds a
-    FINISHED run for (:func:`medbench_cli.uptodate.logged_keys`).
+    FINISHED run for (:func:`medbench_cli.uptodate.logged_keys`); ``complete(folder)`` whether an artifact is complete
+    (default: its files' sha256 by their notes; the last complete run's seal, :class:`runtime.verified.Sealed`).
     """
     t0 = time.perf_counter()
     plan = Plan()
@@ -90,7 +93,7 @@ def plan_partitions(
     wanted: dict[tuple[str, str], Partition] = {}
     for model in models:
         for task in tasks:
-            why = _stored(model, task, specs, expansions, k, store, wanted)
+            why = _stored(model, task, specs, expansions, k, store, wanted, complete)
             if why:
                 plan.reasons[(model, task.name)] = why
     if wanted:
@@ -111,7 +114,7 @@ def plan_partitions(
     return plan
 
 
-def _stored(model: str, task: Task, specs: list, expansions, k: int, store, wanted: dict) -> str:
+def _stored(model: str, task: Task, specs: list, expansions, k: int, store, wanted: dict, complete: Callable[[Path], bool]) -> str:
     """'' when every artifact of the partition is complete at its key (the partition added to ``wanted``), else why not."""
     by_name = {s.name: s for s in specs}
     spec = by_name[model]
@@ -122,7 +125,7 @@ def _stored(model: str, task: Task, specs: list, expansions, k: int, store, want
     except MedbenchError as exc:
         return str(exc).splitlines()[0]
     for stage in PARTITION_STAGES:
-        if p.no_artifact(stage) is None and not verified.complete(p.dir(stage)):
+        if p.no_artifact(stage) is None and not complete(p.dir(stage)):
             return f"no complete {stage} at its key"
     wanted[(model, task.name)] = p
     return ""

@@ -273,15 +273,19 @@ def plan(defs, instance, models: list[str], tasks: list[str], logged: Callable[[
     from medbench_core.retrieval.stages import DEFAULT_K
     from orchestration.plan import plan_partitions
     from runtime import verified
+    from runtime.ledger import last_complete_run
 
     store, registry = defs.resources["store"], defs.resources["registry"]
     curated = []
     for task in tasks:
         verified.recall(store.layout.task_dir(task))  # its files' sha256 by their notes: read again only if their stat moved
         curated.append(store.load_task(task))
+    done = last_complete_run(settings.STATE)
+    sealed = verified.Sealed(done.sealed if done else {})  # by the files' stat where the last complete run sealed them
     return plan_partitions(
-        instance, defs.resolve_asset_graph(), store, registry.models(), curated, models, expansions=registry.expansions, k=DEFAULT_K, logged=logged
-    )
+        instance, defs.resolve_asset_graph(), store, registry.models(), curated, models, expansions=registry.expansions, k=DEFAULT_K,
+        logged=logged, complete=sealed.complete,
+    )  # fmt: skip
 
 
 def evaluate(
@@ -399,7 +403,15 @@ def all_cached(result) -> bool:
     return True
 
 
-def record_complete_run(defs, board_result, given, models: list[str], tasks: list[str], confirm_logged: Callable[[dict, str], str | None]) -> None:
+def record_complete_run(
+    defs,
+    board_result,
+    given,
+    models: list[str],
+    tasks: list[str],
+    confirm_logged: Callable[[dict, str], str | None],
+    seal: Callable[[dict, dict], dict] | None = None,
+) -> None:
     """Write the ledger of this run (:mod:`runtime.ledger`) when it was complete (``given``: its inputs).
 
     An incomplete run leaves the last complete run's ledger as it was (a refusal changes no file): the
@@ -409,22 +421,27 @@ def record_complete_run(defs, board_result, given, models: list[str], tasks: lis
     MLflow is asked first, as the warm path asks it (``confirm_logged(cells, leaderboard run id)``: None when it has them,
     else why not), for this run's FINISHED runs; when it has them
     all, the record holds the store's fingerprint, so that the warm path can skip importing MLflow
-    while the store is unwritten (the artifacts were verified as the stages wrote them)."""
+    while the store is unwritten (the artifacts were verified as the stages wrote them). ``seal(cells, previous seal)``
+    gives the folders the warm path checks by their files' stat (:func:`runtime.verified.seal`)."""
     import hashlib
 
     from medbench_core.storage import read_manifest
-    from runtime.ledger import CompleteRun, record, store_fingerprint
+    from runtime.ledger import CompleteRun, last_complete_run, record, store_fingerprint
 
     if given is None:
         return
+    previous = last_complete_run(settings.STATE)
     layout = defs.resources["store"].layout
     events = board_result.get_asset_materialization_events()
     mlflow_run = str(next((e.materialization.metadata["mlflow_run_id"].value for e in events if "mlflow_run_id" in e.materialization.metadata), ""))
     fingerprint = store_fingerprint(settings.default_tracking_uri())
     logged: list[str] = []
+    sealed: dict = {}
     try:
         cells = json.loads(layout.leaderboard_file("json").read_text())["cells"]
         why = confirm_logged(cells, mlflow_run)
+        if seal is not None:
+            sealed = seal(cells, previous.sealed if previous else {})
         logged = sorted({cells[f"{m}/{t}"]["metrics_key"] for m in models for t in tasks if f"{m}/{t}" in cells})
     except (OSError, ValueError, KeyError) as exc:  # a leaderboard that does not read: as the warm path
         why = str(exc)
@@ -441,6 +458,6 @@ def record_complete_run(defs, board_result, given, models: list[str], tasks: lis
             dagster_run_id=board_result.run_id, inputs_key=given.key, sources=given.sources, models=list(models), tasks=list(tasks),
             curated={t: read_manifest(layout.task_dir(t)).get("content_hash", "") for t in tasks},
             leaderboard_sha256=hashlib.sha256(layout.leaderboard_file("md").read_bytes()).hexdigest(), leaderboard_mlflow_run_id=mlflow_run,
-            mlflow_store=fingerprint, logged=logged,
+            mlflow_store=fingerprint, logged=logged, sealed=sealed,
         ),
     )  # fmt: skip

@@ -41,6 +41,8 @@ class CompleteRun:
     # The metrics keys (tag medbench.run_key) of those FINISHED runs: while the store is that file, the run plan
     # confirms them without asking MLflow (orchestration/plan.py).
     logged: list[str] = field(default_factory=list)
+    # The folders the warm path checks (curated tasks, each partition's artifacts) by their files' stat (runtime/verified.py, seal).
+    sealed: dict[str, list] = field(default_factory=dict)
     written_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     format: int = FORMAT
 
