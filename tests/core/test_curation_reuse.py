@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from reader_fixtures import icd_members, write_icd_wheel
+from reader_fixtures import ICD_RECORDS, icd_members, write_icd_wheel
 
 from medbench_core.provenance import STAGE_VERSIONS
 from medbench_core.taskdata.catalog import TaskEntry, build_task, curation_inputs, load_catalog, unchanged_inputs
@@ -51,8 +51,14 @@ def test_a_task_is_current_by_stat_then_by_sha256_and_not_after_any_change(tmp_p
     assert unchanged_inputs(None, entry, tmp_path) == (None, "no inputs recorded with the curated task")
 
 
+# A chapter for the discrimination family (as tests/core/test_gnuhealth_icd.py): C00's subcodes against confusers in their block.
+CHAPTER_3 = [(3, "3-1", f"C0{i}", f"Malignant neoplasm of site {i}", f"部位{i}の悪性新生物") for i in range(1, 5)] + [
+    (3, "3-2", f"C0{i}", f"Benign lesion of organ {i}", f"器官{i}の良性病変") for i in range(5, 10)
+]
+
+
 def test_the_icd_split_is_built_once_per_wheel_and_settings(tmp_path, monkeypatch):
-    wheel = write_icd_wheel(tmp_path / "data" / "icd.whl", icd_members())
+    wheel = write_icd_wheel(tmp_path / "data" / "icd.whl", icd_members([*ICD_RECORDS, *CHAPTER_3]))
     catalog = tmp_path / "tasks.yaml"
     catalog.write_text(
         "tasks:\n"
@@ -78,7 +84,7 @@ def test_the_icd_split_is_built_once_per_wheel_and_settings(tmp_path, monkeypatc
         tmp_path / "scratch",
     )
     assert len(reads) == 5
-    write_icd_wheel(wheel, icd_members(po_extra='\nmsgctxt "x"\nmsgid "y"\nmsgstr "z"\n'))
+    write_icd_wheel(wheel, icd_members([*ICD_RECORDS, *CHAPTER_3], po_extra='\nmsgctxt "x"\nmsgid "y"\nmsgstr "z"\n'))
     build_task(entries[0], tmp_path / "data", tmp_path / "scratch")
     assert len(reads) == 6
 
