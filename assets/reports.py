@@ -262,7 +262,7 @@ def leaderboard(
                 footer=f"code version {REPORTS_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
                 extra_json={"benchmark": catalog.benchmark, "cells": provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
                 trust=trust, qrels_holes=data_holes, judgements=judged,
-                query_groups=groups, pivots=pivots, contamination=marks,
+                query_groups=groups, pivots=pivots, contamination=marks, previous_dir=out,
             )  # fmt: skip
         results.save(stats_results_file(store))
         context.log.info(f"statistics: {results.computed} computed, {results.hits} reused from the last leaderboard")

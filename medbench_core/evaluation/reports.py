@@ -606,12 +606,16 @@ def write_leaderboard(
     query_groups: Mapping[str, pl.DataFrame] | None = None,
     pivots: Mapping[str, str] | None = None,
     contamination: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    previous_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Every report of the leaderboard, written into ``out_dir``; returns what was written.
 
     ``contamination``: (model, task) -> the cell's mark, evidence and decontaminated score
     (:func:`medbench_core.evaluation.contamination.cells.cell_contamination`): a section with each
     model's zero-shot share beside its average, CSV columns and ``contamination`` in the JSON.
+
+    ``previous_dir`` (default ``out_dir``): where the last leaderboard's files are, when ``out_dir`` is a staging folder;
+    inside :func:`medbench_core.evaluation.reuse.reusing`, a plot whose inputs are those of its copy there is copied.
 
     ``trust`` (:class:`medbench_core.evaluation.trust.TrustSettings`, default its defaults): what
     each cell rests on (:func:`write_trust`): Judged@10 and the bounds beside every cell, their
@@ -643,6 +647,7 @@ def write_leaderboard(
     from medbench_core.storage import replace_dir_atomic, write_json_atomic, write_text_atomic
 
     out = Path(out_dir)
+    before = Path(previous_dir) if previous_dir is not None else out
     metric = sig.metric
     board = leaderboard(cells, models, tasks, metric)
     stats = significance(cells, sig.baseline, tasks, metric, test=sig.test, alpha=sig.alpha, n_resamples=sig.n_resamples, seed=sig.seed)
@@ -689,7 +694,7 @@ def write_leaderboard(
                 "model", pl.col("published").alias(f"published.{t}"), pl.col("diff").alias(f"published_diff.{t}"), pl.col("in_ci").alias(f"published_in_ci.{t}")
             )
             board_csv = board_csv.join(per, on="model", how="left", maintain_order="left")
-    trust_md, board_csv, stats, trust_plots = write_trust(trusted, board_csv, stats, models, tasks, out, trust, qrels_holes)
+    trust_md, board_csv, stats, trust_plots = write_trust(trusted, board_csv, stats, models, tasks, out, trust, qrels_holes, before)
     md += trust_md
     if contamination:
         from medbench_core.evaluation.contamination import cells as contaminated
@@ -735,7 +740,7 @@ def write_leaderboard(
             name = f"{file_name(t)}.png"
             reuse.drawn(  # the last leaderboard's plot when its inputs are these (issue 53)
                 lambda: reuse.digest("diff_plot", _plots_code(), ordered, sig.baseline, t, metric),
-                out / "diff" / name, tmp / name, lambda path: diff_plot_png(ordered, sig.baseline, path, task=t, metric=metric),
+                before / "diff" / name, tmp / name, lambda path: diff_plot_png(ordered, sig.baseline, path, task=t, metric=metric),
             )  # fmt: skip
 
     replace_dir_atomic(out / "diff", draw)
@@ -744,7 +749,7 @@ def write_leaderboard(
         r["model"]: f"{r['model']}  rank {format_rank(r['rank'], r['rank_low'], r['rank_high'], r['group'])}" for r in average_ranks.iter_rows(named=True)
     }
     reuse.drawn(
-        lambda: reuse.digest("heatmap", _plots_code(), board, metric, sorted(na), labels), out / "heatmap.png", out / "heatmap.png",
+        lambda: reuse.digest("heatmap", _plots_code(), board, metric, sorted(na), labels), before / "heatmap.png", out / "heatmap.png",
         lambda path: heatmap_png(board, path, metric=metric, not_applicable=na, labels=labels),
     )  # fmt: skip
     write_text_atomic(out / "leaderboard.md", md)
@@ -833,11 +838,12 @@ def write_trust(
     out: Path,
     settings: Any,
     qrels_holes: Mapping[str, Mapping[str, Any]] | None = None,
+    previous: Path | None = None,
 ) -> tuple[str, pl.DataFrame, pl.DataFrame, list[str]]:
     """The trust sections of the leaderboard (:mod:`medbench_core.evaluation.trust`): its Markdown,
     the CSV with ``judged_at_10.<task>``, bounds, ``low_judged.<task>`` (and ``filled.<task>``)
     columns, stats.csv with the cell's hole measures and the bounds on its metric (``bound_lower``,
-    ``bound_upper``), and ``trust/<model>.png`` (the folder replaced whole)."""
+    ``bound_upper``), and ``trust/<model>.png`` (the folder replaced whole; ``previous``: where the last ones are, default ``out``)."""
     from medbench_core.evaluation.trust import csv_columns, qrels_holes_markdown, trust_markdown, trust_plot_png
     from medbench_core.storage import replace_dir_atomic
 
@@ -855,7 +861,7 @@ def write_trust(
             name, rows = f"{file_name(m)}.png", trusted.filter(pl.col("model") == m)
             reuse.drawn(  # the last leaderboard's plot when the model's rows are these (issue 53)
                 lambda: reuse.digest("trust_plot", _plots_code(), rows, m, tasks, settings.describe()),
-                out / "trust" / name, tmp / name, lambda path: trust_plot_png(rows, m, tasks, path, settings),
+                (previous or out) / "trust" / name, tmp / name, lambda path: trust_plot_png(rows, m, tasks, path, settings),
             )  # fmt: skip
 
     replace_dir_atomic(out / "trust", draw)
