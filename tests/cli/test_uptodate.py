@@ -141,7 +141,8 @@ def test_a_run_with_nothing_changed_answers_in_one_line_and_each_change_runs_aga
     assert decide(env) == "UNDECIDED the saved leaderboard is not the one the last complete run wrote"
     third = medbench_run(env)
     assert "[plan] evaluating: the saved leaderboard is not the one the last complete run wrote" in third.stdout
-    assert "x scifact                ok (cached)" in third.stdout
+    # Every partition current as stored (issue 53): confirmed by the plan, none visited; the leaderboard built again.
+    assert "[plan] 6 of 6 partitions are current" in third.stdout and "[evaluate]" not in third.stdout, third.stdout
     assert medbench_run(env).stdout.startswith("[up to date]")
     forced = medbench_run(env, "--force", "--models", "bm25", "--tasks", "scifact")
     assert "[up to date]" not in forced.stdout and "[evaluate] bm25" in forced.stdout
