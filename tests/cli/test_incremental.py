@@ -1,17 +1,20 @@
 """Adding a model does the new model's work only (issue 53), and leaves what a full recompute leaves.
 
-On a board built by ``medbench run``, a model is added to models.yaml. Then, from the same state:
+One board is built once for the module by ``medbench run`` (two BM25 models on two tasks in the bundled
+tasks' BEIR layout). Then a third model is added to models.yaml and one task's source changes into one
+that fails curation (its cells are kept and marked stale); from that same state:
 
 - ``medbench run``: the plan (orchestration/plan.py) confirms every partition already on the board
-  without a Dagster run, no task is curated again, the new model's partitions are evaluated and the
-  leaderboard takes every statistic and plot of the old cells from the last one (reuse.py);
+  without a Dagster run, the unchanged task is not curated again, only the new model's partition is
+  evaluated and the leaderboard takes every statistic and plot of the old cells from the last one (reuse.py);
 - ``medbench run --recheck`` with the leaderboard's stored statistics removed: every task curated,
   every partition visited, every statistic and plot computed: the full recompute.
 
 Both leave the same reports byte for byte (leaderboard.md/csv/json, stats.csv, the plots), the same
 MLflow runs (params, metrics, tags but the Dagster run id), the same stale marks, and a Dagster
-instance that shows every partition fresh and nothing due (the UI's view, and the nightly's).
-Tiny tasks here; the bundled benchmark's eleven tasks in the second test.
+instance that shows every current partition fresh and nothing due (the UI's view, and the nightly's).
+Three ``medbench run`` in all (about 2-3 minutes on 2 cores): the ICD split built once per source is
+tests/core/test_curation_reuse.py's, the statistics reused value for value tests/core/test_stats_reuse.py's.
 """
 
 from __future__ import annotations
@@ -37,8 +40,14 @@ VOLATILE_TAGS = ("medbench.dagster_run_id",)  # which Dagster run logged it: ano
 
 def medbench_run(env: dict, *args: str) -> str:
     out = subprocess.run([sys.executable, "-m", "medbench_cli", "run", *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False)
+    shown(out.stdout)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out.stdout
+
+
+def shown(stdout: str) -> None:
+    """The run's progress lines, with their times, in the test's captured output (shown when it fails, or with -s)."""
+    print("\n".join(line for line in stdout.splitlines() if line.startswith(("[", "total "))))
 
 
 def reports(world: World) -> dict[str, bytes]:
@@ -76,87 +85,71 @@ def fresh_everywhere(world: World, models: list[str], tasks: list[str]) -> None:
         assert due_partitions(instance, defs.resolve_asset_graph(), models, tasks) == []
 
 
-def add_model_both_ways(world: World, env: dict, tmp_path: Path, models: list[dict]) -> tuple[str, dict, dict, str, dict, dict]:
-    """From the world's state, add the last of ``models`` and run both ways (module docstring), the world restored in between:
-    (stdout, reports, MLflow runs) of the incremental run, then of the full recompute."""
-    kept = tmp_path / "before"
-    shutil.copytree(world.root, kept, symlinks=True)
-    write_models(world.models_file, models)
-    incremental = medbench_run(env)
-    seen = (incremental, reports(world), mlflow_runs(world))
-    fresh_everywhere(world, [m["name"] for m in models], tasks_of(world))
-    shutil.rmtree(world.root)
-    shutil.copytree(kept, world.root, symlinks=True)
-    write_models(world.models_file, models)
-    (world.root / "state" / "scratch" / "leaderboard" / "stats_results.json").unlink()
-    full = medbench_run(env, "--recheck")
-    return (*seen, full, reports(world), mlflow_runs(world))
-
-
 def tasks_of(world: World) -> list[str]:
     from medbench_core.taskdata.catalog import load_catalog
 
     return load_catalog(world.root / "tasks.yaml").names
 
 
-def test_adding_a_model_runs_its_partitions_only_and_leaves_what_a_full_recompute_leaves(tmp_path):
-    world = new_world(tmp_path / "w", [BM25, BM25_K12])
-    env = _main_env(world, tmp_path)
-    medbench_run(env)
-    new, new_reports, new_runs, full, full_reports, full_runs = add_model_both_ways(world, env, tmp_path, [BM25, BM25_K12, BM25_K10])
-
-    lines = new.splitlines()
-    assert "[curate] not curated again: scifact, liveqa_medquad" in new and "[overlap] not judged again" in new
-    assert any(line.startswith("[plan] 4 of 6 partitions are current") and "2 to evaluate" in line for line in lines), new
-    evaluated = [line.split()[1:4] for line in lines if line.startswith("[evaluate]")]
-    assert evaluated == [["bm25-k10", "x", "scifact"], ["bm25-k10", "x", "liveqa_medquad"]]  # nothing else visited
-    assert "[curate] scifact" in full and "[evaluate] bm25                     x scifact                ok (cached)" in full
-
-    assert new_reports.keys() == full_reports.keys() and "diff/scifact.png" in new_reports and "trust/bm25-k10.png" in new_reports
-    for name in new_reports:
-        assert new_reports[name] == full_reports[name], name
-    assert new_runs == full_runs and len(new_runs) == 8  # six partitions, the leaderboard of two models and that of three
-    board = json.loads(new_reports["leaderboard.json"])
-    assert set(board["cells"]) == {f"{m}/{t}" for m in ("bm25", "bm25-k12", "bm25-k10") for t in ("scifact", "liveqa_medquad")}
-    assert board["stale"] == {}
-
-
-def test_on_the_bundled_tasks_with_a_stale_task_the_marks_and_bytes_are_those_of_a_full_recompute(tmp_path):
-    """The bundled benchmark's eleven tasks (text, images, the ICD split) with BM25 models; one task's source then
-    changes into one that fails curation, so its cells are kept and marked stale, the same both ways."""
-    shared = tmp_path / "shared"
-    shutil.copytree(ROOT.parent / "shared" / "data", shared, symlinks=True)
-    world = new_world(tmp_path / "w", [BM25, BM25_K12])
-    shutil.rmtree(world.shared)
-    world.shared.symlink_to(shared)
-    shutil.copy(ROOT / "tasks.yaml", world.root / "tasks.yaml")
-    env = _main_env(world, tmp_path)
-    medbench_run(env)
-    tasks = tasks_of(world)
-    queries = shared / "scifact" / "queries.jsonl"
-    queries.write_bytes(queries.read_bytes() + b"{not json\n")  # curating scifact again fails; its cells are kept, marked stale
-    env_fails = {**env}
-
-    kept = tmp_path / "before"
+@pytest.fixture(scope="module")
+def board(tmp_path_factory) -> tuple[World, dict, Path]:
+    """The board of two models on two tasks as ``medbench run`` leaves it, copied aside (each test starts from the copy)."""
+    tmp = tmp_path_factory.mktemp("incremental")
+    world = new_world(tmp / "w", [BM25, BM25_K12])
+    env = _main_env(world, tmp)
+    first = medbench_run(env)
+    assert "[evaluate] bm25-k12                 x liveqa_medquad         ok" in first, first
+    kept = tmp / "built"
     shutil.copytree(world.root, kept, symlinks=True)
-    results = []
-    for args in ((), ("--recheck",)):
-        write_models(world.models_file, [BM25, BM25_K12, BM25_K10])
-        if args:
-            (world.root / "state" / "scratch" / "leaderboard" / "stats_results.json").unlink()
-        out = subprocess.run([sys.executable, "-m", "medbench_cli", "run", *args], env=env_fails, cwd=ROOT, capture_output=True, text=True, timeout=1800)
-        assert out.returncode == 1 and "curated_task[scifact]" in out.stderr.splitlines()[-1], out.stderr[-2000:]
-        results.append((out.stdout, reports(world), mlflow_runs(world)))
-        if not args:
-            evaluated = {line.split()[1] for line in out.stdout.splitlines() if line.startswith("[evaluate]")}
-            assert evaluated == {"bm25-k10"}, out.stdout
-            assert "[curate] scifact                FAILED" in out.stdout
-            shutil.rmtree(world.root)
-            shutil.copytree(kept, world.root, symlinks=True)
-    (new, new_reports, new_runs), (full, full_reports, full_runs) = results
+    return world, env, kept
+
+
+def restore(world: World, kept: Path) -> None:
+    shutil.rmtree(world.root)
+    shutil.copytree(kept, world.root, symlinks=True)
+
+
+def add_a_model_and_break_scifact(world: World) -> None:
+    write_models(world.models_file, [BM25, BM25_K12, BM25_K10])
+    queries = world.shared / "sci" / "queries.jsonl"
+    queries.write_bytes(queries.read_bytes() + b"{not json\n")  # curating scifact again fails; its cells are kept, marked stale
+
+
+def failed_run(env: dict, *args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "medbench_cli", "run", *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False)
+    shown(out.stdout)
+    assert out.returncode == 1 and "curated_task[scifact]" in out.stderr.splitlines()[-1], out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout
+
+
+def test_adding_a_model_runs_its_partitions_only_and_leaves_what_a_full_recompute_leaves(board):
+    world, env, kept = board
+    restore(world, kept)
+    add_a_model_and_break_scifact(world)
+    new = failed_run(env)
+    new_reports, new_runs = reports(world), mlflow_runs(world)
+    fresh_everywhere(world, ["bm25", "bm25-k12", "bm25-k10"], ["liveqa_medquad"])
+
+    restore(world, kept)
+    add_a_model_and_break_scifact(world)
+    (world.root / "state" / "scratch" / "leaderboard" / "stats_results.json").unlink()
+    full = failed_run(env, "--recheck")
+    full_reports, full_runs = reports(world), mlflow_runs(world)
+
+    # The incremental run: the unchanged task not curated, the board's partitions confirmed by the plan, one evaluated.
+    lines = new.splitlines()
+    assert "[curate] not curated again: liveqa_medquad" in new and "[curate] scifact                FAILED" in new, new
+    assert any(line.startswith("[plan] 2 of 3 partitions are current") and "1 to evaluate" in line for line in lines), new
+    evaluated = [line.split()[1:4] for line in lines if line.startswith("[evaluate]")]
+    assert evaluated == [["bm25-k10", "x", "liveqa_medquad"]], new  # nothing else visited
+    # The full recompute curates and visits everything (the test's check that the two runs differ in work).
+    assert "[curate] liveqa_medquad         ok" in full and "[evaluate] bm25                     x liveqa_medquad         ok (cached)" in full, full
+
+    assert new_reports.keys() == full_reports.keys() and "diff/liveqa_medquad.png" in new_reports and "trust/bm25-k10.png" in new_reports
     for name in new_reports:
         assert new_reports[name] == full_reports[name], name
-    assert new_reports.keys() == full_reports.keys() and new_runs == full_runs
-    stale = json.loads(new_reports["leaderboard.json"])["stale"]
-    assert sorted(stale) == ["bm25-k12/scifact", "bm25/scifact"], stale  # bm25-k10 has no result on the old scifact: '-'
-    assert len(tasks) == 11
+    assert new_runs == full_runs and len(new_runs) == 7  # five partitions, the leaderboard of two models and that of three
+    board_json = json.loads(new_reports["leaderboard.json"])
+    assert sorted(board_json["cells"]) == ["bm25-k10/liveqa_medquad", "bm25-k12/liveqa_medquad", "bm25-k12/scifact", "bm25/liveqa_medquad", "bm25/scifact"]
+    assert sorted(board_json["stale"]) == ["bm25-k12/scifact", "bm25/scifact"], board_json["stale"]  # bm25-k10 has no result on the old scifact
+    assert tasks_of(world) == ["scifact", "liveqa_medquad"]
