@@ -253,7 +253,7 @@ def main(args: argparse.Namespace) -> int:
         planned = run_steps.plan(defs, instance, models, prepared["usable"], lambda keys: uptodate.logged_keys(catalog.benchmark, keys))
     failed = prepared["failures"] + run_steps.evaluate(defs, instance, models, prepared["usable"], args.force, progress, reasons, planned=planned, **steps)
     failed += run_steps.judge(defs, instance, prepared["usable"], reasons, failed_run=_failed, run_config=steps["run_config"])
-    failed += run_steps.audit(defs, instance, prepared["usable"], reasons, failed_run=_failed, run_config=steps["run_config"])
+    failed += run_steps.audit(defs, instance, prepared["usable"], reasons, failed_run=_failed, run_config=steps["run_config"], planned=planned is not None)
     for task, why in prepared["gated"].items():
         failed.append(f"gate[{task}]")
         reasons[f"gate[{task}]"] = why

@@ -183,3 +183,35 @@ def _records(instance: dg.DagsterInstance, key: dg.AssetKey, storage_ids: list[i
         for r in result.records:
             out[r.storage_id] = dict(r.event_log_entry.tags or {})
     return out
+
+
+def current_audits(instance: dg.DagsterInstance, asset_graph, store, registry, tasks: list[str]) -> list[str]:
+    """Which of ``tasks`` have their contamination audit (issue 49) current as stored: the audit complete at the key of
+    its inputs as they are now (the task, every other curated task, the declared manifests: the asset's own key), and
+    Dagster's last materialisation of that partition of that data version and code version. Those are not run again."""
+    from assets.contamination import CONTAMINATION_AUDIT, curated_tasks
+    from medbench_core.evaluation.contamination.audit import audit_key
+    from medbench_core.evaluation.contamination.board import audit_inputs
+    from medbench_core.storage import is_complete
+
+    loaded = curated_tasks(store, registry.catalog().names)
+    specs = registry.models()
+    keys = {}
+    for name in tasks:
+        if name in loaded:
+            others, manifests = audit_inputs(loaded[name], loaded, specs)
+            key = audit_key(loaded[name], others, manifests)
+            if is_complete(store.layout.audit_dir(name, key)):
+                keys[name] = key
+    if not keys:
+        return []
+    asset = dg.AssetKey(CONTAMINATION_AUDIT)
+    ids = instance.event_log_storage.get_latest_storage_id_by_partition(asset, DagsterEventType.ASSET_MATERIALIZATION)
+    records = _records(instance, asset, [ids[t] for t in keys if t in ids])
+    code = asset_graph.get(asset).code_version
+    current = []
+    for name, key in keys.items():
+        tags = records.get(ids.get(name, -1)) or {}
+        if tags.get(DATA_VERSION_TAG) == key and tags.get(CODE_VERSION_TAG) == code:
+            current.append(name)
+    return current

@@ -364,14 +364,25 @@ def judge(defs, instance, tasks: list[str], reasons: dict, *, failed_run: SayFai
     return failed
 
 
-def audit(defs, instance, tasks: list[str], reasons: dict, *, failed_run: SayFailure, run_config: dict) -> list[str]:
+def audit(defs, instance, tasks: list[str], reasons: dict, *, failed_run: SayFailure, run_config: dict, planned: bool = False) -> list[str]:
     """Each task's contamination audit (issue 49: near-duplicates in the other tasks and the declared training
-    manifests), stored once per inputs: a second run with nothing changed reads it back. A failure fails that task's audit alone."""
+    manifests), stored once per inputs: a second run with nothing changed reads it back. A failure fails that task's audit alone.
+    ``planned``: an audit current as stored (:func:`orchestration.plan.current_audits`) is not run again (issue 53)."""
     from orchestration.jobs import AUDIT_JOB
+    from orchestration.plan import current_audits
 
     job = defs.resolve_job_def(AUDIT_JOB)
     failed = []
+    current = set()
+    if planned:
+        t = time.perf_counter()
+        current = set(current_audits(instance, defs.resolve_asset_graph(), defs.resources["store"], defs.resources["registry"], tasks))
+        if current:
+            names = ", ".join(n for n in tasks if n in current)
+            print(f"[audit] not audited again: {names}: inputs as audited, materialised in Dagster ({time.perf_counter() - t:.2f}s)", flush=True)
     for task in tasks:
+        if task in current:
+            continue
         t = time.perf_counter()
         res = job.execute_in_process(instance=instance, partition_key=task, run_config=copy.deepcopy(run_config), raise_on_error=False)
         hit = res.success and all(ev.materialization.metadata["cache_hit"].value for ev in res.get_asset_materialization_events())
