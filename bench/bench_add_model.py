@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -46,8 +47,17 @@ NEW = "bm25-added"
 EVALUATE = re.compile(r"^\[evaluate\] (\S+)\s+x (\S+)\s+(ok|FAILED).*\(([\d.]+)s\)$")
 
 
+SETTINGS = {"k1": 1.2, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}
+ADDED = {"name": NEW, "kind": "bm25", "revision": "bm25s-lucene", "settings": SETTINGS}
+
+
 def new_entry(models_yaml: str) -> str:
-    """models.yaml with a copy of the bm25 entry, k1 = 1.2, appended (the issue's case)."""
+    """models.yaml with a copy of the bm25 entry, k1 = 1.2, appended (the issue's case); a models.yaml written as JSON
+    (bench/synthetic_board.py's) gets it in JSON."""
+    if models_yaml.lstrip().startswith("{"):
+        doc = json.loads(models_yaml)
+        doc["models"].append(ADDED)
+        return json.dumps(doc, indent=1)
     block = (
         f'  - name: {NEW}\n    kind: bm25\n    revision: "bm25s-lucene"\n    settings: {{k1: 1.2, b: 0.75, method: lucene, stopwords: en, stemmer: english}}\n'
     )
