@@ -45,6 +45,7 @@ from medbench_core.retrieval.ranking import doc_order, run_frame, topk
 K1, B = 0.9, 0.4  # R2MED's eval_BM25.py line 66
 FILES = ("params.json", "vocab.json", "idf.npy", "term_indptr.npy", "doc_indices.npy", "weights.npy")
 _CHUNK_DOCS = 20_000  # documents counted together (their (document, term) keys sorted at once)
+_WEIGHT_BLOCK = 1 << 22  # (document, term) entries weighted together (their float64 operands: 4 x 32 MB)
 
 
 @dataclass
@@ -174,11 +175,12 @@ def fit(texts: Iterable[str], k1: float = K1, b: float = B, progress: bool | Non
 
     import scipy.sparse as sp
 
+    # each list joined and emptied in turn, so that a column and its chunks are never all held twice
     t = final[np.concatenate(coo_t)]
-    d = np.concatenate(coo_d)
-    tf = np.concatenate(coo_c)
     coo_t.clear()
+    d = np.concatenate(coo_d)
     coo_d.clear()
+    tf = np.concatenate(coo_c)
     coo_c.clear()
     # terms x documents; entries arrive in document order, so each term's documents stay ascending
     mat = sp.csr_matrix((tf, (t, d)), shape=(len(vocab), n))
@@ -190,9 +192,19 @@ def fit(texts: Iterable[str], k1: float = K1, b: float = B, progress: bool | Non
     uniq, inverse = np.unique(df, return_inverse=True)
     idf = np.array([math.log(n + 1.0) - math.log(int(f) + 0.5) for f in uniq.tolist()], dtype=np.float64)[inverse]
     doc_of = mat.indices
-    weights = _weights(mat.data.astype(np.float64), np.repeat(idf, df), doc_len[doc_of], k1, b, avgdl).astype(np.float32)
+    indptr = mat.indptr.astype(np.int64, copy=False)
+    # the weights a block of terms at a time: the float64 operands of the whole matrix at once were
+    # the index's memory peak (about 48 bytes per (document, term) entry); element-wise, so the same bits
+    weights = np.empty(len(doc_of), dtype=np.float32)
+    start = 0
+    while start < len(vocab):
+        stop = int(np.searchsorted(indptr, indptr[start] + _WEIGHT_BLOCK, side="right")) - 1
+        stop = min(max(stop, start + 1), len(vocab))
+        lo, hi = int(indptr[start]), int(indptr[stop])
+        weights[lo:hi] = _weights(mat.data[lo:hi].astype(np.float64), np.repeat(idf[start:stop], df[start:stop]), doc_len[doc_of[lo:hi]], k1, b, avgdl)
+        start = stop
     return LuceneBM25Index(
-        vocab=vocab, idf=idf, term_indptr=mat.indptr.astype(np.int64), doc_indices=doc_of.astype(np.int32), weights=weights,
+        vocab=vocab, idf=idf, term_indptr=indptr, doc_indices=doc_of.astype(np.int32, copy=False), weights=weights,
         n_docs=n, avgdl=avgdl, k1=float(k1), b=float(b),
     )  # fmt: skip
 

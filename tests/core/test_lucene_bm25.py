@@ -238,6 +238,21 @@ def test_index_files_are_the_same_bytes_for_the_same_corpus(tmp_path):
     np.testing.assert_allclose(index.scores(["lower"]), [w0 * q, w1 * q, 0, 0], rtol=1e-6)
 
 
+def test_weights_computed_in_blocks_are_the_one_blocks_bits(monkeypatch):
+    # fit weights the matrix a block of terms at a time (its memory peak); every bundled corpus is one
+    # block at the real size (as the pyserini + gensim test above checks it), so here blocks of 1,000
+    # entries (a term longer than a block gets one of its own) and of one term each: the same bits
+    docs = bundled("liveqa_medquad")[0]
+    one = lucene_bm25.fit(docs)
+    assert len(one.weights) < lucene_bm25._WEIGHT_BLOCK
+    assert len(one.weights) > 100_000 and np.diff(one.term_indptr).max() > 1_000
+    for block in (1_000, 1):
+        monkeypatch.setattr(lucene_bm25, "_WEIGHT_BLOCK", block)
+        got = lucene_bm25.fit(docs)
+        assert got.weights.tobytes() == one.weights.tobytes()
+        assert got.term_indptr.tobytes() == one.term_indptr.tobytes() and got.doc_indices.tobytes() == one.doc_indices.tobytes()
+
+
 # --- R2MED's kind of text, and letters outside the BMP ---------------------------------------
 
 WIDE_LETTERS = ["\U0001d6fc", "\U0001d465", "\U0001d400", "\U0001d51e", "\U00010437", "\U00010400", "\U00010330"]  # math italic, bold, fraktur; Deseret; Gothic
