@@ -514,12 +514,16 @@ class Bench:
         def add_theirs() -> paired.Sample:
             return self.mteb(restore(snap5_theirs, theirs), two, six_tasks)
 
+        snap6_ours, snap6_theirs = self.work / "snap6-medbench", self.work / "snap6-mteb"
         if "add-task" in wanted:
             print(f"\n## add-task: five tasks x 2 models run, then {ADDED} added ({time.strftime('%H:%M')}, load {os.getloadavg()[0]:.1f})", flush=True)
             self.report("add-task", paired.measure({"medbench": add_ours, "mteb": add_theirs}, self.pairs, report=self.say), "add-task")
-        else:
+        elif not (snap6_ours.exists() and snap6_theirs.exists()):
             add_ours(), add_theirs()  # the six-task state the next scenarios start from
+        if "add-task" in wanted or not (snap6_ours.exists() and snap6_theirs.exists()):
+            restore(ours, snap6_ours), restore(theirs, snap6_theirs)  # kept for a later run with the same --work
         if "unchanged" in wanted:
+            restore(snap6_ours, ours), restore(snap6_theirs, theirs)
             print(f"\n## unchanged: the six-task benchmark again, nothing changed ({time.strftime('%H:%M')}, load {os.getloadavg()[0]:.1f})", flush=True)
             m = paired.measure(
                 {"medbench": lambda: self.medbench(ours, [], models, six), "mteb": lambda: self.mteb(theirs, two, six_tasks)},
@@ -529,7 +533,6 @@ class Bench:
             )
             self.report("unchanged", m, "unchanged")
         if "revision" in wanted:
-            snap6_ours, snap6_theirs = restore(ours, self.work / "snap6-medbench"), restore(theirs, self.work / "snap6-mteb")
             print(f"\n## revision: {self.revision_model}'s revision changed ({time.strftime('%H:%M')}, load {os.getloadavg()[0]:.1f})", flush=True)
             m = paired.measure(
                 {
@@ -547,7 +550,7 @@ def main() -> int:
     paired.add_arguments(parser)
     parser.add_argument("--only", default=",".join(SCENARIOS), help=f"comma-separated scenarios (default all: {', '.join(SCENARIOS)})")
     parser.add_argument("--work", type=Path, help="work folder (default: a new temporary folder, removed at the end unless --keep)")
-    parser.add_argument("--keep", action="store_true", help="keep the work folder (its five-task snapshots and exports are reused by a later run)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (its five- and six-task snapshots and exports are reused by a later run)")
     parser.add_argument("--revision-model", default=BM25, choices=[BM25, MINILM], help="the model whose revision the revision scenario changes (default bm25)")
     parser.add_argument("--_mteb", help=argparse.SUPPRESS)
     args = parser.parse_args()
