@@ -9,14 +9,13 @@ later, separate run refuses a task whose gate failed: Dagster's ``blocking`` onl
 downstream assets inside the run that ran the check.
 """
 
-from collections.abc import Iterable
 from pathlib import Path
 
 import dagster as dg
 
 from assets.tasks import CURATED_TASK
+from assets.verdicts import overlap_judged_with, task_judged_with
 from medbench_core.errors import MedbenchError
-from medbench_core.provenance import artifact_key, stage_version
 from medbench_core.taskdata.contracts import ContractResult, read_gate, record_gate, record_overlap_gate, validate_task, validate_tasks
 from medbench_core.taskdata.licences import LicencePolicy
 from runtime.resources import ArtifactStoreResource, RegistryResource
@@ -79,21 +78,6 @@ def _reused(gate: dict, gate_file: Path) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
         passed=bool(gate.get("passed")), metadata=md, description=str(gate.get("message", "")).splitlines()[0] if gate.get("message") else None
     )
-
-
-def task_judged_with(catalog, entry, content_hash: str) -> str:
-    """What a task's recorded verdict must have judged to be reused: its content and the rules (the allowlist, its
-    research-only flag, what its qrels holes get, the contracts' code version)."""
-    holes = str(entry.options.get("qrels_holes") or "refuse")
-    rules = artifact_key(allow=sorted(catalog.licence_allowlist), research_only=entry.research_only, qrels_holes=holes, code=stage_version("contracts"))
-    return f"{content_hash}:{rules}"
-
-
-def overlap_judged_with(tasks: Iterable[tuple[str, str]], test_image_duplicates: str = "ignore") -> str:
-    """What the cross-task verdict must have judged to be reused: exactly these (task, content hash), the contracts' code
-    version and tasks.yaml's ``test_image_duplicates`` (mark or refuse add the image check; ignore keeps the key it had before it)."""
-    asked = {"test_image_duplicates": test_image_duplicates} if test_image_duplicates != "ignore" else {}
-    return artifact_key(tasks=sorted(tasks), code=stage_version("contracts"), **asked)
 
 
 def _unloadable(name: str, exc: Exception) -> ContractResult:

@@ -27,7 +27,7 @@ def current_curation(store: ArtifactStoreResource, registry: RegistryResource, n
     same entry, code version and source files (names, sizes and mtimes, then sha256 when those moved:
     :func:`medbench_core.taskdata.catalog.unchanged_inputs`; the new stat is recorded), and judged by its data
     contract under the current rules. ``(None, why not)`` otherwise (and online, where a hub dataset may have moved)."""
-    from assets.checks import task_judged_with
+    from assets.verdicts import task_judged_with
 
     if registry.online:
         return None, "online: a hub dataset may have moved"

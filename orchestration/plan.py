@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
+from dagster import DagsterEventType
 from dagster._core.definitions.data_version import CODE_VERSION_TAG, DATA_VERSION_TAG  # private: the tags Dagster reads them from
-from dagster._core.events import DagsterEventType
 
 from assets.registry import MODEL_SPEC
 from assets.stage import PARTITION_ASSETS, PARTITION_STAGES, Partition, data_version, resolve_partition

@@ -187,8 +187,8 @@ def reusable_tasks(instance, store, registry, tasks: list[str]) -> dict[str, str
     that Dagster shows as the UI does: its latest ``curated_task`` materialisation of that content, by the current code,
     and no attempt failed or under way since. Curating such a task again would change nothing."""
     import dagster as dg
+    from dagster import DagsterEventType
     from dagster._core.definitions.data_version import CODE_VERSION_TAG, DATA_VERSION_TAG  # private: the tags Dagster reads
-    from dagster._core.events import DagsterEventType
 
     from assets.tasks import CURATED_TASK, CURATED_TASK_VERSION, current_curation, data_version_of
     from runtime.partitions import Partitions
@@ -219,7 +219,7 @@ def reusable_tasks(instance, store, registry, tasks: list[str]) -> dict[str, str
 
 def overlap_judged(store, registry) -> bool:
     """Whether the recorded cross-task verdict judged exactly the curated tasks as stored (the check would reuse it)."""
-    from assets.checks import overlap_judged_with
+    from assets.verdicts import overlap_judged_with
     from medbench_core.taskdata.contracts import read_gate
 
     catalog = registry.catalog()

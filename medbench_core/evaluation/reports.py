@@ -314,7 +314,8 @@ def headline_markdown(
             r = st.get((row["model"], t))
             text = "n/a" if (row["model"], t) in na else format_cell(r["mean"], r["ci_low"], r["ci_high"], r["significant"]) if r else format_cell(row[t])
             cells.append(text + (" (stale)" if (row["model"], t) in stale and text != "n/a" else ""))
-        cells.append(format_cell(row["average"]))
+        # an average over a stale value is stale too, as in the table below
+        cells.append(format_cell(row["average"]) + (" (stale)" if row["average"] is not None and any(m == row["model"] for m, _ in stale) else ""))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + f"\n\n{SITE_LINE} Below, for terminals and diffs: {'; '.join(below)}.\n"
 
