@@ -232,6 +232,10 @@ def test_a_bad_expansion_file_names_file_line_and_id_and_stores_nothing(r2med):
     # The good file again: all cache hits.
     again = medbench_run(world, tmp, "--models", "bm25+q2d-gpt4")
     assert again.returncode == 0 and evaluated("bm25+q2d-gpt4", "ok (cached)") in again.stdout, again.stdout[-2000:]
+    # A run ends by saying where the leaderboard's pages are and where `medbench ui` serves them (issue 48).
+    site = world.root / "data" / "reports" / "site" / "index.html"
+    assert f"site: {site} (open it in a browser: no server needed)" in again.stdout and site.is_file(), again.stdout[-2000:]
+    assert "serve it: medbench ui -> http://127.0.0.1:3100/ (beside the Dagster and MLflow UIs)" in again.stdout
 
 
 def test_a_fusion_whose_upstream_fails_fails_alone_saying_which_upstream_and_what_to_run(tmp_path):
