@@ -316,20 +316,21 @@ def write_site(
     leaderboard are removed (they would show other figures) and a warning says why (``{"error": ...}``). They are built
     again when the saved leaderboard, its MLflow run, the code or the released versions changed, not when a run saved
     the same leaderboard again (a refused input changes nothing, pages included: test_bad_inputs)."""
-    import hashlib
     import shutil
 
     from medbench_core.provenance import code_versions
     from medbench_core.site import SiteInputs, UiLinks, build_site
     from medbench_core.site.build import built_from
+    from medbench_core.storage import sha256_file
 
     try:
         versions_dir = registry.checkout() / "versions"
         links = UiLinks(metrics_asset=ASSET_OF_STAGE["metrics"])
+        code = code_versions()
         digest = artifact_key(
-            kind="site", leaderboard=hashlib.sha256((out / "leaderboard.json").read_bytes()).hexdigest(), git=build.get("git"),
-            mlflow_run_id=build.get("mlflow_run_id"), code=code_versions(), links=repr(links),
-            versions={p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(versions_dir.glob("*.json"))},
+            kind="site", leaderboard=sha256_file(out / "leaderboard.json"), git=build.get("git"),
+            mlflow_run_id=build.get("mlflow_run_id"), code=code, links=repr(links),
+            versions={p.name: sha256_file(p) for p in sorted(versions_dir.glob("*.json"))},
         )  # fmt: skip
         was, size = built_from(out / SITE_DIR)
         if was == digest:
@@ -337,7 +338,7 @@ def write_site(
         inputs = SiteInputs(
             leaderboard=out / "leaderboard.json", data_root=store.root_path, catalog=catalog, shared_data=Path(store.shared_data), specs=specs,
             versions_dir=versions_dir, build=build, mlflow_runs=mlflow.finished_runs_by_key(catalog.benchmark),
-            links=links, code_versions=code_versions(), built_from=digest,
+            links=links, code_versions=code, built_from=digest,
         )  # fmt: skip
         return build_site(out / SITE_DIR, inputs)
     except Exception as exc:  # any failure of the view: the leaderboard above is saved and logged already

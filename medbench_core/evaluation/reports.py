@@ -236,7 +236,7 @@ def leaderboard_markdown(
                 cells[-1] += " (stale)"
             if suffix and (row["model"], t) in suffix and cells[-1] not in ("n/a", "-"):
                 cells[-1] += " " + suffix[(row["model"], t)]
-        cells.append(format_cell(row["average"]) + (" (stale)" if row["average"] is not None and any(m == row["model"] for m, _ in stale_cells) else ""))
+        cells.append(average_cell(row, stale_cells))
         lines.append("| " + " | ".join(cells) + " |")
     if chance:
         from medbench_core.evaluation.floors import CHANCE_ROW
@@ -289,6 +289,12 @@ SITE_LINE = (
 )
 
 
+def average_cell(row: Mapping[str, Any], stale: Iterable[tuple[str, str]]) -> str:
+    """A board row's average as a table shows it: an average over a stale value is stale too."""
+    marked = row["average"] is not None and any(m == row["model"] for m, _ in stale)
+    return format_cell(row["average"]) + (" (stale)" if marked else "")
+
+
 def headline_markdown(
     board: pl.DataFrame,
     stats: pl.DataFrame | None,
@@ -314,8 +320,7 @@ def headline_markdown(
             r = st.get((row["model"], t))
             text = "n/a" if (row["model"], t) in na else format_cell(r["mean"], r["ci_low"], r["ci_high"], r["significant"]) if r else format_cell(row[t])
             cells.append(text + (" (stale)" if (row["model"], t) in stale and text != "n/a" else ""))
-        # an average over a stale value is stale too, as in the table below
-        cells.append(format_cell(row["average"]) + (" (stale)" if row["average"] is not None and any(m == row["model"] for m, _ in stale) else ""))
+        cells.append(average_cell(row, stale))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + f"\n\n{SITE_LINE} Below, for terminals and diffs: {'; '.join(below)}.\n"
 

@@ -313,20 +313,24 @@ def build_site(out_dir: str | Path, inputs: SiteInputs) -> dict[str, Any]:
     return {"files": sorted(written.files), "bytes": written.bytes, "seconds": time.perf_counter() - t0, "index": out_dir / "index.html"}
 
 
+def _site_record(folder: Path) -> dict[str, Any] | None:
+    """The SITE.json of a site this builder wrote in ``folder``; None when there is none."""
+    try:
+        record = json.loads((folder / "SITE.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("kind") == MARK else None
+
+
 def built_from(folder: str | Path) -> tuple[str, int]:
     """The ``built_from`` digest of the site in ``folder`` and the bytes of its files; ("", 0) when there is none, or a file is missing."""
     folder = Path(folder)
+    record = _site_record(folder)
     try:
-        record = json.loads((folder / "SITE.json").read_text())
-        if record.get("kind") != MARK:
-            return "", 0
-        return str(record.get("built_from") or ""), sum((folder / f).stat().st_size for f in [*record["files"], "SITE.json"])
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return str(record["built_from"]), sum((folder / f).stat().st_size for f in [*record["files"], "SITE.json"])
+    except (OSError, KeyError, TypeError):
         return "", 0
 
 
 def _is_site(folder: Path) -> bool:
-    try:
-        return json.loads((folder / "SITE.json").read_text()).get("kind") == MARK
-    except (OSError, ValueError, AttributeError):
-        return False
+    return _site_record(folder) is not None

@@ -14,29 +14,17 @@ import pytest
 
 from medbench_core import storage
 from medbench_core.errors import IntegrityError
+from tests.core.hash_reads import count_hash_reads, write_artifact
 
 
 @pytest.fixture
 def counted(monkeypatch):
     """Forget every note, and count the files whose bytes are read to hash them."""
-    monkeypatch.setattr(storage, "_NOTED", {})
-    reads: list[str] = []
-    real = storage.sha256_file
-
-    def sha256_file(path):
-        reads.append(os.path.basename(path))
-        return real(path)
-
-    monkeypatch.setattr(storage, "sha256_file", sha256_file)
-    return reads
+    return count_hash_reads(monkeypatch)
 
 
 def _artifact(folder, files: dict[str, bytes]):
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():
-        (folder / name).write_bytes(data)
-    time.sleep(0.06)  # past the racy margin (50 ms) of the files' timestamps
-    return storage.write_manifest(folder, list(files))
+    return write_artifact(folder, files)
 
 
 def test_a_file_hashed_once_is_verified_by_its_stat_and_any_write_is_seen(tmp_path, counted):

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from medbench_core import storage
+from tests.core.hash_reads import count_hash_reads, write_artifact
 
 
 @pytest.fixture
@@ -19,25 +20,11 @@ def fresh(tmp_path, monkeypatch):
 
     monkeypatch.setattr(settings, "STATE", tmp_path / "state")
     monkeypatch.setattr(verified, "_KEPT", {})
-    monkeypatch.setattr(storage, "_NOTED", {})
-    reads: list[str] = []
-    real = storage.sha256_file
-
-    def sha256_file(path):
-        reads.append(os.path.basename(path))
-        return real(path)
-
-    monkeypatch.setattr(storage, "sha256_file", sha256_file)
-    return reads
+    return count_hash_reads(monkeypatch)
 
 
 def _artifact(folder, files: dict[str, bytes]):
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():
-        (folder / name).write_bytes(data)
-    time.sleep(0.06)  # past the racy margin (50 ms) of the files' timestamps
-    storage.write_manifest(folder, list(files))
-    time.sleep(0.06)  # the manifest too
+    write_artifact(folder, files, settle_manifest=True)
     return folder
 
 
