@@ -127,7 +127,7 @@ class Layout:
 # The curated task each folder held when this process last read it, under the stat of its manifest
 # and files: the steps of one process (medbench run --serial, a Dagster run in process) read the
 # Parquet once rather than once per step. Only files whose sha256 is noted as the manifest's at
-# that very stat count (medbench_core/storage.py): the copy returned shares the immutable frames.
+# that very stat count (medbench_core/storage/hashes.py): the copy returned shares the immutable frames.
 _LOADED: dict[Path, tuple[tuple, Task]] = {}
 
 

@@ -1,6 +1,6 @@
 """Which files were already hashed, kept with the project's state, so that a new process need not read them again.
 
-medbench_core/storage.py notes, within one process, the sha256 of every file it hashes under the
+medbench_core/storage/hashes.py notes, within one process, the sha256 of every file it hashes under the
 stat the file had then (device, inode, size, mtime, ctime: a write changes mtime and ctime, a
 replacement the inode), and verifies a file whose stat is unchanged without reading it. This
 module keeps those notes across processes: one small JSON file per folder (an artifact, a curated

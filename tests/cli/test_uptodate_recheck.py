@@ -42,7 +42,7 @@ def test_the_warm_path_reads_no_unchanged_artifact_and_recheck_catches_silent_co
     st = os.stat(target)
     kept["files"]["run.parquet"][:5] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     notes.write_text(json.dumps(kept))
-    monkeypatch.setattr(storage, "_NOTED", {})
+    monkeypatch.setattr(storage.hashes, "_NOTED", {})
     assert not storage.is_complete(folder)  # the bytes do not match the manifest...
     warm = medbench_run(env, *args)
     assert warm.stdout.startswith("[up to date]"), warm.stdout  # ...yet the warm path did not read them
@@ -51,6 +51,6 @@ def test_the_warm_path_reads_no_unchanged_artifact_and_recheck_catches_silent_co
     assert "[up to date]" not in rechecked.stdout
     line = next(x for x in rechecked.stdout.splitlines() if x.startswith("[evaluate] bm25"))
     assert " ok " in line and "(cached)" not in line, rechecked.stdout  # the run stage was rebuilt, not reused
-    monkeypatch.setattr(storage, "_NOTED", {})
+    monkeypatch.setattr(storage.hashes, "_NOTED", {})
     assert storage.is_complete(folder) and target.read_bytes() == good  # the same bytes as first written
     assert medbench_run(env, *args).stdout.startswith("[up to date]")

@@ -14,15 +14,15 @@ RACY = 0.06  # past the racy margin (50 ms) of a file's timestamp: a file read i
 
 def count_hash_reads(monkeypatch) -> list[str]:
     """Forget every note of this process, and count (by base name) the files whose bytes are read to hash them."""
-    monkeypatch.setattr(storage, "_NOTED", {})
+    monkeypatch.setattr(storage.hashes, "_NOTED", {})
     reads: list[str] = []
-    real = storage.sha256_file
+    real = storage.hashes.sha256_file
 
     def sha256_file(path):
         reads.append(os.path.basename(path))
         return real(path)
 
-    monkeypatch.setattr(storage, "sha256_file", sha256_file)
+    monkeypatch.setattr(storage.hashes, "sha256_file", sha256_file)
     return reads
 
 

@@ -65,8 +65,8 @@ WRITER = textwrap.dedent(
     mode, target, arg = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     BIG = 4 << 20
     if os.environ.get("NO_EXCHANGE"):  # the portable two-rename swap, as on non-Linux systems
-        import medbench_core.storage as storage
-        storage._exchange = lambda a, b: False
+        import medbench_core.storage.atomic as atomic
+        atomic._exchange = lambda a, b: False
 
     def die():
         os.kill(os.getpid(), signal.SIGKILL)

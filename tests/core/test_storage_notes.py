@@ -1,4 +1,4 @@
-"""Files already hashed are not read again while their stat is unchanged (medbench_core/storage.py),
+"""Files already hashed are not read again while their stat is unchanged (medbench_core/storage/hashes.py),
 within a process and, through the notes kept with the state (runtime/verified.py), across processes;
 any write is seen, and a file written in the same clock tick as it was read is never trusted."""
 
@@ -66,7 +66,7 @@ def test_notes_kept_with_the_state_spare_a_new_process_the_reading(tmp_path, cou
     verified.remember(folder)
     assert verified.notes_file(folder).is_file()
 
-    monkeypatch.setattr(storage, "_NOTED", {})  # a new process: nothing noted
+    monkeypatch.setattr(storage.hashes, "_NOTED", {})  # a new process: nothing noted
     counted.clear()
     assert verified.complete(folder) and counted == []  # every stat as noted: no byte read
 
@@ -82,17 +82,17 @@ def test_notes_kept_with_the_state_spare_a_new_process_the_reading(tmp_path, cou
     assert now.st_size == st.st_size
     kept["files"]["index.bin"][:5] = [now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns, now.st_ctime_ns]
     notes.write_text(json.dumps(kept))
-    monkeypatch.setattr(storage, "_NOTED", {})
+    monkeypatch.setattr(storage.hashes, "_NOTED", {})
     monkeypatch.setattr(verified, "_KEPT", {})
     assert verified.complete(folder)  # the warm path trusts the stat it was told about...
-    monkeypatch.setattr(storage, "_NOTED", {})
+    monkeypatch.setattr(storage.hashes, "_NOTED", {})
     assert not storage.is_complete(folder)  # ...what every step of `--recheck` does reads the bytes
 
     # Notes about another folder, or unreadable ones, are ignored.
     notes.write_text("{not json")
-    monkeypatch.setattr(storage, "_NOTED", {})
+    monkeypatch.setattr(storage.hashes, "_NOTED", {})
     verified.recall(folder)
-    assert storage._NOTED == {}
+    assert storage.hashes._NOTED == {}
 
 
 def test_a_curated_task_is_read_once_per_process_while_its_files_are_unchanged(tmp_path, counted, monkeypatch):

@@ -32,7 +32,7 @@ def _new_process(monkeypatch, tmp_path):
     """What a new process knows: no note in memory, none kept with the state."""
     from runtime import verified
 
-    monkeypatch.setattr(storage, "_NOTED", {})
+    monkeypatch.setattr(storage.hashes, "_NOTED", {})
     monkeypatch.setattr(verified, "_KEPT", {})
     shutil.rmtree(tmp_path / "state" / verified.NOTES, ignore_errors=True)
 
