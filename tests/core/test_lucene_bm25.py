@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from medbench_core.retrieval import lucene_analysis as la
-from medbench_core.retrieval import lucene_bm25
+from medbench_core.retrieval import lucene_bm25, porter_stemmer
 from tests.core import pyserini_reference as ref
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -280,12 +280,12 @@ def code_point_stem(word: str) -> str:
     """Porter's rules on code points (what the port did before): the check below can tell the two apart."""
     if len(word) <= 2:
         return word
-    z = la._Word(word)
+    z = porter_stemmer._Word(word)
     z.step1ab()
     if z.k > 0:
         z.step1c()
-        z.step23(la._STEP2, 1)
-        z.step23(la._STEP3, 0)
+        z.step23(porter_stemmer._STEP2, 1)
+        z.step23(porter_stemmer._STEP3, 0)
         z.step4()
         z.step5()
     return "".join(z.b[: z.k + 1])
