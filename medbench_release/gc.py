@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from medbench_release.dvc_cache import md5_file
 from medbench_release.remote import configure_remote, open_remote, remote_versions
 from medbench_release.vcs import DATA, Log, VersioningError, data_version, dvc, git, repo_root
-from medbench_release.workspace import md5_file
 
 _DVC_TEMP = re.compile(r"^\.[A-Za-z0-9_-]+\.tmp\Z")
 
@@ -141,7 +141,7 @@ def gc_remote(root: Path, *, keep_hours: float = KEEP_HOURS, log: Log = print) -
     the files of a needed version cannot be known (its directory object is neither on the remote nor
     in the cache), nothing is removed. Returns what was kept and why, and what was removed.
     """
-    from medbench_release.workspace import cache_dir
+    from medbench_release.dvc_cache import cache_dir
 
     cache = cache_dir(root)
     named = _ref_versions(root)

@@ -36,7 +36,6 @@ import contextlib
 import datetime as dt
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -46,12 +45,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from medbench_core.storage import exchange_paths
-from medbench_release.vcs import DATA, REMOTE, Log, PullError, VersioningError, data_version, dvc, git
+from medbench_release.dvc_cache import cache_dir, cache_object, copy_checked, md5_file, restorable, store_in_cache, version_listing
+from medbench_release.vcs import DATA, REMOTE, Log, PullError, VersioningError, data_version, dvc
 
 AREA = Path(".medbench") / "pull"  # staging, journal and kept files, under the checkout (git ignores .medbench/)
 INSIDE_AREA = ".medbench-pull"  # the same, inside data/ when data/ is a mount point (.dvcignore leaves it out of versions)
 _JOURNAL = "journal.json"
-_CHUNK = 1 << 20
 
 
 @dataclass
@@ -86,29 +85,6 @@ class PullResult:
         return out
 
 
-def md5_file(path: Path) -> str:
-    """Hex md5 of a file's bytes (DVC's object names)."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "md5").hexdigest()
-
-
-def cache_dir(root: Path) -> Path:
-    """The DVC cache of the checkout (``dvc cache dir``: ``.dvc/cache`` unless configured elsewhere)."""
-    return Path(dvc(root, "cache", "dir").stdout.strip())
-
-
-def cache_object(cache: Path, md5: str) -> Path:
-    return cache / "files" / "md5" / md5[:2] / md5[2:]
-
-
-def version_listing(cache: Path, version: str) -> dict[str, str] | None:
-    """relpath -> md5 of every file of ``version``, from its directory object; None when the cache lacks it intact."""
-    obj = cache_object(cache, version)
-    if not obj.is_file() or md5_file(obj) != version.removesuffix(".dir"):
-        return None
-    return {e["relpath"]: e["md5"] for e in json.loads(obj.read_text())}
-
-
 def tree_md5(folder: Path) -> dict[str, str]:
     """relpath -> md5 of every file under ``folder`` (symbolic links are not followed into; a pull's own area inside is left out)."""
     out: dict[str, str] = {}
@@ -121,31 +97,6 @@ def tree_md5(folder: Path) -> dict[str, str]:
             p = Path(dirpath, name)
             if p.is_file():
                 out[str(p.relative_to(folder))] = md5_file(p)
-    return out
-
-
-def recorded_versions(root: Path) -> set[str]:
-    """The data versions git records: ``data.dvc`` at every tag, every local branch and HEAD."""
-    refs = git(root, "for-each-ref", "--format=%(refname)", "refs/tags", "refs/heads", check=False).split() + ["HEAD"]
-    out = set()
-    for ref in refs:
-        try:
-            out.add(data_version(root, rev=ref))
-        except VersioningError:
-            continue  # a commit from before DVC versioning, or without a release
-    return out
-
-
-def restorable(root: Path, cache: Path, versions: set[str] | None = None) -> set[tuple[str, str]]:
-    """``(relpath, md5)`` of every file a recorded version names (:func:`recorded_versions`) whose object the cache holds intact:
-    what a pull may remove from data/, because checking that version out gives it back."""
-    seen: dict[str, bool] = {}
-    out: set[tuple[str, str]] = set()
-    for version in sorted(versions if versions is not None else recorded_versions(root)):
-        listing = version_listing(cache, version)
-        for rel, md5 in (listing or {}).items():
-            if _intact(cache, md5, seen):
-                out.add((rel, md5))
     return out
 
 
@@ -166,40 +117,6 @@ def is_mount_point(path: Path) -> bool:
         if len(fields) > 4 and _MOUNT_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), fields[4]) == want:
             return True  # a bind mount of a folder of the same filesystem (ismount sees the same device)
     return False
-
-
-def _intact(cache: Path, md5: str, seen: dict[str, bool]) -> bool:
-    if md5 not in seen:
-        obj = cache_object(cache, md5)
-        seen[md5] = obj.is_file() and md5_file(obj) == md5
-    return seen[md5]
-
-
-def _copy_checked(src: Path, dst: Path, md5: str) -> bool:
-    """Copy ``src`` to ``dst`` hashing the bytes on the way; False (and nothing left at ``dst``) when they are not ``md5``.
-
-    Not :func:`hashlib.file_digest`: that reads the file for the hash alone, and this reads it once for both."""
-    h = hashlib.md5()
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        while chunk := fin.read(_CHUNK):
-            h.update(chunk)
-            fout.write(chunk)
-        fout.flush()
-        os.fsync(fout.fileno())
-    if h.hexdigest() != md5:
-        dst.unlink()
-        return False
-    return True
-
-
-def _store_in_cache(cache: Path, md5: str, src: Path) -> None:
-    """Put ``src`` (already hashed to ``md5``) into the cache under its name, atomically and read-only as DVC keeps it."""
-    obj = cache_object(cache, md5)
-    obj.parent.mkdir(parents=True, exist_ok=True)
-    tmp = obj.with_name(f".{obj.name}.medbench.tmp")
-    if _copy_checked(src, tmp, md5):
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, obj)
 
 
 def _area(root: Path, real: Path) -> Path:
@@ -410,7 +327,7 @@ def pull_data(root: Path, *, log: Log = print) -> PullResult:
         result = PullResult(version, len(listing))
         for md5 in sorted({m for m in listing.values() if m in by_md5}):
             if not cache_object(cache, md5).is_file():  # the cache lost it: data/ holds the one copy left
-                _store_in_cache(cache, md5, real / by_md5[md5])
+                store_in_cache(cache, md5, real / by_md5[md5])
                 result.repaired.append(md5)
         if here == listing:
             result.from_data, result.changed = len(listing), False
@@ -433,9 +350,9 @@ def pull_data(root: Path, *, log: Log = print) -> PullResult:
                     except OSError:  # a filesystem without hard links
                         shutil.copyfile(real / rel, dst)
                     result.from_data += 1
-                elif md5 in by_md5 and _copy_checked(real / by_md5[md5], dst, md5):  # a copy: that file may be a user's, kept apart
+                elif md5 in by_md5 and copy_checked(real / by_md5[md5], dst, md5):  # a copy: that file may be a user's, kept apart
                     result.from_data += 1
-                elif cache_object(cache, md5).is_file() and _copy_checked(cache_object(cache, md5), dst, md5):
+                elif cache_object(cache, md5).is_file() and copy_checked(cache_object(cache, md5), dst, md5):
                     result.from_cache += 1
                 else:
                     missing.append(rel)
