@@ -176,7 +176,7 @@ def test_every_judgment_against_the_top_100_keeps_every_match():
 def test_equal_keys_finds_every_pair_when_keys_repeat():
     # Keys drawn from a small pool: runs of equal keys of every length, on one side or both (a hash
     # collision beside a match, a pair judged twice). Every left x right pair of equal keys, by brute force.
-    from medbench_core.evaluation.metrics import _equal_keys
+    from medbench_core.evaluation.ranked_gains import _equal_keys
 
     rng = np.random.default_rng(3)
     for _ in range(200):
