@@ -156,7 +156,7 @@ def test_multilingual_queries_give_per_language_metrics(tmp_path):
     assert (by_lang["en"], by_lang["fr"], by_lang["ja"]) == (1.0, 0.75, 0.25)
     for lang, v in by_lang.items():
         assert result["breakdowns"]["language"][lang]["ndcg_at_10"] == pytest.approx(v, abs=1e-9)
-    # The one gap is the paired English minus L of the reports (evaluation/multilingual.py); metrics.json keeps none.
+    # The one gap is the paired English minus L of the reports (evaluation/language_tables.py); metrics.json keeps none.
     assert "cross_lingual_gap" not in json.loads((out / "metrics.json").read_text())
 
 

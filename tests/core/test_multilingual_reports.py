@@ -1,4 +1,4 @@
-"""The multilingual reports (medbench_core/evaluation/multilingual.py) on a hand-made task: per language and
+"""The multilingual reports (medbench_core/evaluation/language_tables.py, rendered by multilingual.py) on a hand-made task: per language and
 script with CIs, tie-aware and chance values, the one paired gap (pivot minus L, Holm across languages), the
 language-balanced aggregate and its rank inversions, and the language variance, each against values worked out
 by hand (CIs and p from scipy and stats.py)."""
@@ -10,14 +10,8 @@ import polars as pl
 import pytest
 from scipy import stats as sst
 
-from medbench_core.evaluation.multilingual import (
-    multilingual_csv,
-    multilingual_markdown,
-    multilingual_mlflow_metrics,
-    multilingual_tables,
-    query_groups,
-    script_of,
-)
+from medbench_core.evaluation.language_tables import multilingual_tables, query_groups, script_of
+from medbench_core.evaluation.multilingual import multilingual_csv, multilingual_markdown, multilingual_mlflow_metrics
 from medbench_core.evaluation.reports import Cell, Significance, write_leaderboard
 from medbench_core.evaluation.stats import paired_permutation
 
