@@ -29,7 +29,7 @@ from pathlib import Path
 
 from medbench_cli import failures, inprocess
 from medbench_cli.common import check_names, describe, leaderboard_run_config, prepare_environment, published_summary, quiet_run_config
-from orchestration import run_steps
+from orchestration import preparation, run_steps
 from runtime import settings
 
 
@@ -177,7 +177,7 @@ def show_site() -> None:
 
 
 def prepare_command(args: argparse.Namespace, report: Path) -> list[str]:
-    """The command line of the child process that prepares (:class:`orchestration.run_steps.Preparation`)."""
+    """The command line of the child process that prepares (:class:`orchestration.preparation.Preparation`)."""
     cmd = [sys.executable, "-m", "medbench_cli", "run", "--prepare-only", "--report", str(report), "--log-file", str(failures.log().path)]
     if failures.log().verbose:
         cmd.append("--verbose")
@@ -196,7 +196,7 @@ def main(args: argparse.Namespace) -> int:
     prepare_environment()
     # Decided once: bars in an interactive terminal, none in CI or when stderr goes to a log.
     progress = want_progress(sys.stderr.isatty(), os.environ)
-    # How the steps run a job in this process and say a failure (orchestration.run_steps).
+    # How the steps run a job in this process and say a failure (orchestration.preparation, orchestration.run_steps).
     steps = {"execute": inprocess.execute, "failed_run": _failed, "run_config": quiet_run_config()}
     if not args.prepare_only:
         refuse_a_corrupt_store()  # before the warm path answers from it, and before --force writes into it
@@ -208,10 +208,10 @@ def main(args: argparse.Namespace) -> int:
         from medbench_core.layout import Layout
 
         by_name = {s.name: s for s in specs}
-        model = run_steps.model_to_warm([by_name[m] for m in models], Layout(settings.DATA), tasks, args.force)
+        model = preparation.model_to_warm([by_name[m] for m in models], Layout(settings.DATA), tasks, args.force)
     # With a model to load, the child prepares (and creates a new instance's storage) while this
     # process imports Dagster and loads the model; it opens the instance after the child is done.
-    preparation = run_steps.Preparation(lambda report: prepare_command(args, report), inprocess.GRACE_SECONDS) if model else None
+    child = preparation.Preparation(lambda report: prepare_command(args, report), inprocess.GRACE_SECONDS) if model else None
     try:
         import dagster as dg
 
@@ -219,29 +219,29 @@ def main(args: argparse.Namespace) -> int:
 
         defs = build_definitions()
         if args.prepare_only:
-            prepared = run_steps.prepare(defs, dg.DagsterInstance.get(), tasks, recheck=args.recheck, **steps)
+            prepared = preparation.prepare(defs, dg.DagsterInstance.get(), tasks, recheck=args.recheck, **steps)
             if args.report:
                 args.report.write_text(json.dumps(prepared))
             return 1 if prepared["failures"] else 0
-        if preparation is None:
+        if child is None:
             defs.resources["mlflow"].ensure_store(open_now=False)  # opened by MLflow when the first metrics are logged
-            prepared = run_steps.prepare(defs, dg.DagsterInstance.get(), tasks, recheck=args.recheck or args.force, **steps)
+            prepared = preparation.prepare(defs, dg.DagsterInstance.get(), tasks, recheck=args.recheck or args.force, **steps)
         else:
             try:
-                seconds = run_steps.warm_up(defs, model, progress)
+                seconds = preparation.warm_up(defs, model, progress)
                 print(f"[warm-up] {model} loaded while the tasks are prepared ({seconds:.1f}s)", flush=True)
             except Exception as exc:  # its partitions fail with the full error, in Dagster
                 print(f"[warm-up] {model} could not be loaded: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}", flush=True)
             defs.resources["mlflow"].ensure_store(open_now=False)  # once, before any parallel work (RELIABILITY.md)
-            prepared = preparation.result()
+            prepared = child.result()
             if prepared is None:
                 raise failures.Refusal(
-                    f"preparing the tasks failed (exit {preparation.process.returncode}) before it wrote its report (its error is above)",
+                    f"preparing the tasks failed (exit {child.process.returncode}) before it wrote its report (its error is above)",
                     todo="--serial prepares in this process",
                 )
     finally:
-        if preparation is not None:
-            preparation.close()
+        if child is not None:
+            child.close()
     instance = dg.DagsterInstance.get()
     # What killed commands left (runs of dead processes, their pool slots, partial writes) is reclaimed before evaluating.
     inprocess.recover(instance, defs.resources["store"].layout.root, defs.resources["mlflow"], catalog.benchmark)

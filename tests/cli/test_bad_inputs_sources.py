@@ -206,7 +206,7 @@ def test_a_curation_that_failed_before_its_gate_was_recorded_cites_no_gate_file(
     from medbench_core.layout import Layout
     from medbench_core.storage import write_manifest
     from medbench_core.taskdata.contracts import ContractResult, record_gate
-    from orchestration.run_steps import kept_after_failed_curation
+    from orchestration.preparation import kept_after_failed_curation
 
     layout = Layout(tmp_path / "data")
     folder = layout.task_dir("t")

@@ -161,7 +161,7 @@ def test_adding_a_model_runs_its_partitions_only_and_leaves_what_a_full_recomput
 def test_the_overlap_gates_image_rule_is_part_of_its_key(board):
     """tasks.yaml's ``test_image_duplicates`` (issue 49: ignore, mark or refuse) changes what the cross-task gate judges,
     so a changed rule judges the tasks again, though no task changed; ``ignore`` keeps the key it had before the rule."""
-    from orchestration.run_steps import overlap_judged
+    from orchestration.preparation import overlap_judged
 
     world, env, kept = board
     restore(world, kept)

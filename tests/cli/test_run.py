@@ -15,8 +15,8 @@ import yaml
 
 from medbench_core.layout import Layout
 from medbench_core.retrieval.model_registry import load_registry
+from orchestration.preparation import model_to_warm
 from orchestration.registry_sync import sync_model_partitions
-from orchestration.run_steps import model_to_warm
 from runtime.partitions import partition_key
 from tests.cli.command import without_trust
 from tests.forked import python_m

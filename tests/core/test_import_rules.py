@@ -186,10 +186,10 @@ def test_private_dagster_imports_say_why():
                 seen.append(module)
     # medbench_cli.webserver: `dagster dev` has no public hook for the webserver it starts (a Host check, issue 24.5).
     # medbench_cli.inprocess: no public way to stop a run executing in process after SIGTERM (issue 29).
-    # orchestration.plan, orchestration.run_steps: the tags a materialisation's data and code versions are stored under
+    # orchestration.plan, orchestration.preparation: the tags a materialisation's data and code versions are stored under
     # (CODE_VERSION_TAG, DATA_VERSION_TAG) have no public name; the run plan reads them as the UI does (issue 53).
     allowed = {"orchestration.freshness", "orchestration.registry_sync", "medbench_cli.webserver", "medbench_cli.inprocess", "orchestration.plan",
-               "orchestration.run_steps"}  # fmt: skip
+               "orchestration.preparation"}  # fmt: skip
     assert set(seen) <= allowed
 
 
