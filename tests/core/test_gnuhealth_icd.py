@@ -21,11 +21,11 @@ from medbench_core.taskdata.catalog import build_task, load_catalog
 from medbench_core.taskdata.contracts import validate_task, validate_tasks
 from medbench_core.taskdata.contracts.identity import IDENTITY_THRESHOLD, relevant_similarity
 from medbench_core.taskdata.readers import ReadContext, get_reader, parse_options
+from medbench_core.taskdata.readers.gettext_po import read_po
 from medbench_core.taskdata.readers.gnuhealth_icd import (
     GnuHealthIcdOptions,
     build_split,
     read_package,
-    read_po,
     source_report,
 )
 
@@ -176,6 +176,14 @@ def test_the_identity_contract_fails_a_task_whose_query_is_its_documents_title(t
             lambda m: m | {"locale/ja_JP.po": m["locale/ja_JP.po"].replace('msgstr "コレラ"', "msgstr コレラ", 1)},
             r"ja_JP.po:6: expected a quoted string",
         ),
+        (  # a keyword out of place: polib refuses it, naming the line
+            lambda m: m | {"locale/ja_JP.po": m["locale/ja_JP.po"].replace('msgid "Cholera"\n', 'msgid "Cholera"\nmsgid "Cholera"\n', 1)},
+            r"ja_JP.po:6: not a gettext catalogue polib can read \(Syntax error in po file \(line 6\)\)",
+        ),
+        (
+            lambda m: m | {"locale/ja_JP.po": m["locale/ja_JP.po"].replace('msgid "Cholera"\n', 'msgid "Cholera"\nmsgid_plural "Cholerae"\n', 1)},
+            r"ja_JP.po:6: 'msgid_plural' is not a keyword this reader knows",
+        ),
     ],
 )
 def test_a_malformed_file_is_refused_naming_file_line_and_code(tmp_path, change, message):
@@ -265,6 +273,17 @@ def test_po_entries_equal_a_plain_reading_of_the_catalogue():
         parts = dict(re.findall(r'^(msgctxt|msgid|msgstr) ((?:"[^\n]*"\n?)+)', b + "\n", re.MULTILINE))
         plain.append(tuple("".join(re.findall(r'"(.*)"', parts[k])) for k in ("msgctxt", "msgid", "msgstr")))
     assert [(e.msgctxt, e.msgid, e.msgstr) for e in entries] == plain and len(plain) == 14416 + 285
+
+
+def test_po_entries_name_their_first_keyword_and_leave_out_the_header_and_obsolete_entries():
+    text = (
+        'msgid ""\nmsgstr "Content-Type: text/plain; charset=utf-8\\n"\n\n'  # lines 1-3: the header
+        '#. a comment\n#, fuzzy\nmsgctxt "c1"\nmsgid "A"\nmsgstr "a"\n\n'  # lines 4-9: fuzzy, its keywords from line 6
+        '#~ msgid "Old"\n#~ msgstr "old"\n\n'  # lines 10-12: obsolete
+        'msgctxt "c2"\nmsgid ""\n"B\\t"\n"C"\nmsgstr "b\\"c\\\\"\n'  # lines 13-17: continued, escapes
+    )
+    entries = read_po(text, "x.po")
+    assert [(e.msgctxt, e.msgid, e.msgstr, e.line, e.fuzzy) for e in entries] == [("c1", "A", "a", 6, True), ("c2", "B\tC", 'b"c\\', 13, False)]
 
 
 @pytest.fixture(scope="module")
