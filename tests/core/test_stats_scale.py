@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from medbench_core.evaluation import resampling, stats
+from medbench_core.evaluation import resampling, scipy_equivalents
 from medbench_core.evaluation.stats import bootstrap_ci, bootstrap_cis, compare, paired_permutation
 
 
 @pytest.fixture(params=["numpy", "compiled"])
 def path(request, monkeypatch):
     """The size from which the compiled loops run: never, or always."""
-    monkeypatch.setattr(stats, "_COMPILED_MIN", 0 if request.param == "compiled" else 1 << 62)
+    monkeypatch.setattr(scipy_equivalents, "_COMPILED_MIN", 0 if request.param == "compiled" else 1 << 62)
     return request.param
 
 
@@ -60,7 +60,7 @@ def test_randomisation_blocks_do_not_change_the_value(monkeypatch, block, path):
     """A block of one resample, blocks that do not divide the resamples, one block: the same p."""
     x, y = pair(501, 3)
     want = scipy_perm(x, y, 1000, 3)
-    monkeypatch.setattr(stats, "_BLOCK_VALUES", block)
+    monkeypatch.setattr(scipy_equivalents, "_BLOCK_VALUES", block)
     assert paired_permutation(x, y, n_resamples=1000, seed=3) == want
 
 
@@ -74,7 +74,7 @@ def test_bootstrap_equals_scipy(n, path):
 
 @pytest.mark.parametrize("block", [1, 1000, 12_345, 1 << 22])
 def test_bootstrap_of_several_columns_equals_scipy_one_by_one(monkeypatch, block, path):
-    monkeypatch.setattr(stats, "_BLOCK_VALUES", block)
+    monkeypatch.setattr(scipy_equivalents, "_BLOCK_VALUES", block)
     rng = np.random.default_rng(2)
     cols = [rng.beta(2, 2, 777), np.round(rng.random(777) * 3) / 3, np.full(777, 0.25), (rng.random(777) < 0.3).astype(float)]
     got = bootstrap_cis(cols, n_resamples=1500, seed=4)
@@ -86,7 +86,7 @@ def test_compare_unchanged_at_5000_queries(monkeypatch):
     """compare() on a larger task: every CI and p-value as scipy gives them (10,000 resamples, seed 0)."""
     import polars as pl
 
-    monkeypatch.setattr(stats, "_COMPILED_MIN", 20_000_000)  # the default: compiled from 2,000 queries
+    monkeypatch.setattr(scipy_equivalents, "_COMPILED_MIN", 20_000_000)  # the default: compiled from 2,000 queries
     x, y = pair(5000, 9)
     ids = [f"q{i:05d}" for i in range(5000)]
     out = compare({"bm25": pl.DataFrame({"query_id": ids, "ndcg_at_10": y}), "m": pl.DataFrame({"query_id": ids, "ndcg_at_10": x})}, "bm25", task="t")
