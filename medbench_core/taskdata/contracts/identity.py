@@ -14,7 +14,7 @@ must not
 
 :func:`relevant_similarity` gives, per query, the largest cosine over its relevant documents' titles
 and texts and whether one equals it; readers use it to hold a query out before a task is written (the
-GNU Health reader at :data:`~medbench_core.taskdata.readers.gnuhealth_icd.GUARD`, below the threshold,
+GNU Health reader at :data:`~medbench_core.taskdata.readers.gnuhealth_split.GUARD`, below the threshold,
 so that refitting the idf on the final task cannot take a kept query over it) and the task gate
 judges the written task with it (:func:`medbench_core.taskdata.contracts.task_suite.validate_task`).
 """

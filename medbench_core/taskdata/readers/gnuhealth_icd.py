@@ -59,7 +59,7 @@ classification. Records carry licence ``unknown`` (no licence is settled): the t
 code or name, a member that fails the wheel's RECORD) is refused naming file, line and code.
 
 Two guards hold the contracts before a task is written, each with char 3-5-gram TF-IDF cosine (the
-overlap contract's measure) at :data:`GUARD`, below the contracts' 0.9, so that refitting the idf on
+overlap contract's measure) at :data:`~medbench_core.taskdata.readers.gnuhealth_split.GUARD`, below the contracts' 0.9, so that refitting the idf on
 the written task cannot take a kept query over: a query equal to, or a near duplicate of, its relevant
 document's title or text is held out (``near_relevant_document``; the identity contract,
 :mod:`medbench_core.taskdata.contracts.identity`, then holds); a query equal or near to a query of an
