@@ -51,7 +51,7 @@ def main() -> None:
 
     from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
     from medbench_core.evaluation.stats import compare, format_cell
-    from medbench_core.retrieval import bm25
+    from medbench_core.retrieval import bm25_index
     from medbench_core.retrieval.fuse_rerank import fuse, ranked
     from medbench_core.taskdata.catalog import build_task, load_catalog
 
@@ -66,7 +66,7 @@ def main() -> None:
     else:
         qids, texts, dids = task.queries["query_id"].to_list(), task.queries["text"].to_list(), task.corpus["doc_id"].to_list()
         for name, settings in {"bm25": {}, "bm25-k0.9-b0.4": {"k1": 0.9, "b": 0.4}}.items():
-            runs[name] = bm25.search(bm25.fit(task.doc_text(), settings), qids, texts, dids, 100, settings)
+            runs[name] = bm25_index.search(bm25_index.fit(task.doc_text(), settings), qids, texts, dids, 100, settings)
     names = list(runs)
     print(f"task {args.task}: {task.queries.height} queries; runs {', '.join(f'{n} ({r.height} rows)' for n, r in runs.items())}")
 

@@ -10,9 +10,9 @@ alternating pair by pair (A B, B A, ...):
 - **bm25s**: ``bm25s.tokenize(stopwords="en", stemmer=PyStemmer english)`` and
   ``BM25(method="lucene", k1=1.5, b=0.75).index`` of title + text (the index); the queries
   tokenized the same way and ``retrieve(k=100, n_threads=1)`` (the search): bench_scale.py's bare side;
-- **r2med-bm25**: :func:`medbench_core.retrieval.lucene_bm25.fit` (Lucene's analysis ported,
+- **r2med-bm25**: :func:`medbench_core.retrieval.lucene_bm25_index.fit` (Lucene's analysis ported,
   gensim's weights; the index) and the kind's search: each query analysed, scored against every
-  document and its top 100 taken with the doc-id tie rule (:func:`lucene_bm25.search_terms`).
+  document and its top 100 taken with the doc-id tie rule (:func:`lucene_bm25_index.search_terms`).
 
 Each process prints its wall and CPU seconds per phase and its peak RSS; the script prints each
 pair and the median and range of the ratios (r2med-bm25 / bm25s) of index, search and both (wall),
@@ -77,13 +77,13 @@ def side(name: str, data: Path, n_queries: int) -> dict:
         qtok = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
         retriever.retrieve(qtok, k=100, n_threads=1, show_progress=False)
     else:
-        from medbench_core.retrieval import lucene_bm25
+        from medbench_core.retrieval import lucene_bm25_index
         from medbench_core.retrieval.lucene_analysis import EnglishAnalyzer
 
-        index = lucene_bm25.fit(docs)
+        index = lucene_bm25_index.fit(docs)
         w1, c1 = _clock()
         analyzer = EnglishAnalyzer()
-        lucene_bm25.search_terms(index, qids, [analyzer.analyze(q) for q in queries], ids, 100)
+        lucene_bm25_index.search_terms(index, qids, [analyzer.analyze(q) for q in queries], ids, 100)
     w2, c2 = _clock()
     out.update(index_wall=w1 - w0, index_cpu=c1 - c0, search_wall=w2 - w1, search_cpu=c2 - c1)
     out["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20

@@ -34,14 +34,14 @@ from medbench_core.retrieval import ranking  # noqa: E402
 def world_rows(world: Path, queries: int) -> tuple[list[np.ndarray], np.ndarray]:
     import polars as pl
 
-    from medbench_core.retrieval import bm25
+    from medbench_core.retrieval import bm25_index
 
     (emb,) = (world / "data" / "artifacts" / "bm25" / "scale" / "embeddings").iterdir()
-    index = bm25.load(emb)
+    index = bm25_index.load(emb)
     task = world / "data" / "tasks" / "scale"
     texts = pl.read_parquet(task / "queries.parquet")["text"].to_list()[:queries]
     tie = ranking.doc_order(pl.read_parquet(task / "corpus.parquet", columns=["doc_id"])["doc_id"].to_list())
-    return [index.get_scores(list(t)) if t else np.zeros(len(tie), dtype=np.float32) for t in bm25.tokenize(texts, BM25)], tie
+    return [index.get_scores(list(t)) if t else np.zeros(len(tie), dtype=np.float32) for t in bm25_index.tokenize(texts, BM25)], tie
 
 
 def synthetic_rows(docs: int, queries: int) -> tuple[list[np.ndarray], np.ndarray]:

@@ -95,7 +95,7 @@ def main() -> None:
 
     ph("imports (polars, bm25s, GX, scipy)", imports)
     from medbench_core.evaluation.scoring import score
-    from medbench_core.retrieval import bm25
+    from medbench_core.retrieval import bm25_index
     from medbench_core.retrieval.model_registry import ModelSpec
     from medbench_core.retrieval.ranking import write_trec
     from medbench_core.retrieval.stages import applicability
@@ -131,7 +131,7 @@ def main() -> None:
     spec = ModelSpec(name="bm25", kind="bm25", path="", revision="bm25s-lucene", settings=dict(BM25))
     ph("applicability (each step)", applicability, spec, task)
     texts = ph("bm25: doc_text", task.doc_text)
-    tokens = ph("bm25: tokenize (strings)", bm25.tokenize, texts, BM25)
+    tokens = ph("bm25: tokenize (strings)", bm25_index.tokenize, texts, BM25)
     del texts
 
     def vocab_ids():
@@ -142,19 +142,26 @@ def main() -> None:
     tokens = None  # drop the reference to free the memory (not `del`: vocab_ids() names it)
 
     def index():
-        r = bm25._bm25s().BM25(k1=1.5, b=0.75, method="lucene")
+        r = bm25_index._bm25s().BM25(k1=1.5, b=0.75, method="lucene")
         r.index((ids, vocab), show_progress=False)
         return r
 
     retriever = ph("bm25: bm25s index", index)
     ids = vocab = None  # as above (index() names them); the retriever keeps what it needs
-    ph("bm25: save", bm25.save, retriever, args.out / "bm25")
+    ph("bm25: save", bm25_index.save, retriever, args.out / "bm25")
     del retriever
     gc.collect()
-    retriever = ph("bm25: load", bm25.load, args.out / "bm25")
+    retriever = ph("bm25: load", bm25_index.load, args.out / "bm25")
     doc_ids = task.corpus["doc_id"].to_list()
     run = ph(
-        "retrieve: search (k=100)", bm25.search, retriever, task.queries["query_id"].to_list(), task.queries["text"].fill_null("").to_list(), doc_ids, 100, BM25
+        "retrieve: search (k=100)",
+        bm25_index.search,
+        retriever,
+        task.queries["query_id"].to_list(),
+        task.queries["text"].fill_null("").to_list(),
+        doc_ids,
+        100,
+        BM25,
     )
     del retriever, doc_ids
     ph("retrieve: run.parquet", run.write_parquet, args.out / "run.parquet", statistics=False)

@@ -115,7 +115,7 @@ class Registered:
 
 
 def _bm25s_tokenize(texts: list[str], params: dict[str, Any]) -> list[list[str]]:
-    from medbench_core.retrieval.bm25 import _bm25s, _stemmer
+    from medbench_core.retrieval.bm25_index import _bm25s, _stemmer
 
     pattern = {"token_pattern": params["token_pattern"]} if params.get("token_pattern") else {}  # else bm25s's own split
     return _bm25s().tokenize(
@@ -257,7 +257,7 @@ def analyzer_for(language: str | None, settings: Mapping[str, Any], fallback: st
        one): the model's own ``stopwords`` and ``stemmer``.
     3. Otherwise the language's default (:func:`default_analyzer`).
     """
-    from medbench_core.retrieval.bm25 import DEFAULTS
+    from medbench_core.retrieval.bm25_index import DEFAULTS
 
     top = {k: settings.get(k, DEFAULTS[k]) for k in ("stopwords", "stemmer")}
     if not language:

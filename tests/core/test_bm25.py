@@ -8,7 +8,7 @@ import pytest
 import pytrec_eval
 
 from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
-from medbench_core.retrieval import bm25
+from medbench_core.retrieval import bm25_index
 from medbench_core.retrieval.model_registry import load_registry
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 from medbench_core.taskdata.catalog import build_task, load_catalog
@@ -108,14 +108,14 @@ def test_scifact_ndcg_at_10_is_the_published_figure(scifact_runs):
 
 def test_registry_bm25_settings_are_the_published_ones():
     spec = {m.name: m for m in load_registry(ROOT / "models.yaml")}["bm25"]
-    assert bm25.bm25_settings(dataclasses.asdict(spec.settings)) == {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}
+    assert bm25_index.bm25_settings(dataclasses.asdict(spec.settings)) == {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en", "stemmer": "english"}
 
 
 def test_ties_by_doc_id_and_stopword_only_queries():
     docs = ["aspirin fever", "aspirin fever", "gout in the toe", "the and of"]
     ids = ["d1", "d3", "d2", "d0"]
-    retriever = bm25.fit(docs)
-    run = bm25.search(retriever, ["q1", "q2"], ["Aspirin for fevers?", "the of and"], ids, 3)
+    retriever = bm25_index.fit(docs)
+    run = bm25_index.search(retriever, ["q1", "q2"], ["Aspirin for fevers?", "the of and"], ids, 3)
     q1 = run.filter(run["query_id"] == "q1")
     # d1 and d3 hold the same text: equal scores, ordered by doc id descending (trec_eval's rule).
     assert q1["doc_id"].to_list()[:2] == ["d3", "d1"]
@@ -129,10 +129,10 @@ def test_ties_by_doc_id_and_stopword_only_queries():
 _SAVE_INDEX = """
 import sys
 from pathlib import Path
-from medbench_core.retrieval import bm25
+from medbench_core.retrieval import bm25_index
 docs = ["Aspirin lowers the risk of a second heart attack.", "Statins reduce LDL cholesterol.", "Gout is caused by uric acid crystals.",
         "Vitamin D supplements did not reduce fractures.", "Exercise lowers resting blood pressure and cholesterol."]
-bm25.save(bm25.fit(docs), Path(sys.argv[1]))
+bm25_index.save(bm25_index.fit(docs), Path(sys.argv[1]))
 """
 
 
@@ -153,7 +153,7 @@ def test_the_saved_index_is_the_same_bytes_whatever_the_hash_seed(tmp_path):
         out.mkdir()
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
         subprocess.run([sys.executable, "-c", _SAVE_INDEX, str(out)], env=env, check=True)
-        digests.append({f: hashlib.sha256((out / f).read_bytes()).hexdigest() for f in bm25.FILES})
+        digests.append({f: hashlib.sha256((out / f).read_bytes()).hexdigest() for f in bm25_index.FILES})
     assert digests[0] == digests[1] == digests[2]
     vocab = json.loads((tmp_path / "1" / "vocab.index.json").read_text())
     assert list(vocab) == sorted(t for t in vocab if t) + [""]  # sorted tokens, bm25s's empty token last
@@ -162,7 +162,7 @@ def test_the_saved_index_is_the_same_bytes_whatever_the_hash_seed(tmp_path):
 
     docs = ["aspirin fever", "gout in the toe", "aspirin for gout", "fever and chills"]
     theirs = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-    theirs.index(bm25.tokenize(docs, bm25.DEFAULTS), show_progress=False)
-    ours = bm25.fit(docs)
+    theirs.index(bm25_index.tokenize(docs, bm25_index.DEFAULTS), show_progress=False)
+    ours = bm25_index.fit(docs)
     for query in (["aspirin"], ["gout", "fever"], ["chill"]):
         assert ours.get_scores(query).tolist() == theirs.get_scores(query).tolist()

@@ -16,7 +16,7 @@ import pytest
 
 from medbench_core.errors import DataError
 from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
-from medbench_core.retrieval import bm25
+from medbench_core.retrieval import bm25_index
 from medbench_core.retrieval.index import build_index, search
 from medbench_core.retrieval.ranking import rank_scores
 from medbench_core.retrieval.records import candidate_pools, encode_side
@@ -154,11 +154,11 @@ def test_bm25_candidate_search_by_hand():
     avg = (1 + 3 + 1 + 1) / 4
     s1 = idf * 1 / (1 + 1.5 * (0.25 + 0.75 * 1 / avg))
     s2 = idf * 2 / (2 + 1.5 * (0.25 + 0.75 * 3 / avg))
-    retriever = bm25.fit(docs)
-    full = bm25.search(retriever, ["q"], ["aspirin"], ids, 10)
+    retriever = bm25_index.fit(docs)
+    full = bm25_index.search(retriever, ["q"], ["aspirin"], ids, 10)
     assert full["doc_id"].to_list()[:2] == ["d1", "d2"]
     assert full["score"].to_list()[:2] == pytest.approx([s1, s2], abs=1e-6)
-    pooled = bm25.search(retriever, ["q"], ["aspirin"], ids, 10, candidates={"q": np.array([1, 2, 3])})
+    pooled = bm25_index.search(retriever, ["q"], ["aspirin"], ids, 10, candidates={"q": np.array([1, 2, 3])})
     # d1 (the best document) is outside the pool; the zero-score tie d3/d4 goes by id descending.
     assert pooled["doc_id"].to_list() == ["d2", "d4", "d3"]
     assert pooled["score"].to_list() == pytest.approx([s2, 0.0, 0.0], abs=1e-6)
@@ -207,8 +207,8 @@ def test_frenchmedmcqa_each_question_ranks_only_its_options_and_metrics_match_py
 def test_bm25_text_side_of_multimodal_records():
     # A query with no indexable text (image-only, or stopwords only) matches nothing: all
     # documents score 0 and keep the doc-id order; a corpus without any text is refused.
-    retriever = bm25.fit(["aspirin", "ibuprofen", ""])
-    run = bm25.search(
+    retriever = bm25_index.fit(["aspirin", "ibuprofen", ""])
+    run = bm25_index.search(
         retriever,
         ["img", "stop", "asp"],
         ["", "the of", "aspirin"],
@@ -219,7 +219,7 @@ def test_bm25_text_side_of_multimodal_records():
     assert ranked(run) == {"img": ["d2", "d1"], "stop": ["d3", "d2", "d1"], "asp": ["d1", "d3", "d2"]}
     assert run.filter(pl.col("query_id") != "asp")["score"].to_list() == [0.0] * 5
     with pytest.raises(DataError, match="no document has indexable text"):
-        bm25.fit(["", "  "])
+        bm25_index.fit(["", "  "])
 
 
 def test_errors_from_encoders_name_the_record(tmp_path):

@@ -279,15 +279,15 @@ def r2med_top100(query_ids: list[str], scores: list[list[float]], doc_ids: list[
 def test_lucene_bm25_keeps_r2meds_top_k_when_scores_tie_at_the_cut():
     """R2MED's sorted(reverse=True)[:100] is stable: of documents tied at the cut, the first in the corpus
     stay; the ones kept are then read by pytrec_eval, ties by doc id descending, as medbench ranks them."""
-    from medbench_core.retrieval import lucene_bm25
+    from medbench_core.retrieval import lucene_bm25_index
     from medbench_core.retrieval.lucene_analysis import EnglishAnalyzer
 
     docs = ["aspirin"] * 3 + ["statin"] * 150 + ["aspirin"] * 2
     ids = [f"d{i:03d}" for i in range(len(docs))]
-    index = lucene_bm25.fit(docs)
+    index = lucene_bm25_index.fit(docs)
     an = EnglishAnalyzer()
     queries = ["aspirin", "", "metformin"]  # 5 scored, 150 tied at 0 across the cut; nothing scored; nothing known
-    run = lucene_bm25.search_terms(index, ["q1", "q2", "q3"], [an.analyze(q) for q in queries], ids, 100)
+    run = lucene_bm25_index.search_terms(index, ["q1", "q2", "q3"], [an.analyze(q) for q in queries], ids, 100)
     want = r2med_top100(["q1", "q2", "q3"], [index.scores(an.analyze(q)).tolist() for q in queries], ids)
     for q in ("q1", "q2", "q3"):
         got = run.filter(pl.col("query_id") == q)

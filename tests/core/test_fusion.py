@@ -17,7 +17,7 @@ import pytrec_eval
 
 from medbench_core.errors import DataError
 from medbench_core.evaluation.metrics import evaluate, qrels_to_dict, run_to_dict
-from medbench_core.retrieval import bm25
+from medbench_core.retrieval import bm25_index
 from medbench_core.retrieval.fuse_rerank import fuse, ranked
 from medbench_core.retrieval.ranking import RUN_SCHEMA
 from medbench_core.taskdata.catalog import build_task, load_catalog
@@ -89,8 +89,8 @@ def scifact_runs(tmp_path_factory):
     qids, qtexts, dids = task.queries["query_id"].to_list(), task.queries["text"].to_list(), task.corpus["doc_id"].to_list()
     runs = {}
     for name, settings in {"bm25": {}, "bm25-r2med": {"k1": 0.9, "b": 0.4}}.items():
-        retriever = bm25.fit(task.doc_text(), settings)
-        runs[name] = bm25.search(retriever, qids, qtexts, dids, 100, settings)
+        retriever = bm25_index.fit(task.doc_text(), settings)
+        runs[name] = bm25_index.search(retriever, qids, qtexts, dids, 100, settings)
     return qrels_to_dict(task.qrels), runs
 
 

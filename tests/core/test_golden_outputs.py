@@ -229,16 +229,16 @@ def test_bm25_without_its_per_language_stemmer_fails_the_check(tmp_path, monkeyp
     effective settings, or from the kind's per-language analysis: the French candidate-set task's BM25 outputs move."""
     from dataclasses import asdict
 
-    from medbench_core.retrieval import bm25
+    from medbench_core.retrieval import bm25_index
     from medbench_core.retrieval.kinds.bm25 import BM25Kind
 
     assert compare(json.loads(GOLDEN.read_text()), compute(tmp_path / "before", {"bm25"})) == []  # as recorded before the change
     if where == "bm25_settings":
-        production = bm25.bm25_settings
-        monkeypatch.setattr(bm25, "bm25_settings", lambda settings, language=None: production(settings, None))
+        production = bm25_index.bm25_settings
+        monkeypatch.setattr(bm25_index, "bm25_settings", lambda settings, language=None: production(settings, None))
     else:
         monkeypatch.setattr(BM25Kind, "analyzers", _words_only)
-        monkeypatch.setattr(BM25Kind, "analyzer", lambda self, spec, task: bm25.bm25_settings(asdict(spec.settings)))
+        monkeypatch.setattr(BM25Kind, "analyzer", lambda self, spec, task: bm25_index.bm25_settings(asdict(spec.settings)))
     problems = compare(json.loads(GOLDEN.read_text()), compute(tmp_path / "after", {"bm25"}))
     assert "bm25/frenchmedmcqa/embeddings" in _names(problems)
     assert all(name.startswith("bm25/") for name in _names(problems))  # the text task's bm25 is English: unchanged
@@ -344,7 +344,7 @@ def test_moving_a_module_to_another_subpackage_changes_no_output_and_no_key_of_t
         [sys.executable, "-c", BUNDLED_KEYS, str(copy), str(SHARED)], env={**env, "PYTHONPATH": str(copy)}, capture_output=True, text=True, check=True
     )
     move_module(copy, "medbench_core.retrieval.ranking", "medbench_core.evaluation.ranking")
-    move_module(copy, "medbench_core.retrieval.bm25", "medbench_core.taskdata.lexical")
+    move_module(copy, "medbench_core.retrieval.bm25_index", "medbench_core.taskdata.lexical")
     assert not (copy / "medbench_core" / "retrieval" / "ranking.py").exists()
     after = subprocess.run(
         [sys.executable, "-c", BUNDLED_KEYS, str(copy), str(SHARED)], env={**env, "PYTHONPATH": str(copy)}, capture_output=True, text=True, check=True

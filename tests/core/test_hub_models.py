@@ -167,8 +167,8 @@ def tiny_task(name: str, task_type: str = ""):
 @pytest.fixture(scope="module")
 def recording(cache):
     """The real encoder with its SentenceTransformer.encode wrapped to record the exact strings it receives."""
-    from medbench_core.retrieval.encoders import SentenceTransformerEncoder
     from medbench_core.retrieval.records import TextOnly
+    from medbench_core.retrieval.text_encoders import SentenceTransformerEncoder
 
     spec = hub_spec(settings={**SETTINGS, "instructions": INSTRUCTIONS})
 

@@ -2,7 +2,7 @@
 
 A kind's library is a third-party distribution that its module imports (at module level or inside a
 function), or that a module of ``medbench_core.retrieval`` outside ``kinds/`` imported by its module imports
-(``dense.py`` reaches sentence-transformers through ``retrieval/encoders.py``), read with ``ast`` and mapped to
+(``dense.py`` reaches sentence-transformers through ``retrieval/text_encoders.py``), read with ``ast`` and mapped to
 distributions by :func:`importlib.metadata.packages_distributions`. Each must be the kind's own
 (``packages``) or one every stage rests on (``provenance.SCORING_PACKAGES``); what the environment
 fingerprint of a benchmark version or a canary run records is their union
@@ -95,7 +95,7 @@ def test_the_check_names_a_library_left_out():
 
     assert undeclared(Bare(), kind_module("tfidf")) == {"scikit-learn", "scipy"}
 
-    # ... and one a kind reaches through a retrieval module (dense.py -> retrieval/encoders.py)
+    # ... and one a kind reaches through a retrieval module (dense.py -> retrieval/text_encoders.py)
     class NoLibraries(type(get_kind("sentence-transformers"))):
         packages = ()
 

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from medbench_core.retrieval import lucene_analysis as la
-from medbench_core.retrieval import lucene_bm25, porter_stemmer
+from medbench_core.retrieval import lucene_bm25_index, porter_stemmer
 from tests.core import pyserini_reference as ref
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -212,7 +212,7 @@ def test_scores_equal_r2meds_pyserini_and_gensim_bit_for_bit(lucene, name):
     docs, queries = bundled(name)
     queries = queries[:150]
     expected = np.asarray(ref.r2med_bm25(docs, queries), dtype=np.float32)  # SparseMatrixSimilarity's float32
-    index = lucene_bm25.fit(docs)
+    index = lucene_bm25_index.fit(docs)
     analyzer = la.EnglishAnalyzer()
     got = np.stack([index.scores(analyzer.analyze(q)) for q in queries])
     assert got.dtype == np.float32
@@ -223,10 +223,10 @@ def test_index_files_are_the_same_bytes_for_the_same_corpus(tmp_path):
     docs = ["Aspirin lowers the risk of myocardial infarction.", "Statins lower LDL cholesterol.", "", "the of and"]
     paths = []
     for i in range(2):
-        files = lucene_bm25.save(lucene_bm25.fit(docs), tmp_path / str(i))
+        files = lucene_bm25_index.save(lucene_bm25_index.fit(docs), tmp_path / str(i))
         paths.append({f: (tmp_path / str(i) / f).read_bytes() for f in files})
     assert paths[0] == paths[1]
-    index = lucene_bm25.load(tmp_path / "0")
+    index = lucene_bm25_index.load(tmp_path / "0")
     # gensim's term ids: by first document, alphabetically within it
     assert index.vocab == ["aspirin", "infarct", "lower", "myocardi", "risk", "cholesterol", "ldl", "statin"]
     # by hand: N = 4 documents, 9 terms (5 + 4 + 0 + 0: "the", "of", "and" are stopwords), avgdl 2.25;
@@ -243,12 +243,12 @@ def test_weights_computed_in_blocks_are_the_one_blocks_bits(monkeypatch):
     # block at the real size (as the pyserini + gensim test above checks it), so here blocks of 1,000
     # entries (a term longer than a block gets one of its own) and of one term each: the same bits
     docs = bundled("liveqa_medquad")[0]
-    one = lucene_bm25.fit(docs)
-    assert len(one.weights) < lucene_bm25._WEIGHT_BLOCK
+    one = lucene_bm25_index.fit(docs)
+    assert len(one.weights) < lucene_bm25_index._WEIGHT_BLOCK
     assert len(one.weights) > 100_000 and np.diff(one.term_indptr).max() > 1_000
     for block in (1_000, 1):
-        monkeypatch.setattr(lucene_bm25, "_WEIGHT_BLOCK", block)
-        got = lucene_bm25.fit(docs)
+        monkeypatch.setattr(lucene_bm25_index, "_WEIGHT_BLOCK", block)
+        got = lucene_bm25_index.fit(docs)
         assert got.weights.tobytes() == one.weights.tobytes()
         assert got.term_indptr.tobytes() == one.term_indptr.tobytes() and got.doc_indices.tobytes() == one.doc_indices.tobytes()
 
@@ -341,5 +341,5 @@ def test_u202f_at_a_documents_ends_is_kept_as_r2meds_raw_text_keeps_it(lucene, t
     pyserini, ours = lucene.analyzer(), la.EnglishAnalyzer()
     assert [ours.analyze(t) for t in lucene_doc_texts(task)] == [pyserini.analyze(t) for t in raw]
     assert [ours.analyze(t) for t in task.doc_text()] != [pyserini.analyze(t) for t in raw]  # the stripped text loses them
-    index = lucene_bm25.fit(lucene_doc_texts(task))
+    index = lucene_bm25_index.fit(lucene_doc_texts(task))
     assert "\u202fnarrow\u202fno" in index.vocab and "aspirin\u202f" in index.vocab

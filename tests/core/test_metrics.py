@@ -13,7 +13,7 @@ import pytest
 import pytrec_eval
 
 from medbench_core.evaluation.metrics import DEFAULT_METRICS, TREC_METRICS, evaluate, parse_metric, qrels_to_dict, run_to_dict
-from medbench_core.retrieval import bm25
+from medbench_core.retrieval import bm25_index
 from medbench_core.taskdata.catalog import build_task, load_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,8 +59,8 @@ def bm25_runs(tmp_path_factory):
     out = {}
     for name in ("scifact", "liveqa_medquad"):
         task = build_task(catalog.task(name), SHARED_DATA, tmp_path_factory.mktemp(name))
-        retriever = bm25.fit(task.doc_text())
-        run = bm25.search(retriever, task.queries["query_id"].to_list(), task.queries["text"].to_list(), task.corpus["doc_id"].to_list(), 100)
+        retriever = bm25_index.fit(task.doc_text())
+        run = bm25_index.search(retriever, task.queries["query_id"].to_list(), task.queries["text"].to_list(), task.corpus["doc_id"].to_list(), 100)
         out[name] = (qrels_to_dict(task.qrels), run_to_dict(run))
     return out
 

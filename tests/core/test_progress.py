@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from medbench_core.progress import resolve, want_progress
-from medbench_core.retrieval import bm25
+from medbench_core.retrieval import bm25_index
 from medbench_core.retrieval.index import ADD_CHUNK, build_index, search
 from medbench_core.retrieval.kinds.dense import load_text_encoder
 from medbench_core.retrieval.model_registry import model_spec
@@ -59,7 +59,7 @@ def test_index_build_and_search(capfd):
 
 def test_bm25_fit_and_search(capfd):
     quiet, loud, ra, rb = run_quiet_and_loud(
-        capfd, lambda p: bm25.search(bm25.fit(TEXTS, progress=p), ["a", "b"], ["chest pain", "breath"], [f"d{i}" for i in range(10)], 3, progress=p)
+        capfd, lambda p: bm25_index.search(bm25_index.fit(TEXTS, progress=p), ["a", "b"], ["chest pain", "breath"], [f"d{i}" for i in range(10)], 3, progress=p)
     )
     assert quiet == "" and is_bar(loud, "bm25 search") and "2/2" in loud
     assert ra.equals(rb)

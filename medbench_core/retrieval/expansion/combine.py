@@ -36,7 +36,7 @@ from medbench_core.retrieval.expansion.rules import DEFAULT_SEPARATOR, MODES, R2
 
 def bm25_query_tokens(queries: list[str], expansions: list[str], combine: Combine, settings: dict[str, Any]) -> list[list[str]]:
     """BM25 token list of each expanded query (the analyzer of the retriever's settings)."""
-    from medbench_core.retrieval.bm25 import tokenize
+    from medbench_core.retrieval.bm25_index import tokenize
 
     exp_tokens = tokenize(expansions, settings)
     if combine.mode == "replace":

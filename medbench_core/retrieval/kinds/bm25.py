@@ -97,9 +97,9 @@ class BM25Kind(RetrieverKind):
 
     def analyzer(self, spec: ModelSpec, task: Task) -> dict[str, Any]:
         """The effective bm25s settings on ``task`` (its language's analyzer when the settings give one)."""
-        from medbench_core.retrieval import bm25
+        from medbench_core.retrieval import bm25_index
 
-        return bm25.bm25_settings(asdict(spec.settings), task_language(task))
+        return bm25_index.bm25_settings(asdict(spec.settings), task_language(task))
 
     def analyzers(self, spec: ModelSpec, task: Task) -> dict[str | None, Any]:
         """Language -> :class:`~medbench_core.retrieval.analysis.Analyzer` for every language of ``task``'s records (None: records without one)."""
@@ -136,17 +136,17 @@ class BM25Kind(RetrieverKind):
         return {**super().mteb_meta(spec, registry), "model_type": ["sparse"], "n_parameters": 0, "open_weights": True}
 
     def embed_corpus(self, spec: ModelSpec, task: Task, out: Path, *, model: Any, progress: bool, available: Any) -> dict[str, Any]:
-        from medbench_core.retrieval import bm25
+        from medbench_core.retrieval import bm25_index
 
         analyzer = self.analyzer(spec, task)
         if self.analysis_identity(spec, task) is None:
-            files = bm25.save(bm25.fit(task.doc_text(), analyzer, progress=progress), out)
+            files = bm25_index.save(bm25_index.fit(task.doc_text(), analyzer, progress=progress), out)
             return {"representation": "bm25s-sparse", "n_docs": task.corpus.height, "settings": analyzer, **self.long_text_params(spec), "files": files}
         from medbench_core.retrieval.analysis import tokenize_by_language
 
         analyzers = self.analyzers(spec, task)
         tokens = tokenize_by_language(list(task.doc_text()), task.corpus["language"].to_list(), analyzers)
-        files = bm25.save(bm25.fit_tokens(tokens, analyzer, progress=progress), out)
+        files = bm25_index.save(bm25_index.fit_tokens(tokens, analyzer, progress=progress), out)
         scoring = {k: analyzer[k] for k in ("k1", "b", "method")}
         described = {str(lang or ""): a.describe() for lang, a in analyzers.items()}
         return {
@@ -163,14 +163,14 @@ class BM25Kind(RetrieverKind):
 
     def represent_queries(self, spec: ModelSpec, task: Task, model: Any, *, prompt: tuple[str, str] | None, expansion: Any = None) -> list[list[str]]:
         """Token lists: the queries' own, or an expansion combined with them (:func:`~medbench_core.retrieval.expansion.combine.bm25_query_tokens`)."""
-        from medbench_core.retrieval import bm25
+        from medbench_core.retrieval import bm25_index
 
         analyzer = self.analyzer(spec, task)
         texts = task.queries["text"].fill_null("").to_list()
         if self.analysis_identity(spec, task) is not None:
             return self._analysed_queries(spec, task, texts, expansion)
         if expansion is None:
-            return [list(t) for t in bm25.tokenize(texts, analyzer)]
+            return [list(t) for t in bm25_index.tokenize(texts, analyzer)]
         from medbench_core.retrieval.expansion.combine import bm25_query_tokens
 
         expansions, combine = expansion
@@ -195,10 +195,11 @@ class BM25Kind(RetrieverKind):
         return [q * combine.repeat_query + e for q, e in zip(queries, expanded)]
 
     def search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, queries: Any, k: int, *, pools: Any, progress: bool) -> pl.DataFrame:
-        from medbench_core.retrieval import bm25
+        from medbench_core.retrieval import bm25_index
 
-        index = bm25.load(corpus.embeddings)
-        return bm25.search_tokens(index, task.queries["query_id"].to_list(), queries, task.corpus["doc_id"].to_list(), k, candidates=pools, progress=progress)
+        index = bm25_index.load(corpus.embeddings)
+        query_ids, doc_ids = task.queries["query_id"].to_list(), task.corpus["doc_id"].to_list()
+        return bm25_index.search_tokens(index, query_ids, queries, doc_ids, k, candidates=pools, progress=progress)
 
 
 KIND = BM25Kind()

@@ -156,7 +156,7 @@ class SentenceTransformersKind(TextEncoderKind):
     mteb_framework = "Sentence Transformers"
 
     def encoder_class(self) -> Any:
-        from medbench_core.retrieval.encoders import SentenceTransformerEncoder
+        from medbench_core.retrieval.text_encoders import SentenceTransformerEncoder
 
         return SentenceTransformerEncoder
 
@@ -168,7 +168,7 @@ class TransformersKind(TextEncoderKind):
     Settings = TransformersSettings
 
     def encoder_class(self) -> Any:
-        from medbench_core.retrieval.encoders import TransformersEncoder
+        from medbench_core.retrieval.text_encoders import TransformersEncoder
 
         return TransformersEncoder
 

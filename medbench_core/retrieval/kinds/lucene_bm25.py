@@ -1,4 +1,4 @@
-"""Kind ``lucene-bm25``: R2MED's BM25, formula for formula (:mod:`medbench_core.retrieval.lucene_bm25`).
+"""Kind ``lucene-bm25``: R2MED's BM25, formula for formula (:mod:`medbench_core.retrieval.lucene_bm25_index`).
 
 pyserini's Lucene English analysis (ported: :mod:`medbench_core.retrieval.lucene_analysis`) and
 gensim's ``LuceneBM25Model`` weights on the documents and on the query's bag of words, scored by
@@ -94,11 +94,11 @@ class LuceneBM25Kind(RetrieverKind):
         return {**super().mteb_meta(spec, registry), "model_type": ["sparse"], "n_parameters": 0, "open_weights": True}
 
     def embed_corpus(self, spec: ModelSpec, task: Task, out: Path, *, model: Any, progress: bool, available: Any) -> dict[str, Any]:
-        from medbench_core.retrieval import lucene_bm25
+        from medbench_core.retrieval import lucene_bm25_index
 
         s = spec.settings
-        index = lucene_bm25.fit(lucene_doc_texts(task), k1=s.k1, b=s.b, progress=progress, n_docs=task.corpus.height)
-        files = lucene_bm25.save(index, out)
+        index = lucene_bm25_index.fit(lucene_doc_texts(task), k1=s.k1, b=s.b, progress=progress, n_docs=task.corpus.height)
+        files = lucene_bm25_index.save(index, out)
         return {
             "representation": "lucene-bm25-sparse", "n_docs": index.n_docs, "n_terms": len(index.vocab), "avgdl": index.avgdl,
             "settings": {"k1": s.k1, "b": s.b, "analyzer": "lucene-english-porter"}, **self.long_text_params(spec), "files": files,
@@ -119,10 +119,10 @@ class LuceneBM25Kind(RetrieverKind):
         return [analyzer.analyze(t) for t in texts]
 
     def search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, queries: Any, k: int, *, pools: Any, progress: bool) -> pl.DataFrame:
-        from medbench_core.retrieval import lucene_bm25
+        from medbench_core.retrieval import lucene_bm25_index
 
-        index = lucene_bm25.load(corpus.embeddings)
-        return lucene_bm25.search_terms(
+        index = lucene_bm25_index.load(corpus.embeddings)
+        return lucene_bm25_index.search_terms(
             index, task.queries["query_id"].to_list(), queries, task.corpus["doc_id"].to_list(), k, candidates=pools, progress=progress
         )
 
