@@ -32,7 +32,7 @@ from medbench_core.retrieval.derived import (
     model_revision,
     registry_partition_keys,
 )
-from medbench_core.retrieval.kinds.base import Input
+from medbench_core.retrieval.kinds.stage_inputs import Input
 from medbench_core.retrieval.model_registry import ModelSpec, upstream_order
 from medbench_core.retrieval.stages import DEFAULT_K, stage_code_versions
 from medbench_core.storage import MANIFEST, is_complete, replace_dir_atomic, verify_manifest, write_manifest

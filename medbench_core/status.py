@@ -73,7 +73,7 @@ def partition_statuses(
     reads only the files whose stat moved since they were hashed).
     """
     from medbench_core.retrieval.derived import registry_partition_keys
-    from medbench_core.retrieval.kinds.base import DEFAULT_K
+    from medbench_core.retrieval.kinds.stage_inputs import DEFAULT_K
 
     by_name = {s.name: s for s in specs}
     names = list(models) if models is not None else [s.name for s in specs]

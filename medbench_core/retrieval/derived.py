@@ -3,7 +3,7 @@ model's provenance keys on a task.
 
 A derived model (its kind's ``derived`` is true: fusion, cross-encoder, expanded) has no corpus
 embeddings or index of its own. Its run stage loads the inputs its kind names
-(:meth:`~medbench_core.retrieval.kinds.base.DerivedKind.inputs`), and :func:`build_derived_run` has
+(:meth:`~medbench_core.retrieval.kinds.derived_base.DerivedKind.inputs`), and :func:`build_derived_run` has
 the kind compute the run and writes it in medbench's schema (``run.parquet``, ``run.trec``,
 ``info.json``), so scoring, statistics, the leaderboard and the exports treat it as any other model.
 :func:`registry_partition_keys` gives every model's keys on a task, upstreams first, so a changed
@@ -21,8 +21,8 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.base import DEFAULT_K, Input, KeyContext, StoredCorpus, StoredExpansion, UpstreamRun
 from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.retrieval.kinds.stage_inputs import DEFAULT_K, Input, KeyContext, StoredCorpus, StoredExpansion, UpstreamRun
 from medbench_core.retrieval.ranking import write_trec_file
 from medbench_core.taskdata.task import Task
 

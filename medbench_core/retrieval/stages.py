@@ -21,9 +21,10 @@ import polars as pl
 from medbench_core.errors import DataError
 from medbench_core.layout import STAGES
 from medbench_core.metric_names import DEFAULT_METRICS
-from medbench_core.retrieval.kinds.base import DEFAULT_K, KeyContext, MemoryBudget, StoredCorpus, retriever
 from medbench_core.retrieval.kinds.encoder import load_chunk_map, load_corpus_embeddings  # noqa: F401  (re-exported)
+from medbench_core.retrieval.kinds.retriever_base import retriever
 from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.retrieval.kinds.stage_inputs import DEFAULT_K, KeyContext, MemoryBudget, StoredCorpus
 from medbench_core.retrieval.ranking import write_trec_file
 from medbench_core.retrieval.records import candidate_pools
 from medbench_core.taskdata.task import Task
@@ -185,7 +186,7 @@ def stage_keys(
     dataset_revision: str = "",
     query_prompt: dict[str, Any] | None = None,
 ) -> dict[str, str]:
-    """Provenance key of each stage of a retriever (:meth:`~medbench_core.retrieval.kinds.base.RetrieverKind.stage_keys`)."""
+    """Provenance key of each stage of a retriever (:meth:`~medbench_core.retrieval.kinds.retriever_base.RetrieverKind.stage_keys`)."""
     return spec.plugin.stage_keys(spec, task_hash, revision, k, dataset_revision=dataset_revision, query_prompt=query_prompt, metrics=metrics)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.base import derived_stage_keys
+from medbench_core.retrieval.kinds.derived_base import derived_stage_keys
 from medbench_core.retrieval.model_registry import ModelSpec, evaluation_order, load_baseline, load_registry, model_spec, upstream_order
 
 ROOT = Path(__file__).resolve().parents[2]

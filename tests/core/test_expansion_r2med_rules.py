@@ -29,7 +29,7 @@ from medbench_core.retrieval.derived import build_derived_run
 from medbench_core.retrieval.expansion.frame import expansion_frame
 from medbench_core.retrieval.expansion.rules import Combine, resolve_combination
 from medbench_core.retrieval.expansion.spec import ExpansionSpec
-from medbench_core.retrieval.kinds.base import StoredCorpus, StoredExpansion
+from medbench_core.retrieval.kinds.stage_inputs import StoredCorpus, StoredExpansion
 from medbench_core.retrieval.model_registry import load_registry, model_spec
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus
 

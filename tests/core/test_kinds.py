@@ -19,7 +19,9 @@ import pytest
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.kinds import KINDS, get_kind, kind_names
-from medbench_core.retrieval.kinds.base import DerivedKind, Kind, Retriever, RetrieverKind
+from medbench_core.retrieval.kinds.base import Kind
+from medbench_core.retrieval.kinds.derived_base import DerivedKind
+from medbench_core.retrieval.kinds.retriever_base import Retriever, RetrieverKind
 from medbench_core.retrieval.model_registry import load_registry, model_spec
 
 ROOT = Path(__file__).resolve().parents[2]

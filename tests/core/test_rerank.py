@@ -13,8 +13,8 @@ import pytest
 from medbench_core.errors import DataError
 from medbench_core.retrieval.derived import build_derived_run, load_upstream_run
 from medbench_core.retrieval.fuse_rerank import rerank
-from medbench_core.retrieval.kinds.base import UpstreamRun
 from medbench_core.retrieval.kinds.cross_encoder import load_cross_encoder
+from medbench_core.retrieval.kinds.stage_inputs import UpstreamRun
 from medbench_core.retrieval.model_registry import ModelSpec, model_spec
 from medbench_core.retrieval.ranking import RUN_SCHEMA
 from medbench_core.taskdata.task import TaskMeta, make_task

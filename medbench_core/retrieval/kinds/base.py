@@ -1,18 +1,18 @@
-"""What a model kind is: the protocol every kind module implements, and the parts kinds share.
+"""What a model kind is, and the defaults kinds share (:class:`Kind`).
 
-- :class:`Kind`: the entry (settings schema, own fields, identity), revision, which tasks it reads,
-  upstreams, provenance keys and MLflow params. Its defaults claim nothing about a model (no
+The pieces of the plugin boundary, one module each:
+
+- :class:`Kind` (here): the entry (settings schema, own fields, identity), revision, which tasks it
+  reads, upstreams, provenance keys and MLflow params. Its defaults claim nothing about a model (no
   long-text policy, no mteb model type); the dense defaults live in
   :class:`~medbench_core.retrieval.kinds.encoder.EncoderKind`.
-- :class:`Retriever`: the three methods the one search path needs of a first-stage retriever
-  (as mteb's ``SearchProtocol``): ``embed_corpus`` (represent the corpus), ``represent_queries``
-  (the task's own queries, or expanded ones) and ``search`` (top k per query in the run schema,
-  :data:`~medbench_core.retrieval.ranking.RUN_SCHEMA`, ties by the rule of
-  :mod:`medbench_core.retrieval.ranking`). :class:`RetrieverKind` is the base that gives a
-  retriever the rest (keys, a stage with no separate index, hooks). :func:`medbench_core.retrieval.stages.retrieve`
-  is the one search path; an expanded model runs it with its retriever's kind.
-- :class:`DerivedKind`: builds its run from its inputs (upstream runs, a retriever's stored corpus,
-  an expansion) with ``compute``; it has no corpus embeddings or index of its own.
+- :mod:`.retriever_base`: :class:`~medbench_core.retrieval.kinds.retriever_base.Retriever`, the three
+  methods the one search path needs of a first-stage retriever (as mteb's ``SearchProtocol``), and
+  :class:`~medbench_core.retrieval.kinds.retriever_base.RetrieverKind`, the base that gives a retriever
+  the rest (keys, a stage with no separate index, hooks).
+- :mod:`.derived_base`: :class:`~medbench_core.retrieval.kinds.derived_base.DerivedKind` builds its run
+  from its inputs (upstream runs, a retriever's stored corpus, an expansion) with ``compute``.
+- :mod:`.stage_inputs`: the values those methods take and return.
 
 Keys: a stage's key hashes its inputs, its upstream stage's key, the stage's declared version
 (:data:`medbench_core.provenance.STAGE_VERSIONS`) and the kind's :attr:`Kind.version`. Bump the
@@ -22,106 +22,16 @@ kind's version in the change that alters its output (tests/core/test_golden_outp
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import Any
 
 import polars as pl
 
-from medbench_core.errors import DataError
-from medbench_core.retrieval.expansion.spec import ExpansionSpec
 from medbench_core.retrieval.kinds.settings import KindSettings, NoSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.retrieval.kinds.stage_inputs import KeyContext
 from medbench_core.taskdata.task import Task
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from medbench_core.retrieval.expansion.rules import Combine
-
-DEFAULT_K = 100  # documents retrieved per query
-
-# --- the types a retriever's methods take and return --------------------------------------------
-
-#: bytes of memory a stage may use, a function returning them, or None (ask the OS)
-MemoryBudget = int | Callable[[], int] | None
-#: ``(template, instruction)`` a task's queries are formatted with (:mod:`medbench_core.retrieval.instructions`)
-QueryPrompt = tuple[str, str]
-#: ``(expansions, combine)``: each query's expansion text, in the task's query order, and how the kind combines it with the query
-QueryExpansion = tuple[Sequence[str], "Combine"]
-#: query id -> the corpus rows (positions in ``task.corpus``) of its candidate set; None: the whole corpus
-Pools = Mapping[str, "np.ndarray"]
-#: what a stage records in its info.json: JSON values only (no paths, times or other values that differ between two runs)
-Info = dict[str, object]
-Queries = TypeVar("Queries")
-
-
-# --- inputs of a derived model's run ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InputRef:
-    """One input a derived model's run needs: ``what`` is ``run`` or ``corpus`` (of the model ``name``)
-    or ``expansion`` (of the expansion entry ``name``)."""
-
-    what: str
-    name: str
-
-    @property
-    def label(self) -> str:
-        """The name the loaded input is passed under (``:`` never appears in a model name)."""
-        return f"expansion:{self.name}" if self.what == "expansion" else self.name
-
-
-@dataclass(frozen=True)
-class UpstreamRun:
-    """An upstream model's stored run on a task: the ranking, the ``k`` it was retrieved with, its key and info.json."""
-
-    run: pl.DataFrame
-    k: int
-    key: str = ""
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class StoredCorpus:
-    """A retriever's stored corpus on a task: its spec and its ``corpus_embeddings`` and ``corpus_index`` folders (``key``: the index key)."""
-
-    spec: ModelSpec
-    embeddings: Path
-    index: Path
-    key: str = ""
-
-
-@dataclass(frozen=True)
-class StoredExpansion:
-    """An expansion of a task's queries whose contract passed: its entry in ``expansions:``, its frame, key and info.json."""
-
-    spec: ExpansionSpec
-    frame: pl.DataFrame
-    key: str
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-Input = UpstreamRun | StoredCorpus | StoredExpansion
-
-
-@dataclass
-class KeyContext:
-    """What a kind needs besides its spec and the task to compute its stage keys.
-
-    ``registry``: every registered model by name; ``keys``: the stage keys of the models computed
-    so far (upstreams come first); ``expansions``: the registry's ``expansions:`` entries by name.
-    """
-
-    k: int = DEFAULT_K
-    registry: Mapping[str, ModelSpec] = field(default_factory=dict)
-    keys: dict[str, dict[str, str]] = field(default_factory=dict)
-    expansions: Mapping[str, ExpansionSpec] = field(default_factory=dict)
-    prompts_dir: str | Path | None = None
-    online: bool = False
-
 
 # --- revisions ------------------------------------------------------------------------------
 
@@ -332,212 +242,3 @@ class Kind:
     def load(self, spec: ModelSpec, *, device: str = "cpu", progress: bool | None = False, online: bool = False) -> Any:
         """The loaded model (an encoder, a cross-encoder); None for a kind without weights."""
         return None
-
-
-@runtime_checkable
-class Retriever(Protocol[Queries]):
-    """What the one search path needs of a first-stage retriever kind: three methods, as mteb's
-    ``SearchProtocol`` (mteb/models/models_protocols.py) has ``index``, ``search`` and its meta.
-
-    :func:`medbench_core.retrieval.stages.embed_corpus` calls ``embed_corpus`` once per task and
-    :func:`medbench_core.retrieval.stages.rank` calls ``represent_queries`` then ``search`` (an
-    expanded model calls them with its retriever's kind). Every retriever kind in
-    :data:`~medbench_core.retrieval.kinds.KINDS` satisfies it (tests/core/test_kinds.py checks
-    the methods and their parameters); :class:`RetrieverKind` gives it everything else.
-    """
-
-    def embed_corpus(self, spec: ModelSpec, task: Task, out: Path, *, model: object, progress: bool, available: MemoryBudget) -> Info:
-        """Write the corpus representation into the empty folder ``out``, in ``task.corpus`` order (the caller
-        writes ``doc_ids.json`` beside it, then ``info.json``).
-
-        Returns what ``info.json`` records: ``files`` (required: the names of the files it wrote into
-        ``out``, besides doc_ids.json and info.json) and any JSON values describing the representation
-        (``representation``, ``n_docs``, settings, :meth:`Kind.long_text_params`). ``model`` is the
-        kind's :meth:`Kind.load` (None for a kind without weights); ``available``: refuse, before
-        the work, a corpus that would not fit in memory (:func:`medbench_core.retrieval.vectors.check_memory`).
-        An exact kind's files must be byte-identical on every run (tests/core/golden_outputs.py
-        digests them): no time stamps (``np.savez`` and ``scipy.sparse.save_npz`` write zip entries
-        stamped with the time: write ``.npy`` files with ``np.save``), no absolute paths, no
-        iteration order of a set.
-        """
-        ...
-
-    def represent_queries(self, spec: ModelSpec, task: Task, model: object, *, prompt: QueryPrompt | None, expansion: QueryExpansion | None = None) -> Queries:
-        """The task's queries as ``search`` takes them, in ``task.queries`` order: formatted with
-        ``prompt`` when given; with ``expansion``, each query combined with its expansion text
-        (an expanded model; only kinds with an :attr:`Kind.expansion_family` get one)."""
-        ...
-
-    def search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, queries: Queries, k: int, *, pools: Pools | None, progress: bool) -> pl.DataFrame:
-        """The top ``k`` documents of each query as a run: :data:`~medbench_core.retrieval.ranking.RUN_SCHEMA`
-        (``query_id``, ``doc_id``, ``score`` float64, ``rank`` int32 from 1), queries in task order,
-        ranks by descending score, equal scores by doc id in descending byte order (trec_eval's
-        order: :func:`medbench_core.retrieval.ranking.rank_scores` applies it). With ``pools``
-        each query ranks only its own candidate set. ``corpus`` names the stored folders
-        (``corpus.embeddings``: what ``embed_corpus`` wrote; ``corpus.index``: the index stage's)."""
-        ...
-
-
-def retriever(spec: ModelSpec) -> Retriever[Any]:
-    """``spec``'s kind as a :class:`Retriever` (TypeError naming what is missing for a kind that is not one)."""
-    kind = spec.plugin
-    if not isinstance(kind, Retriever):
-        missing = [m for m in ("embed_corpus", "represent_queries", "search") if not callable(getattr(kind, m, None))]
-        raise TypeError(f"model {spec.name}: kind {spec.kind} is not a retriever (it lacks {', '.join(missing)})")
-    return kind
-
-
-class RetrieverKind(Kind):
-    """The base of a first-stage retriever: represents the corpus once, then ranks queries against it.
-
-    A subclass implements :class:`Retriever`'s three methods; this base gives it its stage keys
-    and hooks whose defaults suit a kind that searches its stored corpus as it is (BM25, TF-IDF):
-    no separate index (:meth:`build_index`, :meth:`index_identity`), nothing to check before a
-    search, no query files. :class:`~medbench_core.retrieval.kinds.encoder.EncoderKind` overrides
-    them for dense vectors in a FAISS index.
-    """
-
-    def corpus_of(self, spec: ModelSpec) -> str | None:
-        return spec.name
-
-    def weights_revision(self, spec: ModelSpec) -> str:
-        return cached_revision(spec)
-
-    def index_identity(self, spec: ModelSpec) -> str | Mapping[str, Any]:
-        """What keys the index stage beside the embeddings key: a constant (the kind's name) for a kind
-        that builds no index; an encoder's FAISS index settings (the entry's ``index:``)."""
-        return self.name
-
-    def query_settings(self, spec: ModelSpec) -> tuple[str, ...]:
-        """Settings that change only the queries: out of the embeddings key, into the run key (as the resolved prompt)."""
-        return spec.settings.QUERY_ONLY
-
-    def stage_keys(
-        self,
-        spec: ModelSpec,
-        task_hash: str,
-        revision: str,
-        k: int,
-        *,
-        dataset_revision: str = "",
-        query_prompt: dict[str, Any] | None = None,
-        metrics: tuple[str, ...] | None = None,
-        analysis: dict[str, Any] | None = None,
-    ) -> dict[str, str]:
-        """Provenance key of each stage: a stage's key covers its own inputs and its upstream stage's key.
-
-        embeddings: the task content hash, the source dataset's revision (when the task records
-        one), the model identity without its index and query-only settings, the weights'
-        revision, the stage's and the kind's versions, and ``analysis`` when the kind gives one
-        (:meth:`analysis_identity`; absent, the key is what it was before analysers were keyed);
-        index: adds the index settings; run: adds
-        k and the query prompt the task resolves to (``query_prompt``; all query-only settings
-        when not given); metrics: the metric list.
-        """
-        from medbench_core.metric_names import DEFAULT_METRICS
-        from medbench_core.provenance import artifact_key, stage_version
-
-        model = {key: v for key, v in spec.identity().items() if key != "index"}
-        query_only = [s for s in self.query_settings(spec) if s in model["settings"]]
-        prompt: dict[str, Any] = {}
-        if query_only:
-            model["settings"] = {key: v for key, v in model["settings"].items() if key not in query_only}
-            prompt = query_prompt if query_prompt is not None else {"query_settings": {s: spec.identity()["settings"][s] for s in query_only}}
-        source = {"dataset_revision": dataset_revision} if dataset_revision else {}
-        kind = {"kind_version": self.version}
-        if analysis:
-            source["analysis"] = analysis
-        emb = artifact_key(stage="embeddings", task=task_hash, model=model, revision=revision, code=stage_version("embeddings"), **kind, **source)
-        idx = artifact_key(stage="index", upstream=emb, index=self.index_identity(spec), code=stage_version("index"))
-        run = artifact_key(stage="run", upstream=idx, k=k, code=stage_version("run"), **kind, **prompt)
-        met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics or DEFAULT_METRICS), code=stage_version("metrics"))
-        return {"embeddings": emb, "index": idx, "run": run, "metrics": met}
-
-    def prompt_key(self, spec: ModelSpec, task: Task) -> dict[str, Any] | None:
-        """What of the query prompt enters the run key on ``task`` (None: the kind has none)."""
-        return None
-
-    def analysis_identity(self, spec: ModelSpec, task: Task) -> dict[str, Any] | None:
-        """How the kind analyses ``task``'s text, when that enters the embeddings key (None: nothing beyond the settings)."""
-        return None
-
-    def partition_keys(self, spec: ModelSpec, task: Task, ctx: KeyContext) -> dict[str, str]:
-        return self.stage_keys(
-            spec,
-            task.content_hash(),
-            cached_revision(spec),
-            ctx.k,
-            dataset_revision=task.meta.source_revision,
-            query_prompt=self.prompt_key(spec, task),
-            analysis=self.analysis_identity(spec, task),
-        )
-
-    # --- compute: a subclass implements Retriever's three methods; these hooks have defaults
-    def build_index(self, spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None, progress: bool | None, available: MemoryBudget) -> Info:
-        """Write a search index over the stored corpus into ``out``; return what its info.json records:
-        ``type`` and ``built_on`` (``cpu`` or ``gpu``; the index asset shows both), ``files`` (what it wrote).
-        Default: none (``search`` reads the corpus as ``embed_corpus`` stored it)."""
-        return {"type": "none", "built_on": "cpu", "files": []}
-
-    def query_files(self, queries: object, out: Path) -> list[str]:
-        """Write what a re-scoring needs of the represented queries into ``out``; their file names."""
-        return []
-
-    def before_search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, available: MemoryBudget) -> None:
-        """Refuse a search that cannot fit, before the queries are represented."""
-
-
-class DerivedKind(Kind):
-    """A model whose run is built from other models' runs (or a retriever's stored corpus and an expansion)."""
-
-    derived = True
-    takes_path = True
-
-    def inputs(self, spec: ModelSpec) -> tuple[InputRef, ...]:
-        """What its run is built from: by default, each upstream model's run."""
-        return tuple(InputRef("run", up) for up in self.upstream(spec))
-
-    def check_inputs(self, spec: ModelSpec, task: Task, inputs: Mapping[str, Input]) -> None:
-        """Refuse inputs the compute cannot use, before anything is computed (DataError naming the model and input)."""
-
-    def compute(
-        self, spec: ModelSpec, task: Task, inputs: Mapping[str, Input], out: Path, *, k: int, device: str = "cpu", progress: bool = False, model: Any = None
-    ) -> tuple[pl.DataFrame, dict[str, Any]]:
-        """The run and what info.json records of it (``files``: files written into ``out`` besides the run)."""
-        raise NotImplementedError
-
-    def partition_keys(self, spec: ModelSpec, task: Task, ctx: KeyContext) -> dict[str, str]:
-        """Run and metrics keys over the upstream run keys (:func:`derived_stage_keys`)."""
-        missing = [u for u in self.upstream(spec) if u not in ctx.keys]
-        if missing:
-            raise DataError(f"model {spec.name}: no keys for upstream model(s) {missing}; their keys enter this model's key")
-        return derived_stage_keys(spec, task.content_hash(), self.weights_revision(spec), {u: ctx.keys[u]["run"] for u in self.upstream(spec)}, ctx.k)
-
-
-def derived_stage_keys(
-    spec: ModelSpec,
-    task_hash: str,
-    revision: str,
-    upstream_run_keys: Mapping[str, str],
-    k: int,
-    metrics: tuple[str, ...] | None = None,
-) -> dict[str, str]:
-    """Provenance keys of a derived model's ``run`` and ``metrics`` stages.
-
-    The run key hashes the task content hash, the model identity, the weights' revision, each
-    upstream run key (by name), k, the derived run's declared version and the kind's version; the
-    metrics key adds the metric list.
-    """
-    from medbench_core.metric_names import DEFAULT_METRICS
-    from medbench_core.provenance import artifact_key, stage_version
-
-    missing = [u for u in spec.upstream if u not in upstream_run_keys]
-    if missing:
-        raise DataError(f"model {spec.name}: no run key for upstream model(s) {missing}; their keys enter this model's key")
-    ups = {u: upstream_run_keys[u] for u in spec.upstream}
-    run = artifact_key(
-        stage="run", kind="derived", task=task_hash, model=spec.identity(), revision=revision, upstream=ups, k=k,
-        code=stage_version("derived_run"), kind_version=spec.plugin.version,
-    )  # fmt: skip
-    met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics or DEFAULT_METRICS), code=stage_version("metrics"))
-    return {"run": run, "metrics": met}

@@ -14,7 +14,7 @@ classes too. The entry names the code and how to call it:
 - ``imports``: further code the class imports that is not in the lock (``pkg:flmr``): each must be
   allowlisted too;
 - ``text``, ``image``, ``image_text``: the call per kind of record, as ``remote-code-embedder``'s
-  (:class:`~medbench_core.retrieval.kinds.remote_code.Call`; ``output`` may list outputs to add:
+  (:class:`~medbench_core.retrieval.kinds.remote_code_calls.Call`; ``output`` may list outputs to add:
   ``[text_embeddings, image_embeddings]``); ``image_input`` ``pil``, ``path`` or ``base64``.
 
 ``code-folder`` gives one vector per record (searched with FAISS); ``code-folder-late`` one vector
@@ -53,7 +53,9 @@ from typing import Any
 from medbench_core.errors import DataError
 from medbench_core.retrieval import trusted_code
 from medbench_core.retrieval.kinds.late_interaction import LateInteractionKind
-from medbench_core.retrieval.kinds.remote_code import RECORD_TYPES, Call, RemoteCodeEncoder, RemoteCodeKind
+from medbench_core.retrieval.kinds.remote_code import RemoteCodeKind
+from medbench_core.retrieval.kinds.remote_code_calls import RECORD_TYPES, Call
+from medbench_core.retrieval.kinds.remote_code_encoder import RemoteCodeEncoder
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
 

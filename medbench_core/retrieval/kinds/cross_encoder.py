@@ -16,11 +16,13 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.base import DerivedKind, Input, cached_revision
+from medbench_core.retrieval.kinds.base import cached_revision
 from medbench_core.retrieval.kinds.dense import resolve_revision_of_path
+from medbench_core.retrieval.kinds.derived_base import DerivedKind
 from medbench_core.retrieval.kinds.fusion import positive_int
 from medbench_core.retrieval.kinds.settings import KindSettings, closest
 from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.retrieval.kinds.stage_inputs import Input
 from medbench_core.taskdata.task import Task
 
 

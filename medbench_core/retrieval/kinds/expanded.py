@@ -22,9 +22,11 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.expansion.rules import Combine, family, resolve_combination
-from medbench_core.retrieval.kinds.base import DerivedKind, Input, InputRef, KeyContext, StoredCorpus, StoredExpansion, cached_revision
+from medbench_core.retrieval.kinds.base import cached_revision
+from medbench_core.retrieval.kinds.derived_base import DerivedKind
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.retrieval.kinds.stage_inputs import Input, InputRef, KeyContext, StoredCorpus, StoredExpansion
 from medbench_core.taskdata.task import Task
 
 

@@ -17,9 +17,10 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.fuse_rerank import FUSION_METHODS, FUSION_NORMS, fuse
-from medbench_core.retrieval.kinds.base import DerivedKind, Input
+from medbench_core.retrieval.kinds.derived_base import DerivedKind
 from medbench_core.retrieval.kinds.settings import closest
 from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.retrieval.kinds.stage_inputs import Input
 from medbench_core.taskdata.task import Task
 
 

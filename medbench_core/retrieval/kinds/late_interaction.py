@@ -18,8 +18,9 @@ import numpy as np
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.base import RetrieverKind, StoredCorpus
+from medbench_core.retrieval.kinds.retriever_base import RetrieverKind
 from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.retrieval.kinds.stage_inputs import StoredCorpus
 from medbench_core.taskdata.task import Task
 
 INDEX_TYPES = ("flat", "plaid")

@@ -23,9 +23,10 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.base import RetrieverKind, StoredCorpus
+from medbench_core.retrieval.kinds.retriever_base import RetrieverKind
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.retrieval.kinds.stage_inputs import StoredCorpus
 from medbench_core.taskdata.task import Task
 
 

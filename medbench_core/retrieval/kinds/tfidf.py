@@ -24,9 +24,10 @@ import numpy as np
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.base import MemoryBudget, Pools, QueryExpansion, QueryPrompt, RetrieverKind, StoredCorpus
+from medbench_core.retrieval.kinds.retriever_base import RetrieverKind
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.retrieval.kinds.stage_inputs import MemoryBudget, Pools, QueryExpansion, QueryPrompt, StoredCorpus
 from medbench_core.taskdata.task import Task
 
 FILES = ("vocabulary.json", "idf.npy", "data.npy", "indices.npy", "indptr.npy")

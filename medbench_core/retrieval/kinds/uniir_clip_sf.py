@@ -34,7 +34,7 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.checkpoints import CHECKPOINT_SUFFIXES, load_state_dict
-from medbench_core.retrieval.clip import ClipEncoder
+from medbench_core.retrieval.clip_encoder import ClipEncoder
 from medbench_core.retrieval.kinds.encoder import EncoderKind
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
