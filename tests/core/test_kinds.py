@@ -19,8 +19,8 @@ import pytest
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.kinds import KINDS, get_kind, kind_names
-from medbench_core.retrieval.kinds.base import Kind
-from medbench_core.retrieval.kinds.derived_base import DerivedKind
+from medbench_core.retrieval.kinds.base import Kind, ModelKind
+from medbench_core.retrieval.kinds.derived_base import DerivedKind, RunBuilder
 from medbench_core.retrieval.kinds.retriever_base import Retriever, RetrieverKind
 from medbench_core.retrieval.model_registry import load_registry, model_spec
 
@@ -76,6 +76,70 @@ def test_every_kind_has_its_line_in_the_kinds_table_of_the_docs(name):
     assert re.search(rf"^\| `{re.escape(name)}` \| `{module}\.py` \| [^|]+ \| .+ \|$", table, flags=re.MULTILINE), (
         f"docs/models_and_kinds.md: no row '| `{name}` | `{module}.py` | <what it reads> | <its settings> |' in the kinds table"
     )
+
+
+MODEL_KIND_METHODS = ("revision", "upstream", "applicability", "partition_keys", "load")
+
+
+@pytest.mark.parametrize("name", kind_names())
+def test_every_kind_satisfies_the_required_protocol_and_has_exactly_one_compute_capability(name):
+    kind = get_kind(name)
+    assert isinstance(kind, ModelKind)
+    for method in MODEL_KIND_METHODS:
+        assert _parameters(getattr(kind, method)) == _parameters(getattr(ModelKind, method)), f"{name}.{method}"
+    # a retriever represents the corpus and searches it; a derived kind builds its run from its inputs; never both
+    assert (isinstance(kind, Retriever), isinstance(kind, RunBuilder)) == ((False, True) if kind.derived else (True, False)), name
+    if kind.derived:
+        for method in ("inputs", "check_inputs", "compute"):
+            assert _parameters(getattr(kind, method)) == _parameters(getattr(RunBuilder, method)), f"{name}.{method}"
+
+
+def test_the_required_protocol_is_small_and_get_kind_refuses_an_object_that_lacks_part_of_it(monkeypatch):
+    methods = [m for m, v in vars(ModelKind).items() if callable(v) and not m.startswith("_")]
+    assert sorted(methods) == sorted(MODEL_KIND_METHODS)  # four attributes and five methods, as the docstring says
+    assert sorted(ModelKind.__annotations__) == ["Settings", "derived", "name", "version"]
+
+    class NoRevision:
+        name, version, Settings, derived = "no-revision", "1", None, False
+
+        def upstream(self, spec): ...
+        def applicability(self, spec, task, registry): ...
+        def partition_keys(self, spec, task, ctx): ...
+        def load(self, spec, *, device="cpu", progress=False, online=False): ...
+
+    assert not isinstance(NoRevision(), ModelKind)
+    import sys
+    import types
+
+    module = types.ModuleType("medbench_core.retrieval.kinds.no_revision")
+    module.KIND = NoRevision()
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(KINDS, "no-revision", "no_revision:KIND")
+    get_kind.cache_clear()
+    try:
+        with pytest.raises(TypeError, match=r"kind registered as 'no-revision' \(no_revision:KIND\) is not a ModelKind: it lacks revision$"):
+            get_kind("no-revision")
+    finally:
+        get_kind.cache_clear()
+
+
+def test_one_revision_concept_the_others_are_derived_from_it():
+    """A kind says one revision (:meth:`Kind.revision`); a model without weights of its own (fusion, expanded) has
+    ``""``, a cross-encoder its weights', and an expanded model's partitions show its retriever's."""
+    from medbench_core.retrieval.derived import derived_revision, model_revision
+
+    for base in (Kind, RetrieverKind, DerivedKind):
+        assert not hasattr(base, "weights_revision") and not hasattr(base, "shown_revision")
+    bm25 = model_spec(name="bm25", kind="bm25", revision="r7")
+    registry = {
+        "bm25": bm25,
+        "bm25+q2d": model_spec(name="bm25+q2d", kind="expanded", retriever="bm25", expansion="q2d"),
+        "fused": model_spec(name="fused", kind="fusion", fusion={"runs": ["bm25", "bm25+q2d"], "method": "rrf"}),
+    }
+    assert derived_revision(bm25) == model_revision(bm25, registry) == "r7"  # bm25's revision: the entry's, else "bm25s"
+    assert derived_revision(model_spec(name="plain", kind="bm25")) == "bm25s"
+    assert derived_revision(registry["bm25+q2d"]) == "" and model_revision(registry["bm25+q2d"], registry) == "r7"
+    assert derived_revision(registry["fused"]) == model_revision(registry["fused"], registry) == ""
 
 
 class _Plain(RetrieverKind):

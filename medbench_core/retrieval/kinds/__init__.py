@@ -6,8 +6,9 @@ resolved, which tasks it can read, its upstreams, and its compute (represent the
 it, or build a run from upstream runs). The rest of medbench asks a model's kind
 (``spec.plugin``) and never compares kind names.
 
-Adding a kind: a module in this package with a :class:`~medbench_core.retrieval.kinds.base.Kind`
-instance, one line in :data:`KINDS`, its tests (docs/contributing/adding_a_kind.md).
+Adding a kind: a module in this package with an instance of a
+:class:`~medbench_core.retrieval.kinds.base.Kind` subclass (the protocol it satisfies:
+:class:`~medbench_core.retrieval.kinds.base.ModelKind`), one line in :data:`KINDS`, its tests (docs/contributing/adding_a_kind.md).
 """
 
 from __future__ import annotations
@@ -43,8 +44,13 @@ def kind_names() -> tuple[str, ...]:
 @functools.cache
 def get_kind(name: str) -> Any:
     """The kind registered as ``name``; KeyError for an unknown one (entries are checked when models.yaml is read)."""
+    from medbench_core.retrieval.kinds.base import ModelKind
+
     module, attribute = KINDS[name].split(":")
     kind = getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+    if not isinstance(kind, ModelKind):
+        missing = [m for m in (*ModelKind.__annotations__, "revision", "upstream", "applicability", "partition_keys", "load") if not hasattr(kind, m)]
+        raise TypeError(f"kind registered as {name!r} ({KINDS[name]}) is not a ModelKind: it lacks {', '.join(missing)}")
     if kind.name != name:
         raise RuntimeError(f"kind registered as {name!r} calls itself {kind.name!r}")
     return kind

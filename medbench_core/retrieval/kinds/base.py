@@ -2,16 +2,18 @@
 
 The pieces of the plugin boundary, one module each:
 
-- :class:`Kind` (here): the entry (settings schema, own fields, identity), revision, which tasks it
-  reads, upstreams, provenance keys and MLflow params. Its defaults claim nothing about a model (no
-  long-text policy, no mteb model type); the dense defaults live in
-  :class:`~medbench_core.retrieval.kinds.encoder.EncoderKind`.
+- :class:`ModelKind` (here): the protocol every kind implements (four attributes, five methods).
+- :class:`Kind` (here): the base with a default for each optional hook: the entry (settings schema,
+  own fields, identity), revision, which tasks it reads, upstreams, provenance keys and MLflow
+  params. Its defaults claim nothing about a model (no long-text policy, no mteb model type); the
+  dense defaults live in :class:`~medbench_core.retrieval.kinds.encoder.EncoderKind`.
 - :mod:`.retriever_base`: :class:`~medbench_core.retrieval.kinds.retriever_base.Retriever`, the three
   methods the one search path needs of a first-stage retriever (as mteb's ``SearchProtocol``), and
   :class:`~medbench_core.retrieval.kinds.retriever_base.RetrieverKind`, the base that gives a retriever
   the rest (keys, a stage with no separate index, hooks).
-- :mod:`.derived_base`: :class:`~medbench_core.retrieval.kinds.derived_base.DerivedKind` builds its run
-  from its inputs (upstream runs, a retriever's stored corpus, an expansion) with ``compute``.
+- :mod:`.derived_base`: :class:`~medbench_core.retrieval.kinds.derived_base.RunBuilder`, the other
+  compute capability, and :class:`~medbench_core.retrieval.kinds.derived_base.DerivedKind`, which builds
+  its run from its inputs (upstream runs, a retriever's stored corpus, an expansion) with ``compute``.
 - :mod:`.stage_inputs`: the values those methods take and return.
 
 Keys: a stage's key hashes its inputs, its upstream stage's key, the stage's declared version
@@ -24,7 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import polars as pl
 
@@ -58,8 +60,56 @@ def cached_revision(spec: ModelSpec) -> str:
 # --- the kinds ------------------------------------------------------------------------------
 
 
+@runtime_checkable
+class ModelKind(Protocol):
+    """What every model kind must implement: four attributes and five methods, as mteb's ``SearchProtocol``
+    (mteb/models/models_protocols.py) is the few methods a search needs.
+
+    A kind also has exactly one compute capability: :class:`~.retriever_base.Retriever` (represent the corpus,
+    then search it) or :class:`~.derived_base.RunBuilder` (build a run from its inputs). Everything else a kind
+    may say is optional, with a default in :class:`Kind`. :func:`medbench_core.retrieval.kinds.get_kind` refuses
+    a registered object that is not a ``ModelKind``; tests/core/test_kinds.py checks every registered kind
+    against it, parameters included.
+    """
+
+    #: the ``kind:`` value of models.yaml, equal to its key in ``KINDS``
+    name: str
+    #: bumped in the change that alters this kind's output (it enters every artifact key)
+    version: str
+    #: the typed settings of ``settings:`` (a frozen :class:`KindSettings` dataclass)
+    Settings: type[KindSettings]
+    #: builds its run from upstream runs (a :class:`~.derived_base.RunBuilder`), not by searching a corpus
+    derived: bool
+
+    def revision(self, spec: ModelSpec) -> str:
+        """What identifies the model's own weights; ``""`` when it has none (:meth:`Kind.revision`)."""
+        ...
+
+    def upstream(self, spec: ModelSpec) -> tuple[str, ...]:
+        """Models whose runs (or stored corpus) this model's run is built from."""
+        ...
+
+    def applicability(self, spec: ModelSpec, task: Task, registry: Mapping[str, ModelSpec]) -> str | None:
+        """None when ``spec`` can be evaluated on ``task``; otherwise why not (the task's ``n/a`` cell)."""
+        ...
+
+    def partition_keys(self, spec: ModelSpec, task: Task, ctx: KeyContext) -> dict[str, str]:
+        """The provenance key of each stage this model has on ``task``."""
+        ...
+
+    def load(self, spec: ModelSpec, *, device: str = "cpu", progress: bool | None = False, online: bool = False) -> Any:
+        """The loaded model its compute takes (an encoder, a cross-encoder); None for a kind without weights."""
+        ...
+
+
 class Kind:
-    """The protocol of a model kind, with defaults. Subclasses set the class attributes and override methods."""
+    """The base of every kind: :class:`ModelKind`'s methods and the optional hooks, each with a default.
+
+    A kind module subclasses one of its three bases (:class:`~.retriever_base.RetrieverKind`,
+    :class:`~.encoder.EncoderKind`, :class:`~.derived_base.DerivedKind`), sets the class attributes and
+    overrides what its models need; the required protocol is :class:`ModelKind`, the compute capability
+    :class:`~.retriever_base.Retriever` or :class:`~.derived_base.RunBuilder`.
+    """
 
     name: str = ""
     #: the typed settings of ``settings:`` (unknown keys are refused)
@@ -153,16 +203,11 @@ class Kind:
 
     # --- revision
     def revision(self, spec: ModelSpec) -> str:
-        """What identifies the weights (a pinned commit, a local folder's hash, a seed); see :func:`cached_revision`."""
+        """The one revision of a model: what identifies its own weights (a pinned commit, a local folder's hash,
+        a seed; ``""`` for a model without weights of its own, :class:`~.derived_base.DerivedKind`'s default).
+        Callers read it through :func:`cached_revision`; the revision shown for an expanded model's partitions
+        (its retriever's) is derived from it (:func:`medbench_core.retrieval.derived.model_revision`)."""
         return spec.revision
-
-    def weights_revision(self, spec: ModelSpec) -> str:
-        """The revision of this model's own weights ('' when it has none)."""
-        return ""
-
-    def shown_revision(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> str:
-        """The revision recorded for its partitions."""
-        return self.weights_revision(spec)
 
     # --- tasks
     def applicability(self, spec: ModelSpec, task: Task, registry: Mapping[str, ModelSpec]) -> str | None:

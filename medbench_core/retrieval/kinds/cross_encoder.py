@@ -16,7 +16,6 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.base import cached_revision
 from medbench_core.retrieval.kinds.dense import resolve_revision_of_path
 from medbench_core.retrieval.kinds.derived_base import DerivedKind
 from medbench_core.retrieval.kinds.fusion import positive_int
@@ -93,9 +92,6 @@ class CrossEncoderKind(DerivedKind):
 
     def revision(self, spec: ModelSpec) -> str:
         return resolve_revision_of_path(spec)
-
-    def weights_revision(self, spec: ModelSpec) -> str:
-        return cached_revision(spec)
 
     def long_text_params(self, spec: ModelSpec, model: Any = None) -> dict[str, Any]:
         return {"long_text": "truncate", "max_length": None}  # a query-document pair beyond the model's length is cut

@@ -5,22 +5,55 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.base import Kind
+from medbench_core.retrieval.kinds.base import Kind, cached_revision
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import Input, InputRef, KeyContext
 from medbench_core.taskdata.task import Task
 
 
+@runtime_checkable
+class RunBuilder(Protocol):
+    """The compute capability of a derived kind: what :func:`medbench_core.retrieval.derived.build_derived_run`
+    calls (every registered kind with ``derived`` set satisfies it: tests/core/test_kinds.py)."""
+
+    def inputs(self, spec: ModelSpec) -> tuple[InputRef, ...]:
+        """What its run is built from (upstream runs, a retriever's stored corpus, an expansion)."""
+        ...
+
+    def check_inputs(self, spec: ModelSpec, task: Task, inputs: Mapping[str, Input]) -> None:
+        """Refuse inputs the compute cannot use, before anything is computed."""
+        ...
+
+    def compute(
+        self, spec: ModelSpec, task: Task, inputs: Mapping[str, Input], out: Path, *, k: int, device: str = "cpu", progress: bool = False, model: Any = None
+    ) -> tuple[pl.DataFrame, dict[str, Any]]:
+        """The run and what info.json records of it."""
+        ...
+
+
+def run_builder(spec: ModelSpec) -> RunBuilder:
+    """``spec``'s kind as a :class:`RunBuilder` (TypeError naming what is missing for a kind that is not one)."""
+    kind = spec.plugin
+    if not isinstance(kind, RunBuilder):
+        missing = [m for m in ("inputs", "check_inputs", "compute") if not callable(getattr(kind, m, None))]
+        raise TypeError(f"model {spec.name}: kind {spec.kind} does not build runs from its inputs (it lacks {', '.join(missing)})")
+    return kind
+
+
 class DerivedKind(Kind):
-    """A model whose run is built from other models' runs (or a retriever's stored corpus and an expansion)."""
+    """A model whose run is built from other models' runs (or a retriever's stored corpus and an expansion):
+    :class:`RunBuilder`'s three methods; no weights of its own unless it says so (a cross-encoder's :meth:`revision`)."""
 
     derived = True
     takes_path = True
+
+    def revision(self, spec: ModelSpec) -> str:
+        return ""
 
     def inputs(self, spec: ModelSpec) -> tuple[InputRef, ...]:
         """What its run is built from: by default, each upstream model's run."""
@@ -40,7 +73,7 @@ class DerivedKind(Kind):
         missing = [u for u in self.upstream(spec) if u not in ctx.keys]
         if missing:
             raise DataError(f"model {spec.name}: no keys for upstream model(s) {missing}; their keys enter this model's key")
-        return derived_stage_keys(spec, task.content_hash(), self.weights_revision(spec), {u: ctx.keys[u]["run"] for u in self.upstream(spec)}, ctx.k)
+        return derived_stage_keys(spec, task.content_hash(), cached_revision(spec), {u: ctx.keys[u]["run"] for u in self.upstream(spec)}, ctx.k)
 
 
 def derived_stage_keys(

@@ -22,7 +22,6 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.expansion.rules import Combine, family, resolve_combination
-from medbench_core.retrieval.kinds.base import cached_revision
 from medbench_core.retrieval.kinds.derived_base import DerivedKind
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
@@ -123,9 +122,6 @@ class ExpandedKind(DerivedKind):
         """Its retriever's: R2MED scores an expanded dense run with BEIR and an expanded BM25 run with pytrec_eval."""
         r = registry.get(spec.block.retriever)
         return r.plugin.scoring_family(r, registry) if r is not None else None
-
-    def shown_revision(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> str:
-        return cached_revision(registry[spec.block.retriever])
 
     def model_for_run(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> ModelSpec | None:
         r = registry[spec.block.retriever]

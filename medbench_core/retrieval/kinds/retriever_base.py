@@ -81,9 +81,6 @@ class RetrieverKind(Kind):
     def corpus_of(self, spec: ModelSpec) -> str | None:
         return spec.name
 
-    def weights_revision(self, spec: ModelSpec) -> str:
-        return cached_revision(spec)
-
     def index_identity(self, spec: ModelSpec) -> str | Mapping[str, Any]:
         """What keys the index stage beside the embeddings key: a constant (the kind's name) for a kind
         that builds no index; an encoder's FAISS index settings (the entry's ``index:``)."""
