@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from medbench_core.errors import DataError, config_errors
+from medbench_core.retrieval.kinds.base import model_kind
 from medbench_core.retrieval.kinds.spec import COMMON_FIELDS, ModelSpec, model_spec, parse_entry  # noqa: F401  (re-exported)
 from medbench_core.retrieval.training_data import read_training_data
 from medbench_core.yaml_file import read_yaml_mapping
@@ -126,6 +127,7 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
             raise DataError(f"{path}: model name {entry['name']!r} appears twice")
         seen.add(entry["name"])
         spec = parse_entry(entry, where=str(path))
+        model_kind(spec)
         declared = read_training_data(entry.get("training_data", ...), models_file=path, index=i, model=spec.name)
         spec = dataclasses.replace(spec, training_data=declared)
         hub_id = spec.hub_id

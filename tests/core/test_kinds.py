@@ -94,7 +94,11 @@ def test_every_kind_satisfies_the_required_protocol_and_has_exactly_one_compute_
             assert _parameters(getattr(kind, method)) == _parameters(getattr(RunBuilder, method)), f"{name}.{method}"
 
 
-def test_the_required_protocol_is_small_and_get_kind_refuses_an_object_that_lacks_part_of_it(monkeypatch):
+def test_the_required_protocol_is_small_and_the_registry_refuses_a_kind_that_lacks_part_of_it():
+    from types import SimpleNamespace
+
+    from medbench_core.retrieval.kinds.base import model_kind
+
     methods = [m for m, v in vars(ModelKind).items() if callable(v) and not m.startswith("_")]
     assert sorted(methods) == sorted(MODEL_KIND_METHODS)  # four attributes and five methods, as the docstring says
     assert sorted(ModelKind.__annotations__) == ["Settings", "derived", "name", "version"]
@@ -108,19 +112,10 @@ def test_the_required_protocol_is_small_and_get_kind_refuses_an_object_that_lack
         def load(self, spec, *, device="cpu", progress=False, online=False): ...
 
     assert not isinstance(NoRevision(), ModelKind)
-    import sys
-    import types
-
-    module = types.ModuleType("medbench_core.retrieval.kinds.no_revision")
-    module.KIND = NoRevision()
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setitem(KINDS, "no-revision", "no_revision:KIND")
-    get_kind.cache_clear()
-    try:
-        with pytest.raises(TypeError, match=r"kind registered as 'no-revision' \(no_revision:KIND\) is not a ModelKind: it lacks revision$"):
-            get_kind("no-revision")
-    finally:
-        get_kind.cache_clear()
+    with pytest.raises(TypeError, match=r"^model m: kind no-revision is not a ModelKind \(it lacks revision\)$"):
+        model_kind(SimpleNamespace(name="m", kind="no-revision", plugin=NoRevision()))
+    bm25 = model_spec(name="bm25", kind="bm25")
+    assert model_kind(bm25) is bm25.plugin
 
 
 def test_one_revision_concept_the_others_are_derived_from_it():

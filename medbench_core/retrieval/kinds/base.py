@@ -67,9 +67,9 @@ class ModelKind(Protocol):
 
     A kind also has exactly one compute capability: :class:`~.retriever_base.Retriever` (represent the corpus,
     then search it) or :class:`~.derived_base.RunBuilder` (build a run from its inputs). Everything else a kind
-    may say is optional, with a default in :class:`Kind`. :func:`medbench_core.retrieval.kinds.get_kind` refuses
-    a registered object that is not a ``ModelKind``; tests/core/test_kinds.py checks every registered kind
-    against it, parameters included.
+    may say is optional, with a default in :class:`Kind`. Reading models.yaml refuses an entry whose kind is not
+    a ``ModelKind`` (:func:`model_kind`); tests/core/test_kinds.py checks every registered kind against it,
+    parameters included.
     """
 
     #: the ``kind:`` value of models.yaml, equal to its key in ``KINDS``
@@ -100,6 +100,16 @@ class ModelKind(Protocol):
     def load(self, spec: ModelSpec, *, device: str = "cpu", progress: bool | None = False, online: bool = False) -> Any:
         """The loaded model its compute takes (an encoder, a cross-encoder); None for a kind without weights."""
         ...
+
+
+def model_kind(spec: ModelSpec) -> ModelKind:
+    """``spec``'s kind as a :class:`ModelKind` (TypeError naming what it lacks for an object that is not one)."""
+    kind = spec.plugin
+    if not isinstance(kind, ModelKind):
+        required = ("name", "version", "Settings", "derived", "revision", "upstream", "applicability", "partition_keys", "load")
+        missing = [m for m in required if not hasattr(kind, m)]
+        raise TypeError(f"model {spec.name}: kind {spec.kind} is not a ModelKind (it lacks {', '.join(missing)})")
+    return kind
 
 
 class Kind:
