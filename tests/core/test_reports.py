@@ -20,6 +20,7 @@ import polars as pl
 import pytest
 from PIL import Image
 
+from medbench_core.evaluation.board_markdown import BoardView
 from medbench_core.evaluation.exports import export, mteb_result
 from medbench_core.evaluation.plots import diff_plot_png, diff_plot_size, heatmap_png, heatmap_size
 from medbench_core.evaluation.reports import (
@@ -113,7 +114,7 @@ def test_leaderboard_with_average_over_applicable_tasks(world):
     assert rows["dense"]["average"] == round(((3 + R2) / 4 + (1 + R2) / 2 + 0.4) / 3, 4) == 0.7077
     assert rows["dense"]["averaged_over"] == "t1, t2, img"
     assert rows["late"]["average"] is None  # t2 and img not evaluated: no average over fewer tasks
-    md = leaderboard_markdown(board, not_applicable={("bm25", "img")})
+    md = leaderboard_markdown(BoardView(board, not_applicable=frozenset({("bm25", "img")})))
     assert "| bm25 | 0.6577 | 0.5000 | n/a | 0.5789 |" in md
     assert "| late | 0.3000 | - | - | - |" in md
     assert "average: mean over the tasks each model can read: bm25: t1, t2; dense: t1, t2, img; late: t1, t2, img." in md
@@ -147,7 +148,7 @@ def test_cells_with_confidence_intervals_and_markers(world):
     # below 1 in size only when s_b - s_d = -2 s_c, 1 of the 4 (s_b, s_d) patterns: 12 of 16 patterns reach it.
     assert r["p_perm"] == pytest.approx(12 / 16, abs=1e-12)
     board = leaderboard(cells, ["bm25", "dense"], ["t1", "t2", "img"])
-    md = leaderboard_markdown(board, stats, not_applicable={("bm25", "img")}, baseline="bm25")
+    md = leaderboard_markdown(BoardView(board, stats, not_applicable=frozenset({("bm25", "img")})))
     assert f"| dense | {format_cell(r['mean'], r['ci_low'], r['ci_high'], False)} |" in md
     assert "*: differs from bm25 (paired randomisation test, Holm-Bonferroni" in md
     # A clear difference over 20 queries gets its star. 1000 random sign patterns (of 2^20) do not reach it:
@@ -160,7 +161,7 @@ def test_cells_with_confidence_intervals_and_markers(world):
     st = significance(strong, "bm25", n_resamples=1000)
     best = st.filter(pl.col("model") == "best").row(0, named=True)
     assert best["p_perm"] == pytest.approx(2 / 1001, abs=1e-15) and best["significant"] is True
-    md = leaderboard_markdown(leaderboard(strong, ["bm25", "best"], ["s"]), st)
+    md = leaderboard_markdown(BoardView(leaderboard(strong, ["bm25", "best"], ["s"]), st))
     assert f"| best | 0.9000 [{best['ci_low']:.2f}, {best['ci_high']:.2f}] * | 0.9000 |" in md
     assert "| bm25 | 0.0000 [0.00, 0.00] | 0.0000 |" in md
 
