@@ -19,46 +19,41 @@ rematerialise, and the saved reports stay as they were. That policy is
 :mod:`medbench_core.evaluation.stale`; this module gathers its inputs (and what Dagster knows of each partition).
 """
 
-import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 
+from assets.leaderboard_mlflow import (
+    REPORTS_VERSION,
+    annotate_contamination_runs,
+    annotate_filled_runs,
+    annotate_partition_runs,
+    leaderboard_experiment,
+    log_leaderboard,
+)
+from assets.partition_status import unconfirmed_cells
 from assets.stage import ASSET_OF_STAGE
 from medbench_core.errors import DataError, MedbenchError
 from medbench_core.evaluation.contamination.board import admitted, contamination_marks
 from medbench_core.evaluation.contamination.cells import MARKS
-from medbench_core.evaluation.contamination.cells import mlflow_metrics as contamination_mlflow_metrics
 from medbench_core.evaluation.exports import mteb_models, mteb_task_names
-from medbench_core.evaluation.floors import floors_mlflow_metrics
 from medbench_core.evaluation.judging.layers import attach_filled
 from medbench_core.evaluation.judging.spec import load_judgements
-from medbench_core.evaluation.mlflow_names import mlflow_name
-from medbench_core.evaluation.multilingual import ENGLISH, multilingual_mlflow_metrics, query_groups
+from medbench_core.evaluation.multilingual import ENGLISH, query_groups
 from medbench_core.evaluation.published import load_sources
 from medbench_core.evaluation.reports import REPORT_NAMES, STALE_KEY, Cell, Significance, write_leaderboard
 from medbench_core.evaluation.reuse import Results, reusing
-from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
-from medbench_core.evaluation.stale import lost_to_corrupt_artifacts, saved_cells, task_cells, task_stale, unconfirmed_reason, with_stale
+from medbench_core.evaluation.stale import lost_to_corrupt_artifacts, saved_cells, task_cells, task_stale, with_stale
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
 from medbench_core.evaluation.trust import JUDGED_THRESHOLD, TrustSettings
-from medbench_core.provenance import artifact_key, stage_version
+from medbench_core.provenance import artifact_key
 from medbench_core.retrieval.expansion.spec import load_expansions
 from medbench_core.retrieval.model_registry import ModelSpec
 from medbench_core.storage import move_into, staging_folder
 from medbench_core.taskdata.contracts import read_gate
-from runtime.partitions import Partitions, partition_key
 from runtime.resources import ArtifactStoreResource, MLflowResource, RegistryResource
-from runtime.world import foreign, world_tags
-
-REPORTS_VERSION = stage_version("reports")  # the declared output version of the reports (logged and keyed as code_version)
-KIND_TAG = "medbench.kind"
-STALE_TAG = "medbench.stale"
-
-
-def leaderboard_experiment(benchmark: str) -> str:
-    """The MLflow experiment of the leaderboard runs: beside the benchmark's, whose runs are one per model x task (a release lists them)."""
-    return f"{benchmark}-leaderboard"
+from runtime.world import world_tags
 
 
 class LeaderboardConfig(dg.Config):
@@ -91,124 +86,34 @@ def filled_layers(
     return attach_filled(cells, tasks, judgement_specs, store.layout, specs, expansions, online=registry.online)
 
 
-def unconfirmed_cells(instance: dg.DagsterInstance, tasks: list[str], cells: list[Cell], ours: dict[str, str] | None = None) -> dict[tuple[str, str], str]:
-    """(model, task) -> why, for each cell with a value whose task_metrics partition Dagster shows as FAILED or
-    IN_PROGRESS (its status in the UI: the last run that planned it failed, or has not ended, after its
-    last materialisation): that value is not a result the pipeline stood behind, whatever its artifact holds.
+@dataclass(frozen=True)
+class Gathered:
+    """What the leaderboard is made from, as the stages stored it for the current registry and catalogue: the cells
+    (stale and unconfirmed ones marked, with their filled layers), expansions flagged as copying ((model, task) ->
+    count), each multilingual task's query groups and pivot, each scored task's qrels holes (GATE.json) and its filled
+    layer's judgements, each cell's contamination mark, and per cell the provenance leaderboard.json records."""
 
-    ``ours`` (:func:`runtime.world.world_tags`): the state this leaderboard belongs to. When the instance also
-    holds runs of another state (one DAGSTER_HOME for two), the partition's status in the instance is that of
-    whichever ran it last, so each partition is judged by the last run of this state that planned it instead
-    (:func:`own_partition_status`; issue 44.7)."""
-    filled = {str(partition_key(c.model, c.task)): (c.model, c.task) for c in cells if c.value() is not None}
-    if not filled:
-        return {}
-    asset = dg.AssetKey(ASSET_OF_STAGE["metrics"])
-    if ours and shared_with_another_state(instance, ours):
-        status, planned_runs = own_partition_status(instance, asset, list(filled), ours)
-    else:
-        status = instance.get_status_by_partition(asset, list(filled), Partitions(tasks).model_task) or {}
-        planned_runs = {}
-    out = {}
-    for key, (model, task) in filled.items():
-        if status.get(key) not in (dg.AssetPartitionStatus.FAILED, dg.AssetPartitionStatus.IN_PROGRESS):
-            continue
-        if key in planned_runs:
-            run = planned_runs[key]
-        else:
-            planned = instance.get_latest_planned_materialization_info(asset, key)
-            run = instance.get_run_by_id(planned.run_id) if planned else None
-        failed = status[key] == dg.AssetPartitionStatus.FAILED
-        error = run_error(instance, run.run_id) if failed and run else ""
-        out[(model, task)] = unconfirmed_reason(model, task, failed, run.run_id if run else None, run.status.value if run else None, error)
-    return out
+    specs: list[ModelSpec]
+    catalog: object
+    cells: list[Cell]
+    copies: dict[tuple[str, str], int]
+    groups: dict
+    pivots: dict[str, str]
+    holes: dict
+    judged: dict
+    marks: dict
+    provenance: dict
 
 
-def shared_with_another_state(instance: dg.DagsterInstance, ours: dict[str, str]) -> bool:
-    """Whether a run of this instance names another data root or MLflow store than ``ours``."""
-    for key, values in instance.get_run_tags(tag_keys=list(ours)):
-        if values - {ours[key]}:
-            return True
-    return False
-
-
-_ENDED_BADLY = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
-
-
-def own_partition_status(
-    instance: dg.DagsterInstance, asset: dg.AssetKey, keys: list[str], ours: dict[str, str], look_back: int = 100
-) -> tuple[dict[str, dg.AssetPartitionStatus], dict[str, object]]:
-    """Each partition's status as the runs of this state (``ours``) leave it, and the run that decided it: the last
-    of them that planned ``asset[key]`` (runs of another state skipped) failed or was cancelled without
-    materialising it (FAILED), has not ended (IN_PROGRESS), or else materialised it (MATERIALIZED). A partition no
-    run of this state planned among its last ``look_back`` plans has no status here."""
-    status: dict[str, dg.AssetPartitionStatus] = {}
-    deciding: dict[str, object] = {}
-    for key in keys:
-        plans = instance.fetch_planned_materializations(dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[key]), limit=look_back).records
-        for plan in plans:  # newest first
-            run = instance.get_run_by_id(plan.run_id)
-            if run is None or foreign(run.tags, ours):
-                continue
-            if run.status == dg.DagsterRunStatus.SUCCESS:
-                status[key] = dg.AssetPartitionStatus.MATERIALIZED
-            elif run.status in _ENDED_BADLY:
-                made = instance.fetch_materializations(
-                    dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[key], after_storage_id=plan.storage_id), limit=look_back
-                ).records
-                materialised = any(r.run_id == run.run_id for r in made)
-                status[key] = dg.AssetPartitionStatus.MATERIALIZED if materialised else dg.AssetPartitionStatus.FAILED
-            else:
-                status[key] = dg.AssetPartitionStatus.IN_PROGRESS
-            deciding[key] = run
-            break
-    return status, deciding
-
-
-def run_error(instance: dg.DagsterInstance, run_id: str) -> str:
-    """The first line of the error that failed ``run_id``'s first failed step, as ``step: Error: message`` ("" when none)."""
-    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
-        data = entry.dagster_event.step_failure_data if entry.dagster_event else None
-        err = data.error if data else None
-        # Dagster's wrappers (step execution, retries): the cause is what failed.
-        while err is not None and err.cause is not None and ((err.cls_name or "").startswith("Dagster") or err.cls_name == "RetryRequestedFromPolicy"):
-            err = err.cause
-        if err is not None:
-            text = (err.message or "").strip().splitlines()
-            first = re.sub(r"^(?:\w+\.)+(\w+): ", r"\1: ", text[0]) if text else ""  # "medbench_core.errors.DiskFull: ..." -> "DiskFull: ..."
-            return f"{entry.step_key}: {first[:300]}" if first else str(entry.step_key)
-    return ""
-
-
-@dg.asset(
-    deps=[ASSET_OF_STAGE["metrics"], "relevance_judgements", "contamination_audit"],
-    code_version=REPORTS_VERSION,
-    group_name="reports",
-    kinds={"markdown", "mlflow"},
-    description=(
-        "Model x task table of nDCG@10 with 95% bootstrap CIs and paired tests against the baseline (Holm per task), "
-        "average, breakdowns, heatmap and per-query difference plots; saved under data/reports and logged to MLflow."
-    ),
-)
-def leaderboard(
-    context: dg.AssetExecutionContext, config: LeaderboardConfig, store: ArtifactStoreResource, registry: RegistryResource, mlflow: MLflowResource
-) -> dg.MaterializeResult:
-    if config.test not in TESTS:
-        raise dg.Failure(f"leaderboard config: test {config.test!r} unknown; use one of {TESTS}")
-    specs = registry.models()
-    sig = Significance(
-        registry.baseline(), config.metric, config.test, config.alpha, config.resamples, config.seed
-    )  # refuses an unknown baseline before anything is written
-    if not 0.0 <= config.judged_threshold <= 1.0:
-        raise dg.Failure(f"leaderboard config: judged_threshold {config.judged_threshold} is not a share between 0 and 1")
-    trust = TrustSettings(config.judged_threshold, config.metric, config.keep_circular)
-    expansions = load_expansions(registry.models_file)
-    catalog = registry.catalog()
+def gather(context: dg.AssetExecutionContext, config: LeaderboardConfig, store: ArtifactStoreResource, registry: RegistryResource, ours: dict) -> Gathered:
+    """Every cell at its current provenance key, the saved leaderboard's where it is stale (:mod:`medbench_core.evaluation.stale`),
+    marked unconfirmed where Dagster shows its partition failed or unfinished (``ours``: this state's tags); refuses to drop a
+    saved cell to an artifact that fails its manifest."""
+    specs, expansions, catalog = registry.models(), load_expansions(registry.models_file), registry.catalog()
     cells: list[Cell] = []
     copies: dict[tuple[str, str], int] = {}
     previous = saved_cells(store.layout)
-    groups, pivots = {}, {}  # task -> its queries' languages, concepts and relevant documents (and its pivot), for the multilingual section
-    loaded = {}
+    groups, pivots, loaded = {}, {}, {}  # task -> its queries' languages, concepts and relevant documents (and its pivot), for the multilingual section
     for t in catalog.tasks:
         try:
             task = loaded[t.name] = store.load_task(t.name)
@@ -227,9 +132,8 @@ def leaderboard(
     # Each task's qrels holes as its contract counted them (GATE.json), marked or none: shown under the table, for the
     # tasks with a figure (one refused by its gate or the overlap gate has none: the run that refused it says why).
     scored = {c.task for c in cells if c.metrics is not None}
-    data_holes = {t.name: (read_gate(store.layout.gate_file(t.name)) or {}).get("holes") for t in catalog.tasks if t.name in scored}
-    data_holes = {t: h for t, h in data_holes.items() if h}
-    unconfirmed = unconfirmed_cells(context.instance, catalog.names, cells, world_tags(store.layout.root, mlflow.tracking_uri))
+    holes = {t.name: (read_gate(store.layout.gate_file(t.name)) or {}).get("holes") for t in catalog.tasks if t.name in scored}
+    unconfirmed = unconfirmed_cells(context.instance, catalog.names, cells, ours)
     if unconfirmed:
         context.log.warning("cells whose partition failed or has not finished, marked: " + "; ".join(f"{m}/{t}" for m, t in sorted(unconfirmed)))
     cells = with_stale(cells, unconfirmed)
@@ -239,68 +143,103 @@ def leaderboard(
             f"the saved leaderboard {store.layout.leaderboard_file('md')} was not replaced: it would lose {len(lost)} cell(s) to artifacts "
             "that fail their manifest:\n" + "\n".join(lost)
         )
-    research_only = [t.name for t in catalog.tasks if t.research_only]
     # Each cell's trained-on-task / zero-shot / unknown mark and decontaminated score, from the task audits at their current keys.
     audited = admitted(store.layout, loaded, keep=scored)
     marks = contamination_marks(store.layout, specs, catalog.tasks, audited, cells, metric=config.metric, n_resamples=config.resamples, seed=config.seed)
     provenance = {f"{c.model}/{c.task}": {**c.provenance, **({STALE_KEY: c.stale} if c.stale else {}),
                                           **({"contamination": marks[(c.model, c.task)]} if (c.model, c.task) in marks else {})}
                   for c in cells if c.metrics is not None}  # fmt: skip
-    out = store.reports_dir()
-    sources = load_sources(registry.tasks_file, store.shared_data, config.published or None)
-    names = {m: meta["name"] for m, meta in mteb_models(specs, {c.model: c.model_revision for c in cells}).items()} if sources else {}
-    evaluated = [c for c in cells if c.metrics is not None and c.applicable]
-    mteb_tasks = {t: v["mteb_task"] for t, v in mteb_task_names(evaluated).items() if v["mteb_task"]} if sources else {}
+    return Gathered(specs, catalog, cells, copies, groups, pivots, {t: h for t, h in holes.items() if h}, judged, marks, provenance)
+
+
+def settings(config: LeaderboardConfig, registry: RegistryResource) -> tuple[Significance, TrustSettings]:
+    """How cells are compared and what marks them, from the config; refuses an unknown test, baseline or threshold before anything is written."""
+    if config.test not in TESTS:
+        raise dg.Failure(f"leaderboard config: test {config.test!r} unknown; use one of {TESTS}")
+    sig = Significance(registry.baseline(), config.metric, config.test, config.alpha, config.resamples, config.seed)
+    if not 0.0 <= config.judged_threshold <= 1.0:
+        raise dg.Failure(f"leaderboard config: judged_threshold {config.judged_threshold} is not a share between 0 and 1")
+    return sig, TrustSettings(config.judged_threshold, config.metric, config.keep_circular)
+
+
+@dg.asset(
+    deps=[ASSET_OF_STAGE["metrics"], "relevance_judgements", "contamination_audit"],
+    code_version=REPORTS_VERSION,
+    group_name="reports",
+    kinds={"markdown", "mlflow"},
+    description=(
+        "Model x task table of nDCG@10 with 95% bootstrap CIs and paired tests against the baseline (Holm per task), "
+        "average, breakdowns, heatmap and per-query difference plots; saved under data/reports and logged to MLflow."
+    ),
+)
+def leaderboard(
+    context: dg.AssetExecutionContext, config: LeaderboardConfig, store: ArtifactStoreResource, registry: RegistryResource, mlflow: MLflowResource
+) -> dg.MaterializeResult:
+    sig, trust = settings(config, registry)
+    g = gather(context, config, store, registry, world_tags(store.layout.root, mlflow.tracking_uri))
+    out, benchmark = store.reports_dir(), g.catalog.benchmark
     # The CIs and tests of the last leaderboard, by their inputs: only the cells and pairs whose values are new are computed.
     results = Results.load(stats_results_file(store))
     # The reports are written aside and replace the saved ones only once MLflow holds their run (issue 44.10): a
     # store that refuses it (a full disk) leaves the saved leaderboard as it was, as the failed command says.
     with staging_folder(out / "leaderboard") as staged:
         with reusing(results):
-            written = write_leaderboard(
-                cells, [s.name for s in specs], catalog.names, sig, staged, research_only=research_only, specs=specs, copies=copies,
-                footer=f"code version {REPORTS_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
-                extra_json={"benchmark": catalog.benchmark, "cells": provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
-                trust=trust, qrels_holes=data_holes, judgements=judged,
-                query_groups=groups, pivots=pivots, contamination=marks, previous_dir=out,
-            )  # fmt: skip
+            written = write_reports(g, sig, trust, config, registry, store, staged, out)
         results.save(stats_results_file(store))
         context.log.info(f"statistics: {results.computed} computed, {results.hits} reused from the last leaderboard")
-        md = written["markdown"]
-        context.log.info("\n" + md)
-        run_id, reused = log_leaderboard(context, mlflow, leaderboard_experiment(catalog.benchmark), sig, provenance, copies, written, staged, trust)
-        annotate_partition_runs(mlflow, catalog.benchmark, provenance, written["published"])
-        annotate_filled_runs(mlflow, catalog.benchmark, cells, config.metric)
-        annotate_contamination_runs(mlflow, catalog.benchmark, provenance, config.metric)
+        context.log.info("\n" + written["markdown"])
+        run_id, reused = log_leaderboard(context, mlflow, leaderboard_experiment(benchmark), sig, g.provenance, g.copies, written, staged, trust)
+        annotate_partition_runs(mlflow, benchmark, g.provenance, written["published"])
+        annotate_filled_runs(mlflow, benchmark, g.cells, config.metric)
+        annotate_contamination_runs(mlflow, benchmark, g.provenance, config.metric)
         move_into(staged, out, REPORT_NAMES)
     built_by = {"git": registry.git_sha(), "dagster_run_id": context.run_id, "mlflow_run_id": run_id}
-    site = write_site(context, store, registry, catalog, specs, mlflow, out, built_by)
-    heatmap = out / "heatmap.png"
+    site = write_site(context, store, registry, g.catalog, g.specs, mlflow, out, built_by)
+    logged = {"mlflow_run_id": run_id, "mlflow_run_reused": reused, "stats_computed": results.computed, "stats_reused": results.hits,
+              "mlflow_heatmap": f"runs:/{run_id}/heatmap.png"}  # fmt: skip
+    return dg.MaterializeResult(metadata={**leaderboard_metadata(written, out, site, g, sig), **logged})
+
+
+def write_reports(
+    g: Gathered, sig: Significance, trust: TrustSettings, config: LeaderboardConfig, registry: RegistryResource, store: ArtifactStoreResource,
+    staged: Path, out: Path,
+) -> dict:  # fmt: skip
+    """:func:`medbench_core.evaluation.reports.write_leaderboard` of the gathered cells into ``staged`` (the saved reports in ``out``
+    are the last leaderboard), with the published results of tasks.yaml (or ``config.published``) beside them."""
+    sources = load_sources(registry.tasks_file, store.shared_data, config.published or None)
+    names = {m: meta["name"] for m, meta in mteb_models(g.specs, {c.model: c.model_revision for c in g.cells}).items()} if sources else {}
+    evaluated = [c for c in g.cells if c.metrics is not None and c.applicable]
+    mteb_tasks = {t: v["mteb_task"] for t, v in mteb_task_names(evaluated).items() if v["mteb_task"]} if sources else {}
+    return write_leaderboard(
+        g.cells, [s.name for s in g.specs], g.catalog.names, sig, staged, research_only=[t.name for t in g.catalog.tasks if t.research_only],
+        specs=g.specs, copies=g.copies,
+        footer=f"code version {REPORTS_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
+        extra_json={"benchmark": g.catalog.benchmark, "cells": g.provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
+        trust=trust, qrels_holes=g.holes, judgements=g.judged, query_groups=g.groups, pivots=g.pivots, contamination=g.marks, previous_dir=out,
+    )  # fmt: skip
+
+
+def leaderboard_metadata(written: dict, out: Path, site: dict, g: Gathered, sig: Significance) -> dict:
+    """The asset's metadata: the table, where the files and the site are, the plots, and counts of what the cells are."""
+    md = written["markdown"]
     plots = {f"{Path(f).parent.name}_{Path(f).stem}": dg.MetadataValue.path(str(out / f)) for f in written["files"] if f.startswith(("diff/", "trust/"))}
-    return dg.MaterializeResult(
-        metadata={
-            "leaderboard": dg.MetadataValue.md(md),
-            "path": dg.MetadataValue.path(str(out / "leaderboard.md")),
-            # The same as pages (`medbench ui` serves them), or why they are not there.
-            **({"site": dg.MetadataValue.path(str(site["index"])), "site_bytes": site["bytes"]} if "index" in site else {"site": site["error"]}),
-            "heatmap": dg.MetadataValue.path(str(heatmap)),
-            # Markdown links render as clickable in the UI; the images themselves are in the MLflow run.
-            "plots": dg.MetadataValue.md("\n".join(f"- [{f}]({(out / f).resolve().as_uri()})" for f in written["files"] if f.endswith(".png"))),
-            **plots,
-            "baseline": sig.baseline,
-            "significant_cells": int(written["stats"]["significant"].sum()) if written["stats"].height else 0,
-            "cells_filled": len(provenance),
-            "stale_cells": len(written["stale"]),
-            # Cells whose mean Judged@10 is below the threshold (docs/trust.md), marked in the table.
-            "low_judged_cells": int(written["trust"]["low_judged"].fill_null(False).sum()) if written["trust"].height else 0,
-            "contamination_marks": dg.MetadataValue.json({m: sum(v["mark"] == m for v in marks.values()) for m in MARKS}),
-            "mlflow_run_id": run_id,
-            "mlflow_run_reused": reused,
-            "stats_computed": results.computed,  # CIs and tests computed for this leaderboard
-            "stats_reused": results.hits,  # ... and taken from the last one (their inputs unchanged)
-            "mlflow_heatmap": f"runs:/{run_id}/heatmap.png",
-        },
-    )
+    return {
+        "leaderboard": dg.MetadataValue.md(md),
+        "path": dg.MetadataValue.path(str(out / "leaderboard.md")),
+        # The same as pages (`medbench ui` serves them), or why they are not there.
+        **({"site": dg.MetadataValue.path(str(site["index"])), "site_bytes": site["bytes"]} if "index" in site else {"site": site["error"]}),
+        "heatmap": dg.MetadataValue.path(str(out / "heatmap.png")),
+        # Markdown links render as clickable in the UI; the images themselves are in the MLflow run.
+        "plots": dg.MetadataValue.md("\n".join(f"- [{f}]({(out / f).resolve().as_uri()})" for f in written["files"] if f.endswith(".png"))),
+        **plots,
+        "baseline": sig.baseline,
+        "significant_cells": int(written["stats"]["significant"].sum()) if written["stats"].height else 0,
+        "cells_filled": len(g.provenance),
+        "stale_cells": len(written["stale"]),
+        # Cells whose mean Judged@10 is below the threshold (docs/trust.md), marked in the table.
+        "low_judged_cells": int(written["trust"]["low_judged"].fill_null(False).sum()) if written["trust"].height else 0,
+        "contamination_marks": dg.MetadataValue.json({m: sum(v["mark"] == m for v in g.marks.values()) for m in MARKS}),
+    }
 
 
 SITE_DIR = "site"  # data/reports/site: the leaderboard as pages (medbench_core.site), rebuilt with every leaderboard
@@ -351,130 +290,3 @@ def write_site(
 def stats_results_file(store: ArtifactStoreResource) -> Path:
     """Where the leaderboard keeps its CIs and tests between builds (:class:`medbench_core.evaluation.stats.Results`): run state, not data."""
     return store.scratch_dir("leaderboard") / "stats_results.json"
-
-
-def log_leaderboard(
-    context,
-    mlflow: MLflowResource,
-    experiment: str,
-    sig: Significance,
-    provenance: dict,
-    copies: dict,
-    written: dict,
-    out: Path,
-    trust: TrustSettings | None = None,
-) -> tuple[str, bool]:
-    """One MLflow run holding the reports and the significance table; the same inputs reuse it."""
-    from medbench_core.evaluation.trust import trust_mlflow_metrics
-
-    stats = written["stats"]
-    published = written["published"]
-    marked = {k: v["contamination"] for k, v in provenance.items() if "contamination" in v}
-    trusted = written.get("trust")
-    filled = {f"{r['model']}/{r['task']}": r["judgements"] for r in trusted.iter_rows(named=True) if r["judgements"]} if trusted is not None else {}
-    run_key = artifact_key(
-        **({"trust": (trust or TrustSettings()).describe(), "filled": filled} if trusted is not None and trusted.height else {}),
-        kind="leaderboard", code=REPORTS_VERSION, significance=sig.describe(), cells={k: v["metrics_key"] for k, v in provenance.items()},
-        table=written["board"].columns + written["board"]["model"].to_list(), copies={f"{m}/{t}": n for (m, t), n in copies.items()},
-        **({"published": published.select("model", "task", "published", "status", "file").to_dicts()} if published.height else {}),
-        **({"stale": {f"{m}/{t}": why for (m, t), why in written["stale"].items()}} if written["stale"] else {}),
-        **({"contamination": {k: [v["mark"], v.get("share"), v.get("decontaminated")] for k, v in marked.items()}} if marked else {}),
-    )  # fmt: skip
-    params = {**{f"significance.{k}": v for k, v in sig.describe().items()}, "cells": len(provenance), "code_version": REPORTS_VERSION}
-    metrics: dict[str, float] = {}
-    for r in stats.iter_rows(named=True):
-        prefix = mlflow_name(f"{r['task']}/{r['model']}")
-        for col in ("mean", "ci_low", "ci_high", "diff", "p_ttest", "p_perm", "p_holm"):
-            if r[col] is not None:
-                metrics[f"{prefix}/{col}"] = float(r[col])
-        if r["p_holm"] is not None:
-            metrics[f"{prefix}/significant"] = 1.0 if r["significant"] else 0.0
-        if (r["model"], r["task"]) in written["stale"]:
-            metrics[f"{prefix}/stale"] = 1.0
-    groups: dict[str, list[str]] = {}
-    for r in written["ranks"].iter_rows(named=True):  # per task and for the average (task "average")
-        prefix = mlflow_name(f"{r['task']}/{r['model']}")
-        for col in ("rank", "rank_low", "rank_high"):
-            metrics[f"{prefix}/{col}"] = float(r[col])
-        groups.setdefault(r["task"], []).append(f"{r['model']}: {r['group']}")
-    params |= {f"groups.{task}": "; ".join(g) for task, g in groups.items()}  # the letters of the groups no test separates
-    for r in published.iter_rows(named=True):
-        prefix = mlflow_name(f"{r['task']}/{r['model']}")
-        metrics[f"{prefix}/published"] = float(r["published"])
-        if r["diff"] is not None:
-            metrics[f"{prefix}/published_diff"] = float(r["diff"])
-            metrics[f"{prefix}/published_in_ci"] = 1.0 if r["in_ci"] else 0.0
-    if written.get("multilingual"):  # per language and script, paired gaps, balanced aggregate, language variance
-        metrics |= multilingual_mlflow_metrics(written["multilingual"])
-    if written.get("floors") is not None and written["floors"].height:  # chance per task; tie-aware, its flag, chance-corrected per cell
-        metrics |= floors_mlflow_metrics(written["floors"])
-    if marked:  # near-duplicate share, decontaminated score and its CI, zero-shot (1/0) per cell
-        metrics |= contamination_mlflow_metrics({tuple(k.split("/", 1)): v for k, v in marked.items()})
-    if published.height:
-        from medbench_core.evaluation.published import summary
-
-        params["published"] = summary(published)
-    if trusted is not None and trusted.height:
-        metrics |= trust_mlflow_metrics(trusted)
-        params["trust.judged_threshold"] = (trust or TrustSettings()).judged_threshold
-        params["trust.keep_circular"] = (trust or TrustSettings()).keep_circular
-        params["trust.low_judged_cells"] = int(trusted["low_judged"].fill_null(False).sum())
-    files = [out / f for f in written["files"] if not f.startswith(("diff/", "trust/"))]
-    for folder in ("diff", "trust"):
-        if (out / folder).is_dir() and any((out / folder).iterdir()):
-            files.append(out / folder)  # logged as the folder diff/ (trust/)
-    tags = {KIND_TAG: "leaderboard", DAGSTER_RUN_TAG: context.run_id}
-    if written["stale"]:  # the values marked stale in the saved reports, and why
-        tags[STALE_TAG] = "; ".join(f"{m}/{t}: {why}" for (m, t), why in sorted(written["stale"].items()))[:5000]
-    return mlflow.log_run(experiment, run_key, "leaderboard", params, metrics, tags, files)
-
-
-def annotate_partition_runs(mlflow: MLflowResource, experiment: str, provenance: dict, published) -> None:
-    """Each compared cell's own MLflow run (one per model x task) gets the published value beside its metrics:
-    ``published.<metric>``, and when compared ``published_diff.<metric>`` and ``published_in_ci.<metric>`` (1/0),
-    with tags ``medbench.published_status`` and ``medbench.published_source``."""
-    for r in published.iter_rows(named=True):
-        prov = provenance.get(f"{r['model']}/{r['task']}")
-        if not prov:
-            continue
-        m = r["metric"]
-        metrics = {f"published.{m}": float(r["published"])}
-        if r["diff"] is not None:
-            metrics |= {f"published_diff.{m}": float(r["diff"]), f"published_in_ci.{m}": 1.0 if r["in_ci"] else 0.0}
-        status = r["status"] + (f": {r['note']}" if r["note"] else "")
-        mlflow.annotate_run(experiment, prov["metrics_key"], metrics, {"medbench.published_status": status, "medbench.published_source": r["file"]})
-
-
-def annotate_contamination_runs(mlflow: MLflowResource, experiment: str, provenance: dict, metric: str) -> None:
-    """Each marked cell's own MLflow run gets the tags ``medbench.contamination`` (trained-on-task, zero-shot or unknown),
-    ``medbench.contamination_evidence``, ``medbench.near_dup_share`` and ``medbench.decontaminated`` (``<metric> <value> [lo, hi] n=N``).
-    Tags, not metrics: a cell's run holds what scoring logged, which a release records and ``medbench reproduce`` recomputes
-    (an audit figure there would be "not recomputed"); the figures as metrics are on the leaderboard run (``<task>/<model>/...``)."""
-    for prov in provenance.values():
-        c = prov.get("contamination")
-        if not c or "metrics_key" not in prov:
-            continue
-        tags = {"medbench.contamination": c["mark"], "medbench.contamination_evidence": c["evidence"][:5000]}
-        if c.get("share") is not None:
-            tags["medbench.near_dup_share"] = str(c["share"])
-        if c.get("decontaminated") is not None:
-            lo, hi = c["decontaminated_ci"]
-            tags["medbench.decontaminated"] = f"{metric} {c['decontaminated']} [{lo}, {hi}] n={c['n_clean']}"
-        mlflow.annotate_run(experiment, prov["metrics_key"], {}, tags)
-
-
-def annotate_filled_runs(mlflow: MLflowResource, experiment: str, cells: list[Cell], metric: str) -> None:
-    """Each cell's own MLflow run gets its score on the filled (human + LLM) layer: ``filled.<metric>``,
-    ``filled.judged_at_10``, the bounds on the metric when it has some (``filled.ndcg_lower_at_10`` /
-    ``filled.ndcg_upper_at_10``), and the tags ``medbench.filled_judgements`` (entry@key), ``medbench.circular``
-    (the builders of the judge's family, or 'no') and ``medbench.families`` (each builder's families and where read)."""
-    from medbench_core.evaluation.trust import bound_metrics
-
-    for c in cells:
-        if not c.filled or "metrics_key" not in c.provenance:
-            continue
-        mean = c.filled["mean"]
-        metrics = {f"filled.{m}": float(mean[m]) for m in (metric, "judged_at_10", *(bound_metrics(metric) or ())) if m in mean}
-        tags = {"medbench.filled_judgements": c.filled["judgements"], "medbench.circular": c.filled["circular"] or "no",
-                "medbench.families": str(c.filled.get("families") or "")[:5000]}  # fmt: skip
-        mlflow.annotate_run(experiment, c.provenance["metrics_key"], metrics, tags)
