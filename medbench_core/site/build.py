@@ -14,7 +14,8 @@ from typing import Any
 
 from medbench_core.site.contamination import SYMBOL as CONTAMINATION_SYMBOL
 from medbench_core.site.contamination import copy_thumbs
-from medbench_core.site.gather import AVERAGE, CellView, SiteData, TaskView, UiLinks, gather, number, slug
+from medbench_core.site.gather import AVERAGE, gather
+from medbench_core.site.views import CellView, SiteData, TaskView, UiLinks, number, slug
 
 HERE = Path(__file__).resolve().parent
 STATIC = ("site.css", "site.js", "favicon.svg", "LICENSE")  # this package's own files, copied as they are

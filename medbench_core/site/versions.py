@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medbench_core.site.gather import SiteData, number
+from medbench_core.site.views import SiteData, number
 
 STAGES = ("embeddings", "index", "run", "metrics")
 CURRENT = "current"
