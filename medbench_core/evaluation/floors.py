@@ -22,6 +22,7 @@ from typing import Any
 
 import polars as pl
 
+from medbench_core.evaluation.markdown_tables import markdown_table
 from medbench_core.evaluation.mlflow_names import mlflow_name
 
 SCHEMA = {
@@ -94,9 +95,8 @@ def floors_markdown(floors: pl.DataFrame, label: str = "nDCG@10") -> str:
     lines = [
         f"Floors and ties: {label} beside its chance value, its expectation over tied orders and, on candidate-set tasks, the chance-corrected figure",
         "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
     ]
+    rows = []
     for r in floors.iter_rows(named=True):
         tie = "-" if r["tie_aware"] is None else f"{r['tie_aware']:.4f}" + (" ⚑" if r["tie_flag"] else "")
         tied = "-" if r["queries_tied"] is None else str(r["queries_tied"])
@@ -105,8 +105,8 @@ def floors_markdown(floors: pl.DataFrame, label: str = "nDCG@10") -> str:
             corrected = f"{r['chance_corrected']:.4f}" + (
                 f" [{r['chance_corrected_low']:.2f}, {r['chance_corrected_high']:.2f}]" if r["chance_corrected_low"] is not None else ""
             )
-        cells = [r["model"], r["task"], f"{r['trec_eval']:.4f}", tie, tied, f"{r['chance']:.4f}", corrected]
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append([r["model"], r["task"], f"{r['trec_eval']:.4f}", tie, tied, f"{r['chance']:.4f}", corrected])
+    lines += markdown_table(head, rows)
     flagged = floors.filter(pl.col("tie_flag"))
     lines += [
         "",

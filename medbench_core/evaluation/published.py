@@ -34,6 +34,7 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.evaluation.markdown_tables import markdown_table
 
 # R2MED's first result files (commit 45cbac5) named tasks as its paper's draft did; renamed in a79bed4.
 R2MED_OLD_NAMES = {
@@ -280,7 +281,7 @@ def summary(rows: pl.DataFrame) -> str:
 
 def published_markdown(rows: pl.DataFrame, label: str = "nDCG@10") -> str:
     """The comparison as Markdown: ours with its CI, the published value and where from, the difference, the verdict."""
-    lines = [f"Published {label} beside ours", "", "| model | task | ours [95% CI] | published | difference | verdict |", "|---|---|---|---|---|---|"]
+    body = []
     for r in rows.iter_rows(named=True):
         ours = f"{r['ours']:.4f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
         pub = f"{r['published']:.4f} ({r['published_model']}, {r['published_task']}, {'MTEB results' if r['layout'] == 'mteb' else 'R2MED results'})"
@@ -288,5 +289,7 @@ def published_markdown(rows: pl.DataFrame, label: str = "nDCG@10") -> str:
         verdict = {REPRODUCED: "inside our CI: reproduced", OUTSIDE: "outside our CI"}.get(r["status"], f"not compared: {r['note']}")
         if r["status"] != NOT_COMPARED and r["note"]:
             verdict += f" ({r['note']})"
-        lines.append(f"| {r['model']} | {r['task']} | {ours} | {pub} | {diff} | {verdict} |")
+        body.append([r["model"], r["task"], ours, pub, diff, verdict])
+    head = ["model", "task", "ours [95% CI]", "published", "difference", "verdict"]
+    lines = [f"Published {label} beside ours", "", *markdown_table(head, body)]
     return "\n".join(lines + ["", summary(rows) + "."]) + "\n"

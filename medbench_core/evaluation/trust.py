@@ -40,6 +40,7 @@ from typing import Any
 
 import polars as pl
 
+from medbench_core.evaluation.markdown_tables import markdown_table
 from medbench_core.evaluation.mlflow_names import mlflow_name
 
 JUDGED_THRESHOLD = 0.5
@@ -198,9 +199,8 @@ def trust_markdown(table: pl.DataFrame, models: list[str], tasks: list[str], set
         "give: exact, each reached by a completion of the judgments); J@10 = Judged@10; holes = unjudged documents in the top 10 "
         "(all queries); bpref and nDCG@10 on the condensed list (unjudged removed), over the queries with a judged non-relevant document",
         "",
-        f"| model | task | {label} | bounds | J@10 | holes | bpref | condensed nDCG@10 |",
-        "|---|---|---|---|---|---|---|---|",
     ]
+    body = []
     marked_nonrel = False
     unbounded = None
     for m in models:
@@ -213,11 +213,10 @@ def trust_markdown(table: pl.DataFrame, models: list[str], tasks: list[str], set
             unbounded = unbounded or r["no_bounds"]
             with_, n = r["queries_with_judged_nonrelevant"], r["n_queries"]
             marked_nonrel |= with_ is not None and n is not None and with_ < n
-            lines.append(
-                f"| {m} | {t} | {_fmt(r['value'], 4)} | {bounds} | {_fmt(r['judged_at_10'])}{mark} | "
-                f"{r['holes_at_10'] if r['holes_at_10'] is not None else '-'} | {_needs_nonrelevant(r['bpref_at_100'], with_, n)} | "
-                f"{_needs_nonrelevant(r['ndcg_condensed_at_10'], with_, n)} |"
-            )
+            holes = str(r["holes_at_10"]) if r["holes_at_10"] is not None else "-"
+            body.append([m, t, _fmt(r["value"], 4), bounds, f"{_fmt(r['judged_at_10'])}{mark}", holes, _needs_nonrelevant(r["bpref_at_100"], with_, n),
+                         _needs_nonrelevant(r["ndcg_condensed_at_10"], with_, n)])  # fmt: skip
+    lines += markdown_table(["model", "task", label, "bounds", "J@10", "holes", "bpref", "condensed nDCG@10"], body)
     lines += [
         "",
         f"{MARK}: Judged@10 below {settings.judged_threshold:g}: less than {settings.judged_threshold:.0%} of the cell's top 10 was ever "
@@ -240,9 +239,8 @@ def trust_markdown(table: pl.DataFrame, models: list[str], tasks: list[str], set
     if rows:
         keep = settings.keep_circular
         lines += ["", f"{label} on the human qrels and on the filled layer (human + LLM judgements of the pairs the humans did not judge, "
-                  "on the humans' queries)", "",
-                  "| model | task | human | filled | difference | J@10 human | J@10 filled | judgements | families |",
-                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "on the humans' queries)", ""]  # fmt: skip
+        body = []
         for r in rows:
             if r["circular_left_out"]:
                 filled, diff = f"left out: circular ({r['circular']})", "-"
@@ -250,8 +248,10 @@ def trust_markdown(table: pl.DataFrame, models: list[str], tasks: list[str], set
                 circ = f" (circular, kept: {r['circular']})" if r["circular"] else ""
                 filled = f"{_fmt(r['filled'], 4)}{circ}"
                 diff = "-" if r["value"] is None or r["filled"] is None else f"{r['filled'] - r['value']:+.4f}"
-            lines.append(f"| {r['model']} | {r['task']} | {_fmt(r['value'], 4)} | {filled} | {diff} | {_fmt(r['judged_at_10'])} | "
-                         f"{_fmt(r['filled_judged_at_10'])} | {r['judgements']} | {r['families'] or '-'} |")  # fmt: skip
+            body.append([r["model"], r["task"], _fmt(r["value"], 4), filled, diff, _fmt(r["judged_at_10"]), _fmt(r["filled_judged_at_10"]),
+                         str(r["judgements"]), str(r["families"] or "-")])  # fmt: skip
+        head = ["model", "task", "human", "filled", "difference", "J@10 human", "J@10 filled", "judgements", "families"]
+        lines += markdown_table(head, body)
         lines += [
             "",
             f"Circular cells (built with a model of the judge's family) are {'kept in' if keep else 'left out of'} the filled column, "
@@ -343,16 +343,16 @@ def qrels_holes_markdown(holes: Mapping[str, Mapping[str, Any]], tasks: list[str
     """Per task, the holes its contract counted in the qrels themselves (``GATE.json``'s ``holes``):
     rows naming absent documents, queries without any judgment (not scored), without a positive (score 0),
     and whether the task refuses or marks them (``qrels_holes`` in tasks.yaml)."""
-    lines = ["Holes in the qrels themselves (each task's contract)", "",
-             "| task | qrels rows naming absent documents | queries without any judgment | queries without a positive | qrels_holes |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    body = []
     for t in tasks:
         h = holes.get(t)
         if not h:
             continue
         marked = h.get("mode") == "mark" and (h.get("n_absent_doc_rows") or h.get("n_queries_without_judgment") or h.get("n_queries_without_positive"))
-        lines.append(f"| {t}{' ' + MARK if marked else ''} | {h.get('n_absent_doc_rows', 0)} | {h.get('n_queries_without_judgment', 0)} | "
-                     f"{h.get('n_queries_without_positive', 0)} | {h.get('mode', 'refuse')} |")  # fmt: skip
+        body.append([f"{t}{' ' + MARK if marked else ''}", str(h.get("n_absent_doc_rows", 0)), str(h.get("n_queries_without_judgment", 0)),
+                     str(h.get("n_queries_without_positive", 0)), str(h.get("mode", "refuse"))])  # fmt: skip
+    head = ["task", "qrels rows naming absent documents", "queries without any judgment", "queries without a positive", "qrels_holes"]
+    lines = ["Holes in the qrels themselves (each task's contract)", "", *markdown_table(head, body)]
     lines += ["", f"{MARK} on a task: it has qrels holes and its tasks.yaml entry marks them (qrels_holes: mark) instead of refusing the task; "
               "a query without any judgment is left out of every mean, one without a positive scores 0 for every model."]  # fmt: skip
     return "\n".join(lines) + "\n"
@@ -378,17 +378,16 @@ def agreement_markdown(layers: Mapping[str, Mapping[str, Any]], tasks: list[str]
     measured there, not on the holes), and between the rankings of the two layers Kendall's tau, RBO and
     the cells whose rank interval moved, circular cells left out unless kept; tasks refused or not judged, and why."""
     label = metric_label(settings.metric)
-    lines = ["Agreement between the human and the LLM layers", "",
-             "| task | judgements | grade map (judge -> task) | pairs (fill + calibration) | unparsed | weighted kappa | Krippendorff alpha | "
-             "Kendall tau | RBO | rank intervals moved |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    head = ["task", "judgements", "grade map (judge -> task)", "pairs (fill + calibration)", "unparsed", "weighted kappa", "Krippendorff alpha",
+            "Kendall tau", "RBO", "rank intervals moved"]  # fmt: skip
+    body: list[list[str]] = []
     notes = []
     for t in tasks:
         e = layers.get(t)
         if not e:
             continue
         if e.get("status") != "judged":
-            lines.append(f"| {t} | {e.get('judgement')} | - | - | - | - | - | - | - | {e.get('status')} |")
+            body.append([t, str(e.get("judgement")), *["-"] * 7, str(e.get("status"))])
             continue
         a = e.get("agreement") or {}
         r = e.get("ranking") or {}
@@ -404,11 +403,10 @@ def agreement_markdown(layers: Mapping[str, Mapping[str, Any]], tasks: list[str]
         on = f" on {a.get('n_pairs', 0)} calibration pairs" if a else ""
         fams = e.get("families")
         judge_families = f"; families {', '.join(f'{f} ({src})' for f, src in sorted(fams.items())) or 'none'}" if isinstance(fams, Mapping) else ""
-        lines.append(
-            f"| {t} | {e['judgement']} ({e.get('judge')}{judge_families}) | {_grade_map(e.get('grade_map'))} | {e.get('n_pairs')} ({e.get('n_fill')} + "
-            f"{e.get('n_calibration')}) | {e.get('n_unparsed')} | {_ci(a.get('kappa_quadratic'), a.get('kappa_ci'))}{on} | "
-            f"{_ci(a.get('alpha_ordinal'), a.get('alpha_ci'))}{on} | {tau} | {rbo} | {moved_text} |"
-        )
+        body.append([t, f"{e['judgement']} ({e.get('judge')}{judge_families})", _grade_map(e.get("grade_map")),
+                     f"{e.get('n_pairs')} ({e.get('n_fill')} + {e.get('n_calibration')})", str(e.get("n_unparsed")),
+                     f"{_ci(a.get('kappa_quadratic'), a.get('kappa_ci'))}{on}",
+                     f"{_ci(a.get('alpha_ordinal'), a.get('alpha_ci'))}{on}", tau, rbo, moved_text])  # fmt: skip
         for model, why in sorted((e.get("circular") or {}).items()):
             fate = "kept in" if settings.keep_circular else "left out of"
             notes.append(
@@ -417,6 +415,7 @@ def agreement_markdown(layers: Mapping[str, Mapping[str, Any]], tasks: list[str]
             )
         if e.get("n_llm_other_queries"):
             notes.append(f"- {t}: {e['n_llm_other_queries']} LLM grade(s) of queries the humans never judged are left out of the filled layer")
+    lines = ["Agreement between the human and the LLM layers", "", *markdown_table(head, body)]
     lines += ["", "kappa: Cohen's, quadratic weights; alpha: Krippendorff's, ordinal; both on the calibration pairs: human-judged pairs drawn "
               "over the grades (the pool's calibration, 30 by default), not the holes the judge fills, so they say how the judge grades "
               "pairs the humans graded, not how right its grades of the holes are; [low, high]: 95% bootstrap over the pairs. "
