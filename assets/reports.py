@@ -269,9 +269,10 @@ def leaderboard(
         md = written["markdown"]
         context.log.info("\n" + md)
         run_id, reused = log_leaderboard(context, mlflow, leaderboard_experiment(catalog.benchmark), sig, provenance, copies, written, staged, trust)
-        annotate_partition_runs(mlflow, catalog.benchmark, provenance, written["published"])
-        annotate_filled_runs(mlflow, catalog.benchmark, cells, config.metric)
-        annotate_contamination_runs(mlflow, catalog.benchmark, provenance, config.metric)
+        with mlflow.annotating(catalog.benchmark):  # every cell's run found in one search, not one per annotation
+            annotate_partition_runs(mlflow, catalog.benchmark, provenance, written["published"])
+            annotate_filled_runs(mlflow, catalog.benchmark, cells, config.metric)
+            annotate_contamination_runs(mlflow, catalog.benchmark, provenance, config.metric)
         move_into(staged, out, REPORT_NAMES)
     built_by = {"git": registry.git_sha(), "dagster_run_id": context.run_id, "mlflow_run_id": run_id}
     site = write_site(context, store, registry, catalog, specs, mlflow, out, built_by)
