@@ -114,7 +114,8 @@ def bundled_world(work: Path) -> dict[str, str]:
 
 def medbench(code: Path, env: dict[str, str], log: Path) -> paired.Sample:
     """``medbench run`` of the checkout ``code`` in a new process; the sample's value is what it printed."""
-    e = {**env, "PYTHONPATH": str(code), "MEDBENCH_ROOT": str(code)}
+    # Bytecode written and reused, as an installed package has it (PYTHONDONTWRITEBYTECODE compiled every module every run).
+    e = {**{k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}, "PYTHONPATH": str(code), "MEDBENCH_ROOT": str(code)}
     s = paired.child([sys.executable, "-m", "medbench_cli", "run"], env=e, cwd=code, log=log, timeout=7200)
     return dataclasses.replace(s, value={"out": log.read_text()})
 
@@ -166,7 +167,9 @@ def add_model(args: argparse.Namespace, world_env: dict[str, str], target: tuple
         line = f"  round {r + 1} {name:<6} wall {s.wall:7.1f} s  CPU {s.cpu:7.1f} s  own {own:6.1f} s ({n} partitions)  rest {s.wall - own:6.1f} s"
         if name == "after":
             ok = s.wall <= factor * own + plus
-            line += f"  target wall <= {factor:g} x own + {plus:g} s: {'met' if ok else 'MISSED'}; nothing changed then: wall {s.value['again'].wall:.2f} s"
+            again = s.value["again"]
+            line += f"  target wall <= {factor:g} x own + {plus:g} s: {'met' if ok else 'MISSED'}"
+            line += f"; nothing changed then: wall {again.wall:.2f} s, CPU {again.cpu:.2f} s"
         print(line + f"  load {os.getloadavg()[0]:.1f}", flush=True)
 
     m = paired.measure({name: side(name, code) for name, code in sides.items()}, args.pairs, report=report)
@@ -178,7 +181,11 @@ def add_model(args: argparse.Namespace, world_env: dict[str, str], target: tuple
     ratios = sorted(s.wall / max(own_work(s.value["out"])[0], 1e-9) for s in m.samples["after"])
     print(f"after: wall / own work per round: median {ratios[len(ratios) // 2]:.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})")
     again = sorted(s.value["again"].wall for s in m.samples["after"])
-    print(f"after, nothing changed: wall median {again[len(again) // 2]:.2f} s ({again[0]:.2f}-{again[-1]:.2f})")
+    again_cpu = sorted(s.value["again"].cpu for s in m.samples["after"])
+    print(
+        f"after, nothing changed: wall median {again[len(again) // 2]:.2f} s ({again[0]:.2f}-{again[-1]:.2f}), "
+        f"CPU median {again_cpu[len(again_cpu) // 2]:.2f} s ({again_cpu[0]:.2f}-{again_cpu[-1]:.2f})"
+    )
     if "before" in sides:
         print(m.table([("before / after", "before", "after")]))
         assert boards["before"] == boards["after"], "the two checkouts printed other leaderboards"

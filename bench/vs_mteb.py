@@ -345,6 +345,9 @@ def timed_child(cmd: list[str], **kwargs) -> paired.Sample:
 
 def env_for(world: Path, side: str, models: Path | None = None, tasks: Path | None = None) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    # Both sides reuse their bytecode, as installed packages do (mteb's site-packages hold theirs; with
+    # PYTHONDONTWRITEBYTECODE set, medbench compiled each of its own modules in every process of every run).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["TOKENIZERS_PARALLELISM"] = "false"
     env.pop("MLFLOW_TRACKING_URI", None)
     if side == "medbench":

@@ -92,6 +92,7 @@ def answered(specs: list, catalog, models: list[str], tasks: list[str], t0: floa
     except uptodate.Undecided as exc:
         print(f"[plan] evaluating: {exc}", flush=True)
         return given, False
+    uptodate.keep(done)  # what it verified afresh (a copied state), so that the next run need not
     print(
         f"[up to date] nothing changed since Dagster run {done.run_id[:8]}: {done.partitions} partitions on {done.tasks} tasks "
         f"materialised, logged to MLflow and verified against their manifests; nothing to run (--force recomputes)",

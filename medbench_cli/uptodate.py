@@ -19,6 +19,11 @@ when all of the following hold:
   any of this, ``medbench run`` has had SQLite check the store (:mod:`runtime.store_integrity`): a
   damaged store is refused, naming it, rather than answered from (issue 29.4).
 
+What an answer had to verify afresh (a copied or restored state: every file's inode moved, the store's too) is kept in
+the ledger (:func:`keep`): the folders' new seal, and the store's fingerprint when MLflow was asked about every run
+the ledger vouches for. Without it, every later run with nothing changed hashed those files and imported MLflow again
+(issue 51: 5.3 s of CPU where 0.4-0.7 s do).
+
 Anything else (a tracking server, MEDBENCH_ONLINE, ``--force``, a hub dataset) is not decided
 here: the full run decides, as before.
 """
@@ -47,6 +52,10 @@ class Answered:
     partitions: int
     tasks: int
     leaderboard: Path
+    # What the answer verified beyond the ledger's record, for :func:`keep`: folders whose seal did not hold, and
+    # the MLflow store's fingerprint when every run the ledger vouches for was found FINISHED in it.
+    unsealed: tuple[Path, ...] = ()
+    store: dict[str, int] | None = None
 
 
 def _files(path: Path) -> list[Path]:
@@ -222,23 +231,61 @@ def _check(specs: list, catalog: Any, models: list[str], tasks: list[str], given
         cells = json.loads(board.read_text())["cells"]
     except (OSError, ValueError, KeyError) as exc:
         raise Undecided(f"no readable leaderboard at {board}") from exc
-    sealed = verified.Sealed(done.sealed)  # the files' stat unchanged since sealed or hashed, or their bytes
+    sealed = verified.Sealed(done.sealed)
+    unsealed: list[Path] = []  # folders whose seal did not hold (a copied state): verified from their notes or bytes
+
+    def complete(folder: Path) -> bool:
+        """The files' stat unchanged since sealed, or since hashed (the notes), or their bytes."""
+        if sealed.sealed_as_is(folder):
+            return True
+        unsealed.append(folder)
+        return verified.complete(folder)
+
     for task in tasks:
         folder = layout.task_dir(task)
         try:
             content = read_manifest(folder).get("content_hash", "")
         except MedbenchError as exc:
             raise Undecided(f"task {task}: {exc}") from exc
-        if not sealed.complete(folder) or layout.gate_refusal(task, content) or done.curated.get(task) != content:
+        if not complete(folder) or layout.gate_refusal(task, content) or done.curated.get(task) != content:
             raise Undecided(f"task {task} is not curated and gated as recorded")
     requested = requested_cells(cells, models, tasks)
     for model, task, stage, folder in partition_folders(layout, specs, requested):
-        if not sealed.complete(folder):
+        if not complete(folder):
             raise Undecided(f"{model} x {task}: its {stage} artifact is missing or fails its manifest")
     # Unless not one write reached MLflow's store since the run's end found every one of these runs FINISHED in it:
-    if not (done.mlflow_store and done.mlflow_store == store_fingerprint(settings.default_tracking_uri())):
+    fingerprint = store_fingerprint(settings.default_tracking_uri())
+    asked = not (done.mlflow_store and done.mlflow_store == fingerprint)
+    if asked:
         confirm_logged(catalog.benchmark, requested, done.leaderboard_mlflow_run_id)
-    return Answered(done.dagster_run_id, len(models) * len(tasks), len(tasks), layout.leaderboard_file("md"))
+    # The store as it was before MLflow was asked, when asked about every run the ledger vouches for (not a subset).
+    store = fingerprint if asked and fingerprint and set(models) == set(done.models) and set(tasks) == set(done.tasks) else None
+    return Answered(done.dagster_run_id, len(models) * len(tasks), len(tasks), layout.leaderboard_file("md"), tuple(unsealed), store)
+
+
+def keep(answer: Answered) -> bool:
+    """Keep in the ledger what ``answer`` verified, so that the next run need not verify it again: the seal of its
+    unsealed folders, verified from their notes or bytes (a copied or restored state: every inode moved), and the MLflow
+    store's fingerprint, when every run the ledger vouches for was found FINISHED in it and no write reached the store
+    since (its fingerprint unchanged). Without this, a state copied once imported MLflow (seconds of CPU) and hashed its
+    files again on every later run with nothing changed. Whether the ledger was written (not when nothing moved, nor
+    when another run recorded itself meanwhile: its record stands). ``--recheck`` and ``--force`` read none of it."""
+    from dataclasses import replace
+
+    from runtime import ledger, verified
+
+    done = ledger.last_complete_run(settings.STATE)
+    if done is None or done.dagster_run_id != answer.run_id:
+        return False
+    changes: dict[str, Any] = {}
+    if answer.unsealed:
+        changes["sealed"] = {**done.sealed, **verified.seal(answer.unsealed, done.sealed)}
+    if answer.store and ledger.store_fingerprint(settings.default_tracking_uri()) == answer.store:
+        changes["mlflow_store"] = answer.store
+    if not changes:
+        return False
+    ledger.record(settings.STATE, replace(done, **changes))
+    return True
 
 
 def logged_keys(experiment: str, wanted: dict[str, Any]) -> set[str]:

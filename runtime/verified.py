@@ -134,8 +134,12 @@ class Sealed:
     def __init__(self, sealed: dict[str, list] | None) -> None:
         self.sealed = sealed or {}
 
-    def complete(self, folder: Path) -> bool:
+    def sealed_as_is(self, folder: Path) -> bool:
+        """Whether ``folder`` is sealed and every file of its seal keeps the stat sealed."""
         entries = self.sealed.get(str(folder))
-        if entries is not None and _unchanged(folder, entries):
+        return entries is not None and _unchanged(folder, entries)
+
+    def complete(self, folder: Path) -> bool:
+        if self.sealed_as_is(folder):
             return True
         return complete(folder)

@@ -6,6 +6,7 @@ agrees (every partition fresh, nothing due); each kind of change takes the full 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -117,6 +118,18 @@ def test_a_run_with_nothing_changed_answers_in_one_line_and_each_change_runs_aga
     assert decide(env) == "ANSWERED 6"  # the store was written since: asked through MLflow's client
     restored = medbench_run(env)
     assert restored.stdout.startswith("[up to date]") and restored.stdout.splitlines()[-1] == 'IMPORTED ["mlflow"]'
+    # What it found is kept (issue 51: a copied state asked MLflow on every later run): the store's new fingerprint.
+    assert medbench_run(env).stdout.splitlines()[-1] == "IMPORTED []"
+    # A file replaced by the same bytes (a copied state: a new inode) is hashed again once, then sealed afresh.
+    ledger = world.root / "state" / "last_complete_run.json"
+    folder = str(metrics_json.parent)
+    moved = metrics_json.with_name("moved")
+    shutil.copy2(metrics_json, moved)
+    moved.replace(metrics_json)
+    inode = metrics_json.stat().st_ino
+    assert inode not in [e[2] for e in json.loads(ledger.read_text())["sealed"][folder]]
+    assert medbench_run(env).stdout.startswith("[up to date]")
+    assert inode in [e[2] for e in json.loads(ledger.read_text())["sealed"][folder]]
 
     # One byte of one source file: the inputs changed.
     source = world.shared / "lq" / "corpus.jsonl"

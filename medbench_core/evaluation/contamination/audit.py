@@ -161,11 +161,13 @@ def audit_task(
     splits = dict(splits or {})
     split = splits.get(task.name) or "test"
     rows: list[dict[str, Any]] = []
-    mine = task_texts(task)
     other_texts = [s for o in others for s in task_texts(o)]
     text_manifests = [read_text_manifest(p) for k, p in manifests if k == "texts"]
-    for probe in mine:
-        for r in tx.near_duplicates(probe, [*other_texts, *text_manifests]):
+    compared = [s for s in (*other_texts, *text_manifests) if s.ids]
+    # Texts are compared with other tasks and manifests only (never within the task): with nothing to compare them
+    # with, the task's own texts are neither normalised nor MinHashed (one task, no manifest: the audit is its counts).
+    for probe in task_texts(task) if compared else ():
+        for r in tx.near_duplicates(probe, compared):
             rows.append({"kind": "text", **r, "split": split, "other_split": None})
     images = task_images(task, split)
     if images:
