@@ -91,6 +91,8 @@ def test_what_is_not_complete_or_too_fresh_to_trust_is_not_sealed(tmp_path, fres
     racy.mkdir()
     (racy / "x.bin").write_bytes(b"1" * 100)
     storage.write_manifest(racy, ["x.bin"])  # at once: racily clean, never noted, so never sealed
+    soon = time.time_ns() + 10_000_000_000  # "at once" whatever the load: its mtime stays within the racy margin of any read
+    os.utime(racy / "x.bin", ns=(soon, soon))
     _new_process(monkeypatch, tmp_path)
     sealed = verified.seal([good, corrupt, missing, racy, tmp_path / "never-written"])
     assert sorted(sealed) == [str(good)]
