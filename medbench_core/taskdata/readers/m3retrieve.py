@@ -49,7 +49,8 @@ from medbench_core.errors import DataError
 from medbench_core.taskdata.readers.base import ReadContext, Reader
 from medbench_core.taskdata.readers.common import write_bytes_if_changed
 from medbench_core.taskdata.readers.hf_files import Source, locate, relative_path
-from medbench_core.taskdata.readers.hf_retrieval import HubOptions, ImageSource, Layout, Side
+from medbench_core.taskdata.readers.hf_images import ImageSource
+from medbench_core.taskdata.readers.hf_retrieval import HubOptions, Layout, Side
 from medbench_core.taskdata.readers.mteb import read_parts
 from medbench_core.taskdata.task import Task, resolve_inside
 
@@ -119,9 +120,9 @@ class ReleaseImages(ImageSource):
     def ref(self, value: Any, side: str, rid: str, where: str) -> str:
         at = f"{where}: record {rid}"
         if isinstance(value, dict) and value.get("bytes"):
-            from medbench_core.taskdata.readers.hf_retrieval import _image_bytes_name
+            from medbench_core.taskdata.readers.hf_images import image_bytes_name
 
-            name = f"{side}/{_image_bytes_name(rid, value['bytes'], value.get('path'))}"
+            name = f"{side}/{image_bytes_name(rid, value['bytes'], value.get('path'))}"
             write_bytes_if_changed(resolve_inside(self.scratch, name, what=at), bytes(value["bytes"]))
             self.written[name] = name
             return name

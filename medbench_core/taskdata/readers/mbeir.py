@@ -29,7 +29,8 @@ from typing import Any
 from medbench_core.errors import DataError
 from medbench_core.taskdata.readers.base import ReadContext, Reader
 from medbench_core.taskdata.readers.hf_files import locate
-from medbench_core.taskdata.readers.hf_retrieval import FolderImages, HubOptions, Layout, Side
+from medbench_core.taskdata.readers.hf_images import FolderImages
+from medbench_core.taskdata.readers.hf_retrieval import HubOptions, Layout, Side
 from medbench_core.taskdata.readers.mteb import read_found
 from medbench_core.taskdata.task import Task
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from medbench_core.taskdata.readers.base import ReadContext, Reader
 from medbench_core.taskdata.readers.hf_files import Source, files_revision, find_part, locate
-from medbench_core.taskdata.readers.hf_retrieval import FilesOptions, HubOptions, ImageSource, Layout, read_retrieval_files, side_licences
+from medbench_core.taskdata.readers.hf_images import ImageSource
+from medbench_core.taskdata.readers.hf_retrieval import FilesOptions, HubOptions, Layout, read_retrieval_files, side_licences
 from medbench_core.taskdata.task import Task
 
 
