@@ -61,3 +61,19 @@ def test_the_platform_floor_has_each_library_do_its_bookkeeping_on_the_bundled_t
 
     spent = json.loads(proc.stdout.strip().splitlines()[-1])["cpu_s"]
     assert sorted(spent) == ["dagster", "gx", "mlflow"] and all(v > 0 for v in spent.values()), spent
+
+
+@pytest.mark.slow
+def test_the_contamination_bench_runs_both_sides_on_a_small_task(tmp_path):
+    # BENCHMARKS.md's issue-49 figures come from this script: both sides must still run and find the
+    # near-duplicates it plants (half of its 40 manifest texts are test queries or documents, slightly changed).
+    args = ["--docs", "300", "--queries", "30", "--manifest", "40", "--pairs", "1", "--data", str(tmp_path)]
+    proc = _run("bench/bench_contamination.py", *args)
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = next(line for line in proc.stdout.splitlines() if line.startswith("pairs found: "))
+    counts = dict(part.rsplit(" ", 1) for part in found.removeprefix("pairs found: ").split(" (")[0].split(", "))
+    assert set(counts) == {"medbench", "datasketch"} and int(counts["medbench"]) > 0 and int(counts["datasketch"]) > 0, found
+    assert "| medbench / datasketch | 1 |" in proc.stdout
+    # The task and the manifest are kept in --data for the next run of the same arguments.
+    assert (tmp_path / "data" / "scale_300_30" / "GENERATED.json").is_file() and (tmp_path / "manifest_scale_300_30_40.jsonl").is_file()

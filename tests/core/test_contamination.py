@@ -57,6 +57,15 @@ def test_signatures_equal_datasketch_minhash_of_the_same_shingles():
         m = MinHash(num_perm=tx.NUM_PERM, hashfunc=shingle_hash)
         m.update_batch(tx.shingles(text))
         assert np.array_equal(m.hashvalues, sig), text[:20]
+    # Texts that span several blocks of shingles, and one longer than a block, as a batch: each signature as datasketch's.
+    rng = np.random.default_rng(0)
+    words = ("lung", "opacity", "pneumonia", "x", "ray", "fever", "cough", "antibiotic")
+    many = [" ".join(rng.choice(words, int(n))) for n in rng.integers(1, 400, 60)] + ["nodule " * 3000, "a"]
+    for text, sig in zip(many, tx.signatures(many)):
+        m = MinHash(num_perm=tx.NUM_PERM, hashfunc=shingle_hash)
+        m.update_batch(tx.shingles(text))
+        assert np.array_equal(m.hashvalues, sig), text[:20]
+    assert sum(len(tx.shingles(t)) for t in many) > 3 * tx._BATCH_SHINGLES and len(tx.shingles(many[-2])) > tx._BATCH_SHINGLES
     # Dropping one short word from a nine-word query keeps 39 of its 47 shingles: Jaccard 39/47 >= 0.7.
     assert tx.jaccard(texts[0], tx.normalise("does aspirin reduce risk of colorectal cancer")) == pytest.approx(39 / 47)
 
