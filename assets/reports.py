@@ -42,7 +42,7 @@ from medbench_core.evaluation.judging.layers import attach_filled
 from medbench_core.evaluation.judging.spec import load_judgements
 from medbench_core.evaluation.multilingual import ENGLISH, query_groups
 from medbench_core.evaluation.published import load_sources
-from medbench_core.evaluation.reports import REPORT_NAMES, STALE_KEY, Cell, Significance, write_leaderboard
+from medbench_core.evaluation.reports import REPORT_NAMES, STALE_KEY, Cell, Significance, build_tables, write_leaderboard
 from medbench_core.evaluation.reuse import Results, reusing
 from medbench_core.evaluation.stale import lost_to_corrupt_artifacts, saved_cells, task_cells, task_stale, with_stale
 from medbench_core.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, TESTS
@@ -211,12 +211,14 @@ def write_reports(
     names = {m: meta["name"] for m, meta in mteb_models(g.specs, {c.model: c.model_revision for c in g.cells}).items()} if sources else {}
     evaluated = [c for c in g.cells if c.metrics is not None and c.applicable]
     mteb_tasks = {t: v["mteb_task"] for t, v in mteb_task_names(evaluated).items() if v["mteb_task"]} if sources else {}
+    tables = build_tables(
+        g.cells, [s.name for s in g.specs], g.catalog.names, sig, research_only=[t.name for t in g.catalog.tasks if t.research_only],
+        specs=g.specs, copies=g.copies, published=sources, model_names=names, mteb_tasks=mteb_tasks, trust=trust, qrels_holes=g.holes,
+        judgements=g.judged, query_groups=g.groups, pivots=g.pivots, contamination=g.marks,
+    )  # fmt: skip
     return write_leaderboard(
-        g.cells, [s.name for s in g.specs], g.catalog.names, sig, staged, research_only=[t.name for t in g.catalog.tasks if t.research_only],
-        specs=g.specs, copies=g.copies,
-        footer=f"code version {REPORTS_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
-        extra_json={"benchmark": g.catalog.benchmark, "cells": g.provenance}, published=sources, model_names=names, mteb_tasks=mteb_tasks,
-        trust=trust, qrels_holes=g.holes, judgements=g.judged, query_groups=g.groups, pivots=g.pivots, contamination=g.marks, previous_dir=out,
+        tables, staged, footer=f"code version {REPORTS_VERSION}, git {registry.git_sha()}; per-cell provenance in leaderboard.json, tests in stats.csv",
+        extra_json={"benchmark": g.catalog.benchmark, "cells": g.provenance}, previous_dir=out,
     )  # fmt: skip
 
 

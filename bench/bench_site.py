@@ -71,7 +71,7 @@ def main() -> None:
     args = p.parse_args()
 
     from medbench_cli.export import site_inputs
-    from medbench_core.evaluation.reports import Significance, write_leaderboard
+    from medbench_core.evaluation.reports import Significance, build_tables, write_leaderboard
     from medbench_core.site import build_site
     from runtime import settings
 
@@ -91,7 +91,7 @@ def main() -> None:
         extra = {"benchmark": board.get("benchmark"), "cells": board["cells"]}
 
         def markdown():
-            return write_leaderboard(cells, models, tasks, sig, reports, research_only=research_only, extra_json=extra, query_groups=groups)
+            return write_leaderboard(build_tables(cells, models, tasks, sig, research_only=research_only, query_groups=groups), reports, extra_json=extra)
 
         markdown()  # the site side reads this leaderboard.json
         import dataclasses

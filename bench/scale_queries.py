@@ -268,7 +268,7 @@ def main() -> None:
             bare_log if with_bare else None,
         )
     if "plots" not in skip:
-        from medbench_core.evaluation.reports import Cell, Significance, write_leaderboard
+        from medbench_core.evaluation.reports import Cell, Significance, build_tables, write_leaderboard
 
         cells = [Cell(m, "scale", metrics=results[m], per_query=pq[m]) for m in runs]
 
@@ -285,7 +285,7 @@ def main() -> None:
 
         ph(
             "reports: write_leaderboard (tables, stats, plots) / a matplotlib histogram (less work)",
-            lambda: write_leaderboard(cells, list(runs), ["scale"], Significance("bm25"), args.out / "reports"),
+            lambda: write_leaderboard(build_tables(cells, list(runs), ["scale"], Significance("bm25")), args.out / "reports"),
             bare_plot if with_bare else None,
         )
     if "fusion" not in skip:

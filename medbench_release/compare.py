@@ -17,6 +17,7 @@ printed table :mod:`medbench_release.compare_table`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,11 @@ from medbench_release.judge_runs import Partition, judge_metrics, judge_run, set
 from medbench_release.moved import entry_changes, first_difference, short
 from medbench_release.record import RULES, catalogue_entries, effective_rule, model_upstream, registry_entries, task_upstream
 from medbench_release.tolerance import ARRAY_TOLERANCE
-from medbench_release.verdicts import OK, ArtifactResult, Rebuilt, Verdict
+from medbench_release.verdicts import OK, ArtifactResult, FileVerdict, Rebuilt, Verdict
 
 # The import path callers use (medbench_release.rebuild, tests) for what the modules above hold.
 __all__ = [
-    "OK", "ArtifactResult", "Rebuilt", "Verdict", "compare_file", "compare_vectors", "compare_version", "entry_changes", "first_difference",
+    "OK", "ArtifactResult", "FileVerdict", "Rebuilt", "Verdict", "compare_file", "compare_vectors", "compare_version", "entry_changes", "first_difference",
     "largest_differences", "partitions", "table",
 ]  # fmt: skip
 
@@ -94,29 +95,29 @@ def compare_version(
         part = parts.setdefault((a["model"], a["task"]), Partition())
         for name in sorted(set(a["files"]) | set(got_files)):
             if name not in a["files"]:
-                res.files[name] = {"verdict": Verdict.DIFFERS, "detail": "not in the version", "rule": "exact"}
+                res.files[name] = FileVerdict(Verdict.DIFFERS, rule="exact", detail="not in the version")
                 continue
             want, rule = a["files"][name], effective_rule(name, a["files"][name]["rule"])
             if rule in ("run", "per_query", "metrics"):  # judged below, with what the partition's artifacts before them allow
                 same = got_files.get(name) is not None and got_files[name]["sha256"] == want["sha256"]
-                res.files[name] = {"verdict": Verdict.IDENTICAL, "rule": rule} if same else {"verdict": Verdict.PENDING, "rule": rule}
+                res.files[name] = FileVerdict(Verdict.IDENTICAL if same else Verdict.PENDING, rule)
                 continue
             pub = published_file(f"{a['path']}/{name}") if published_file and rule in ("array", "faiss") else None
-            res.files[name] = compare_file(name, want, folder, got_files.get(name), published=pub, metrics=None, tolerance=tolerance)
-            res.files[name]["rule"] = rule
-            if rule in ("array", "faiss") and res.files[name]["verdict"] == Verdict.WITHIN_TOLERANCE:
+            judged = replace(compare_file(name, want, folder, got_files.get(name), published=pub, metrics=None, tolerance=tolerance), rule=rule)
+            res.files[name] = judged
+            if rule in ("array", "faiss") and judged.verdict == Verdict.WITHIN_TOLERANCE:
                 part.vectors_moved = True
         if a["stage"] == "run":
             judge_run(res, a, folder, part, located, results_by, published_file, tolerance, kinds.get((a["model"], a["task"])))
         elif a["stage"] == "metrics":
             judge_metrics(res, a, folder, part, metrics_of.get((a["model"], a["task"], a["key"])), rebuilt.data_dir, published_file)
-        for f in res.files.values():
-            if f["verdict"] == Verdict.PENDING:  # a file of a stage that no judge above covers
-                f.update(verdict=Verdict.DIFFERS, detail="other bytes, and no rule to judge them by here")
-        verdicts = {f["verdict"] for f in res.files.values()}
+        for name, f in res.files.items():
+            if f.verdict == Verdict.PENDING:  # a file of a stage that no judge above covers
+                res.files[name] = replace(f, verdict=Verdict.DIFFERS, detail="other bytes, and no rule to judge them by here")
+        verdicts = {f.verdict for f in res.files.values()}
         # What the artifact's own rule measures: a run's score differences, a metrics artifact's metric differences, else values.
         own = [n for n in res.files if effective_rule(n, "") in {"run": ("run",), "metrics": ("metrics", "per_query")}.get(a["stage"], ())]
-        diffs = [f.get("max_abs_diff") for n, f in res.files.items() if f.get("max_abs_diff") is not None and (not own or n in own)]
+        diffs = [f.max_abs_diff for n, f in res.files.items() if f.max_abs_diff is not None and (not own or n in own)]
         res.max_abs_diff = max(diffs) if diffs else None
         res.rule = _deciding_rule(res.files, a["stage"])
         if res.rebuilt_key != a["key"]:
@@ -135,14 +136,14 @@ def compare_version(
     return results
 
 
-def _deciding_rule(files: dict[str, dict[str, Any]], stage: str = "") -> str:
+def _deciding_rule(files: dict[str, FileVerdict], stage: str = "") -> str:
     """The rule of the file that decided the artifact's verdict (the worst one), else of the first file."""
     own = {"run": "run", "metrics": "metrics"}.get(stage, "")
     for verdict in (Verdict.DIFFERS, Verdict.WITHIN_TOLERANCE, Verdict.IDENTICAL):
-        found = [f for f in files.values() if f["verdict"] == verdict and f.get("rule")]
+        found = [f for f in files.values() if f.verdict == verdict and f.rule]
         # A run's (a metrics artifact's) own rule first, then the artifact's content, its info.json last.
-        found.sort(key=lambda f: (not (own and f["rule"].startswith(own)), f["rule"].startswith("json")))
+        found.sort(key=lambda f: (not (own and f.rule.startswith(own)), f.rule.startswith("json")))
         if found:
-            rule = found[0]["rule"]
+            rule = found[0].rule
             return rule if ":" in rule else f"{rule}: {RULES.get(rule, '')}"
     return ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from medbench_release.tolerance import (
     ranked_lists,
     score_tolerance,
 )
-from medbench_release.verdicts import OK, ArtifactResult, RunState, Verdict
+from medbench_release.verdicts import OK, ArtifactResult, FileVerdict, RunState, Verdict
 
 
 @dataclass
@@ -70,10 +70,10 @@ def judge_run(
 
     part.run_result = res
     pq, trec = res.files.get("run.parquet"), res.files.get("run.trec")
-    if pq is None or pq["verdict"] != Verdict.PENDING:
-        part.run_state = RunState.IDENTICAL if pq is not None and pq["verdict"] == Verdict.IDENTICAL else RunState.DIFFERS
-        if trec is not None and trec["verdict"] == Verdict.PENDING:
-            trec.update(verdict=Verdict.DIFFERS, detail="other bytes while run.parquet is the version's: the TREC rendering changed")
+    if pq is None or pq.verdict != Verdict.PENDING:
+        part.run_state = RunState.IDENTICAL if pq is not None and pq.verdict == Verdict.IDENTICAL else RunState.DIFFERS
+        if trec is not None and trec.verdict == Verdict.PENDING:
+            res.files["run.trec"] = replace(trec, verdict=Verdict.DIFFERS, detail="other bytes while run.parquet is the version's: the TREC rendering changed")
         return
     run = pl.read_parquet(folder / "run.parquet")
     info = json.loads((folder / "info.json").read_text()) if (folder / "info.json").exists() else {}
@@ -82,11 +82,13 @@ def judge_run(
     moved = [u for u in upstream if results_by[(u, a["task"], "run")].verdict != Verdict.IDENTICAL]
     problem = order_problem(run)
     if problem:
-        pq.update(verdict=Verdict.DIFFERS, detail=problem)
+        pq = replace(pq, verdict=Verdict.DIFFERS, detail=problem)
         part.run_state = RunState.DIFFERS
     elif moved:
-        pq.update(verdict=Verdict.WITHIN_TOLERANCE, detail=f"built from runs whose ties moved ({', '.join(moved)}): judged by its metrics, exactly")
-        pq["rule"] = "run: judged by its metrics (built from runs that moved within their tolerance)"
+        pq = replace(
+            pq, verdict=Verdict.WITHIN_TOLERANCE, detail=f"built from runs whose ties moved ({', '.join(moved)}): judged by its metrics, exactly",
+            rule="run: judged by its metrics (built from runs that moved within their tolerance)",
+        )  # fmt: skip
         part.run_state, part.run_pending = RunState.BY_METRICS, True
     else:
         queries, docs = _partition_vectors(located, a["model"], a["task"], folder)
@@ -99,17 +101,15 @@ def judge_run(
             # Scores a model computes directly (a cross-encoder): float outputs of a model, accepted as its vectors are, within eps each.
             tol = model_score_tolerance(eps)
         if tol is None:
-            pq.update(
-                verdict=Verdict.DIFFERS,
+            pq = replace(
+                pq, verdict=Verdict.DIFFERS, rule="run: exact (no vectors behind it)",
                 detail="exact work (no vectors behind this run, its inputs identical): "
                 f"sha256 differs from the version's {a['files']['run.parquet']['sha256'][:12]}",
-            )
-            pq["rule"] = "run: exact (no vectors behind it)"
+            )  # fmt: skip
             part.run_state = RunState.DIFFERS
         else:
             part.tolerance, part.run_state = tol, RunState.SCORES
-            pq["rule"] = f"run: scores within {tol.describe()}, rankings up to ties within τ"
-            pq["tolerance"] = tol.to_json()
+            pq = replace(pq, rule=f"run: scores within {tol.describe()}, rankings up to ties within τ", tolerance=tol.to_json())
             published = published_file(f"{a['path']}/run.parquet") if published_file else None
             probe = a["files"]["run.parquet"].get("probe")
             if published is not None:
@@ -121,21 +121,22 @@ def judge_run(
             else:
                 cmp = None
             if cmp is None:
-                pq.update(
-                    verdict=Verdict.WITHIN_TOLERANCE,
+                pq = replace(
+                    pq, verdict=Verdict.WITHIN_TOLERANCE,
                     detail="the published run is not at hand (the version file keeps its sha256 only): judged by its metrics, within the bound of its ties",
-                )
+                )  # fmt: skip
                 part.run_pending = True
             else:
                 verdict = Verdict.WITHIN_TOLERANCE if cmp.within else Verdict.DIFFERS
-                pq.update(verdict=verdict, detail=cmp.detail(tol.tau, what), max_abs_diff=cmp.worst_score_diff)
+                pq = replace(pq, verdict=verdict, detail=cmp.detail(tol.tau, what), max_abs_diff=cmp.worst_score_diff)
                 if not cmp.within:
                     part.run_state = RunState.DIFFERS
-    if trec is not None and trec["verdict"] == Verdict.PENDING:
-        _judge_trec(trec, folder, run, pq)
+    res.files["run.parquet"] = pq
+    if trec is not None and trec.verdict == Verdict.PENDING:
+        res.files["run.trec"] = _judge_trec(trec, folder, run, pq)
 
 
-def _judge_trec(trec: dict, folder: Path, run, pq: dict) -> None:
+def _judge_trec(trec: FileVerdict, folder: Path, run, pq: FileVerdict) -> FileVerdict:
     """run.trec is exact work over run.parquet: it must be the rendering of the rebuilt run, and then shares its verdict."""
     import tempfile
 
@@ -147,9 +148,10 @@ def _judge_trec(trec: dict, folder: Path, run, pq: dict) -> None:
         write_trec_file(run, again, _trec_tag(folder / "run.trec"))
         same = sha256_file(again) == sha256_file(folder / "run.trec")
     if same:
-        trec.update(verdict=pq["verdict"], detail="the TREC rendering of the rebuilt run.parquet (rendered again: same bytes); judged with it", rule=pq["rule"])
-    else:
-        trec.update(verdict=Verdict.DIFFERS, detail="not the TREC rendering of the rebuilt run.parquet", rule="exact: the rendering of run.parquet")
+        return replace(
+            trec, verdict=pq.verdict, detail="the TREC rendering of the rebuilt run.parquet (rendered again: same bytes); judged with it", rule=pq.rule
+        )
+    return replace(trec, verdict=Verdict.DIFFERS, detail="not the TREC rendering of the rebuilt run.parquet", rule="exact: the rendering of run.parquet")
 
 
 def judge_metrics(res: ArtifactResult, a: dict, folder: Path, part: Partition, recorded: dict | None, data_dir: Path, published_file) -> None:
@@ -159,19 +161,20 @@ def judge_metrics(res: ArtifactResult, a: dict, folder: Path, part: Partition, r
     import polars as pl
 
     mj, pqf = res.files.get("metrics.json"), res.files.get("per_query.parquet")
-    pending = [f for f in (mj, pqf) if f is not None and f["verdict"] == Verdict.PENDING]
-    if not pending:
+    mj_pending, pqf_pending = mj is not None and mj.verdict == Verdict.PENDING, pqf is not None and pqf.verdict == Verdict.PENDING
+    if not (mj_pending or pqf_pending):
         return
     if part.run_state != RunState.SCORES or part.tolerance is None or recorded is None:
-        if mj is not None and mj["verdict"] == Verdict.PENDING:
-            mj.update(compare_metrics(folder / "metrics.json", recorded))
-            mj["rule"] = "metrics: within 1e-09 (" + ("the run is identical" if part.run_state == RunState.IDENTICAL else "no tie bound for this run") + ")"
-        if pqf is not None and pqf["verdict"] == Verdict.PENDING:
+        if mj_pending:
+            why = "the run is identical" if part.run_state == RunState.IDENTICAL else "no tie bound for this run"
+            mj = res.files["metrics.json"] = replace(compare_metrics(folder / "metrics.json", recorded), rule=f"metrics: within 1e-09 ({why})")
+        if pqf_pending:
             if part.run_state == RunState.IDENTICAL:
-                pqf.update(verdict=Verdict.DIFFERS, detail="other bytes from an identical run", rule="per_query: exact (the run is identical)")
+                settled = replace(pqf, verdict=Verdict.DIFFERS, detail="other bytes from an identical run", rule="per_query: exact (the run is identical)")
             else:
-                settled = mj["verdict"] if mj is not None else Verdict.DIFFERS
-                pqf.update(verdict=settled, detail="judged by metrics.json (exactly)", rule="per_query: judged by metrics.json")
+                verdict = mj.verdict if mj is not None else Verdict.DIFFERS
+                settled = replace(pqf, verdict=verdict, detail="judged by metrics.json (exactly)", rule="per_query: judged by metrics.json")
+            res.files["per_query.parquet"] = settled
         return
     from medbench_core.evaluation.scoring import flat_metrics
     from medbench_core.layout import Layout
@@ -188,27 +191,27 @@ def judge_metrics(res: ArtifactResult, a: dict, folder: Path, part: Partition, r
     worst = max((abs(float(got[m]) - float(v)) for m, v in recorded.items() if m in got and not (math.isnan(got[m]) and math.isnan(v))), default=0.0)
     rule = f"metrics: within the bound of the run's ties within τ {tau:.2g} (each metric of the ties ordered worst and best first)"
     detail = f"every metric in its bound (widest {widest:.3g}); largest difference from the rebuilt value {worst:.3g}"
-    if mj is not None and mj["verdict"] == Verdict.PENDING:
+    if mj_pending:
         if problems:
             outside = f"{len(problems)} metric(s) outside their tie bound: " + "; ".join(problems[:3])
-            mj.update(verdict=Verdict.DIFFERS, detail=outside, max_abs_diff=worst, rule=rule)
+            mj = replace(mj, verdict=Verdict.DIFFERS, detail=outside, max_abs_diff=worst, rule=rule)
         else:
-            mj.update(verdict=Verdict.WITHIN_TOLERANCE, detail=detail, max_abs_diff=worst, rule=rule)
-    if pqf is not None and pqf["verdict"] == Verdict.PENDING:
+            mj = replace(mj, verdict=Verdict.WITHIN_TOLERANCE, detail=detail, max_abs_diff=worst, rule=rule)
+        res.files["metrics.json"] = mj
+    if pqf_pending:
         published = published_file(f"{a['path']}/per_query.parquet") if published_file else None
         if published is not None:
             bad = per_query_within(pl.read_parquet(published), bounds, METRIC_TOLERANCE)
-            pqf.update(
-                verdict=Verdict.DIFFERS if bad else Verdict.WITHIN_TOLERANCE,
-                rule="per_query: each query within its tie bound",
+            settled = replace(
+                pqf, verdict=Verdict.DIFFERS if bad else Verdict.WITHIN_TOLERANCE, rule="per_query: each query within its tie bound",
                 detail=("; ".join(bad[:3]) if bad else "every query's values within their tie bounds (against the published file)"),
-            )
+            )  # fmt: skip
         else:
-            pqf.update(
-                verdict=mj["verdict"] if mj is not None else Verdict.DIFFERS,
-                rule="per_query: judged by metrics.json",
+            settled = replace(
+                pqf, verdict=mj.verdict if mj is not None else Verdict.DIFFERS, rule="per_query: judged by metrics.json",
                 detail="the published file is not at hand (the version file keeps its sha256 only): judged by metrics.json's bound",
-            )
+            )  # fmt: skip
+        res.files["per_query.parquet"] = settled
 
 
 def settle_run(run_res: ArtifactResult, metrics_res: ArtifactResult) -> None:
@@ -218,5 +221,5 @@ def settle_run(run_res: ArtifactResult, metrics_res: ArtifactResult) -> None:
     run_res.verdict = Verdict.DIFFERS
     for name in ("run.parquet", "run.trec"):
         f = run_res.files.get(name)
-        if f is not None and f["verdict"] in OK:
-            f.update(verdict=Verdict.DIFFERS, detail=f"{f.get('detail', '')}; its metrics differ ({metrics_res.path})")
+        if f is not None and f.verdict in OK:
+            run_res.files[name] = replace(f, verdict=Verdict.DIFFERS, detail=f"{f.detail or ''}; its metrics differ ({metrics_res.path})")

@@ -89,7 +89,7 @@ def first_difference(results: list[ArtifactResult], record: dict[str, Any], rebu
         )
     else:
         cause = "same upstream provenance, other bytes: the environment (library versions, CPU, threads) or code that is not deterministic"
-    why = bad.notes[:1] + [f"{n}: {f.get('detail', f['verdict'])}" for n, f in bad.files.items() if f["verdict"] not in OK][:3]
+    why = bad.notes[:1] + [f"{n}: {f.detail or f.verdict}" for n, f in bad.files.items() if f.verdict not in OK][:3]
     lines = [f"first difference: {bad.label} ({bad.path}): {bad.verdict}", *(f"  {w}" for w in why)]
     lines.append("  upstream provenance: " + "; ".join(upstream))
     lines.append(f"  so {cause}")

@@ -1,5 +1,5 @@
-"""What a compare of a rebuild with a version says: each artifact's and file's :class:`Verdict`, and the
-:class:`ArtifactResult` that carries it (:mod:`medbench_release.compare`)."""
+"""What a compare of a rebuild with a version says: each artifact's and file's :class:`Verdict`, a file's judgement
+(:class:`FileVerdict`) and the :class:`ArtifactResult` that carries them (:mod:`medbench_release.compare`)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,24 @@ class RunState(Enum):
     DIFFERS = "differs"
 
 
+@dataclass(frozen=True)
+class FileVerdict:
+    """One file of an artifact, judged: its verdict, the rule it was judged by, why, the largest difference it measured
+    and (a run) the score tolerance it was held to. A file judged after the artifacts before it is recorded
+    :attr:`Verdict.PENDING` and then replaced by its settled record; no record is changed in place."""
+
+    verdict: Verdict
+    rule: str = ""
+    detail: str | None = None
+    max_abs_diff: float | None = None
+    tolerance: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields that say something: ``detail``, ``max_abs_diff`` and ``tolerance`` only where the judgement gave one."""
+        fields = (("verdict", self.verdict), ("rule", self.rule), ("tolerance", self.tolerance), ("detail", self.detail), ("max_abs_diff", self.max_abs_diff))
+        return {k: v for k, v in fields if v is not None}
+
+
 @dataclass
 class Rebuilt:
     """What the rebuild ran with: its data folder, registry and catalogue texts, code versions and source folder."""
@@ -44,7 +62,7 @@ class Rebuilt:
 
 @dataclass
 class ArtifactResult:
-    """One artifact of the version, judged: its verdict, each file's (``files``: name -> verdict, detail, rule), the rule that decided."""
+    """One artifact of the version, judged: its verdict, each file's (``files``: name -> :class:`FileVerdict`), the rule that decided."""
 
     stage: str
     model: str | None
@@ -54,7 +72,7 @@ class ArtifactResult:
     rebuilt_key: str | None
     verdict: Verdict
     notes: list[str] = field(default_factory=list)
-    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    files: dict[str, FileVerdict] = field(default_factory=dict)
     max_abs_diff: float | None = None  # vectors: values; runs: scores; metrics: the largest metric difference
     rule: str = ""  # the rule that decided the verdict, with its tolerance
     upstream: dict[str, Any] = field(default_factory=dict)  # the version's
@@ -77,5 +95,6 @@ class ArtifactResult:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        out["files"] = {name: f.to_json() for name, f in self.files.items()}
         out["label"], out["partition"], out["moved"] = self.label, self.partition, self.moved
         return out

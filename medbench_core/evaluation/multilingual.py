@@ -23,6 +23,7 @@ from medbench_core.evaluation.language_tables import (  # noqa: F401  (is_multil
     query_groups,
     script_of,
 )
+from medbench_core.evaluation.markdown_tables import markdown_table
 from medbench_core.evaluation.mlflow_names import mlflow_name
 
 
@@ -38,10 +39,6 @@ def _wide(df: pl.DataFrame, column: str, cell) -> tuple[list[str], list[list[str
     for r in df.iter_rows(named=True):
         by.setdefault((r["model"], r["task"]), {})[r[column]] = cell(r)
     return keys, [[m, t, *[vals.get(k, "-") for k in keys]] for (m, t), vals in by.items()]
-
-
-def _table(head: list[str], body: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *["| " + " | ".join(r) + " |" for r in body]]
 
 
 def multilingual_markdown(tables: Mapping[str, pl.DataFrame], *, label: str = "nDCG@10", n_resamples: int = 10_000, seed: int = 0) -> str:
@@ -68,7 +65,7 @@ def multilingual_markdown(tables: Mapping[str, pl.DataFrame], *, label: str = "n
         "chance: a uniformly random order of each query's candidates, else the corpus)",
         "",
     ]
-    out += _table(["model", "task", *[f"{k} ({script_of(k)})" for k in keys]], body) + [""]
+    out += markdown_table(["model", "task", *[f"{k} ({script_of(k)})" for k in keys]], body) + [""]
     gaps = tables["gaps"]
     if gaps.height:
         keys, body = _wide(
@@ -88,10 +85,10 @@ def multilingual_markdown(tables: Mapping[str, pl.DataFrame], *, label: str = "n
             "languages; tie-aware: the same difference of the tie-aware values)"
         )
         out += [title, ""]
-        out += _table(["model", "task", *keys], body) + [""]
+        out += markdown_table(["model", "task", *keys], body) + [""]
     scripts = tables["scripts"]
     keys, body = _wide(scripts, "script", lambda r: _ci(r["mean"], r["ci_low"], r["ci_high"]))
-    out += [f"{label} by script (95% bootstrap CI over the script's queries)", ""] + _table(["model", "task", *keys], body) + [""]
+    out += [f"{label} by script (95% bootstrap CI over the script's queries)", ""] + markdown_table(["model", "task", *keys], body) + [""]
     agg = tables["aggregate"]
     if agg.height:
         out += [
@@ -109,7 +106,7 @@ def multilingual_markdown(tables: Mapping[str, pl.DataFrame], *, label: str = "n
             ]
             for r in agg.iter_rows(named=True)
         ]
-        out += _table(["model", "task", "languages", "plain mean", "language-balanced"], body) + [""]
+        out += markdown_table(["model", "task", "languages", "plain mean", "language-balanced"], body) + [""]
         inv = tables["inversions"]
         if inv.height:
             out += [
@@ -134,7 +131,7 @@ def multilingual_markdown(tables: Mapping[str, pl.DataFrame], *, label: str = "n
             "depth; it replaces the variance of the relevant document's rank, which counted a document not retrieved as k + 1); mean over concepts",
             "",
         ]
-        out += _table(["model", "task", "concepts", "languages per concept", "mean language variance"], body) + [""]
+        out += markdown_table(["model", "task", "concepts", "languages per concept", "mean language variance"], body) + [""]
     return "\n".join(out)
 
 

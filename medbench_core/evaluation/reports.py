@@ -39,7 +39,7 @@ from medbench_core.evaluation.ranks import AVERAGE, format_rank, rank_table, ran
 
 # The import path callers use (tests, bench, golden outputs) for what now lives in the modules above.
 __all__ = [
-    "AVERAGE", "REPORT_NAMES", "STALE_KEY", "UNCONFIRMED", "Cell", "Significance", "Tables", "breakdown_table", "leaderboard",
+    "AVERAGE", "REPORT_NAMES", "STALE_KEY", "UNCONFIRMED", "Cell", "Significance", "Tables", "breakdown_table", "build_tables", "leaderboard",
     "leaderboard_markdown", "load_cell", "rank_table", "significance", "wide", "write_leaderboard",
 ]  # fmt: skip
 
@@ -91,33 +91,13 @@ class Tables:
 
 
 def write_leaderboard(
-    cells: list[Cell],
-    models: list[str],
-    tasks: list[str],
-    sig: Significance,
-    out_dir: str | Path,
-    *,
-    research_only: Iterable[str] = (),
-    specs: list[Any] | None = None,
-    copies: Mapping[tuple[str, str], int] | None = None,
-    footer: str = "",
-    extra_json: Mapping[str, Any] | None = None,
-    published: Iterable[Any] = (),
-    model_names: Mapping[str, str] | None = None,
-    mteb_tasks: Mapping[str, str] | None = None,
-    trust: Any = None,
-    qrels_holes: Mapping[str, Mapping[str, Any]] | None = None,
-    judgements: Mapping[str, Mapping[str, Any]] | None = None,
-    query_groups: Mapping[str, pl.DataFrame] | None = None,
-    pivots: Mapping[str, str] | None = None,
-    contamination: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
-    previous_dir: str | Path | None = None,
+    tables: Tables, out_dir: str | Path, *, footer: str = "", extra_json: Mapping[str, Any] | None = None, previous_dir: str | Path | None = None
 ) -> dict[str, Any]:
-    """Every report of the leaderboard, written into ``out_dir``; returns what was written.
+    """Every report of the leaderboard ``tables`` (:func:`build_tables`: what the leaderboard is made from), written into
+    ``out_dir``; returns what was written.
 
-    The arguments are those of :func:`build_tables` (what the leaderboard is made from), ``footer`` (the last line
-    of leaderboard.md), ``extra_json`` (merged into leaderboard.json) and ``previous_dir`` (default ``out_dir``):
-    where the last leaderboard's files are, when ``out_dir`` is a staging folder; inside
+    ``footer`` is the last line of leaderboard.md, ``extra_json`` is merged into leaderboard.json and ``previous_dir``
+    (default ``out_dir``) is where the last leaderboard's files are, when ``out_dir`` is a staging folder; inside
     :func:`medbench_core.evaluation.reuse.reusing`, a plot whose inputs are those of its copy there is copied.
 
     ``leaderboard.md`` (:func:`leaderboard_document`), ``leaderboard.csv`` (means, average, which tasks it is over,
@@ -129,11 +109,6 @@ def write_leaderboard(
     baseline) and ``trust/<model>.png``. Files are written atomically; ``diff/`` and ``trust/`` are replaced whole.
     """
     out = Path(out_dir)
-    tables = build_tables(
-        cells, models, tasks, sig, research_only=research_only, specs=specs, copies=copies, published=published, model_names=model_names,
-        mteb_tasks=mteb_tasks, trust=trust, qrels_holes=qrels_holes, judgements=judgements, query_groups=query_groups, pivots=pivots,
-        contamination=contamination,
-    )  # fmt: skip
     md = leaderboard_document(tables, footer)
     plots = draw_plots(tables, out, Path(previous_dir) if previous_dir is not None else out)
     files = write_files(tables, md, plots, out, extra_json)

@@ -825,7 +825,7 @@ def _reports(
     :func:`medbench_core.evaluation.reports.write_leaderboard` with the asset's default significance
     and trust settings, the multilingual section for the tasks whose queries are in several languages."""
     from medbench_core.evaluation.multilingual import is_multilingual, query_groups
-    from medbench_core.evaluation.reports import Cell, Significance, load_cell, write_leaderboard
+    from medbench_core.evaluation.reports import Cell, Significance, build_tables, load_cell, write_leaderboard
     from medbench_core.evaluation.trust import JUDGED_THRESHOLD, TrustSettings
     from medbench_core.retrieval.derived import applicability, derived_revision
     from medbench_core.retrieval.stages import run_params
@@ -856,12 +856,14 @@ def _reports(
     sig = Significance(BASELINE)  # the leaderboard asset's defaults (LeaderboardConfig)
     out = root / "reports"
     out.mkdir()
-    written = write_leaderboard(
-        cells, models, list(TASK_ORDER), sig, out, research_only=[t for t in TASK_ORDER if tasks[t].meta.research_only],
+    tables = build_tables(
+        cells, models, list(TASK_ORDER), sig, research_only=[t for t in TASK_ORDER if tasks[t].meta.research_only],
         specs=[specs[m] for m in models], copies={k: v for k, v in copies.items() if k[0] in models},
-        extra_json={"benchmark": "golden", "cells": {f"{c.model}/{c.task}": c.provenance for c in cells if c.metrics is not None}},
         trust=TrustSettings(JUDGED_THRESHOLD, sig.metric), qrels_holes={}, judgements={}, query_groups=groups,
     )  # fmt: skip
+    written = write_leaderboard(
+        tables, out, extra_json={"benchmark": "golden", "cells": {f"{c.model}/{c.task}": c.provenance for c in cells if c.metrics is not None}}
+    )
     chain = _union(*(versions[k] for k in sorted(versions) if k[0] in models))
     board = {"table": written["board"].to_dicts(), "csv": (out / "leaderboard.csv").read_text()}
     reports = {

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(partitions(results), json.loads(VERSION.read_text())))
         bad = [r for r in results if r.verdict not in OK]
         for r in bad:
-            print(f"{r.label}: {r.verdict}: " + "; ".join(f"{n}: {f.get('detail', f['verdict'])}" for n, f in r.files.items() if f["verdict"] not in OK))
+            print(f"{r.label}: {r.verdict}: " + "; ".join(f"{n}: {f.detail or f.verdict}" for n, f in r.files.items() if f.verdict not in OK))
         return 1 if bad else 0
 
 

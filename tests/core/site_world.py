@@ -63,7 +63,7 @@ def build_world(
 
     ``floors``: (model role, task role) -> fields the metrics stage adds to a cell's metrics.json for nDCG@10
     (``{"chance": 0.25, "tie_aware": 0.6}``), which the report writer turns into leaderboard.json's floors."""
-    from medbench_core.evaluation.reports import Cell, Significance, write_leaderboard
+    from medbench_core.evaluation.reports import Cell, Significance, build_tables, write_leaderboard
     from medbench_core.storage import write_manifest
 
     models = models or {"bm25": "bm25", "dense": "dense"}
@@ -103,11 +103,11 @@ def build_world(
                                       "task_content_hash": f"hash-{t_role}"}  # fmt: skip
             cells.append(Cell(m, t, metrics=metrics, per_query=per_query, research_only=META[t_role]["research_only"], provenance=provenance[f"{m}/{t}"]))
     out = world.data / "reports"
-    write_leaderboard(
-        cells, list(models.values()), list(tasks.values()), Significance(models["bm25"], n_resamples=1000), out,
+    tables = build_tables(
+        cells, list(models.values()), list(tasks.values()), Significance(models["bm25"], n_resamples=1000),
         research_only=[tasks[r] for r in tasks if META[r]["research_only"]],
-        extra_json={"benchmark": "mini", "cells": provenance, **(extra_json or {})},
     )  # fmt: skip
+    write_leaderboard(tables, out, extra_json={"benchmark": "mini", "cells": provenance, **(extra_json or {})})
     return world
 
 

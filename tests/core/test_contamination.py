@@ -24,7 +24,7 @@ from medbench_core.evaluation.contamination.audit import audit_key, audit_task, 
 from medbench_core.evaluation.contamination.board import audit_inputs, contamination_marks
 from medbench_core.evaluation.contamination.cells import TRAINED, UNKNOWN, ZERO_SHOT
 from medbench_core.evaluation.contamination.declared import declarations, mteb_training_datasets
-from medbench_core.evaluation.reports import Cell, Significance, write_leaderboard
+from medbench_core.evaluation.reports import Cell, Significance, build_tables, write_leaderboard
 from medbench_core.layout import Layout
 from medbench_core.retrieval.model_registry import load_registry
 from medbench_core.taskdata import image_hashes as ih
@@ -219,7 +219,8 @@ def test_near_duplicates_in_a_manifest_and_a_second_task_change_the_marks_and_th
     assert (marks[("f01", "a")]["mark"], marks[("f01", "a")]["decontaminated"]) == (TRAINED, 0.5)
 
     # The leaderboard: zero-shot share beside the average, the marks in its JSON and CSV.
-    written = write_leaderboard(cells, [s.name for s in after], ["a", "b"], Significance("m0", n_resamples=1000), tmp_path / "out", contamination=marks)
+    tables = build_tables(cells, [s.name for s in after], ["a", "b"], Significance("m0", n_resamples=1000), contamination=marks)
+    written = write_leaderboard(tables, tmp_path / "out")
     doc = json.loads((tmp_path / "out" / "leaderboard.json").read_text())
     assert doc["contamination"]["cells"]["m1/a"]["mark"] == TRAINED
     # m0: a and b zero-shot; m2: trained on both (b by name, a by evidence); m3: unknown.

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from medbench_core.evaluation.floors import floors_mlflow_metrics, floors_table
-from medbench_core.evaluation.reports import Cell, Significance, write_leaderboard
+from medbench_core.evaluation.reports import Cell, Significance, build_tables, write_leaderboard
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data"
@@ -41,7 +41,7 @@ def test_the_leaderboard_sets_chance_tie_aware_and_chance_corrected_beside_every
     ]
     out = tmp_path / "reports"
     out.mkdir()
-    written = write_leaderboard(cells, ["bm25", "dense"], ["disc", "corpus"], Significance("bm25", n_resamples=1000), out)
+    written = write_leaderboard(build_tables(cells, ["bm25", "dense"], ["disc", "corpus"], Significance("bm25", n_resamples=1000)), out)
     md = written["markdown"]
     assert "| *chance (random order)* | *0.5897* | *0.0065* | - |" in md
     floors = {(r["model"], r["task"]): r for r in written["floors"].iter_rows(named=True)}

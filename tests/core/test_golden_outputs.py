@@ -125,7 +125,7 @@ def test_the_golden_artifacts_reproduce_the_recorded_version(golden):
     record = json.loads(golden_version.VERSION.read_text())
     results = golden_version.judge(golden[0], record)
     assert len(results) == len(record["artifacts"]) >= 4 * 4 * 2
-    bad = {r.label: [f"{n}: {f.get('detail')}" for n, f in r.files.items() if f["verdict"] not in OK] for r in results if r.verdict not in OK}
+    bad = {r.label: [f"{n}: {f.detail}" for n, f in r.files.items() if f.verdict not in OK] for r in results if r.verdict not in OK}
     assert bad == {}
     assert all(r.rule for r in results)  # every verdict names its rule
 
@@ -168,8 +168,8 @@ def test_a_change_beyond_the_rule_differs_in_the_reproduce_compare(golden, tmp_p
     shutil.copytree(other / "artifacts" / "bm25", art / "bm25")
 
     by = {r.label: r for r in golden_version.judge(root)}
-    assert by["run minilm x text"].verdict == "differs" and f"query {q}: " in by["run minilm x text"].files["run.parquet"]["detail"]
-    assert by["metrics clip x images"].verdict == "differs" and "ndcg_at_10" in by["metrics clip x images"].files["metrics.json"]["detail"]
+    assert by["run minilm x text"].verdict == "differs" and f"query {q}: " in by["run minilm x text"].files["run.parquet"].detail
+    assert by["metrics clip x images"].verdict == "differs" and "ndcg_at_10" in by["metrics clip x images"].files["metrics.json"].detail
     assert by["embeddings bm25 x text"].verdict == by["run bm25 x text"].verdict == "differs"
     assert "exact" in by["run bm25 x text"].rule
     untouched = [r for label, r in by.items() if r.model in ("colbert",) or (r.model == "clip" and r.task != "images")]

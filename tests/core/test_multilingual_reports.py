@@ -12,7 +12,7 @@ from scipy import stats as sst
 
 from medbench_core.evaluation.language_tables import multilingual_tables, query_groups, script_of
 from medbench_core.evaluation.multilingual import multilingual_csv, multilingual_markdown, multilingual_mlflow_metrics
-from medbench_core.evaluation.reports import Cell, Significance, write_leaderboard
+from medbench_core.evaluation.reports import Cell, Significance, build_tables, write_leaderboard
 from medbench_core.evaluation.stats import paired_permutation
 
 # Task x: concepts c1..c4 queried in English; c1..c4 in French; c1, c2 in Japanese.
@@ -143,20 +143,14 @@ def test_the_leaderboard_prints_the_section_and_writes_multilingual_csv(tmp_path
     cells = _cells(tmp_path)
     out = tmp_path / "reports"
     out.mkdir()
-    written = write_leaderboard(
-        cells,
-        ["A", "B"],
-        ["x"],
-        Significance("A", n_resamples=1000),
-        out,
-        query_groups={"x": query_groups(QUERIES, QRELS)},
-    )
+    tables = build_tables(cells, ["A", "B"], ["x"], Significance("A", n_resamples=1000), query_groups={"x": query_groups(QUERIES, QRELS)})
+    written = write_leaderboard(tables, out)
     assert "## Multilingual" in written["markdown"] and "multilingual.csv" in written["files"] and (out / "multilingual.csv").is_file()
     import json
 
     doc = json.loads((out / "leaderboard.json").read_text())
     assert {r["language"] for r in doc["multilingual"]["gaps"]} == {"fr", "ja"}
     assert "cross_lingual_gap" not in doc and "best language" not in written["markdown"]  # one gap table: pivot minus L
-    again = write_leaderboard(cells, ["A", "B"], ["x"], Significance("A", n_resamples=1000), out)  # no multilingual task: no section, no file
+    again = write_leaderboard(build_tables(cells, ["A", "B"], ["x"], Significance("A", n_resamples=1000)), out)  # no multilingual task: no section, no file
     assert "## Multilingual" not in again["markdown"] and not (out / "multilingual.csv").exists()
     assert script_of("pt_BR") == "Latin" and script_of("el") == "Greek" and script_of("xx") == "other"

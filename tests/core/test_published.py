@@ -28,7 +28,7 @@ from medbench_core.evaluation.published import (
     read_published,
     summary,
 )
-from medbench_core.evaluation.reports import Cell, Significance, write_leaderboard
+from medbench_core.evaluation.reports import Cell, Significance, build_tables, write_leaderboard
 
 BIO, BIOINF = "8b9fec2db9eda4b5742d03732213fbaee8169556", "6021fce366892cbfd7837fa85a4128ea93315e18"
 BGE = "d4aa6901d3a41ba39fb536a557fa166f842b0e09"
@@ -100,8 +100,9 @@ NAMES = {"bge-large-en-v1.5": "BAAI/bge-large-en-v1.5", "bge-old": "medbench/bge
 def test_the_leaderboard_shows_the_published_value_the_difference_and_whether_it_lies_in_our_ci(published, tmp_path):
     sig = Significance("bm25", n_resamples=2000)
     models = ["bm25", "bge-large-en-v1.5", "bm25+hyde-gpt4", "bge-old"]
-    out = write_leaderboard(cells(), models, ["r2med_biology", "r2med_bioinformatics"], sig, tmp_path / "reports",
-                            published=SOURCES(published), model_names=NAMES, mteb_tasks=MTEB_TASKS)  # fmt: skip
+    tables = build_tables(cells(), models, ["r2med_biology", "r2med_bioinformatics"], sig, published=SOURCES(published), model_names=NAMES,
+                          mteb_tasks=MTEB_TASKS)  # fmt: skip
+    out = write_leaderboard(tables, tmp_path / "reports")
     rows = {(r["model"], r["task"]): r for r in out["published"].iter_rows(named=True)}
     assert set(rows) == {("bm25", "r2med_biology"), ("bge-large-en-v1.5", "r2med_biology"), ("bm25+hyde-gpt4", "r2med_biology"),
                          ("bge-old", "r2med_biology"), ("bge-large-en-v1.5", "r2med_bioinformatics")}  # fmt: skip

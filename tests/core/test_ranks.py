@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 from scipy.stats import rankdata
 
-from medbench_core.evaluation.reports import AVERAGE, Cell, Significance, rank_table, write_leaderboard
+from medbench_core.evaluation.reports import AVERAGE, Cell, Significance, build_tables, rank_table, write_leaderboard
 from medbench_core.evaluation.stats import inseparable_groups, pairwise_holm, rank_intervals, ranks_of, stratified_permutation
 
 B = 2000
@@ -119,7 +119,7 @@ def test_the_leaderboard_shows_rank_intervals_that_agree_with_the_direct_bootstr
         Cell("c", "img", metrics={"mean": {"ndcg_at_10": float(img.mean())}}, per_query=per_query(img))
     ]
     sig = Significance("b", n_resamples=B)
-    out = write_leaderboard(cells, ["a", "b", "c"], ["t1", "t2", "img"], sig, tmp_path)
+    out = write_leaderboard(build_tables(cells, ["a", "b", "c"], ["t1", "t2", "img"], sig), tmp_path)
     ranks = {(r["task"], r["model"]): r for r in out["ranks"].iter_rows(named=True)}
     for task, values in (("t1", t1), ("t2", t2)):
         for m, (r, lo, hi) in direct({task: values}).items():

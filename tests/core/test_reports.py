@@ -215,14 +215,14 @@ def test_export_writes_mteb_json_and_trec_runs(world, tmp_path):
 
 
 def test_a_task_without_baseline_results_gets_cis_but_no_test(world, tmp_path):
-    from medbench_core.evaluation.reports import Significance, write_leaderboard
+    from medbench_core.evaluation.reports import Significance, build_tables, write_leaderboard
     from medbench_core.evaluation.stats import bootstrap_ci
 
     _, _, cells = world
     values = [0.0, 0.5, 1.0, 0.25, 0.75]
     img = Cell("dense", "img", metrics={"mean": {"ndcg_at_10": 0.5}}, per_query=pl.DataFrame({"query_id": list("vwxyz"), "ndcg_at_10": values}))
     cells = [c for c in cells if (c.model, c.task) != ("dense", "img") and c.model != "late"] + [img]
-    out = write_leaderboard(cells, ["bm25", "dense"], ["t1", "t2", "img"], Significance("bm25", n_resamples=1000), tmp_path)
+    out = write_leaderboard(build_tables(cells, ["bm25", "dense"], ["t1", "t2", "img"], Significance("bm25", n_resamples=1000)), tmp_path)
     row = out["stats"].filter((pl.col("task") == "img") & (pl.col("model") == "dense")).row(0, named=True)
     lo, hi = bootstrap_ci(values, n_resamples=1000, seed=0)
     assert (row["mean"], row["ci_low"], row["ci_high"]) == (0.5, lo, hi) and row["baseline"] is None and row["p_perm"] is None

@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from medbench_core.evaluation import reuse
-from medbench_core.evaluation.reports import Cell, Significance, write_leaderboard
+from medbench_core.evaluation.reports import Cell, Significance, build_tables, write_leaderboard
 from medbench_core.evaluation.reuse import Results, reusing
 from medbench_core.evaluation.stats import bootstrap_cis, paired_permutation, paired_ttest, stratified_permutation
 
@@ -44,10 +44,10 @@ def cells(models: list[str]) -> list[Cell]:
 def build(models: list[str], out, results: Results | None = None) -> dict[str, bytes]:
     sig = Significance("bm25")
     if results is None:
-        write_leaderboard(cells(models), models, list(SIZES), sig, out)
+        write_leaderboard(build_tables(cells(models), models, list(SIZES), sig), out)
     else:
-        with reusing(results):
-            write_leaderboard(cells(models), models, list(SIZES), sig, out)
+        with reusing(results):  # the CIs and tests are computed in build_tables, the plots in write_leaderboard: both reuse
+            write_leaderboard(build_tables(cells(models), models, list(SIZES), sig), out)
     return {p.name: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 

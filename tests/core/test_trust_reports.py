@@ -19,7 +19,7 @@ from PIL import Image
 from scipy.stats import kendalltau
 
 from medbench_core.evaluation.judging.spec import JudgementSpec, grade_mapping
-from medbench_core.evaluation.reports import Cell, Significance, load_cell, write_leaderboard
+from medbench_core.evaluation.reports import Cell, Significance, build_tables, load_cell, write_leaderboard
 from medbench_core.evaluation.scoring import score
 from medbench_core.evaluation.trust import MARK, UNINFORMATIVE, TrustSettings, agreement_markdown, cell_suffix, trust_markdown, trust_table
 from medbench_core.taskdata.task import TaskMeta, make_task
@@ -93,9 +93,9 @@ def test_one_interval_per_cell_and_the_exact_bounds_in_the_table_beside(tmp_path
     assert (bm25["lower_metric"], bm25["upper_metric"]) == ("ndcg_lower_at_10", "ndcg_upper_at_10")
     assert cell_suffix(bm25) == MARK and cell_suffix(dense) == ""
 
-    out = write_leaderboard(got, ["bm25", "dense"], ["t"], Significance("bm25", n_resamples=1000), tmp_path / "reports",
-                            trust=TrustSettings(judged_threshold=0.15), qrels_holes={"t": {"mode": "refuse", "n_absent_doc_rows": 0,
-                            "n_queries_without_judgment": 0, "n_queries_without_positive": 0}})  # fmt: skip
+    holes = {"t": {"mode": "refuse", "n_absent_doc_rows": 0, "n_queries_without_judgment": 0, "n_queries_without_positive": 0}}
+    tables = build_tables(got, ["bm25", "dense"], ["t"], Significance("bm25", n_resamples=1000), trust=TrustSettings(judged_threshold=0.15), qrels_holes=holes)
+    out = write_leaderboard(tables, tmp_path / "reports")
     md = out["markdown"]
     # The main table: the figure and its CI, one interval; the mark points to the table beside it.
     assert "| bm25 | 1.0000 [1.00, 1.00] † | 1.0000 |" in md and "| dense | 1.0000 [1.00, 1.00] | 1.0000 |" in md
@@ -129,7 +129,8 @@ def test_labels_and_bounds_follow_the_configured_metric_and_a_metric_without_bou
     md = trust_markdown(table, ["bm25", "dense"], ["t"], recall)
     assert "| model | task | Recall@10 | bounds |" in md and "| bm25 | t | 1.0000 | none |" in md and "nDCG@10 beside" not in md
     assert "bounds: no bounds for Recall@10" in md
-    out = write_leaderboard(got, ["bm25", "dense"], ["t"], Significance("bm25", metric="recall_at_10", n_resamples=1000), tmp_path / "r", trust=recall)
+    sig = Significance("bm25", metric="recall_at_10", n_resamples=1000)
+    out = write_leaderboard(build_tables(got, ["bm25", "dense"], ["t"], sig, trust=recall), tmp_path / "r")
     assert not any("lower" in c for c in pl.read_csv(tmp_path / "r" / "leaderboard.csv").columns)
     assert "Recall@10 by model and task" in out["markdown"] and "the bounds on its Recall@10" in out["markdown"]
 
@@ -233,7 +234,7 @@ LAYER = {"t": {"judgement": "umb", "judge": "Qwen/Qwen2.5-7B-Instruct", "familie
 def test_circular_cells_leave_the_filled_rankings_unless_kept_and_the_table_says_so(tmp_path):
     cells_ = filled_cells()
     sig = Significance("m1", n_resamples=1000)
-    out = write_leaderboard(cells_, ["m1", "m2", "m3", "m4"], ["t"], sig, tmp_path / "a", trust=TrustSettings(), judgements=LAYER)
+    out = write_leaderboard(build_tables(cells_, ["m1", "m2", "m3", "m4"], ["t"], sig, trust=TrustSettings(), judgements=LAYER), tmp_path / "a")
     ranking = out["layers"]["t"]["ranking"]
     # tau over the three other models, as scipy computes it on their means
     means = {c.model: (c.value(), c.filled["mean"]["ndcg_at_10"]) for c in cells_ if c.model != "m3"}
@@ -249,7 +250,8 @@ def test_circular_cells_leave_the_filled_rankings_unless_kept_and_the_table_says
     row = next(r for r in json.loads((tmp_path / "a" / "leaderboard.json").read_text())["trust"]["cells"] if r["model"] == "m3")
     assert row["filled"] is None and row["filled_circular"] == pytest.approx(1.0) and row["circular_left_out"] is True
 
-    kept = write_leaderboard(cells_, ["m1", "m2", "m3", "m4"], ["t"], sig, tmp_path / "b", trust=TrustSettings(keep_circular=True), judgements=LAYER)
+    kept_tables = build_tables(cells_, ["m1", "m2", "m3", "m4"], ["t"], sig, trust=TrustSettings(keep_circular=True), judgements=LAYER)
+    kept = write_leaderboard(kept_tables, tmp_path / "b")
     all4 = {c.model: (c.value(), c.filled["mean"]["ndcg_at_10"]) for c in cells_}
     assert kept["layers"]["t"]["ranking"]["models"] == 4 and kept["layers"]["t"]["ranking"]["order_filled"][0] == "m3"
     assert kept["layers"]["t"]["ranking"]["kendall_tau"] == pytest.approx(kendalltau([h for h, _ in all4.values()], [f for _, f in all4.values()]).statistic)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from medbench_core.storage import sha256_file
-from medbench_release.compare import compare_file, compare_vectors, entry_changes
+from medbench_release.compare import FileVerdict, Verdict, compare_file, compare_vectors, entry_changes
 from medbench_release.record import ARRAY_TOLERANCE, array_probe, describe_file, file_rule, stable_json_sha256
 from medbench_release.remote import config_credentials, public_url
 
@@ -36,14 +36,14 @@ def test_float_arrays_within_the_tolerance_report_their_largest_absolute_differe
     moved[13, 2] += np.float32(4e-6)  # a sampled row: seen exactly
     np.save(tmp_path / "rebuilt.npy", moved, allow_pickle=False)
     got = compare_vectors(want, tmp_path / "rebuilt.npy", "array", None, ARRAY_TOLERANCE)
-    assert got["verdict"] == "within_tolerance"
-    assert got["max_abs_diff"] == pytest.approx(float(moved[13, 2]) - float(arr[13, 2]))
-    assert "over 4 sampled rows and the sum" in got["detail"]
+    assert got.verdict == "within_tolerance"
+    assert got.max_abs_diff == pytest.approx(float(moved[13, 2]) - float(arr[13, 2]))
+    assert "over 4 sampled rows and the sum" in got.detail
 
     moved[13, 2] = arr[13, 2] + np.float32(3e-4)  # beyond 1e-5
     np.save(tmp_path / "rebuilt.npy", moved, allow_pickle=False)
     got = compare_vectors(want, tmp_path / "rebuilt.npy", "array", None, ARRAY_TOLERANCE)
-    assert got["verdict"] == "differs" and got["max_abs_diff"] == pytest.approx(3e-4, rel=1e-3)
+    assert got.verdict == "differs" and got.max_abs_diff == pytest.approx(3e-4, rel=1e-3)
 
 
 def test_a_change_off_the_sampled_rows_is_caught_by_the_sum_or_by_the_published_file(tmp_path):
@@ -53,16 +53,16 @@ def test_a_change_off_the_sampled_rows_is_caught_by_the_sum_or_by_the_published_
     moved[5, 0] += np.float32(0.05)  # row 5 is not sampled; the sum moves by 0.05 > 1e-5 x 160 values
     np.save(tmp_path / "rebuilt.npy", moved, allow_pickle=False)
     got = compare_vectors(want, tmp_path / "rebuilt.npy", "array", None, ARRAY_TOLERANCE)
-    assert got["verdict"] == "differs" and got["max_abs_diff"] == 0.0 and "sum differs by 0.05" in got["detail"]
+    assert got.verdict == "differs" and got.max_abs_diff == 0.0 and "sum differs by 0.05" in got.detail
 
     moved[5, 0] = arr[5, 0] + np.float32(1e-3)  # too small for the sum's bound: only the published file shows it
     np.save(tmp_path / "rebuilt.npy", moved, allow_pickle=False)
-    assert compare_vectors(want, tmp_path / "rebuilt.npy", "array", None, ARRAY_TOLERANCE)["verdict"] == "within_tolerance"
+    assert compare_vectors(want, tmp_path / "rebuilt.npy", "array", None, ARRAY_TOLERANCE).verdict == "within_tolerance"
     got = compare_vectors(want, tmp_path / "rebuilt.npy", "array", tmp_path / "corpus.npy", ARRAY_TOLERANCE)
-    assert got["verdict"] == "differs" and got["max_abs_diff"] == pytest.approx(1e-3, rel=1e-3) and "over all 160 values" in got["detail"]
+    assert got.verdict == "differs" and got.max_abs_diff == pytest.approx(1e-3, rel=1e-3) and "over all 160 values" in got.detail
 
     np.save(tmp_path / "rebuilt.npy", arr[:19], allow_pickle=False)
-    assert "shape [19, 8] float32, the version has [20, 8] float32" in compare_vectors(want, tmp_path / "rebuilt.npy", "array", None, 1e-5)["detail"]
+    assert "shape [19, 8] float32, the version has [20, 8] float32" in compare_vectors(want, tmp_path / "rebuilt.npy", "array", None, 1e-5).detail
 
 
 def test_a_faiss_index_is_compared_by_its_vectors(tmp_path):
@@ -76,7 +76,7 @@ def test_a_faiss_index_is_compared_by_its_vectors(tmp_path):
     want = _described(tmp_path / "index.faiss")
     assert want["rule"] == "faiss" and want["probe"]["shape"] == [20, 8]
     got = compare_vectors(want, tmp_path / "rebuilt.faiss", "faiss", None, ARRAY_TOLERANCE)
-    assert got["verdict"] == "within_tolerance" and got["max_abs_diff"] == pytest.approx(2e-6, rel=0.2)
+    assert got.verdict == "within_tolerance" and got.max_abs_diff == pytest.approx(2e-6, rel=0.2)
 
 
 def test_info_json_is_compared_without_its_timings_other_json_byte_for_byte(tmp_path):
@@ -87,10 +87,10 @@ def test_info_json_is_compared_without_its_timings_other_json_byte_for_byte(tmp_
     (tmp_path / "again" / "info.json").write_text(json.dumps({**info, "seconds": 9.5}, indent=2))
     rebuilt = {"sha256": sha256_file(tmp_path / "again" / "info.json")}
     got = compare_file("info.json", want, tmp_path / "again", rebuilt, published=None, metrics=None, tolerance=1e-5)
-    assert got == {"verdict": "identical", "detail": "same apart from timings"}
+    assert got == FileVerdict(Verdict.IDENTICAL, detail="same apart from timings")
     (tmp_path / "again" / "info.json").write_text(json.dumps({**info, "k": 10}))
     assert stable_json_sha256(tmp_path / "again" / "info.json") != want["stable_sha256"]
-    assert compare_file("info.json", want, tmp_path / "again", rebuilt, published=None, metrics=None, tolerance=1e-5)["verdict"] == "differs"
+    assert compare_file("info.json", want, tmp_path / "again", rebuilt, published=None, metrics=None, tolerance=1e-5).verdict == "differs"
     assert file_rule(tmp_path / "doc_ids.json") == "exact" and file_rule(tmp_path / "run.parquet") == "run"
     np.save(tmp_path / "chunk_doc.npy", np.arange(4), allow_pickle=False)
     assert file_rule(tmp_path / "chunk_doc.npy") == "exact"  # integers: no tolerance
@@ -101,9 +101,9 @@ def test_metrics_match_to_1e9(tmp_path):
     (tmp_path / "metrics.json").write_text(json.dumps({"mean": {"ndcg_at_10": 0.5 + 1e-12, "recall_at_10": 0.25}, "breakdowns": {}}))
     rebuilt = {"sha256": sha256_file(tmp_path / "metrics.json")}
     logged = {"ndcg_at_10": 0.5, "recall_at_10": 0.25}
-    assert compare_file("metrics.json", want, tmp_path, rebuilt, published=None, metrics=logged, tolerance=1e-5)["verdict"] == "within_tolerance"
+    assert compare_file("metrics.json", want, tmp_path, rebuilt, published=None, metrics=logged, tolerance=1e-5).verdict == "within_tolerance"
     got = compare_file("metrics.json", want, tmp_path, rebuilt, published=None, metrics={**logged, "ndcg_at_10": 0.5 + 2e-9}, tolerance=1e-5)
-    assert got["verdict"] == "differs" and got["detail"].startswith("1 metric(s) differ beyond 1e-09: ndcg_at_10")
+    assert got.verdict == "differs" and got.detail.startswith("1 metric(s) differ beyond 1e-09: ndcg_at_10")
 
 
 def test_entry_changes_name_each_setting_that_moved():

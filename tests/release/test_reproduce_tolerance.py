@@ -162,9 +162,9 @@ def test_vectors_moved_at_the_tolerance_reproduce_within_the_score_tolerance_tha
         run = by[f"run {CLIP} x {task}"]
         assert run.verdict == "within_tolerance", run.files
         pq = run.files["run.parquet"]
-        assert pq["rule"].startswith("run: scores within τ") and "vectors within 1e-05, dim 64" in pq["rule"]
-        assert "against the version file's probe" in pq["detail"] and 0 < run.max_abs_diff < pq["tolerance"]["tau"]
-        assert run.files["run.trec"]["verdict"] == "within_tolerance"  # the rendering of the run it follows
+        assert pq.rule.startswith("run: scores within τ") and "vectors within 1e-05, dim 64" in pq.rule
+        assert "against the version file's probe" in pq.detail and 0 < run.max_abs_diff < pq.tolerance["tau"]
+        assert run.files["run.trec"].verdict == "within_tolerance"  # the rendering of the run it follows
         metrics = by[f"metrics {CLIP} x {task}"]
         assert metrics.verdict in ("identical", "within_tolerance") and metrics.rule.startswith("metrics")
         for r in (by[f"run bm25 x {task}"], by[f"metrics bm25 x {task}"]):  # exact work stays exact
@@ -201,7 +201,7 @@ def test_one_flipped_ranking_beyond_the_score_tolerance_differs_and_is_named(wor
 
     bad = {r.label for r in results if r.verdict not in ("identical", "within_tolerance")}
     assert f"run {CLIP} x scifact" in bad and bad <= {f"run {CLIP} x scifact", f"metrics {CLIP} x scifact"}
-    detail = by[f"run {CLIP} x scifact"].files["run.parquet"]["detail"]
+    detail = by[f"run {CLIP} x scifact"].files["run.parquet"].detail
     assert f"query {q}:" in detail and "τ" in detail
     assert first["artifact"] == f"run {CLIP} x scifact"
 

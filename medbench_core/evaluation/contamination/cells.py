@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 
 from medbench_core.evaluation.contamination.declared import Declared
+from medbench_core.evaluation.markdown_tables import markdown_table
 from medbench_core.evaluation.mlflow_names import mlflow_name
 
 TRAINED, ZERO_SHOT, UNKNOWN = "trained-on-task", "zero-shot", "unknown"
@@ -134,12 +135,12 @@ def contamination_markdown(marks: Mapping[tuple[str, str], Mapping[str, Any]], m
     """The leaderboard's section: per model its average and zero-shot share, per cell its mark (and the decontaminated score), the evidence below."""
     shares = zero_shot_shares(marks, models)
     head = ["model", "average", "zero-shot", *tasks]
-    lines = ["Contamination: could the model have seen the test? (docs/contamination.md)", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for m in models:
         avg = averages.get(m)
         row = [m, "-" if avg is None else f"{avg:.4f}", "unknown" if shares[m] is None else f"{shares[m]}%"]
-        row += [cell_text(marks[(m, t)]) if (m, t) in marks else "-" for t in tasks]
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append(row + [cell_text(marks[(m, t)]) if (m, t) in marks else "-" for t in tasks])
+    lines = ["Contamination: could the model have seen the test? (docs/contamination.md)", "", *markdown_table(head, rows)]
     lines += [
         "",
         "zero-shot: share of the model's cells marked zero-shot (MTEB's figure; unknown when it declares nothing). near-dup: test queries "
