@@ -23,8 +23,9 @@ from pathlib import Path
 from medbench_core.errors import IntegrityError, MedbenchError
 from medbench_core.evaluation.reports import UNCONFIRMED, Cell, load_cell
 from medbench_core.layout import Layout
-from medbench_core.retrieval.derived import applicability, derived_revision, registry_partition_keys
+from medbench_core.retrieval.derived import applicability, registry_partition_keys
 from medbench_core.retrieval.expansion.contract import GATE_FILE
+from medbench_core.retrieval.kinds.base import cached_revision
 from medbench_core.retrieval.model_registry import ModelSpec
 from medbench_core.retrieval.stages import run_params
 from medbench_core.storage import is_complete, read_manifest, verify_manifest
@@ -87,7 +88,7 @@ def task_cells(
             continue
         run = layout.artifact_dir(spec.name, task.name, "run", keys["run"])
         own = [] if spec.derived else [layout.artifact_dir(spec.name, task.name, s, keys[s]) for s in ("embeddings", "index")]
-        revision = derived_revision(spec)
+        revision = cached_revision(spec)
         provenance = {
             "metrics_key": keys["metrics"],
             "run_key": keys["run"],

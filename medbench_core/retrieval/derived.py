@@ -125,14 +125,10 @@ def build_derived_run(
     return run, info
 
 
-def derived_revision(spec: ModelSpec) -> str:
-    """The revision of a model's own weights ('' for a fusion or an expanded model): its kind's one revision."""
-    return cached_revision(spec)
-
-
 def model_revision(spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> str:
-    """The revision shown for a model's partitions: its own (:func:`derived_revision`), else, for a model without
-    weights that searches another model's corpus (an expanded model), that model's."""
+    """The revision shown for a model's partitions: its own (:func:`~medbench_core.retrieval.kinds.base.cached_revision`,
+    ``""`` for a fusion or an expanded model), else, for a model without weights that searches another model's
+    corpus (an expanded model), that model's."""
     own = cached_revision(spec)
     corpus = spec.plugin.corpus_of(spec)
     if own or corpus is None or corpus == spec.name:

@@ -827,7 +827,8 @@ def _reports(
     from medbench_core.evaluation.multilingual import is_multilingual, query_groups
     from medbench_core.evaluation.reports import Cell, Significance, build_tables, load_cell, write_leaderboard
     from medbench_core.evaluation.trust import JUDGED_THRESHOLD, TrustSettings
-    from medbench_core.retrieval.derived import applicability, derived_revision
+    from medbench_core.retrieval.derived import applicability
+    from medbench_core.retrieval.kinds.base import cached_revision
     from medbench_core.retrieval.stages import run_params
 
     models = list(LEADERBOARD_MODELS)
@@ -848,7 +849,7 @@ def _reports(
                 provenance["upstream"] = list(spec.upstream)
             cells.append(
                 load_cell(
-                    m, task, metrics_dir=d["metrics"], run_dir=d["run"], model_revision=derived_revision(spec), split="test",
+                    m, task, metrics_dir=d["metrics"], run_dir=d["run"], model_revision=cached_revision(spec), split="test",
                     stage_dirs=[d[s] for s in ("embeddings", "index") if s in d], provenance=provenance,
                 )
             )  # fmt: skip

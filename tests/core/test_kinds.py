@@ -19,7 +19,7 @@ import pytest
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.kinds import KINDS, get_kind, kind_names
-from medbench_core.retrieval.kinds.base import Kind, ModelKind
+from medbench_core.retrieval.kinds.base import Kind, ModelKind, cached_revision
 from medbench_core.retrieval.kinds.derived_base import DerivedKind, RunBuilder
 from medbench_core.retrieval.kinds.retriever_base import Retriever, RetrieverKind
 from medbench_core.retrieval.model_registry import load_registry, model_spec
@@ -121,20 +121,22 @@ def test_the_required_protocol_is_small_and_the_registry_refuses_a_kind_that_lac
 def test_one_revision_concept_the_others_are_derived_from_it():
     """A kind says one revision (:meth:`Kind.revision`); a model without weights of its own (fusion, expanded) has
     ``""``, a cross-encoder its weights', and an expanded model's partitions show its retriever's."""
-    from medbench_core.retrieval.derived import derived_revision, model_revision
+    from medbench_core.retrieval import derived
+    from medbench_core.retrieval.derived import model_revision
 
     for base in (Kind, RetrieverKind, DerivedKind):
         assert not hasattr(base, "weights_revision") and not hasattr(base, "shown_revision")
+    assert not hasattr(derived, "derived_revision")  # folded into cached_revision (the kind's one revision, cached)
     bm25 = model_spec(name="bm25", kind="bm25", revision="r7")
     registry = {
         "bm25": bm25,
         "bm25+q2d": model_spec(name="bm25+q2d", kind="expanded", retriever="bm25", expansion="q2d"),
         "fused": model_spec(name="fused", kind="fusion", fusion={"runs": ["bm25", "bm25+q2d"], "method": "rrf"}),
     }
-    assert derived_revision(bm25) == model_revision(bm25, registry) == "r7"  # bm25's revision: the entry's, else "bm25s"
-    assert derived_revision(model_spec(name="plain", kind="bm25")) == "bm25s"
-    assert derived_revision(registry["bm25+q2d"]) == "" and model_revision(registry["bm25+q2d"], registry) == "r7"
-    assert derived_revision(registry["fused"]) == model_revision(registry["fused"], registry) == ""
+    assert cached_revision(bm25) == model_revision(bm25, registry) == "r7"  # bm25's revision: the entry's, else "bm25s"
+    assert cached_revision(model_spec(name="plain", kind="bm25")) == "bm25s"
+    assert cached_revision(registry["bm25+q2d"]) == "" and model_revision(registry["bm25+q2d"], registry) == "r7"
+    assert cached_revision(registry["fused"]) == model_revision(registry["fused"], registry) == ""
 
 
 class _Plain(RetrieverKind):
