@@ -11,20 +11,21 @@ from pathlib import Path
 
 from assets.stage import Stage, StageRun
 from medbench_core.retrieval.derived import build_derived_run, check_inputs, inputs
+from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.stages import retrieve
 
 
 def check(run: StageRun) -> None:
     """A derived model's inputs, each verified; DataError naming the upstream, the task and what to run otherwise."""
     p = run.partition
-    if p.spec.derived:
+    if is_derived(p.spec):
         run.inputs = p.load_inputs()
         check_inputs(p.spec, p.task, run.inputs)  # e.g. a rerank depth beyond the upstream's k
 
 
 def build(run: StageRun, tmp: Path) -> list[str]:
     p, compute, config = run.partition, run.resources.compute, run.config
-    if p.spec.derived:
+    if is_derived(p.spec):
         return build_derived(run, tmp)
     encoder = compute.encoder(p.spec, config.progress)
     _, info = retrieve(
@@ -46,7 +47,7 @@ def build_derived(run: StageRun, tmp: Path) -> list[str]:
 def finish(run: StageRun) -> dict:
     info = json.loads((run.dir("run") / "info.json").read_text())
     shown = {"k": info["k"], "rows": info["n_rows"], "seconds": info["seconds"]}
-    if run.partition.spec.derived:
+    if is_derived(run.partition.spec):
         ups = info.get("upstream", {})
         shown["upstream"] = ", ".join(f"{name} {ups.get(name, '')}" for name in inputs(run.partition.spec))
     if info.get("notes"):  # e.g. an expanded run's empty expansions, scored as R2MED scores them

@@ -32,6 +32,7 @@ from medbench_core.retrieval.derived import (
     model_revision,
     registry_partition_keys,
 )
+from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.kinds.stage_inputs import Input
 from medbench_core.retrieval.model_registry import ModelSpec, upstream_order
 from medbench_core.retrieval.stages import DEFAULT_K, stage_code_versions
@@ -138,7 +139,7 @@ class Partition:
             return NoArtifact(self.not_applicable)
         if stage == EXPANSION_STAGE:
             return None if self.spec.plugin.expansion_name(self.spec) else no_expansion(self.model)
-        if self.spec.derived and stage in ("embeddings", "index"):
+        if is_derived(self.spec) and stage in ("embeddings", "index"):
             asset = ASSET_OF_STAGE[stage]
             owner = self.spec.plugin.corpus_of(self.spec)
             if owner:

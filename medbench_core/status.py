@@ -17,6 +17,7 @@ from typing import Any
 
 from medbench_core.errors import MedbenchError
 from medbench_core.layout import Layout
+from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.storage import is_complete
 from medbench_core.taskdata.task import Task
@@ -49,7 +50,7 @@ def stage_folders(layout: Layout, spec: ModelSpec, task: str, keys: Mapping[str,
     expansion = spec.plugin.expansion_name(spec)
     if expansion and "expansion" in keys:
         out["expansion"] = layout.expansion_dir(expansion, task, keys["expansion"])
-    stages = ("run", "metrics") if spec.derived else ("embeddings", "index", "run", "metrics")
+    stages = ("run", "metrics") if is_derived(spec) else ("embeddings", "index", "run", "metrics")
     for stage in stages:
         out[stage] = layout.artifact_dir(spec.name, task, stage, keys[stage])
     return out

@@ -26,6 +26,7 @@ from medbench_core.layout import Layout
 from medbench_core.retrieval.derived import applicability, registry_partition_keys
 from medbench_core.retrieval.expansion.contract import GATE_FILE
 from medbench_core.retrieval.kinds.base import cached_revision
+from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.model_registry import ModelSpec
 from medbench_core.retrieval.stages import run_params
 from medbench_core.storage import is_complete, read_manifest, verify_manifest
@@ -87,7 +88,7 @@ def task_cells(
             cells.append(earlier_cell(layout, spec, task, (previous or {}).get(f"{spec.name}/{task.name}"), split, stale))
             continue
         run = layout.artifact_dir(spec.name, task.name, "run", keys["run"])
-        own = [] if spec.derived else [layout.artifact_dir(spec.name, task.name, s, keys[s]) for s in ("embeddings", "index")]
+        own = [] if is_derived(spec) else [layout.artifact_dir(spec.name, task.name, s, keys[s]) for s in ("embeddings", "index")]
         revision = cached_revision(spec)
         provenance = {
             "metrics_key": keys["metrics"],
@@ -98,7 +99,7 @@ def task_cells(
             "split": split,
             **run_params(spec, task),
         }
-        if spec.derived:
+        if is_derived(spec):
             provenance["upstream"] = list(spec.upstream)
         else:
             provenance |= {"embeddings_key": keys["embeddings"], "index_key": keys["index"]}

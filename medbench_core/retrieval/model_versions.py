@@ -14,6 +14,7 @@ from medbench_core.errors import MedbenchError
 from medbench_core.provenance import artifact_key
 from medbench_core.retrieval.expansion.stage import expansion_fingerprint
 from medbench_core.retrieval.kinds.base import cached_revision
+from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.model_registry import ModelSpec, evaluation_order
 
 
@@ -28,7 +29,7 @@ def model_version(spec: ModelSpec, upstream_versions: Mapping[str, str] | None =
     (a cross-encoder's), the version of each upstream (``upstream_versions``) and, for an
     expanded model, its expansion's fingerprint (``expansion``).
     """
-    if not spec.derived:
+    if not is_derived(spec):
         return artifact_key(model=spec.identity(), revision=revision or cached_revision(spec))
     own = revision or cached_revision(spec) if spec.plugin.loads_weights else ""
     return artifact_key(model=spec.identity(), revision=own, upstream=dict(upstream_versions or {}), expansion=expansion)

@@ -2,7 +2,7 @@
 
 The pieces of the plugin boundary, one module each:
 
-- :class:`ModelKind` (here): the protocol every kind implements (four attributes, five methods).
+- :class:`ModelKind` (here): the protocol every kind implements (three attributes, five methods).
 - :class:`Kind` (here): the base with a default for each optional hook: the entry (settings schema,
   own fields, identity), revision, which tasks it reads, upstreams, provenance keys and MLflow
   params. Its defaults claim nothing about a model (no long-text policy, no mteb model type); the
@@ -62,7 +62,7 @@ def cached_revision(spec: ModelSpec) -> str:
 
 @runtime_checkable
 class ModelKind(Protocol):
-    """What every model kind must implement: four attributes and five methods, as mteb's ``SearchProtocol``
+    """What every model kind must implement: three attributes and five methods, as mteb's ``SearchProtocol``
     (mteb/models/models_protocols.py) is the few methods a search needs.
 
     A kind also has exactly one compute capability: :class:`~.retriever_base.Retriever` (represent the corpus,
@@ -78,8 +78,6 @@ class ModelKind(Protocol):
     version: str
     #: the typed settings of ``settings:`` (a frozen :class:`KindSettings` dataclass)
     Settings: type[KindSettings]
-    #: builds its run from upstream runs (a :class:`~.derived_base.RunBuilder`), not by searching a corpus
-    derived: bool
 
     def revision(self, spec: ModelSpec) -> str:
         """What identifies the model's own weights; ``""`` when it has none (:meth:`Kind.revision`)."""
@@ -106,7 +104,7 @@ def model_kind(spec: ModelSpec) -> ModelKind:
     """``spec``'s kind as a :class:`ModelKind` (TypeError naming what it lacks for an object that is not one)."""
     kind = spec.plugin
     if not isinstance(kind, ModelKind):
-        required = ("name", "version", "Settings", "derived", "revision", "upstream", "applicability", "partition_keys", "load")
+        required = ("name", "version", "Settings", "revision", "upstream", "applicability", "partition_keys", "load")
         missing = [m for m in required if not hasattr(kind, m)]
         raise TypeError(f"model {spec.name}: kind {spec.kind} is not a ModelKind (it lacks {', '.join(missing)})")
     return kind
@@ -131,8 +129,6 @@ class Kind:
     needs_path: bool = False
     takes_path: bool = True
     no_path_reason: str = ""
-    #: builds its run from upstream runs (no corpus embeddings or index of its own)
-    derived: bool = False
     #: record modalities it reads: a text-only kind is ``n/a`` on tasks with image-only records
     reads: frozenset[str] = frozenset({"text"})
     #: how a text expansion meets it (``lexical`` or ``dense``); None: it cannot be expanded

@@ -22,7 +22,7 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.expansion.rules import Combine, family, resolve_combination
-from medbench_core.retrieval.kinds.derived_base import DerivedKind
+from medbench_core.retrieval.kinds.derived_base import DerivedKind, is_derived
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import Input, InputRef, KeyContext, StoredCorpus, StoredExpansion
@@ -91,7 +91,7 @@ class ExpandedKind(DerivedKind):
         """The retriever must be another entry that can take an expansion; the expansion an entry of ``expansions:``."""
         b = spec.block
         r = registry.get(b.retriever)
-        if r is None or r.derived:
+        if r is None or is_derived(r):
             raise DataError(
                 f"{where}: model {spec.name!r}: retriever {b.retriever!r} must be another, non-expanded entry of 'models:' "
                 "that searches the corpus itself (not a fusion or a reranker)"
