@@ -9,6 +9,7 @@ import polars as pl
 from assets.stage import CORE_SOURCE_DIGEST, STAGE_VERSIONS, Stage, StageRun
 from medbench_core.evaluation.run_record import derived_params, evaluation_params, evaluation_tags
 from medbench_core.evaluation.scoring import flat_metrics, score
+from medbench_core.retrieval.kinds.capabilities import scoring_family
 from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.storage import verify_manifest
 from runtime.resources import dagster_run_alive
@@ -16,7 +17,7 @@ from runtime.resources import dagster_run_alive
 
 def build(run: StageRun, tmp: Path) -> list[str]:
     p = run.partition
-    family = p.spec.plugin.scoring_family(p.spec, p.registry)  # identical query/doc ids: R2MED drops them from dense runs only
+    family = scoring_family(p.spec, p.registry)  # identical query/doc ids: R2MED drops them from dense runs only
     return score(p.task, pl.read_parquet(run.dir("run") / "run.parquet"), tmp, family=family)["files"]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from assets.stage import Stage, StageRun
 from medbench_core.retrieval.derived import build_derived_run, check_inputs, inputs
+from medbench_core.retrieval.kinds.capabilities import model_for_run
 from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.stages import retrieve
 
@@ -38,7 +39,7 @@ def build(run: StageRun, tmp: Path) -> list[str]:
 def build_derived(run: StageRun, tmp: Path) -> list[str]:
     p, compute, config = run.partition, run.resources.compute, run.config
     # The model kept loaded in this process: the cross-encoder, or an expanded model's retriever's encoder.
-    loaded = p.spec.plugin.model_for_run(p.spec, p.registry)
+    loaded = model_for_run(p.spec, p.registry)
     model = compute.encoder(loaded, config.progress) if loaded is not None else None
     _, info = build_derived_run(p.spec, p.task, run.inputs, tmp, k=config.k, device=compute.torch_device(), progress=config.progress, model=model)
     return [*info["files"], "info.json"]

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from medbench_core.evaluation.mlflow_names import PARAM_CHARS, mlflow_name
+from medbench_core.retrieval.kinds.capabilities import record_params
 from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.taskdata.task import Task
@@ -81,7 +82,7 @@ def derived_params(spec: ModelSpec, upstream_run_keys: dict[str, str], run_info:
         return {}
     out = {"upstream_models": ",".join(upstream_run_keys)}
     out.update({f"upstream.{mlflow_name(name, PARAM_CHARS)}.run_key": key for name, key in upstream_run_keys.items()})
-    out.update(spec.plugin.record_params(spec, run_info or {}))
+    out.update(record_params(spec, run_info or {}))
     return out
 
 

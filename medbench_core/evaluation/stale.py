@@ -26,6 +26,7 @@ from medbench_core.layout import Layout
 from medbench_core.retrieval.derived import applicability, registry_partition_keys
 from medbench_core.retrieval.expansion.contract import GATE_FILE
 from medbench_core.retrieval.kinds.base import cached_revision
+from medbench_core.retrieval.kinds.capabilities import expansion_name
 from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.model_registry import ModelSpec
 from medbench_core.retrieval.stages import run_params
@@ -36,7 +37,7 @@ from medbench_core.taskdata.task import Task
 
 def expansion_copies(layout: Layout, spec: ModelSpec, task: str, keys: dict[str, str]) -> int:
     """How many of an expanded model's expansions copy a relevant passage, from its expansion's EXPANSION_GATE.json (0 when none recorded)."""
-    expansion = spec.plugin.expansion_name(spec)
+    expansion = expansion_name(spec)
     if not expansion or "expansion" not in keys:
         return 0
     gate = layout.expansion_dir(expansion, task, keys["expansion"]) / GATE_FILE

@@ -23,6 +23,7 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.kinds.base import cached_revision
+from medbench_core.retrieval.kinds.capabilities import corpus_of
 from medbench_core.retrieval.kinds.derived_base import is_derived, run_builder
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import DEFAULT_K, Input, KeyContext, StoredCorpus, StoredExpansion, UpstreamRun
@@ -131,7 +132,7 @@ def model_revision(spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> str:
     ``""`` for a fusion or an expanded model), else, for a model without weights that searches another model's
     corpus (an expanded model), that model's."""
     own = cached_revision(spec)
-    corpus = spec.plugin.corpus_of(spec)
+    corpus = corpus_of(spec)
     if own or corpus is None or corpus == spec.name:
         return own
     return model_revision(registry[corpus], registry)

@@ -14,6 +14,7 @@ from medbench_core.errors import MedbenchError
 from medbench_core.provenance import artifact_key
 from medbench_core.retrieval.expansion.stage import expansion_fingerprint
 from medbench_core.retrieval.kinds.base import cached_revision
+from medbench_core.retrieval.kinds.capabilities import expansion_name
 from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.model_registry import ModelSpec, evaluation_order
 
@@ -56,8 +57,8 @@ def model_versions(
             continue
         try:
             expansion = None
-            if spec.plugin.expansion_name(spec):
-                e = by_expansion[spec.plugin.expansion_name(spec)]
+            if expansion_name(spec):
+                e = by_expansion[expansion_name(spec)]
                 expansion = {"name": e.name, "tasks": expansion_fingerprint(e, list(tasks), upstream_version=out.get(e.upstream))}
             pin = pins.get(name)
             out[name] = model_version(spec, {u: out[u] for u in spec.upstream}, expansion, revision=getattr(pin, "sha", None))

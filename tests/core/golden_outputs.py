@@ -673,6 +673,7 @@ def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[
     from medbench_core.retrieval.expansion.contract import GATE_FILE, record_expansion_gate, validate_expansion
     from medbench_core.retrieval.expansion.frame import store_expansion
     from medbench_core.retrieval.expansion.stage import build_expansion
+    from medbench_core.retrieval.kinds.capabilities import expansion_name
     from medbench_core.retrieval.kinds.derived_base import is_derived
     from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
     from medbench_core.storage import write_manifest
@@ -789,12 +790,12 @@ def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[
             run = pl.read_parquet(d["run"] / "run.parquet")
             _manifests(d, score(task, run, d["metrics"]))
             dirs[(name, task_name)] = d
-            stage = "expanded_run" if spec.plugin.expansion_name(spec) else "derived_run"
+            stage = "expanded_run" if expansion_name(spec) else "derived_run"
             moved = [u for u in spec.upstream if specs[u].plugin.loads_weights]  # runs of float work: their ties may move
             tol = "neural" if spec.plugin.loads_weights or moved else "exact"
             judge = _derived_judges(spec, task, run, d, root, moved) if tol == "neural" else {}
             ups = tuple(specs[u].plugin for u in spec.upstream)
-            chain = (*RETRIEVER, stage, *(("expansion",) if spec.plugin.expansion_name(spec) else ()))
+            chain = (*RETRIEVER, stage, *(("expansion",) if expansion_name(spec) else ()))
             extra = _union(*(versions[(u, task_name)] for u in spec.upstream))
             extra = tuple(t for t in extra if t.startswith("analysis="))
             out[_name(spec, task_name, stage, tasks["images"])] = {

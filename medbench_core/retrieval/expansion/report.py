@@ -6,6 +6,7 @@ from typing import Any
 
 import polars as pl
 
+from medbench_core.retrieval.kinds.capabilities import corpus_of, expansion_name
 from medbench_core.retrieval.model_registry import ModelSpec
 
 
@@ -56,8 +57,8 @@ def beside_retriever(board: pl.DataFrame, models: list[ModelSpec], copies: dict[
     values = {(r["model"], t): r[t] for r in board.iter_rows(named=True) for t in tasks}
     rows = []
     for m in models:
-        retriever = m.plugin.corpus_of(m)
-        if not m.plugin.expansion_name(m) or not retriever:
+        retriever = corpus_of(m)
+        if not expansion_name(m) or not retriever:
             continue
         for t in tasks:
             v, base = values.get((m.name, t)), values.get((retriever, t))

@@ -131,8 +131,6 @@ class Kind:
     no_path_reason: str = ""
     #: record modalities it reads: a text-only kind is ``n/a`` on tasks with image-only records
     reads: frozenset[str] = frozenset({"text"})
-    #: how a text expansion meets it (``lexical`` or ``dense``); None: it cannot be expanded
-    expansion_family: str | None = None
     #: loads model weights to compute (a process keeps one loaded; the main job warms it up early)
     loads_weights: bool = False
     #: the distributions (as pip names them) whose versions can change this kind's output, beside those every
@@ -158,50 +156,9 @@ class Kind:
         """The kind's own fields as the entry writes them (they enter the identity)."""
         return {}
 
-    def grant_trust(self, spec: ModelSpec, trusted_code: Mapping[str, str], where: str) -> ModelSpec:
-        """``spec`` once the registry's ``trust_code`` allowlist (code folder or ``pkg:`` -> sha256) is known; a kind
-        that runs code from a folder refuses (DataError) code that is not listed with its current hash."""
-        return spec
-
-    def complete(self, spec: ModelSpec, registry: Mapping[str, ModelSpec], expansions: Mapping[str, Any], where: str) -> ModelSpec:
-        """``spec`` checked against the whole registry (upstream entries, expansions), with what it learns from them."""
-        return spec
-
     def upstream(self, spec: ModelSpec) -> tuple[str, ...]:
         """Models whose runs (or stored corpus) this model's run is built from."""
         return ()
-
-    def upstream_runs(self, spec: ModelSpec) -> tuple[str, ...]:
-        """Models whose run keys enter this model's keys and MLflow params."""
-        return self.upstream(spec)
-
-    def corpus_of(self, spec: ModelSpec) -> str | None:
-        """The model whose ``corpus_embeddings`` and ``corpus_index`` this model's partitions use (None: it has none)."""
-        return None
-
-    def expansion_name(self, spec: ModelSpec) -> str | None:
-        """The ``expansions:`` entry its queries are expanded by, or None."""
-        return None
-
-    def scoring_family(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> str | None:
-        """The retriever family whose evaluator R2MED uses for this model's runs (``dense``: BEIR, which drops a
-        document whose id is its query's; ``lexical``: pytrec_eval, which keeps it; None: a model built from
-        runs, a reranker or fusion, scored by pytrec_eval as R2MED's reranker script does): :attr:`expansion_family`."""
-        return self.expansion_family
-
-    def instructs_expansion(self, spec: ModelSpec) -> bool:
-        """Whether, averaged with its query (``combine: mean``), an expansion gets the query's instruction
-        too by default (an expanded entry's ``settings.instruct_expansion`` overrides it).
-
-        R2MED's classes decide it by how they hand the instruction to the model (src/utils.py at
-        62b7074): those that pass it to the model's own encode as an argument put it on the
-        expansion too (NVEmbedModel l.643-649 ``self.encode(self.query_instruction_for_retrieval,
-        queries_rewrite)``; GritModel l.574-580; InstructorModel l.227-233), those that write it
-        into the query's text leave the expansion bare (FlagDRESModel l.86-97, BiEncoderModel
-        l.313-323, HighScaleModel l.436-446). A kind that writes the instruction into the text
-        (the default) says False.
-        """
-        return False
 
     def hub_id(self, spec: ModelSpec) -> str:
         """The hub repository of its weights (``org/name``), or ``""``."""
@@ -270,10 +227,6 @@ class Kind:
             out["trust_remote_code"] = "true"
         return {k: str(v) for k, v in out.items()}
 
-    def record_params(self, spec: ModelSpec, run_info: Mapping[str, Any]) -> dict[str, str]:
-        """MLflow params of this kind beyond the common ones (an expanded model's retriever and combination)."""
-        return {}
-
     def mteb_meta(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> dict[str, Any]:
         """What mteb's ``ModelMeta`` says of this model (medbench_core/evaluation/exports.py writes it):
         ``framework`` and ``model_type`` (values from mteb's allowed lists), ``n_parameters``,
@@ -286,10 +239,6 @@ class Kind:
         }  # fmt: skip
 
     # --- compute
-    def model_for_run(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> ModelSpec | None:
-        """The model whose weights its run stage keeps loaded (itself, its retriever) or None."""
-        return spec if self.loads_weights else None
-
     def load(self, spec: ModelSpec, *, device: str = "cpu", progress: bool | None = False, online: bool = False) -> Any:
         """The loaded model (an encoder, a cross-encoder); None for a kind without weights."""
         return None

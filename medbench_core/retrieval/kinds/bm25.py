@@ -20,6 +20,7 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.retrieval.kinds.capabilities import Expandable
 from medbench_core.retrieval.kinds.retriever_base import RetrieverKind
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
@@ -81,7 +82,7 @@ def task_language(task: Task) -> str | None:
     return langs.pop() if len(langs) == 1 else None
 
 
-class BM25Kind(RetrieverKind):
+class BM25Kind(RetrieverKind, Expandable):
     name = "bm25"
     packages = ("bm25s", "PyStemmer", "jieba", "fugashi", "unidic-lite")  # the analysers of retrieval/analysis.py segment ja and zh
     Settings = BM25Settings

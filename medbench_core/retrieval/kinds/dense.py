@@ -24,6 +24,7 @@ from typing import Any
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.chunking import MODES, POOLINGS, LongText
+from medbench_core.retrieval.kinds.capabilities import Expandable
 from medbench_core.retrieval.kinds.encoder import EncoderKind
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
@@ -97,7 +98,7 @@ def resolve_revision_of_path(spec: ModelSpec) -> str:
     return spec.revision or "unpinned"
 
 
-class TextEncoderKind(EncoderKind):
+class TextEncoderKind(EncoderKind, Expandable):
     """A dense text encoder (one registered kind per library)."""
 
     Settings = TextEncoderSettings

@@ -21,7 +21,8 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.expansion.rules import Combine, family, resolve_combination
+from medbench_core.retrieval.expansion.rules import Combine, resolve_combination
+from medbench_core.retrieval.kinds.capabilities import expansion_family
 from medbench_core.retrieval.kinds.derived_base import DerivedKind, is_derived
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
@@ -33,7 +34,7 @@ from medbench_core.taskdata.task import Task
 class ExpandedSettings(KindSettings):
     separator: str | None = None  # dense concat: between the (repeated) query and the expansion
     # dense mean: the expansion is embedded with the query's instruction too (true) or bare (false);
-    # left out, as R2MED's class for that kind of retriever does (Kind.instructs_expansion: NV-Embed,
+    # left out, as R2MED's class for that kind of retriever does (Expandable.instructs_expansion: NV-Embed,
     # GritLM and Instructor, utils.py l.643-649, 574-580, 227-233, give it to both; FlagDRES,
     # l.86-97, to the query only)
     instruct_expansion: bool | None = None
@@ -57,13 +58,16 @@ class ExpandedBlock:
 def resolve_combine(spec: ModelSpec, retriever: ModelSpec, method: str, generator: str = "") -> Combine:
     """The combination expanded model ``spec`` uses with ``retriever`` for an expansion of ``method`` written by ``generator``."""
     b = spec.block
+    fam = expansion_family(retriever)  # refuses a retriever no expansion meets, before it is asked for instructs_expansion
     return resolve_combination(
-        spec.name, family(retriever), method, combine=b.combine, repeat_query=b.repeat_query, separator=spec.settings.separator, retriever=retriever.name,
+        spec.name, fam, method, combine=b.combine, repeat_query=b.repeat_query, separator=spec.settings.separator, retriever=retriever.name,
         generator=generator, instruct_expansion=spec.settings.instruct_expansion, instruct_default=retriever.plugin.instructs_expansion(retriever),
     )  # fmt: skip
 
 
 class ExpandedKind(DerivedKind):
+    """A :class:`~.derived_base.RunBuilder` with the :class:`~.capabilities.ExpandsQueries` capability."""
+
     name = "expanded"
     Settings = ExpandedSettings
     # 2: dense runs give the query its instruction (and the expansion too with instruct_expansion);
@@ -112,20 +116,11 @@ class ExpandedKind(DerivedKind):
     def upstream_runs(self, spec: ModelSpec) -> tuple[str, ...]:
         return (spec.block.expansion_upstream,) if spec.block.expansion_upstream else ()
 
-    def corpus_of(self, spec: ModelSpec) -> str | None:
+    def corpus_of(self, spec: ModelSpec) -> str:
         return spec.block.retriever
 
-    def expansion_name(self, spec: ModelSpec) -> str | None:
+    def expansion_name(self, spec: ModelSpec) -> str:
         return spec.block.expansion
-
-    def scoring_family(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> str | None:
-        """Its retriever's: R2MED scores an expanded dense run with BEIR and an expanded BM25 run with pytrec_eval."""
-        r = registry.get(spec.block.retriever)
-        return r.plugin.scoring_family(r, registry) if r is not None else None
-
-    def model_for_run(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> ModelSpec | None:
-        r = registry[spec.block.retriever]
-        return r.plugin.model_for_run(r, registry)
 
     def mteb_meta(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> dict[str, Any]:
         """An expanded model is its retriever's kind of model."""

@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.retrieval.kinds.capabilities import Expandable
 from medbench_core.retrieval.kinds.retriever_base import RetrieverKind
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
@@ -71,7 +72,7 @@ def expanded_query_texts(queries: list[str], expansions: list[str], combine: Any
     return [q * combine.repeat_query + " " + e for q, e in zip(queries, expansions)]
 
 
-class LuceneBM25Kind(RetrieverKind):
+class LuceneBM25Kind(RetrieverKind, Expandable):
     name = "lucene-bm25"
     packages = ("regex", "scipy")  # Lucene's analysers (retrieval/lucene_analysis.py) and its sparse scoring
     Settings = LuceneBM25Settings

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from medbench_core.errors import DataError
+from medbench_core.retrieval.kinds.capabilities import Expandable
 from medbench_core.retrieval.kinds.encoder import EncoderKind
 from medbench_core.retrieval.kinds.remote_code_calls import RECORD_TYPES, Call, record_type
 from medbench_core.retrieval.kinds.remote_code_encoder import load_remote_code_encoder
@@ -74,7 +75,7 @@ class RemoteCodeSettings(KindSettings):
         return {t: Call.parse(getattr(self, t), t, where) for t in RECORD_TYPES if getattr(self, t) is not None}
 
 
-class RemoteCodeKind(EncoderKind):
+class RemoteCodeKind(EncoderKind, Expandable):
     name = "remote-code-embedder"
     packages = ("transformers", "tokenizers", "safetensors", "torch", "pillow")
     Settings = RemoteCodeSettings
@@ -86,7 +87,7 @@ class RemoteCodeKind(EncoderKind):
 
     def instructs_expansion(self, spec: ModelSpec) -> bool:
         """True when the text call hands the instruction to the model as a keyword (``instruction: instruction``):
-        R2MED's NV-Embed, GritLM and Instructor classes, which pass it so, give it to the expansion too (Kind.instructs_expansion)."""
+        R2MED's NV-Embed, GritLM and Instructor classes, which pass it so, give it to the expansion too (Expandable.instructs_expansion)."""
         call = spec.settings.calls(f"model {spec.name}").get("text")
         return bool(call is not None and call.instruction)
 

@@ -46,7 +46,7 @@ class Retriever(Protocol[Queries]):
     def represent_queries(self, spec: ModelSpec, task: Task, model: object, *, prompt: QueryPrompt | None, expansion: QueryExpansion | None = None) -> Queries:
         """The task's queries as ``search`` takes them, in ``task.queries`` order: formatted with
         ``prompt`` when given; with ``expansion``, each query combined with its expansion text
-        (an expanded model; only kinds with an :attr:`Kind.expansion_family` get one)."""
+        (an expanded model; only :class:`~.capabilities.Expandable` kinds get one)."""
         ...
 
     def search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, queries: Queries, k: int, *, pools: Pools | None, progress: bool) -> pl.DataFrame:
@@ -78,17 +78,10 @@ class RetrieverKind(Kind):
     them for dense vectors in a FAISS index.
     """
 
-    def corpus_of(self, spec: ModelSpec) -> str | None:
-        return spec.name
-
     def index_identity(self, spec: ModelSpec) -> str | Mapping[str, Any]:
         """What keys the index stage beside the embeddings key: a constant (the kind's name) for a kind
         that builds no index; an encoder's FAISS index settings (the entry's ``index:``)."""
         return self.name
-
-    def query_settings(self, spec: ModelSpec) -> tuple[str, ...]:
-        """Settings that change only the queries: out of the embeddings key, into the run key (as the resolved prompt)."""
-        return spec.settings.QUERY_ONLY
 
     def stage_keys(
         self,
@@ -116,7 +109,7 @@ class RetrieverKind(Kind):
         from medbench_core.provenance import artifact_key, stage_version
 
         model = {key: v for key, v in spec.identity().items() if key != "index"}
-        query_only = [s for s in self.query_settings(spec) if s in model["settings"]]
+        query_only = [s for s in spec.settings.QUERY_ONLY if s in model["settings"]]  # query-only: out of the embeddings key, into the run key
         prompt: dict[str, Any] = {}
         if query_only:
             model["settings"] = {key: v for key, v in model["settings"].items() if key not in query_only}
