@@ -20,7 +20,6 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.capabilities import Expandable
 from medbench_core.retrieval.kinds.retriever_base import RetrieverKind
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
@@ -82,7 +81,7 @@ def task_language(task: Task) -> str | None:
     return langs.pop() if len(langs) == 1 else None
 
 
-class BM25Kind(RetrieverKind, Expandable):
+class BM25Kind(RetrieverKind):
     name = "bm25"
     packages = ("bm25s", "PyStemmer", "jieba", "fugashi", "unidic-lite")  # the analysers of retrieval/analysis.py segment ja and zh
     Settings = BM25Settings
@@ -90,6 +89,10 @@ class BM25Kind(RetrieverKind, Expandable):
     takes_path = False
     no_path_reason = "BM25 has no weights"
     expansion_family = "lexical"
+
+    def instructs_expansion(self, spec: ModelSpec) -> bool:
+        """False: no instruction: its queries are words (:class:`~.capabilities.Expandable`)."""
+        return False
 
     def revision(self, spec: ModelSpec) -> str:
         return spec.revision or "bm25s"

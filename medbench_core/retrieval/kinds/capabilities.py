@@ -27,7 +27,8 @@ from medbench_core.retrieval.kinds.spec import ModelSpec
 class Expandable(Protocol):
     """A retriever whose queries a text expansion can meet (an ``expanded`` entry may name it as its retriever).
 
-    A kind subclasses it explicitly to get :meth:`instructs_expansion`'s default."""
+    Structural, as every capability here: a kind has it by having both members (subclassing a runtime-checkable
+    protocol would make ``isinstance`` true without them)."""
 
     #: how a text expansion meets it: ``lexical`` (the texts are joined) or ``dense`` (also averaged); R2MED's
     #: scoring follows it too (:func:`scoring_family`)
@@ -42,10 +43,9 @@ class Expandable(Protocol):
         expansion too (NVEmbedModel l.643-649 ``self.encode(self.query_instruction_for_retrieval,
         queries_rewrite)``; GritModel l.574-580; InstructorModel l.227-233), those that write it
         into the query's text leave the expansion bare (FlagDRESModel l.86-97, BiEncoderModel
-        l.313-323, HighScaleModel l.436-446). A kind that writes the instruction into the text
-        (the default) says False.
+        l.313-323, HighScaleModel l.436-446). A kind that writes the instruction into the text (or has none) says False.
         """
-        return False
+        ...
 
 
 @runtime_checkable

@@ -24,7 +24,6 @@ from typing import Any
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.chunking import MODES, POOLINGS, LongText
-from medbench_core.retrieval.kinds.capabilities import Expandable
 from medbench_core.retrieval.kinds.encoder import EncoderKind
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
@@ -98,13 +97,17 @@ def resolve_revision_of_path(spec: ModelSpec) -> str:
     return spec.revision or "unpinned"
 
 
-class TextEncoderKind(EncoderKind, Expandable):
+class TextEncoderKind(EncoderKind):
     """A dense text encoder (one registered kind per library)."""
 
     Settings = TextEncoderSettings
     version = "1"
     needs_path = True
     expansion_family = "dense"
+
+    def instructs_expansion(self, spec: ModelSpec) -> bool:
+        """False: the instruction is written into the query's text (R2MED's FlagDRES, BiEncoder) (:class:`~.capabilities.Expandable`)."""
+        return False
 
     def encoder_class(self) -> Any:
         raise NotImplementedError

@@ -23,7 +23,6 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.capabilities import Expandable
 from medbench_core.retrieval.kinds.retriever_base import RetrieverKind
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
@@ -72,7 +71,7 @@ def expanded_query_texts(queries: list[str], expansions: list[str], combine: Any
     return [q * combine.repeat_query + " " + e for q, e in zip(queries, expansions)]
 
 
-class LuceneBM25Kind(RetrieverKind, Expandable):
+class LuceneBM25Kind(RetrieverKind):
     name = "lucene-bm25"
     packages = ("regex", "scipy")  # Lucene's analysers (retrieval/lucene_analysis.py) and its sparse scoring
     Settings = LuceneBM25Settings
@@ -82,6 +81,10 @@ class LuceneBM25Kind(RetrieverKind, Expandable):
     takes_path = False
     no_path_reason = "BM25 has no weights"
     expansion_family = "lexical"
+
+    def instructs_expansion(self, spec: ModelSpec) -> bool:
+        """False: no instruction: its queries are words (:class:`~.capabilities.Expandable`)."""
+        return False
 
     def revision(self, spec: ModelSpec) -> str:
         return spec.revision or "lucene-bm25"

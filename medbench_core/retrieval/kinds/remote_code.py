@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.capabilities import Expandable
 from medbench_core.retrieval.kinds.encoder import EncoderKind
 from medbench_core.retrieval.kinds.remote_code_calls import RECORD_TYPES, Call, record_type
 from medbench_core.retrieval.kinds.remote_code_encoder import load_remote_code_encoder
@@ -75,7 +74,7 @@ class RemoteCodeSettings(KindSettings):
         return {t: Call.parse(getattr(self, t), t, where) for t in RECORD_TYPES if getattr(self, t) is not None}
 
 
-class RemoteCodeKind(EncoderKind, Expandable):
+class RemoteCodeKind(EncoderKind):
     name = "remote-code-embedder"
     packages = ("transformers", "tokenizers", "safetensors", "torch", "pillow")
     Settings = RemoteCodeSettings
