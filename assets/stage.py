@@ -32,8 +32,9 @@ from medbench_core.retrieval.derived import (
     model_revision,
     registry_partition_keys,
 )
-from medbench_core.retrieval.kinds.capabilities import corpus_of, expansion_name, upstream_runs
+from medbench_core.retrieval.kinds.capabilities import expansion_name, upstream_runs
 from medbench_core.retrieval.kinds.derived_base import is_derived
+from medbench_core.retrieval.kinds.retriever_base import corpus_of
 from medbench_core.retrieval.kinds.stage_inputs import Input
 from medbench_core.retrieval.model_registry import ModelSpec, upstream_order
 from medbench_core.retrieval.stages import DEFAULT_K, stage_code_versions

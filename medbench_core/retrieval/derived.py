@@ -23,8 +23,8 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.kinds.base import cached_revision
-from medbench_core.retrieval.kinds.capabilities import corpus_of
 from medbench_core.retrieval.kinds.derived_base import is_derived, run_builder
+from medbench_core.retrieval.kinds.retriever_base import corpus_of
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import DEFAULT_K, Input, KeyContext, StoredCorpus, StoredExpansion, UpstreamRun
 from medbench_core.retrieval.ranking import write_trec_file

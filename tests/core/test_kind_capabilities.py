@@ -16,18 +16,20 @@ from medbench_core.retrieval.kinds.capabilities import (
     Expandable,
     ExpandsQueries,
     RunsTrustedCode,
+    TakesQueryPrompt,
     complete,
-    corpus_of,
     expansion_family,
     expansion_name,
     grant_trust,
     model_for_run,
+    prompt_key,
+    query_prompt,
     record_params,
     scoring_family,
     upstream_runs,
 )
 from medbench_core.retrieval.kinds.derived_base import DerivedKind, is_derived
-from medbench_core.retrieval.kinds.retriever_base import Retriever, RetrieverKind
+from medbench_core.retrieval.kinds.retriever_base import Retriever, RetrieverKind, corpus_of
 from medbench_core.retrieval.model_registry import model_spec
 
 # worked out from each kind module: which kinds an expansion can meet (and how), which run another model's
@@ -42,10 +44,12 @@ EXPANDABLE = {
 }
 EXPANDS_QUERIES = {"expanded"}
 RUNS_TRUSTED_CODE = {"code-folder", "code-folder-late"}
+TAKES_QUERY_PROMPT = {"sentence-transformers", "transformers", "uniir-clip-sf", "remote-code-embedder", "code-folder", "code-folder-late"}
 CAPABILITIES = {
     Expandable: ("expansion_family", "instructs_expansion"),
     ExpandsQueries: ("expansion_name", "corpus_of", "complete", "upstream_runs", "record_params"),
     RunsTrustedCode: ("grant_trust",),
+    TakesQueryPrompt: ("query_prompt", "prompt_key"),
 }
 
 
@@ -58,6 +62,7 @@ def test_each_registered_kind_has_the_capabilities_its_module_gives_it():
     assert {n: k.expansion_family for n, k in kinds.items() if isinstance(k, Expandable)} == EXPANDABLE
     assert {n for n, k in kinds.items() if isinstance(k, ExpandsQueries)} == EXPANDS_QUERIES
     assert {n for n, k in kinds.items() if isinstance(k, RunsTrustedCode)} == RUNS_TRUSTED_CODE
+    assert {n for n, k in kinds.items() if isinstance(k, TakesQueryPrompt)} == TAKES_QUERY_PROMPT
     for name, kind in kinds.items():
         for capability, members in CAPABILITIES.items():
             if isinstance(kind, capability):  # called by keyword and position as the protocol says
@@ -101,6 +106,8 @@ def test_a_kind_without_an_optional_capability_gets_what_the_helpers_say_of_none
     assert complete(spec, {}, {}, "models.yaml") is spec
     assert record_params(spec, {"combine": {"mode": "concat"}}) == {}
     assert grant_trust(spec, {}, "models.yaml") is spec  # no code of its own: the allowlist does not concern it
+    task = SimpleNamespace(name="t")  # no kind is asked about it
+    assert query_prompt(spec, task) is None and prompt_key(spec, task) is None
     with pytest.raises(DataError, match=r"^model m: kind bare cannot be expanded; use a bm25 or text-encoder retriever$"):
         expansion_family(spec)
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import polars as pl
 
-from medbench_core.retrieval.kinds.capabilities import corpus_of, expansion_name
+from medbench_core.retrieval.kinds.capabilities import expansion_name
+from medbench_core.retrieval.kinds.retriever_base import corpus_of
 from medbench_core.retrieval.model_registry import ModelSpec
 
 

@@ -30,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import polars as pl
 
+from medbench_core.retrieval.kinds.capabilities import query_prompt
 from medbench_core.retrieval.kinds.settings import KindSettings, NoSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import KeyContext
@@ -209,15 +210,11 @@ class Kind:
         (:class:`~medbench_core.retrieval.kinds.encoder.EncoderKind`)."""
         return {}
 
-    def query_prompt(self, spec: ModelSpec, task: Task) -> tuple[str, str] | None:
-        """``(template, instruction)`` its queries are formatted with on ``task``, or None."""
-        return None
-
     def run_params(self, spec: ModelSpec, task: Task) -> dict[str, str]:
         """Flat, MLflow-ready params of one model x task beyond the model's own (dataset provenance, long text, prompt, dtype)."""
         out: dict[str, Any] = dict(task.meta.provenance())
         out.update({k: v for k, v in self.long_text_params(spec).items() if v is not None})
-        prompt = self.query_prompt(spec, task)
+        prompt = query_prompt(spec, task)
         if prompt is not None:
             out["query_template"], out["query_instruction"] = prompt
         dtype = getattr(spec.settings, "dtype", None)

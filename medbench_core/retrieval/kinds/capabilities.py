@@ -9,6 +9,8 @@ hook with a default on every kind; a kind without the capability simply lacks it
 - :class:`ExpandsQueries`: a model that runs another model's search on queries expanded by an entry of
   ``expansions:`` (kind ``expanded``): its expansion, the retriever whose corpus it searches, its
   registry check, the upstream runs that key it, its MLflow params.
+- :class:`TakesQueryPrompt`: a kind whose queries are formatted with a task's prompt (``query_prompt``,
+  ``prompt_key``).
 - :class:`RunsTrustedCode`: a kind that runs code from a folder, admitted only by the registry's
   ``trust_code`` allowlist (the code-folder kinds).
 """
@@ -19,8 +21,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.retriever_base import Retriever
 from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.taskdata.task import Task
 
 
 @runtime_checkable
@@ -74,6 +76,20 @@ class ExpandsQueries(Protocol):
 
 
 @runtime_checkable
+class TakesQueryPrompt(Protocol):
+    """A kind whose queries are formatted with a prompt (an instruction) that depends on the task: the text
+    encoders, UniIR's CLIP-SF, the remote-code and code-folder embedders."""
+
+    def query_prompt(self, spec: ModelSpec, task: Task) -> tuple[str, Any] | None:
+        """``(template, instruction)`` its queries are formatted with on ``task``, or None (none on this task)."""
+        ...
+
+    def prompt_key(self, spec: ModelSpec, task: Task) -> dict[str, Any] | None:
+        """What of that prompt enters the run key on ``task`` (None: nothing)."""
+        ...
+
+
+@runtime_checkable
 class RunsTrustedCode(Protocol):
     """A kind that runs code from a folder (or ``pkg:``), admitted only when the registry's ``trust_code`` allowlist
     lists it with its current hash."""
@@ -102,15 +118,6 @@ def expansion_name(spec: ModelSpec) -> str | None:
     return kind.expansion_name(spec) if isinstance(kind, ExpandsQueries) else None
 
 
-def corpus_of(spec: ModelSpec) -> str | None:
-    """The model whose stored corpus (``corpus_embeddings``, ``corpus_index``) ``spec``'s partitions use: a retriever's
-    own, an expanded model's retriever's; None for a model built from runs (fusion, a reranker)."""
-    kind = spec.plugin
-    if isinstance(kind, ExpandsQueries):
-        return kind.corpus_of(spec)
-    return spec.name if isinstance(kind, Retriever) else None
-
-
 def upstream_runs(spec: ModelSpec) -> tuple[str, ...]:
     """The models whose run keys enter ``spec``'s keys and MLflow params: its upstreams, or what an expanded model says."""
     kind = spec.plugin
@@ -137,6 +144,18 @@ def model_for_run(spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> ModelSp
     if isinstance(kind, ExpandsQueries):
         return model_for_run(registry[kind.corpus_of(spec)], registry)
     return spec if kind.loads_weights else None
+
+
+def query_prompt(spec: ModelSpec, task: Task) -> tuple[str, Any] | None:
+    """``(template, instruction)`` ``spec``'s queries are formatted with on ``task``; None for a kind without a prompt."""
+    kind = spec.plugin
+    return kind.query_prompt(spec, task) if isinstance(kind, TakesQueryPrompt) else None
+
+
+def prompt_key(spec: ModelSpec, task: Task) -> dict[str, Any] | None:
+    """What of ``spec``'s query prompt on ``task`` enters its run key; None for a kind without a prompt."""
+    kind = spec.plugin
+    return kind.prompt_key(spec, task) if isinstance(kind, TakesQueryPrompt) else None
 
 
 def complete(spec: ModelSpec, registry: Mapping[str, ModelSpec], expansions: Mapping[str, Any], where: str) -> ModelSpec:

@@ -22,7 +22,7 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.expansion.rules import Combine, resolve_combination
-from medbench_core.retrieval.kinds.capabilities import expansion_family
+from medbench_core.retrieval.kinds.capabilities import expansion_family, prompt_key, query_prompt
 from medbench_core.retrieval.kinds.derived_base import DerivedKind, is_derived
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
@@ -159,7 +159,7 @@ class ExpandedKind(DerivedKind):
         key = expansion_stage_key(e, task, upstream_run_key=up, prompts_dir=ctx.prompts_dir, online=ctx.online)
         base = ctx.keys[b.retriever]
         combine = resolve_combine(spec, retriever, e.method, e.generator)
-        prompt = retriever.plugin.prompt_key(retriever, task)  # the retriever's query instruction on the task (None: it has none)
+        prompt = prompt_key(retriever, task)  # the retriever's query instruction on the task (None: it has none)
         run = artifact_key(
             stage="expanded_run", model=spec.name, upstream=base["index"], expansion=key, combine=combine.to_dict(), k=ctx.k,
             code=stage_version("expanded_run"), kind_version=self.version, **({"query_prompt": prompt} if prompt else {}),
@@ -193,7 +193,7 @@ class ExpandedKind(DerivedKind):
             return retriever.plugin.load(retriever, device=device, progress=progress)
 
         # the retriever's query instruction on this task (R2MED's encoders keep it with an expansion)
-        prompt = retriever.plugin.query_prompt(retriever, task)
+        prompt = query_prompt(retriever, task)
         run, queries = rank(retriever, task, corpus, k=k, load_model=load_model, prompt=prompt, expansion=(texts, combine), progress=progress)
         files = retriever.plugin.query_files(queries, out)
         info = {"retriever": retriever.name, "combine": combine.to_dict(), "expansion": {"name": exp.spec.name, "key": exp.key}, "files": files}

@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 import polars as pl
 
 from medbench_core.retrieval.kinds.base import Kind, cached_revision
+from medbench_core.retrieval.kinds.capabilities import ExpandsQueries, prompt_key
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import Info, KeyContext, MemoryBudget, Pools, Queries, QueryExpansion, QueryPrompt, StoredCorpus
 from medbench_core.taskdata.task import Task
@@ -68,6 +69,16 @@ def retriever(spec: ModelSpec) -> Retriever[Any]:
     return kind
 
 
+def corpus_of(spec: ModelSpec) -> str | None:
+    """The model whose stored corpus (``corpus_embeddings``, ``corpus_index``) ``spec``'s partitions use: a retriever's
+    own, an expanded model's retriever's (:class:`~.capabilities.ExpandsQueries`); None for a model built from runs
+    (fusion, a reranker)."""
+    kind = spec.plugin
+    if isinstance(kind, ExpandsQueries):
+        return kind.corpus_of(spec)
+    return spec.name if isinstance(kind, Retriever) else None
+
+
 class RetrieverKind(Kind):
     """The base of a first-stage retriever: represents the corpus once, then ranks queries against it.
 
@@ -124,10 +135,6 @@ class RetrieverKind(Kind):
         met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics or DEFAULT_METRICS), code=stage_version("metrics"))
         return {"embeddings": emb, "index": idx, "run": run, "metrics": met}
 
-    def prompt_key(self, spec: ModelSpec, task: Task) -> dict[str, Any] | None:
-        """What of the query prompt enters the run key on ``task`` (None: the kind has none)."""
-        return None
-
     def analysis_identity(self, spec: ModelSpec, task: Task) -> dict[str, Any] | None:
         """How the kind analyses ``task``'s text, when that enters the embeddings key (None: nothing beyond the settings)."""
         return None
@@ -139,7 +146,7 @@ class RetrieverKind(Kind):
             cached_revision(spec),
             ctx.k,
             dataset_revision=task.meta.source_revision,
-            query_prompt=self.prompt_key(spec, task),
+            query_prompt=prompt_key(spec, task),
             analysis=self.analysis_identity(spec, task),
         )
 
