@@ -3,10 +3,14 @@
 The pieces of the plugin boundary, one module each:
 
 - :class:`ModelKind` (here): the protocol every kind implements (three attributes, five methods).
-- :class:`Kind` (here): the base with a default for each optional hook: the entry (settings schema,
+- :class:`Kind` (here): the base with a default for what every kind says: the entry (settings schema,
   own fields, identity), revision, which tasks it reads, upstreams, provenance keys and MLflow
   params. Its defaults claim nothing about a model (no long-text policy, no mteb model type); the
   dense defaults live in :class:`~medbench_core.retrieval.kinds.encoder.EncoderKind`.
+- :mod:`.capabilities`: what only some kinds can do, each a small runtime-checkable protocol asked with
+  ``isinstance`` (through one helper each), never a default on the base: :class:`~.capabilities.Expandable`,
+  :class:`~.capabilities.ExpandsQueries`, :class:`~.capabilities.TakesQueryPrompt`,
+  :class:`~.capabilities.RunsTrustedCode`.
 - :mod:`.retriever_base`: :class:`~medbench_core.retrieval.kinds.retriever_base.Retriever`, the three
   methods the one search path needs of a first-stage retriever (as mteb's ``SearchProtocol``), and
   :class:`~medbench_core.retrieval.kinds.retriever_base.RetrieverKind`, the base that gives a retriever
@@ -67,8 +71,9 @@ class ModelKind(Protocol):
     (mteb/models/models_protocols.py) is the few methods a search needs.
 
     A kind also has exactly one compute capability: :class:`~.retriever_base.Retriever` (represent the corpus,
-    then search it) or :class:`~.derived_base.RunBuilder` (build a run from its inputs). Everything else a kind
-    may say is optional, with a default in :class:`Kind`. Reading models.yaml refuses an entry whose kind is not
+    then search it) or :class:`~.derived_base.RunBuilder` (build a run from its inputs; no flag says which:
+    :func:`~.derived_base.is_derived`), and any of the optional capabilities of :mod:`.capabilities`. What
+    every kind says beyond the protocol has a default in :class:`Kind`. Reading models.yaml refuses an entry whose kind is not
     a ``ModelKind`` (:func:`model_kind`); tests/core/test_kinds.py checks every registered kind against it,
     parameters included.
     """
@@ -112,12 +117,16 @@ def model_kind(spec: ModelSpec) -> ModelKind:
 
 
 class Kind:
-    """The base of every kind: :class:`ModelKind`'s methods and the optional hooks, each with a default.
+    """The base of every kind: :class:`ModelKind`'s methods, and a default for what every kind says beside them
+    (its entry fields, paths, modalities, libraries, long-text policy, MLflow params, mteb metadata).
 
-    A kind module subclasses one of its three bases (:class:`~.retriever_base.RetrieverKind`,
-    :class:`~.encoder.EncoderKind`, :class:`~.derived_base.DerivedKind`), sets the class attributes and
-    overrides what its models need; the required protocol is :class:`ModelKind`, the compute capability
-    :class:`~.retriever_base.Retriever` or :class:`~.derived_base.RunBuilder`.
+    The protocols are what callers rely on, not this class: :class:`ModelKind` (required), exactly one compute
+    capability, :class:`~.retriever_base.Retriever` or :class:`~.derived_base.RunBuilder`, and the optional
+    capabilities of :mod:`.capabilities` (:class:`~.capabilities.Expandable`, :class:`~.capabilities.ExpandsQueries`,
+    :class:`~.capabilities.TakesQueryPrompt`, :class:`~.capabilities.RunsTrustedCode`), which a kind has by
+    defining their members and which have no default here. A kind module subclasses one of the three bases
+    (:class:`~.retriever_base.RetrieverKind`, :class:`~.encoder.EncoderKind`, :class:`~.derived_base.DerivedKind`),
+    sets the class attributes and overrides what its models need.
     """
 
     name: str = ""
