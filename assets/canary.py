@@ -26,6 +26,7 @@ from medbench_core.evaluation.scoring import flat_metrics, score
 from medbench_core.layout import STAGES
 from medbench_core.provenance import environment_fingerprint
 from medbench_core.retrieval.kinds import scoring_packages
+from medbench_core.retrieval.kinds.capabilities import scoring_family
 from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 from medbench_core.storage import write_json_atomic
 from runtime.resources import ArtifactStoreResource, ComputeResource, MLflowResource, RegistryResource
@@ -52,7 +53,7 @@ def rescore(spec, task, workdir: Path, device: str = "cpu") -> dict:
     embed_corpus(spec, task, dirs["embeddings"], device=device)
     build_corpus_index(spec, dirs["embeddings"], dirs["index"], use_gpu=False)
     run, _ = retrieve(spec, task, dirs["embeddings"], dirs["index"], dirs["run"], k=100, device=device)
-    return score(task, run, dirs["metrics"], family=spec.plugin.scoring_family(spec, {spec.name: spec}))
+    return score(task, run, dirs["metrics"], family=scoring_family(spec, {spec.name: spec}))
 
 
 def drift(baseline: dict[str, float], current: dict[str, float], tolerance: float) -> dict[str, dict]:

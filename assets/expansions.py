@@ -35,6 +35,7 @@ from medbench_core.retrieval.expansion.contract import GATE_FILE, record_expansi
 from medbench_core.retrieval.expansion.frame import load_expansion, store_expansion
 from medbench_core.retrieval.expansion.report import expansion_mlflow_metrics, expansion_mlflow_params
 from medbench_core.retrieval.expansion.stage import build_expansion
+from medbench_core.retrieval.kinds.capabilities import expansion_name
 from medbench_core.retrieval.stages import DEFAULT_K
 from medbench_core.storage import is_complete, write_json_atomic
 from runtime.partitions import Partitions, model_of_partition, split_key, task_of_partition
@@ -56,7 +57,7 @@ def _expand(context: dg.AssetExecutionContext, config: RetrievalConfig) -> dg.Ma
     r = context.resources
     model, task = split_key(context.partition_key)
     spec = r.registry.model(model)
-    if not spec.plugin.expansion_name(spec):  # most partitions: say so at once, with one constant data version
+    if not expansion_name(spec):  # most partitions: say so at once, with one constant data version
         skip = no_expansion(model)
         return dg.MaterializeResult(
             metadata={"model": model, "task": task, "applicable": skip.applicable, "reason": skip.reason, "label": skip.label},
@@ -109,7 +110,7 @@ def judge(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     r = context.resources
     model, _ = split_key(context.partition_key)
     spec = r.registry.model(model)
-    if not spec.plugin.expansion_name(spec):
+    if not expansion_name(spec):
         return dg.AssetCheckResult(passed=True, metadata={"reason": no_expansion(model).reason})
     p = open_partition(context.partition_key, r.store, r.registry, DEFAULT_K)
     skip = p.no_artifact(EXPANSION_STAGE)

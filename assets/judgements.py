@@ -22,6 +22,7 @@ from medbench_core.evaluation.judging.stage import build_judgements, judgement_s
 from medbench_core.evaluation.run_record import DAGSTER_RUN_TAG
 from medbench_core.provenance import stage_version
 from medbench_core.retrieval.derived import registry_partition_keys
+from medbench_core.retrieval.kinds.capabilities import expansion_name
 from medbench_core.storage import is_complete, verify_manifest
 from runtime.partitions import Partitions, task_of_partition
 from runtime.resources import dagster_run_alive
@@ -36,7 +37,7 @@ def pool_runs(store, registry, spec, task) -> tuple[dict, dict]:
 
     specs = registry.models()
     models = spec.resolved_pool()["models"]
-    keys = registry_partition_keys(specs, task, names=models, expansions=registry.expansions() if any(s.plugin.expansion_name(s) for s in specs) else [])
+    keys = registry_partition_keys(specs, task, names=models, expansions=registry.expansions() if any(expansion_name(s) for s in specs) else [])
     runs, run_keys = {}, {}
     for m in models:
         folder = store.artifact_dir(m, task.name, "run", keys[m]["run"])

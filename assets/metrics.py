@@ -9,13 +9,15 @@ import polars as pl
 from assets.stage import CORE_SOURCE_DIGEST, STAGE_VERSIONS, Stage, StageRun
 from medbench_core.evaluation.run_record import derived_params, evaluation_params, evaluation_tags
 from medbench_core.evaluation.scoring import flat_metrics, score
+from medbench_core.retrieval.kinds.capabilities import scoring_family
+from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.storage import verify_manifest
 from runtime.resources import dagster_run_alive
 
 
 def build(run: StageRun, tmp: Path) -> list[str]:
     p = run.partition
-    family = p.spec.plugin.scoring_family(p.spec, p.registry)  # identical query/doc ids: R2MED drops them from dense runs only
+    family = scoring_family(p.spec, p.registry)  # identical query/doc ids: R2MED drops them from dense runs only
     return score(p.task, pl.read_parquet(run.dir("run") / "run.parquet"), tmp, family=family)["files"]
 
 
@@ -29,7 +31,7 @@ def finish(run: StageRun) -> dict:
         p.spec, p.task, revision=p.revision, keys=p.keys, k=run.config.k, code_version=CORE_SOURCE_DIGEST,
         code_version_metrics=STAGE_VERSIONS["metrics"], git_sha=registry.git_sha(), lock_hash=registry.lock_hash(),
     )  # fmt: skip
-    if p.spec.derived:  # what it was built from: upstream run keys (an expanded model's expansion and combination)
+    if is_derived(p.spec):  # what it was built from: upstream run keys (an expanded model's expansion and combination)
         params |= derived_params(p.spec, p.upstream_run_keys(), json.loads((run.dir("run") / "info.json").read_text()))
     # Runs left RUNNING by killed attempts (of any partition) are marked KILLED, not left hanging.
     mlflow.reconcile_stale_runs(benchmark, is_alive=dagster_run_alive(run.context.instance))

@@ -11,20 +11,22 @@ from pathlib import Path
 
 from assets.stage import Stage, StageRun
 from medbench_core.retrieval.derived import build_derived_run, check_inputs, inputs
+from medbench_core.retrieval.kinds.capabilities import model_for_run
+from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.stages import retrieve
 
 
 def check(run: StageRun) -> None:
     """A derived model's inputs, each verified; DataError naming the upstream, the task and what to run otherwise."""
     p = run.partition
-    if p.spec.derived:
+    if is_derived(p.spec):
         run.inputs = p.load_inputs()
         check_inputs(p.spec, p.task, run.inputs)  # e.g. a rerank depth beyond the upstream's k
 
 
 def build(run: StageRun, tmp: Path) -> list[str]:
     p, compute, config = run.partition, run.resources.compute, run.config
-    if p.spec.derived:
+    if is_derived(p.spec):
         return build_derived(run, tmp)
     encoder = compute.encoder(p.spec, config.progress)
     _, info = retrieve(
@@ -37,7 +39,7 @@ def build(run: StageRun, tmp: Path) -> list[str]:
 def build_derived(run: StageRun, tmp: Path) -> list[str]:
     p, compute, config = run.partition, run.resources.compute, run.config
     # The model kept loaded in this process: the cross-encoder, or an expanded model's retriever's encoder.
-    loaded = p.spec.plugin.model_for_run(p.spec, p.registry)
+    loaded = model_for_run(p.spec, p.registry)
     model = compute.encoder(loaded, config.progress) if loaded is not None else None
     _, info = build_derived_run(p.spec, p.task, run.inputs, tmp, k=config.k, device=compute.torch_device(), progress=config.progress, model=model)
     return [*info["files"], "info.json"]
@@ -46,7 +48,7 @@ def build_derived(run: StageRun, tmp: Path) -> list[str]:
 def finish(run: StageRun) -> dict:
     info = json.loads((run.dir("run") / "info.json").read_text())
     shown = {"k": info["k"], "rows": info["n_rows"], "seconds": info["seconds"]}
-    if run.partition.spec.derived:
+    if is_derived(run.partition.spec):
         ups = info.get("upstream", {})
         shown["upstream"] = ", ".join(f"{name} {ups.get(name, '')}" for name in inputs(run.partition.spec))
     if info.get("notes"):  # e.g. an expanded run's empty expansions, scored as R2MED scores them

@@ -32,6 +32,9 @@ from medbench_core.retrieval.derived import (
     model_revision,
     registry_partition_keys,
 )
+from medbench_core.retrieval.kinds.capabilities import expansion_name, upstream_runs
+from medbench_core.retrieval.kinds.derived_base import is_derived
+from medbench_core.retrieval.kinds.retriever_base import corpus_of
 from medbench_core.retrieval.kinds.stage_inputs import Input
 from medbench_core.retrieval.model_registry import ModelSpec, upstream_order
 from medbench_core.retrieval.stages import DEFAULT_K, stage_code_versions
@@ -113,7 +116,7 @@ class Partition:
     def dir(self, stage: str) -> Path:
         if stage == EXPANSION_STAGE:
             return self.store.layout.expansion_dir(self.expansion.name, self.task_name, self.keys[EXPANSION_STAGE])
-        owner = self.spec.plugin.corpus_of(self.spec)
+        owner = corpus_of(self.spec)
         if owner and owner != self.model and stage in ("embeddings", "index"):
             return self.upstream_dir(owner, stage)  # the same key: its retriever's corpus
         return self.store.artifact_dir(self.model, self.task_name, stage, self.keys[stage])
@@ -137,10 +140,10 @@ class Partition:
         if self.not_applicable:
             return NoArtifact(self.not_applicable)
         if stage == EXPANSION_STAGE:
-            return None if self.spec.plugin.expansion_name(self.spec) else no_expansion(self.model)
-        if self.spec.derived and stage in ("embeddings", "index"):
+            return None if expansion_name(self.spec) else no_expansion(self.model)
+        if is_derived(self.spec) and stage in ("embeddings", "index"):
             asset = ASSET_OF_STAGE[stage]
-            owner = self.spec.plugin.corpus_of(self.spec)
+            owner = corpus_of(self.spec)
             if owner:
                 return NoArtifact(f"reuses {owner}'s {asset} {self.keys[stage]}", "reused")
             return NoArtifact(f"built from upstream runs ({', '.join(self.spec.upstream)}); no {asset} of its own", "derived")
@@ -148,7 +151,7 @@ class Partition:
 
     def upstream_run_keys(self) -> dict[str, str]:
         """Run key of each model whose run this one's is built from (an expanded model: a LameR expansion's upstream)."""
-        return {u: self.upstream_keys[u]["run"] for u in self.spec.plugin.upstream_runs(self.spec)}
+        return {u: self.upstream_keys[u]["run"] for u in upstream_runs(self.spec)}
 
     def require_upstream(self, upstream: str, stage: str, folder: Path) -> None:
         """``folder`` holds a complete artifact of ``upstream``'s ``stage``; a DataError saying what to run otherwise."""
@@ -257,7 +260,7 @@ def resolve_partition(
     spec = by_name[model]
     not_applicable = spec.plugin.applicability(spec, task, by_name)
     chain = [*upstream_order(model, specs), model]
-    found = expansions() if any(by_name[n].plugin.expansion_name(by_name[n]) for n in chain) else []
+    found = expansions() if any(expansion_name(by_name[n]) for n in chain) else []
     try:
         keys = registry_partition_keys(list(by_name.values()), task, k, names=[model], expansions=found)
     except MedbenchError:
@@ -266,7 +269,7 @@ def resolve_partition(
         # e.g. an expansion with no file for an image task: nothing will be computed; the keys only name the data versions.
         na = artifact_key(model=spec.identity(), task=task.content_hash(), k=k, not_applicable=not_applicable)
         keys = {model: {stage: na for stage in (*STAGES, EXPANSION_STAGE)}}
-    expansion = next((e for e in found if e.name == spec.plugin.expansion_name(spec)), None)
+    expansion = next((e for e in found if e.name == expansion_name(spec)), None)
     resolved = model_revision(spec, by_name) if revision else ""  # once per process and model identity
     upstream_keys = {n: v for n, v in keys.items() if n != model}
     return Partition(model, task.name, spec, task, resolved, keys[model], store, not_applicable, upstream_keys, by_name, expansion)
@@ -276,7 +279,7 @@ def data_version(p: Partition, stage: str) -> str:
     """The data version the asset of ``stage`` records for the partition, which the Dagster UI compares: the stage's key,
     or, for a stage without an artifact of its own, the label of why (:class:`NoArtifact`) with the key it names; a
     model that reads the task's own queries has the one constant version ``none`` for its expansion (assets/expansions.py)."""
-    if stage == EXPANSION_STAGE and not p.spec.plugin.expansion_name(p.spec):
+    if stage == EXPANSION_STAGE and not expansion_name(p.spec):
         return no_expansion(p.model).label
     skip = p.no_artifact(stage)
     return p.keys[stage] if skip is None else f"{skip.label}-{p.data_key(stage)}"

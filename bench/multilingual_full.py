@@ -58,6 +58,7 @@ def cpu_seconds() -> float:
 def run_cell(spec, registry, task, out: Path) -> dict:
     """The four stages of one model x task into ``out``; metrics.json's content, with the stages' wall and CPU seconds."""
     from medbench_core.evaluation.scoring import score
+    from medbench_core.retrieval.kinds.capabilities import scoring_family
     from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
 
     dirs = [out / n for n in ("embeddings", "index", "run", "metrics")]
@@ -74,7 +75,7 @@ def run_cell(spec, registry, task, out: Path) -> dict:
         seconds[stage] = {"wall": round(time.perf_counter() - t0, 1), "cpu": round(cpu_seconds() - c0, 1)}
         print(f"  {spec.name} x {task.meta.name}: {stage} {seconds[stage]} load {os.getloadavg()[0]:.1f}", flush=True)
     t0, c0 = time.perf_counter(), cpu_seconds()
-    family = spec.plugin.scoring_family(spec, registry)
+    family = scoring_family(spec, registry)
     result = score(task, pl.read_parquet(dirs[2] / "run.parquet"), dirs[3], family=family)
     seconds["score"] = {"wall": round(time.perf_counter() - t0, 1), "cpu": round(cpu_seconds() - c0, 1)}
     (out / "seconds.json").write_text(json.dumps(seconds, indent=2) + "\n")

@@ -17,6 +17,8 @@ from typing import Any
 
 from medbench_core.errors import MedbenchError
 from medbench_core.layout import Layout
+from medbench_core.retrieval.kinds.capabilities import expansion_name
+from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.storage import is_complete
 from medbench_core.taskdata.task import Task
@@ -46,10 +48,10 @@ def stage_folders(layout: Layout, spec: ModelSpec, task: str, keys: Mapping[str,
     """The artifact folder of each stage ``spec`` writes itself on ``task`` (a derived model: run and metrics;
     an expanded model also its expansion), in stage order."""
     out = {}
-    expansion = spec.plugin.expansion_name(spec)
+    expansion = expansion_name(spec)
     if expansion and "expansion" in keys:
         out["expansion"] = layout.expansion_dir(expansion, task, keys["expansion"])
-    stages = ("run", "metrics") if spec.derived else ("embeddings", "index", "run", "metrics")
+    stages = ("run", "metrics") if is_derived(spec) else ("embeddings", "index", "run", "metrics")
     for stage in stages:
         out[stage] = layout.artifact_dir(spec.name, task, stage, keys[stage])
     return out

@@ -74,8 +74,9 @@ def artifact_dirs(data_dir: Path, entry: dict[str, Any]) -> dict[str, Path]:
 
 def _derived(kind: str) -> bool:
     from medbench_core.retrieval.kinds import get_kind
+    from medbench_core.retrieval.kinds.derived_base import RunBuilder
 
-    return get_kind(kind).derived
+    return isinstance(get_kind(kind), RunBuilder)
 
 
 def collect_runs(tracking_uri: str, benchmark: str, data_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:

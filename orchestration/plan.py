@@ -36,6 +36,7 @@ from assets.registry import MODEL_SPEC
 from assets.stage import PARTITION_ASSETS, PARTITION_STAGES, Partition, data_version, resolve_partition
 from assets.tasks import CURATED_TASK
 from medbench_core.errors import MedbenchError
+from medbench_core.retrieval.kinds.capabilities import expansion_name
 from medbench_core.taskdata.task import Task
 from runtime import verified
 from runtime.partitions import partition_key
@@ -118,7 +119,7 @@ def _stored(model: str, task: Task, specs: list, expansions, k: int, store, want
     """'' when every artifact of the partition is complete at its key (the partition added to ``wanted``), else why not."""
     by_name = {s.name: s for s in specs}
     spec = by_name[model]
-    if any(by_name[n].plugin.expansion_name(by_name[n]) for n in [*spec.upstream, model]):
+    if any(expansion_name(by_name[n]) for n in [*spec.upstream, model]):
         return "an expanded model: its expansion contract runs with it"
     try:
         p = resolve_partition(model, task, specs, expansions, k, store, revision=False)

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from medbench_core.retrieval.kinds.derived_base import is_derived
+
 Execute = Callable[..., Any]
 SayFailure = Callable[..., str]
 
@@ -39,7 +41,7 @@ def model_to_warm(specs: list, layout, tasks: list[str], force: bool = False) ->
     from medbench_core.layout import ENCODING_STAGES
     from medbench_core.status import DUE, partition_statuses
 
-    loaders = [s for s in specs if s.plugin.loads_weights and not s.derived]  # built from upstreams: loaded after them
+    loaders = [s for s in specs if s.plugin.loads_weights and not is_derived(s)]  # built from upstreams: loaded after them
     if not loaders:
         return None
     if force:

@@ -12,6 +12,7 @@ import polars as pl
 from medbench_core.errors import DataError
 from medbench_core.evaluation.plots import file_name
 from medbench_core.evaluation.reports import Cell
+from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.taskdata.mteb_tasks import LANGUAGE_SCRIPTS
 
 NO_REVISION = "no_revision_available"  # mteb's folder for a model without a revision (ResultCache)
@@ -32,7 +33,7 @@ def mteb_models(specs: Iterable[Any], revisions: Mapping[str, str] | None = None
     specs = list(specs)
     trained = training_datasets(specs)
     by_name = {s.name: s for s in specs}
-    hub = {s.name: s.path for s in specs if not s.derived and is_repo_id(s.path)}
+    hub = {s.name: s.path for s in specs if not is_derived(s) and is_repo_id(s.path)}
     claims: dict[str, list[str]] = {}
     for name, path in hub.items():
         claims.setdefault(path, []).append(name)

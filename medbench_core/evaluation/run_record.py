@@ -11,6 +11,8 @@ import json
 from typing import Any
 
 from medbench_core.evaluation.mlflow_names import PARAM_CHARS, mlflow_name
+from medbench_core.retrieval.kinds.capabilities import record_params
+from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.taskdata.task import Task
 
@@ -76,11 +78,11 @@ def derived_params(spec: ModelSpec, upstream_run_keys: dict[str, str], run_info:
     and for an expanded model its ``retriever``, ``expansion``, ``expansion_key`` and the resolved
     ``combine`` (from the run's ``info.json``, ``run_info``). Empty for a retriever.
     """
-    if not spec.derived:
+    if not is_derived(spec):
         return {}
     out = {"upstream_models": ",".join(upstream_run_keys)}
     out.update({f"upstream.{mlflow_name(name, PARAM_CHARS)}.run_key": key for name, key in upstream_run_keys.items()})
-    out.update(spec.plugin.record_params(spec, run_info or {}))
+    out.update(record_params(spec, run_info or {}))
     return out
 
 

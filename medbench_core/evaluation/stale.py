@@ -23,8 +23,11 @@ from pathlib import Path
 from medbench_core.errors import IntegrityError, MedbenchError
 from medbench_core.evaluation.reports import UNCONFIRMED, Cell, load_cell
 from medbench_core.layout import Layout
-from medbench_core.retrieval.derived import applicability, derived_revision, registry_partition_keys
+from medbench_core.retrieval.derived import applicability, registry_partition_keys
 from medbench_core.retrieval.expansion.contract import GATE_FILE
+from medbench_core.retrieval.kinds.base import cached_revision
+from medbench_core.retrieval.kinds.capabilities import expansion_name
+from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.model_registry import ModelSpec
 from medbench_core.retrieval.stages import run_params
 from medbench_core.storage import is_complete, read_manifest, verify_manifest
@@ -34,7 +37,7 @@ from medbench_core.taskdata.task import Task
 
 def expansion_copies(layout: Layout, spec: ModelSpec, task: str, keys: dict[str, str]) -> int:
     """How many of an expanded model's expansions copy a relevant passage, from its expansion's EXPANSION_GATE.json (0 when none recorded)."""
-    expansion = spec.plugin.expansion_name(spec)
+    expansion = expansion_name(spec)
     if not expansion or "expansion" not in keys:
         return 0
     gate = layout.expansion_dir(expansion, task, keys["expansion"]) / GATE_FILE
@@ -86,8 +89,8 @@ def task_cells(
             cells.append(earlier_cell(layout, spec, task, (previous or {}).get(f"{spec.name}/{task.name}"), split, stale))
             continue
         run = layout.artifact_dir(spec.name, task.name, "run", keys["run"])
-        own = [] if spec.derived else [layout.artifact_dir(spec.name, task.name, s, keys[s]) for s in ("embeddings", "index")]
-        revision = derived_revision(spec)
+        own = [] if is_derived(spec) else [layout.artifact_dir(spec.name, task.name, s, keys[s]) for s in ("embeddings", "index")]
+        revision = cached_revision(spec)
         provenance = {
             "metrics_key": keys["metrics"],
             "run_key": keys["run"],
@@ -97,7 +100,7 @@ def task_cells(
             "split": split,
             **run_params(spec, task),
         }
-        if spec.derived:
+        if is_derived(spec):
             provenance["upstream"] = list(spec.upstream)
         else:
             provenance |= {"embeddings_key": keys["embeddings"], "index_key": keys["index"]}

@@ -1,7 +1,8 @@
 """Runs built from their inputs (upstream runs, a retriever's stored corpus, an expansion), and every
 model's provenance keys on a task.
 
-A derived model (its kind's ``derived`` is true: fusion, cross-encoder, expanded) has no corpus
+A derived model (its kind is a :class:`~medbench_core.retrieval.kinds.derived_base.RunBuilder`: fusion, cross-encoder,
+expanded; :func:`~medbench_core.retrieval.kinds.derived_base.is_derived`) has no corpus
 embeddings or index of its own. Its run stage loads the inputs its kind names
 (:meth:`~medbench_core.retrieval.kinds.derived_base.DerivedKind.inputs`), and :func:`build_derived_run` has
 the kind compute the run and writes it in medbench's schema (``run.parquet``, ``run.trec``,
@@ -22,7 +23,8 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.kinds.base import cached_revision
-from medbench_core.retrieval.kinds.derived_base import run_builder
+from medbench_core.retrieval.kinds.derived_base import is_derived, run_builder
+from medbench_core.retrieval.kinds.retriever_base import corpus_of
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import DEFAULT_K, Input, KeyContext, StoredCorpus, StoredExpansion, UpstreamRun
 from medbench_core.retrieval.ranking import write_trec_file
@@ -75,7 +77,7 @@ def check_inputs(spec: ModelSpec, task: Task, upstream: Mapping[str, Input]) -> 
     a model not built from upstreams, a missing input (never evaluated, or failed), and what its
     kind refuses (a rerank depth beyond the k its upstream run was retrieved with). DataError names
     the model and the input."""
-    if not spec.derived:
+    if not is_derived(spec):
         raise DataError(f"model {spec.name}: kind {spec.kind} is not built from upstream runs")
     missing = [u for u in inputs(spec) if u not in upstream]
     if missing:
@@ -125,16 +127,12 @@ def build_derived_run(
     return run, info
 
 
-def derived_revision(spec: ModelSpec) -> str:
-    """The revision of a model's own weights ('' for a fusion or an expanded model): its kind's one revision."""
-    return cached_revision(spec)
-
-
 def model_revision(spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> str:
-    """The revision shown for a model's partitions: its own (:func:`derived_revision`), else, for a model without
-    weights that searches another model's corpus (an expanded model), that model's."""
+    """The revision shown for a model's partitions: its own (:func:`~medbench_core.retrieval.kinds.base.cached_revision`,
+    ``""`` for a fusion or an expanded model), else, for a model without weights that searches another model's
+    corpus (an expanded model), that model's."""
     own = cached_revision(spec)
-    corpus = spec.plugin.corpus_of(spec)
+    corpus = corpus_of(spec)
     if own or corpus is None or corpus == spec.name:
         return own
     return model_revision(registry[corpus], registry)

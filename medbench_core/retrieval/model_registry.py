@@ -16,6 +16,7 @@ from typing import Any
 
 from medbench_core.errors import DataError, config_errors
 from medbench_core.retrieval.kinds.base import model_kind
+from medbench_core.retrieval.kinds.capabilities import complete, grant_trust
 from medbench_core.retrieval.kinds.spec import COMMON_FIELDS, ModelSpec, model_spec, parse_entry  # noqa: F401  (re-exported)
 from medbench_core.retrieval.training_data import read_training_data
 from medbench_core.yaml_file import read_yaml_mapping
@@ -107,7 +108,7 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
     may run: their specs get ``trust_remote_code``; an entry asking for it whose id is not on the
     list is refused. A top-level ``trust_code: [{path, sha256}, ...]`` lists the code folders (or
     ``pkg:<package>``) whose classes may run, by content hash: each kind checks its entries against
-    it (:meth:`~medbench_core.retrieval.kinds.base.Kind.grant_trust`). Derived models must name
+    it (:class:`~medbench_core.retrieval.kinds.capabilities.RunsTrustedCode`). Derived models must name
     registered upstream models without a cycle; a ``baseline:`` given must be a registered model.
     """
     path = Path(path)
@@ -139,7 +140,7 @@ def load_registry(path: str | Path) -> list[ModelSpec]:
         if hub_id and hub_id in allow:
             spec = dataclasses.replace(spec, trust_remote_code=True)
         try:
-            specs.append(spec.plugin.grant_trust(spec, trusted_code, str(path)))
+            specs.append(grant_trust(spec, trusted_code, str(path)))
         except DataError as exc:
             refused.append(str(exc))
     if len(refused) == 1:
@@ -206,4 +207,4 @@ def _complete(specs: list[ModelSpec], doc: dict[str, Any], path: Path) -> list[M
     for e in expansions.values():
         if e.upstream and e.upstream not in by_name:
             raise DataError(f"{path}: expansion {e.name!r}: upstream {e.upstream!r} is not an entry of 'models:'")
-    return [s.plugin.complete(s, by_name, expansions, str(path)) for s in specs]
+    return [complete(s, by_name, expansions, str(path)) for s in specs]

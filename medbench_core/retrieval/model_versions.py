@@ -14,6 +14,8 @@ from medbench_core.errors import MedbenchError
 from medbench_core.provenance import artifact_key
 from medbench_core.retrieval.expansion.stage import expansion_fingerprint
 from medbench_core.retrieval.kinds.base import cached_revision
+from medbench_core.retrieval.kinds.capabilities import expansion_name
+from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.model_registry import ModelSpec, evaluation_order
 
 
@@ -28,7 +30,7 @@ def model_version(spec: ModelSpec, upstream_versions: Mapping[str, str] | None =
     (a cross-encoder's), the version of each upstream (``upstream_versions``) and, for an
     expanded model, its expansion's fingerprint (``expansion``).
     """
-    if not spec.derived:
+    if not is_derived(spec):
         return artifact_key(model=spec.identity(), revision=revision or cached_revision(spec))
     own = revision or cached_revision(spec) if spec.plugin.loads_weights else ""
     return artifact_key(model=spec.identity(), revision=own, upstream=dict(upstream_versions or {}), expansion=expansion)
@@ -55,8 +57,8 @@ def model_versions(
             continue
         try:
             expansion = None
-            if spec.plugin.expansion_name(spec):
-                e = by_expansion[spec.plugin.expansion_name(spec)]
+            if expansion_name(spec):
+                e = by_expansion[expansion_name(spec)]
                 expansion = {"name": e.name, "tasks": expansion_fingerprint(e, list(tasks), upstream_version=out.get(e.upstream))}
             pin = pins.get(name)
             out[name] = model_version(spec, {u: out[u] for u in spec.upstream}, expansion, revision=getattr(pin, "sha", None))

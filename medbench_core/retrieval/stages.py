@@ -21,6 +21,7 @@ import polars as pl
 from medbench_core.errors import DataError
 from medbench_core.layout import STAGES
 from medbench_core.metric_names import DEFAULT_METRICS
+from medbench_core.retrieval.kinds import capabilities
 from medbench_core.retrieval.kinds.encoder import load_chunk_map, load_corpus_embeddings  # noqa: F401  (re-exported)
 from medbench_core.retrieval.kinds.retriever_base import retriever
 from medbench_core.retrieval.kinds.spec import ModelSpec
@@ -158,7 +159,7 @@ def retrieve(
     """
     t0 = time.perf_counter()
     kind = spec.plugin
-    prompt = kind.query_prompt(spec, task)
+    prompt = capabilities.query_prompt(spec, task)
     loaded: list[Any] = []
 
     def load_model() -> Any:

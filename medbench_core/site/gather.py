@@ -188,7 +188,9 @@ def load_cell_artifacts(cell: CellView, data_root: Path | None) -> None:
 def training_data(spec: Any) -> tuple[list[str], str]:
     """The training datasets a model declares: the ``datasets:`` of its model card (README.md front matter) in its
     local folder, package or offline hub snapshot; ([], why) when it declares none or its card is not here."""
-    if not getattr(spec, "path", "") or getattr(spec, "derived", False):
+    from medbench_core.retrieval.kinds.derived_base import is_derived
+
+    if not getattr(spec, "path", "") or is_derived(spec):
         return [], "no weights of its own (a derived model or a lexical one): no training data to declare"
     try:
         from medbench_core.retrieval.weights import model_folder

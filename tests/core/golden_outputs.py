@@ -574,7 +574,9 @@ def _hub_cache(cache: Path, modules: Path):
 def home_task(spec: Any, images: Any) -> str:
     """The task whose entries are named ``<model>/<stage>``: ``images`` for a kind that reads images (and whose
     settings read this task's: a code folder that encodes only text does not), text otherwise."""
-    reads_images = "image" in spec.plugin.reads and not spec.derived and spec.plugin.own_applicability(spec, images) is None
+    from medbench_core.retrieval.kinds.derived_base import is_derived
+
+    reads_images = "image" in spec.plugin.reads and not is_derived(spec) and spec.plugin.own_applicability(spec, images) is None
     return "images" if reads_images else "text"
 
 
@@ -671,6 +673,8 @@ def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[
     from medbench_core.retrieval.expansion.contract import GATE_FILE, record_expansion_gate, validate_expansion
     from medbench_core.retrieval.expansion.frame import store_expansion
     from medbench_core.retrieval.expansion.stage import build_expansion
+    from medbench_core.retrieval.kinds.capabilities import expansion_name
+    from medbench_core.retrieval.kinds.derived_base import is_derived
     from medbench_core.retrieval.stages import build_corpus_index, embed_corpus, retrieve
     from medbench_core.storage import write_manifest
 
@@ -681,7 +685,7 @@ def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[
     versions: dict[tuple[str, str], str] = {}  # (model, task) -> the versions of its metrics
 
     for name, spec in specs.items():
-        if spec.derived or name not in needed:
+        if is_derived(spec) or name not in needed:
             continue
         kind = spec.plugin
         tol = "exact" if not kind.loads_weights else "neural"
@@ -748,7 +752,7 @@ def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[
     stored: dict[str, Any] = {}  # expansion name -> its stored frame (the text task's: the published file holds its queries)
     copies: dict[tuple[str, str], int] = {}
     for name, spec in specs.items():
-        if not spec.derived or name not in needed:
+        if not is_derived(spec) or name not in needed:
             continue
         for task_name in TASK_ORDER:
             task = tasks[task_name]
@@ -786,12 +790,12 @@ def _compute(root: Path, fx: dict[str, Any], specs: dict[str, Any], needed: set[
             run = pl.read_parquet(d["run"] / "run.parquet")
             _manifests(d, score(task, run, d["metrics"]))
             dirs[(name, task_name)] = d
-            stage = "expanded_run" if spec.plugin.expansion_name(spec) else "derived_run"
+            stage = "expanded_run" if expansion_name(spec) else "derived_run"
             moved = [u for u in spec.upstream if specs[u].plugin.loads_weights]  # runs of float work: their ties may move
             tol = "neural" if spec.plugin.loads_weights or moved else "exact"
             judge = _derived_judges(spec, task, run, d, root, moved) if tol == "neural" else {}
             ups = tuple(specs[u].plugin for u in spec.upstream)
-            chain = (*RETRIEVER, stage, *(("expansion",) if spec.plugin.expansion_name(spec) else ()))
+            chain = (*RETRIEVER, stage, *(("expansion",) if expansion_name(spec) else ()))
             extra = _union(*(versions[(u, task_name)] for u in spec.upstream))
             extra = tuple(t for t in extra if t.startswith("analysis="))
             out[_name(spec, task_name, stage, tasks["images"])] = {
@@ -827,7 +831,9 @@ def _reports(
     from medbench_core.evaluation.multilingual import is_multilingual, query_groups
     from medbench_core.evaluation.reports import Cell, Significance, build_tables, load_cell, write_leaderboard
     from medbench_core.evaluation.trust import JUDGED_THRESHOLD, TrustSettings
-    from medbench_core.retrieval.derived import applicability, derived_revision
+    from medbench_core.retrieval.derived import applicability
+    from medbench_core.retrieval.kinds.base import cached_revision
+    from medbench_core.retrieval.kinds.derived_base import is_derived
     from medbench_core.retrieval.stages import run_params
 
     models = list(LEADERBOARD_MODELS)
@@ -844,11 +850,11 @@ def _reports(
                 cells.append(Cell(m, task_name, research_only=task.meta.research_only))
                 continue
             provenance = {"task_content_hash": task.content_hash(), "split": "test", **run_params(spec, task)}
-            if spec.derived:
+            if is_derived(spec):
                 provenance["upstream"] = list(spec.upstream)
             cells.append(
                 load_cell(
-                    m, task, metrics_dir=d["metrics"], run_dir=d["run"], model_revision=derived_revision(spec), split="test",
+                    m, task, metrics_dir=d["metrics"], run_dir=d["run"], model_revision=cached_revision(spec), split="test",
                     stage_dirs=[d[s] for s in ("embeddings", "index") if s in d], provenance=provenance,
                 )
             )  # fmt: skip

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.derived_base import derived_stage_keys
+from medbench_core.retrieval.kinds.derived_base import derived_stage_keys, is_derived
 from medbench_core.retrieval.model_registry import ModelSpec, evaluation_order, load_baseline, load_registry, model_spec, upstream_order
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +54,7 @@ def test_fusion_and_reranker_entries_load_with_defaults(tmp_path):
     assert by["hybrid-wsum"].block.to_entry() == {"method": "wsum", "norm": "min-max", "runs": ["bm25", "minilm"], "weights": [1.0, 3.0]}
     assert by["rerank-hybrid"].block.to_entry() == {"upstream": "hybrid", "depth": 100}
     assert by["hybrid"].upstream == ("bm25", "minilm") and by["rerank-hybrid"].upstream == ("hybrid",)
-    assert by["bm25"].upstream == () and not by["bm25"].derived and by["hybrid"].derived
+    assert by["bm25"].upstream == () and not is_derived(by["bm25"]) and is_derived(by["hybrid"])
     assert "fusion" in by["hybrid"].identity() and "rerank" in by["rerank-hybrid"].identity()
     assert upstream_order("rerank-hybrid", specs) == ["bm25", "minilm", "hybrid"]
     assert upstream_order("bm25", specs) == []

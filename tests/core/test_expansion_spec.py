@@ -16,6 +16,7 @@ from medbench_core.errors import DataError
 from medbench_core.retrieval.derived import registry_partition_keys
 from medbench_core.retrieval.expansion import find_expansion, load_expansions
 from medbench_core.retrieval.expansion.stage import expansion_identity
+from medbench_core.retrieval.kinds.capabilities import expansion_name
 from medbench_core.retrieval.kinds.expanded import resolve_combine
 from medbench_core.retrieval.model_registry import load_registry
 
@@ -75,7 +76,7 @@ def all_keys(root: Path) -> dict[str, str]:
     for n, stages in keys.items():
         for s, k in stages.items():
             if s == "expansion":
-                out[f"expansion:{models[[m.name for m in models].index(n)].plugin.expansion_name(models[[m.name for m in models].index(n)])}"] = k
+                out[f"expansion:{expansion_name(models[[m.name for m in models].index(n)])}"] = k
             else:
                 out[f"{n}/{s}"] = k
     return out
@@ -225,7 +226,7 @@ def test_readme_r2med_entries_parse_to_r2meds_combinations(tmp_path):
     got = {
         n: resolve_combine(m, models[m.block.retriever], find_expansion(expansions, m.block.expansion).method).to_dict()
         for n, m in models.items()
-        if m.plugin.expansion_name(m)
+        if expansion_name(m)
     }
     plain = {"repeat_query": 0, "separator": "", "instruct_expansion": False}
     assert got == {

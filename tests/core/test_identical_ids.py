@@ -89,6 +89,7 @@ def test_r2meds_rule_drops_them_from_dense_runs_and_keeps_them_in_bm25_and_reran
     """``ignore_identical_ids: dense``: BEIR's evaluate for a dense retriever's run (eval_retrieval.py l.109-110),
     pytrec_eval for BM25's and a reranker's (eval_BM25.py l.35-37, eval_reranker.py l.34), as R2MED's scripts score them."""
     from medbench_core.evaluation.scoring import score
+    from medbench_core.retrieval.kinds.capabilities import scoring_family
     from medbench_core.retrieval.model_registry import model_spec
 
     beir_folder(tmp_path / "src")
@@ -100,7 +101,7 @@ def test_r2meds_rule_drops_them_from_dense_runs_and_keeps_them_in_bm25_and_reran
     registry = {m.name: m for m in (bm25, dense, nv)}
     expanded = {r: model_spec(name=f"{r}+hyde", kind="expanded", retriever=r, expansion="e") for r in registry}
     rerank = model_spec(name="rr", kind="cross-encoder", path="x/ce", rerank={"upstream": "bge", "depth": 10})
-    families = {m.name: m.plugin.scoring_family(m, registry) for m in (*registry.values(), *expanded.values(), rerank)}
+    families = {m.name: scoring_family(m, registry) for m in (*registry.values(), *expanded.values(), rerank)}
     assert families == {"bm25": "lexical", "bge": "dense", "nv": "dense", "bm25+hyde": "lexical", "bge+hyde": "dense", "nv+hyde": "dense", "rr": None}
 
     run = pl.DataFrame(

@@ -19,7 +19,7 @@ import pytest
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.kinds import KINDS, get_kind, kind_names
-from medbench_core.retrieval.kinds.base import Kind, ModelKind
+from medbench_core.retrieval.kinds.base import Kind, ModelKind, cached_revision
 from medbench_core.retrieval.kinds.derived_base import DerivedKind, RunBuilder
 from medbench_core.retrieval.kinds.retriever_base import Retriever, RetrieverKind
 from medbench_core.retrieval.model_registry import load_registry, model_spec
@@ -60,7 +60,7 @@ def _parameters(function) -> list[tuple[str, inspect._ParameterKind]]:
 @pytest.mark.parametrize("name", kind_names())
 def test_every_retriever_kind_satisfies_the_retriever_protocol_and_every_derived_kind_computes(name):
     kind = get_kind(name)
-    if kind.derived:
+    if isinstance(kind, RunBuilder):
         assert type(kind).compute is not DerivedKind.compute, f"derived kind {name} implements no compute()"
         return
     assert isinstance(kind, Retriever), f"kind {name} lacks one of Retriever's methods (embed_corpus, represent_queries, search)"
@@ -88,8 +88,9 @@ def test_every_kind_satisfies_the_required_protocol_and_has_exactly_one_compute_
     for method in MODEL_KIND_METHODS:
         assert _parameters(getattr(kind, method)) == _parameters(getattr(ModelKind, method)), f"{name}.{method}"
     # a retriever represents the corpus and searches it; a derived kind builds its run from its inputs; never both
-    assert (isinstance(kind, Retriever), isinstance(kind, RunBuilder)) == ((False, True) if kind.derived else (True, False)), name
-    if kind.derived:
+    assert isinstance(kind, Retriever) != isinstance(kind, RunBuilder), name
+    assert not hasattr(kind, "derived")  # no flag beside the capability: is_derived() asks for a RunBuilder
+    if isinstance(kind, RunBuilder):
         for method in ("inputs", "check_inputs", "compute"):
             assert _parameters(getattr(kind, method)) == _parameters(getattr(RunBuilder, method)), f"{name}.{method}"
 
@@ -100,11 +101,11 @@ def test_the_required_protocol_is_small_and_the_registry_refuses_a_kind_that_lac
     from medbench_core.retrieval.kinds.base import model_kind
 
     methods = [m for m, v in vars(ModelKind).items() if callable(v) and not m.startswith("_")]
-    assert sorted(methods) == sorted(MODEL_KIND_METHODS)  # four attributes and five methods, as the docstring says
-    assert sorted(ModelKind.__annotations__) == ["Settings", "derived", "name", "version"]
+    assert sorted(methods) == sorted(MODEL_KIND_METHODS)  # three attributes and five methods, as the docstring says
+    assert sorted(ModelKind.__annotations__) == ["Settings", "name", "version"]
 
     class NoRevision:
-        name, version, Settings, derived = "no-revision", "1", None, False
+        name, version, Settings = "no-revision", "1", None
 
         def upstream(self, spec): ...
         def applicability(self, spec, task, registry): ...
@@ -121,20 +122,22 @@ def test_the_required_protocol_is_small_and_the_registry_refuses_a_kind_that_lac
 def test_one_revision_concept_the_others_are_derived_from_it():
     """A kind says one revision (:meth:`Kind.revision`); a model without weights of its own (fusion, expanded) has
     ``""``, a cross-encoder its weights', and an expanded model's partitions show its retriever's."""
-    from medbench_core.retrieval.derived import derived_revision, model_revision
+    from medbench_core.retrieval import derived
+    from medbench_core.retrieval.derived import model_revision
 
     for base in (Kind, RetrieverKind, DerivedKind):
         assert not hasattr(base, "weights_revision") and not hasattr(base, "shown_revision")
+    assert not hasattr(derived, "derived_revision")  # folded into cached_revision (the kind's one revision, cached)
     bm25 = model_spec(name="bm25", kind="bm25", revision="r7")
     registry = {
         "bm25": bm25,
         "bm25+q2d": model_spec(name="bm25+q2d", kind="expanded", retriever="bm25", expansion="q2d"),
         "fused": model_spec(name="fused", kind="fusion", fusion={"runs": ["bm25", "bm25+q2d"], "method": "rrf"}),
     }
-    assert derived_revision(bm25) == model_revision(bm25, registry) == "r7"  # bm25's revision: the entry's, else "bm25s"
-    assert derived_revision(model_spec(name="plain", kind="bm25")) == "bm25s"
-    assert derived_revision(registry["bm25+q2d"]) == "" and model_revision(registry["bm25+q2d"], registry) == "r7"
-    assert derived_revision(registry["fused"]) == model_revision(registry["fused"], registry) == ""
+    assert cached_revision(bm25) == model_revision(bm25, registry) == "r7"  # bm25's revision: the entry's, else "bm25s"
+    assert cached_revision(model_spec(name="plain", kind="bm25")) == "bm25s"
+    assert cached_revision(registry["bm25+q2d"]) == "" and model_revision(registry["bm25+q2d"], registry) == "r7"
+    assert cached_revision(registry["fused"]) == model_revision(registry["fused"], registry) == ""
 
 
 class _Plain(RetrieverKind):

@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from medbench_core.errors import DataError
+from medbench_core.retrieval.kinds.derived_base import is_derived
 from medbench_core.retrieval.training_data import MANIFEST_FORMS
 
 
@@ -65,7 +66,7 @@ def own_declaration(spec: Any, mteb_lookup: MtebLookup = mteb_training_datasets)
     names: dict[str, str] = {}
     manifests: dict[str, str] = {}
     if td is None or not td.declared:
-        if spec.derived and not spec.path:
+        if is_derived(spec) and not spec.path:
             return Declared(spec.name)  # a fusion, expanded queries: no weights of its own, only its upstreams' (declarations())
         hub = spec.hub_id
         if hub:

@@ -31,6 +31,8 @@ import json
 import re
 from pathlib import Path
 
+from medbench_core.retrieval.kinds.capabilities import expansion_name
+
 # family word in a name -> family; longest words first when matching ("mixtral" before "mistral" is distinct anyway)
 FAMILY_WORDS = {
     "qwen": "qwen", "qwq": "qwen", "llama": "llama", "mistral": "mistral", "mixtral": "mistral", "gemma": "gemma", "phi": "phi",
@@ -194,7 +196,7 @@ def cell_builders(spec, by_name: dict, expansions: dict) -> dict[str, dict[str, 
         seen.add(s.name)
         if s.plugin.loads_weights and s.path:
             out[f"{s.name} ({s.path})"] = family_sources(s.path, folder_of(s.path)) or family_sources(s.revision)
-        expansion = s.plugin.expansion_name(s)
+        expansion = expansion_name(s)
         if expansion and expansion in expansions:
             e = expansions[expansion]
             folder = folder_of(e.resolve_path(e.generator)) if e.source == "generate" else None

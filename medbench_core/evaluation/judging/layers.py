@@ -27,6 +27,7 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
+from medbench_core.retrieval.kinds.capabilities import scoring_family
 
 FILES = ("metrics.json", "per_query.parquet")
 
@@ -181,7 +182,7 @@ def attach_filled(cells: list, tasks: dict, judgement_specs: list, layout, model
         fk = filled_key(prov["metrics_key"], key)
         run_file = layout.artifact_dir(c.model, c.task, "run", prov["run_key"]) / "run.parquet"
         # The identical-id rule as the human scoring took it for this model (assets/metrics.py: its kind's scoring family).
-        family = by_model[c.model].plugin.scoring_family(by_model[c.model], by_model) if c.model in by_model else None
+        family = scoring_family(by_model[c.model], by_model) if c.model in by_model else None
         result = load_or_score_filled(
             layout.filled_dir(c.model, c.task, fk),
             tasks[c.task],

@@ -6,6 +6,8 @@ from typing import Any
 
 import polars as pl
 
+from medbench_core.retrieval.kinds.capabilities import expansion_name
+from medbench_core.retrieval.kinds.retriever_base import corpus_of
 from medbench_core.retrieval.model_registry import ModelSpec
 
 
@@ -56,8 +58,8 @@ def beside_retriever(board: pl.DataFrame, models: list[ModelSpec], copies: dict[
     values = {(r["model"], t): r[t] for r in board.iter_rows(named=True) for t in tasks}
     rows = []
     for m in models:
-        retriever = m.plugin.corpus_of(m)
-        if not m.plugin.expansion_name(m) or not retriever:
+        retriever = corpus_of(m)
+        if not expansion_name(m) or not retriever:
             continue
         for t in tasks:
             v, base = values.get((m.name, t)), values.get((retriever, t))

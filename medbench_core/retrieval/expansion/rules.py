@@ -55,14 +55,6 @@ R2MED_DEFAULTS: dict[tuple[str, str], Combine] = {
 }
 
 
-def family(retriever: Any) -> str:
-    """How a text expansion meets ``retriever`` (a model spec): ``lexical`` or ``dense``, as its kind says; DataError for a kind that cannot take one."""
-    fam = retriever.plugin.expansion_family
-    if fam is None:
-        raise DataError(f"model {retriever.name}: kind {retriever.kind} cannot be expanded; use a bm25 or text-encoder retriever")
-    return fam
-
-
 def r2med_default(fam: str, method: str, generator: str = "") -> Combine:
     """R2MED's combination for ``method`` with a retriever of family ``fam``: per method, or for a
     reasoning generator (:data:`R2MED_REASONING_GENERATORS`) the answer alone (BM25) or the mean (dense)."""
@@ -88,7 +80,7 @@ def resolve_combination(
     ``instruct_expansion``) with a retriever of family ``fam``, R2MED's default for ``method`` and
     the expansion's ``generator`` (:func:`r2med_default`) filling what it leaves out;
     ``instruct_default`` is the retriever's own default for ``instruct_expansion`` under ``mean``
-    (:meth:`~medbench_core.retrieval.kinds.base.Kind.instructs_expansion`).
+    (:meth:`~medbench_core.retrieval.kinds.capabilities.Expandable.instructs_expansion`).
 
     Equal settings give an equal :class:`Combine`, so writing a default out does not change a key.
     """

@@ -2,11 +2,15 @@
 
 The pieces of the plugin boundary, one module each:
 
-- :class:`ModelKind` (here): the protocol every kind implements (four attributes, five methods).
-- :class:`Kind` (here): the base with a default for each optional hook: the entry (settings schema,
+- :class:`ModelKind` (here): the protocol every kind implements (three attributes, five methods).
+- :class:`Kind` (here): the base with a default for what every kind says: the entry (settings schema,
   own fields, identity), revision, which tasks it reads, upstreams, provenance keys and MLflow
   params. Its defaults claim nothing about a model (no long-text policy, no mteb model type); the
   dense defaults live in :class:`~medbench_core.retrieval.kinds.encoder.EncoderKind`.
+- :mod:`.capabilities`: what only some kinds can do, each a small runtime-checkable protocol asked with
+  ``isinstance`` (through one helper each), never a default on the base: :class:`~.capabilities.Expandable`,
+  :class:`~.capabilities.ExpandsQueries`, :class:`~.capabilities.TakesQueryPrompt`,
+  :class:`~.capabilities.RunsTrustedCode`.
 - :mod:`.retriever_base`: :class:`~medbench_core.retrieval.kinds.retriever_base.Retriever`, the three
   methods the one search path needs of a first-stage retriever (as mteb's ``SearchProtocol``), and
   :class:`~medbench_core.retrieval.kinds.retriever_base.RetrieverKind`, the base that gives a retriever
@@ -30,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import polars as pl
 
+from medbench_core.retrieval.kinds.capabilities import query_prompt
 from medbench_core.retrieval.kinds.settings import KindSettings, NoSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import KeyContext
@@ -62,12 +67,13 @@ def cached_revision(spec: ModelSpec) -> str:
 
 @runtime_checkable
 class ModelKind(Protocol):
-    """What every model kind must implement: four attributes and five methods, as mteb's ``SearchProtocol``
+    """What every model kind must implement: three attributes and five methods, as mteb's ``SearchProtocol``
     (mteb/models/models_protocols.py) is the few methods a search needs.
 
     A kind also has exactly one compute capability: :class:`~.retriever_base.Retriever` (represent the corpus,
-    then search it) or :class:`~.derived_base.RunBuilder` (build a run from its inputs). Everything else a kind
-    may say is optional, with a default in :class:`Kind`. Reading models.yaml refuses an entry whose kind is not
+    then search it) or :class:`~.derived_base.RunBuilder` (build a run from its inputs; no flag says which:
+    :func:`~.derived_base.is_derived`), and any of the optional capabilities of :mod:`.capabilities`. What
+    every kind says beyond the protocol has a default in :class:`Kind`. Reading models.yaml refuses an entry whose kind is not
     a ``ModelKind`` (:func:`model_kind`); tests/core/test_kinds.py checks every registered kind against it,
     parameters included.
     """
@@ -78,8 +84,6 @@ class ModelKind(Protocol):
     version: str
     #: the typed settings of ``settings:`` (a frozen :class:`KindSettings` dataclass)
     Settings: type[KindSettings]
-    #: builds its run from upstream runs (a :class:`~.derived_base.RunBuilder`), not by searching a corpus
-    derived: bool
 
     def revision(self, spec: ModelSpec) -> str:
         """What identifies the model's own weights; ``""`` when it has none (:meth:`Kind.revision`)."""
@@ -106,19 +110,23 @@ def model_kind(spec: ModelSpec) -> ModelKind:
     """``spec``'s kind as a :class:`ModelKind` (TypeError naming what it lacks for an object that is not one)."""
     kind = spec.plugin
     if not isinstance(kind, ModelKind):
-        required = ("name", "version", "Settings", "derived", "revision", "upstream", "applicability", "partition_keys", "load")
+        required = ("name", "version", "Settings", "revision", "upstream", "applicability", "partition_keys", "load")
         missing = [m for m in required if not hasattr(kind, m)]
         raise TypeError(f"model {spec.name}: kind {spec.kind} is not a ModelKind (it lacks {', '.join(missing)})")
     return kind
 
 
 class Kind:
-    """The base of every kind: :class:`ModelKind`'s methods and the optional hooks, each with a default.
+    """The base of every kind: :class:`ModelKind`'s methods, and a default for what every kind says beside them
+    (its entry fields, paths, modalities, libraries, long-text policy, MLflow params, mteb metadata).
 
-    A kind module subclasses one of its three bases (:class:`~.retriever_base.RetrieverKind`,
-    :class:`~.encoder.EncoderKind`, :class:`~.derived_base.DerivedKind`), sets the class attributes and
-    overrides what its models need; the required protocol is :class:`ModelKind`, the compute capability
-    :class:`~.retriever_base.Retriever` or :class:`~.derived_base.RunBuilder`.
+    The protocols are what callers rely on, not this class: :class:`ModelKind` (required), exactly one compute
+    capability, :class:`~.retriever_base.Retriever` or :class:`~.derived_base.RunBuilder`, and the optional
+    capabilities of :mod:`.capabilities` (:class:`~.capabilities.Expandable`, :class:`~.capabilities.ExpandsQueries`,
+    :class:`~.capabilities.TakesQueryPrompt`, :class:`~.capabilities.RunsTrustedCode`), which a kind has by
+    defining their members and which have no default here. A kind module subclasses one of the three bases
+    (:class:`~.retriever_base.RetrieverKind`, :class:`~.encoder.EncoderKind`, :class:`~.derived_base.DerivedKind`),
+    sets the class attributes and overrides what its models need.
     """
 
     name: str = ""
@@ -131,12 +139,8 @@ class Kind:
     needs_path: bool = False
     takes_path: bool = True
     no_path_reason: str = ""
-    #: builds its run from upstream runs (no corpus embeddings or index of its own)
-    derived: bool = False
     #: record modalities it reads: a text-only kind is ``n/a`` on tasks with image-only records
     reads: frozenset[str] = frozenset({"text"})
-    #: how a text expansion meets it (``lexical`` or ``dense``); None: it cannot be expanded
-    expansion_family: str | None = None
     #: loads model weights to compute (a process keeps one loaded; the main job warms it up early)
     loads_weights: bool = False
     #: the distributions (as pip names them) whose versions can change this kind's output, beside those every
@@ -162,50 +166,9 @@ class Kind:
         """The kind's own fields as the entry writes them (they enter the identity)."""
         return {}
 
-    def grant_trust(self, spec: ModelSpec, trusted_code: Mapping[str, str], where: str) -> ModelSpec:
-        """``spec`` once the registry's ``trust_code`` allowlist (code folder or ``pkg:`` -> sha256) is known; a kind
-        that runs code from a folder refuses (DataError) code that is not listed with its current hash."""
-        return spec
-
-    def complete(self, spec: ModelSpec, registry: Mapping[str, ModelSpec], expansions: Mapping[str, Any], where: str) -> ModelSpec:
-        """``spec`` checked against the whole registry (upstream entries, expansions), with what it learns from them."""
-        return spec
-
     def upstream(self, spec: ModelSpec) -> tuple[str, ...]:
         """Models whose runs (or stored corpus) this model's run is built from."""
         return ()
-
-    def upstream_runs(self, spec: ModelSpec) -> tuple[str, ...]:
-        """Models whose run keys enter this model's keys and MLflow params."""
-        return self.upstream(spec)
-
-    def corpus_of(self, spec: ModelSpec) -> str | None:
-        """The model whose ``corpus_embeddings`` and ``corpus_index`` this model's partitions use (None: it has none)."""
-        return None
-
-    def expansion_name(self, spec: ModelSpec) -> str | None:
-        """The ``expansions:`` entry its queries are expanded by, or None."""
-        return None
-
-    def scoring_family(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> str | None:
-        """The retriever family whose evaluator R2MED uses for this model's runs (``dense``: BEIR, which drops a
-        document whose id is its query's; ``lexical``: pytrec_eval, which keeps it; None: a model built from
-        runs, a reranker or fusion, scored by pytrec_eval as R2MED's reranker script does): :attr:`expansion_family`."""
-        return self.expansion_family
-
-    def instructs_expansion(self, spec: ModelSpec) -> bool:
-        """Whether, averaged with its query (``combine: mean``), an expansion gets the query's instruction
-        too by default (an expanded entry's ``settings.instruct_expansion`` overrides it).
-
-        R2MED's classes decide it by how they hand the instruction to the model (src/utils.py at
-        62b7074): those that pass it to the model's own encode as an argument put it on the
-        expansion too (NVEmbedModel l.643-649 ``self.encode(self.query_instruction_for_retrieval,
-        queries_rewrite)``; GritModel l.574-580; InstructorModel l.227-233), those that write it
-        into the query's text leave the expansion bare (FlagDRESModel l.86-97, BiEncoderModel
-        l.313-323, HighScaleModel l.436-446). A kind that writes the instruction into the text
-        (the default) says False.
-        """
-        return False
 
     def hub_id(self, spec: ModelSpec) -> str:
         """The hub repository of its weights (``org/name``), or ``""``."""
@@ -256,15 +219,11 @@ class Kind:
         (:class:`~medbench_core.retrieval.kinds.encoder.EncoderKind`)."""
         return {}
 
-    def query_prompt(self, spec: ModelSpec, task: Task) -> tuple[str, str] | None:
-        """``(template, instruction)`` its queries are formatted with on ``task``, or None."""
-        return None
-
     def run_params(self, spec: ModelSpec, task: Task) -> dict[str, str]:
         """Flat, MLflow-ready params of one model x task beyond the model's own (dataset provenance, long text, prompt, dtype)."""
         out: dict[str, Any] = dict(task.meta.provenance())
         out.update({k: v for k, v in self.long_text_params(spec).items() if v is not None})
-        prompt = self.query_prompt(spec, task)
+        prompt = query_prompt(spec, task)
         if prompt is not None:
             out["query_template"], out["query_instruction"] = prompt
         dtype = getattr(spec.settings, "dtype", None)
@@ -273,10 +232,6 @@ class Kind:
         if spec.trust_remote_code:
             out["trust_remote_code"] = "true"
         return {k: str(v) for k, v in out.items()}
-
-    def record_params(self, spec: ModelSpec, run_info: Mapping[str, Any]) -> dict[str, str]:
-        """MLflow params of this kind beyond the common ones (an expanded model's retriever and combination)."""
-        return {}
 
     def mteb_meta(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> dict[str, Any]:
         """What mteb's ``ModelMeta`` says of this model (medbench_core/evaluation/exports.py writes it):
@@ -290,10 +245,6 @@ class Kind:
         }  # fmt: skip
 
     # --- compute
-    def model_for_run(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> ModelSpec | None:
-        """The model whose weights its run stage keeps loaded (itself, its retriever) or None."""
-        return spec if self.loads_weights else None
-
     def load(self, spec: ModelSpec, *, device: str = "cpu", progress: bool | None = False, online: bool = False) -> Any:
         """The loaded model (an encoder, a cross-encoder); None for a kind without weights."""
         return None

@@ -340,10 +340,10 @@ class CodeFolderMixin:
         """The entry's code: its path, then each of settings.imports."""
         return [spec.path, *(spec.settings.imports or [])]
 
-    def grant_trust(self, spec: ModelSpec, trusted: Mapping[str, str], where: str) -> ModelSpec:
-        """``spec`` with its allowlisted code recorded, when every code folder is on ``trusted`` (path -> sha256) with its hash now."""
+    def grant_trust(self, spec: ModelSpec, trusted_code: Mapping[str, str], where: str) -> ModelSpec:
+        """``spec`` with its allowlisted code recorded, when every code folder is on ``trusted_code`` (path -> sha256) with its hash now."""
         resolved = {}
-        for written, allowed in trusted.items():
+        for written, allowed in trusted_code.items():
             try:
                 resolved[str(code_root(written))] = (written, allowed)
             except DataError:

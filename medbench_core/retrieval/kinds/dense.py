@@ -105,6 +105,10 @@ class TextEncoderKind(EncoderKind):
     needs_path = True
     expansion_family = "dense"
 
+    def instructs_expansion(self, spec: ModelSpec) -> bool:
+        """False: the instruction is written into the query's text (R2MED's FlagDRES, BiEncoder) (:class:`~.capabilities.Expandable`)."""
+        return False
+
     def encoder_class(self) -> Any:
         raise NotImplementedError
 

@@ -19,7 +19,8 @@ from medbench_core.taskdata.task import Task
 @runtime_checkable
 class RunBuilder(Protocol):
     """The compute capability of a derived kind: what :func:`medbench_core.retrieval.derived.build_derived_run`
-    calls (every registered kind with ``derived`` set satisfies it: tests/core/test_kinds.py)."""
+    calls. A kind is derived exactly when it is one (:func:`is_derived`): no flag says it beside the methods
+    (tests/core/test_kinds.py checks every registered kind has exactly one of the two compute capabilities)."""
 
     def inputs(self, spec: ModelSpec) -> tuple[InputRef, ...]:
         """What its run is built from (upstream runs, a retriever's stored corpus, an expansion)."""
@@ -36,6 +37,12 @@ class RunBuilder(Protocol):
         ...
 
 
+def is_derived(spec: ModelSpec) -> bool:
+    """Whether ``spec``'s run is built from its inputs (a :class:`RunBuilder`: fusion, cross-encoder, expanded), so
+    it has no corpus embeddings or index of its own, rather than by searching the corpus (a retriever)."""
+    return isinstance(spec.plugin, RunBuilder)
+
+
 def run_builder(spec: ModelSpec) -> RunBuilder:
     """``spec``'s kind as a :class:`RunBuilder` (TypeError naming what is missing for a kind that is not one)."""
     kind = spec.plugin
@@ -49,7 +56,6 @@ class DerivedKind(Kind):
     """A model whose run is built from other models' runs (or a retriever's stored corpus and an expansion):
     :class:`RunBuilder`'s three methods; no weights of its own unless it says so (a cross-encoder's :meth:`revision`)."""
 
-    derived = True
     takes_path = True
 
     def revision(self, spec: ModelSpec) -> str:

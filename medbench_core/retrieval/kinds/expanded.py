@@ -21,8 +21,9 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.expansion.rules import Combine, family, resolve_combination
-from medbench_core.retrieval.kinds.derived_base import DerivedKind
+from medbench_core.retrieval.expansion.rules import Combine, resolve_combination
+from medbench_core.retrieval.kinds.capabilities import expansion_family, prompt_key, query_prompt
+from medbench_core.retrieval.kinds.derived_base import DerivedKind, is_derived
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import Input, InputRef, KeyContext, StoredCorpus, StoredExpansion
@@ -33,7 +34,7 @@ from medbench_core.taskdata.task import Task
 class ExpandedSettings(KindSettings):
     separator: str | None = None  # dense concat: between the (repeated) query and the expansion
     # dense mean: the expansion is embedded with the query's instruction too (true) or bare (false);
-    # left out, as R2MED's class for that kind of retriever does (Kind.instructs_expansion: NV-Embed,
+    # left out, as R2MED's class for that kind of retriever does (Expandable.instructs_expansion: NV-Embed,
     # GritLM and Instructor, utils.py l.643-649, 574-580, 227-233, give it to both; FlagDRES,
     # l.86-97, to the query only)
     instruct_expansion: bool | None = None
@@ -57,13 +58,16 @@ class ExpandedBlock:
 def resolve_combine(spec: ModelSpec, retriever: ModelSpec, method: str, generator: str = "") -> Combine:
     """The combination expanded model ``spec`` uses with ``retriever`` for an expansion of ``method`` written by ``generator``."""
     b = spec.block
+    fam = expansion_family(retriever)  # refuses a retriever no expansion meets, before it is asked for instructs_expansion
     return resolve_combination(
-        spec.name, family(retriever), method, combine=b.combine, repeat_query=b.repeat_query, separator=spec.settings.separator, retriever=retriever.name,
+        spec.name, fam, method, combine=b.combine, repeat_query=b.repeat_query, separator=spec.settings.separator, retriever=retriever.name,
         generator=generator, instruct_expansion=spec.settings.instruct_expansion, instruct_default=retriever.plugin.instructs_expansion(retriever),
     )  # fmt: skip
 
 
 class ExpandedKind(DerivedKind):
+    """A :class:`~.derived_base.RunBuilder` with the :class:`~.capabilities.ExpandsQueries` capability."""
+
     name = "expanded"
     Settings = ExpandedSettings
     # 2: dense runs give the query its instruction (and the expansion too with instruct_expansion);
@@ -91,7 +95,7 @@ class ExpandedKind(DerivedKind):
         """The retriever must be another entry that can take an expansion; the expansion an entry of ``expansions:``."""
         b = spec.block
         r = registry.get(b.retriever)
-        if r is None or r.derived:
+        if r is None or is_derived(r):
             raise DataError(
                 f"{where}: model {spec.name!r}: retriever {b.retriever!r} must be another, non-expanded entry of 'models:' "
                 "that searches the corpus itself (not a fusion or a reranker)"
@@ -112,20 +116,11 @@ class ExpandedKind(DerivedKind):
     def upstream_runs(self, spec: ModelSpec) -> tuple[str, ...]:
         return (spec.block.expansion_upstream,) if spec.block.expansion_upstream else ()
 
-    def corpus_of(self, spec: ModelSpec) -> str | None:
+    def corpus_of(self, spec: ModelSpec) -> str:
         return spec.block.retriever
 
-    def expansion_name(self, spec: ModelSpec) -> str | None:
+    def expansion_name(self, spec: ModelSpec) -> str:
         return spec.block.expansion
-
-    def scoring_family(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> str | None:
-        """Its retriever's: R2MED scores an expanded dense run with BEIR and an expanded BM25 run with pytrec_eval."""
-        r = registry.get(spec.block.retriever)
-        return r.plugin.scoring_family(r, registry) if r is not None else None
-
-    def model_for_run(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> ModelSpec | None:
-        r = registry[spec.block.retriever]
-        return r.plugin.model_for_run(r, registry)
 
     def mteb_meta(self, spec: ModelSpec, registry: Mapping[str, ModelSpec]) -> dict[str, Any]:
         """An expanded model is its retriever's kind of model."""
@@ -164,7 +159,7 @@ class ExpandedKind(DerivedKind):
         key = expansion_stage_key(e, task, upstream_run_key=up, prompts_dir=ctx.prompts_dir, online=ctx.online)
         base = ctx.keys[b.retriever]
         combine = resolve_combine(spec, retriever, e.method, e.generator)
-        prompt = retriever.plugin.prompt_key(retriever, task)  # the retriever's query instruction on the task (None: it has none)
+        prompt = prompt_key(retriever, task)  # the retriever's query instruction on the task (None: it has none)
         run = artifact_key(
             stage="expanded_run", model=spec.name, upstream=base["index"], expansion=key, combine=combine.to_dict(), k=ctx.k,
             code=stage_version("expanded_run"), kind_version=self.version, **({"query_prompt": prompt} if prompt else {}),
@@ -198,7 +193,7 @@ class ExpandedKind(DerivedKind):
             return retriever.plugin.load(retriever, device=device, progress=progress)
 
         # the retriever's query instruction on this task (R2MED's encoders keep it with an expansion)
-        prompt = retriever.plugin.query_prompt(retriever, task)
+        prompt = query_prompt(retriever, task)
         run, queries = rank(retriever, task, corpus, k=k, load_model=load_model, prompt=prompt, expansion=(texts, combine), progress=progress)
         files = retriever.plugin.query_files(queries, out)
         info = {"retriever": retriever.name, "combine": combine.to_dict(), "expansion": {"name": exp.spec.name, "key": exp.key}, "files": files}

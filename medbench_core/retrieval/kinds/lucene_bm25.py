@@ -82,6 +82,10 @@ class LuceneBM25Kind(RetrieverKind):
     no_path_reason = "BM25 has no weights"
     expansion_family = "lexical"
 
+    def instructs_expansion(self, spec: ModelSpec) -> bool:
+        """False: no instruction: its queries are words (:class:`~.capabilities.Expandable`)."""
+        return False
+
     def revision(self, spec: ModelSpec) -> str:
         return spec.revision or "lucene-bm25"
 

@@ -86,7 +86,7 @@ class RemoteCodeKind(EncoderKind):
 
     def instructs_expansion(self, spec: ModelSpec) -> bool:
         """True when the text call hands the instruction to the model as a keyword (``instruction: instruction``):
-        R2MED's NV-Embed, GritLM and Instructor classes, which pass it so, give it to the expansion too (Kind.instructs_expansion)."""
+        R2MED's NV-Embed, GritLM and Instructor classes, which pass it so, give it to the expansion too (Expandable.instructs_expansion)."""
         call = spec.settings.calls(f"model {spec.name}").get("text")
         return bool(call is not None and call.instruction)
 

@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 import polars as pl
 
 from medbench_core.retrieval.kinds.base import Kind, cached_revision
+from medbench_core.retrieval.kinds.capabilities import ExpandsQueries, prompt_key
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import Info, KeyContext, MemoryBudget, Pools, Queries, QueryExpansion, QueryPrompt, StoredCorpus
 from medbench_core.taskdata.task import Task
@@ -46,7 +47,7 @@ class Retriever(Protocol[Queries]):
     def represent_queries(self, spec: ModelSpec, task: Task, model: object, *, prompt: QueryPrompt | None, expansion: QueryExpansion | None = None) -> Queries:
         """The task's queries as ``search`` takes them, in ``task.queries`` order: formatted with
         ``prompt`` when given; with ``expansion``, each query combined with its expansion text
-        (an expanded model; only kinds with an :attr:`Kind.expansion_family` get one)."""
+        (an expanded model; only :class:`~.capabilities.Expandable` kinds get one)."""
         ...
 
     def search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, queries: Queries, k: int, *, pools: Pools | None, progress: bool) -> pl.DataFrame:
@@ -68,6 +69,16 @@ def retriever(spec: ModelSpec) -> Retriever[Any]:
     return kind
 
 
+def corpus_of(spec: ModelSpec) -> str | None:
+    """The model whose stored corpus (``corpus_embeddings``, ``corpus_index``) ``spec``'s partitions use: a retriever's
+    own, an expanded model's retriever's (:class:`~.capabilities.ExpandsQueries`); None for a model built from runs
+    (fusion, a reranker)."""
+    kind = spec.plugin
+    if isinstance(kind, ExpandsQueries):
+        return kind.corpus_of(spec)
+    return spec.name if isinstance(kind, Retriever) else None
+
+
 class RetrieverKind(Kind):
     """The base of a first-stage retriever: represents the corpus once, then ranks queries against it.
 
@@ -78,17 +89,10 @@ class RetrieverKind(Kind):
     them for dense vectors in a FAISS index.
     """
 
-    def corpus_of(self, spec: ModelSpec) -> str | None:
-        return spec.name
-
     def index_identity(self, spec: ModelSpec) -> str | Mapping[str, Any]:
         """What keys the index stage beside the embeddings key: a constant (the kind's name) for a kind
         that builds no index; an encoder's FAISS index settings (the entry's ``index:``)."""
         return self.name
-
-    def query_settings(self, spec: ModelSpec) -> tuple[str, ...]:
-        """Settings that change only the queries: out of the embeddings key, into the run key (as the resolved prompt)."""
-        return spec.settings.QUERY_ONLY
 
     def stage_keys(
         self,
@@ -116,7 +120,7 @@ class RetrieverKind(Kind):
         from medbench_core.provenance import artifact_key, stage_version
 
         model = {key: v for key, v in spec.identity().items() if key != "index"}
-        query_only = [s for s in self.query_settings(spec) if s in model["settings"]]
+        query_only = [s for s in spec.settings.QUERY_ONLY if s in model["settings"]]  # query-only: out of the embeddings key, into the run key
         prompt: dict[str, Any] = {}
         if query_only:
             model["settings"] = {key: v for key, v in model["settings"].items() if key not in query_only}
@@ -131,10 +135,6 @@ class RetrieverKind(Kind):
         met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics or DEFAULT_METRICS), code=stage_version("metrics"))
         return {"embeddings": emb, "index": idx, "run": run, "metrics": met}
 
-    def prompt_key(self, spec: ModelSpec, task: Task) -> dict[str, Any] | None:
-        """What of the query prompt enters the run key on ``task`` (None: the kind has none)."""
-        return None
-
     def analysis_identity(self, spec: ModelSpec, task: Task) -> dict[str, Any] | None:
         """How the kind analyses ``task``'s text, when that enters the embeddings key (None: nothing beyond the settings)."""
         return None
@@ -146,7 +146,7 @@ class RetrieverKind(Kind):
             cached_revision(spec),
             ctx.k,
             dataset_revision=task.meta.source_revision,
-            query_prompt=self.prompt_key(spec, task),
+            query_prompt=prompt_key(spec, task),
             analysis=self.analysis_identity(spec, task),
         )
 

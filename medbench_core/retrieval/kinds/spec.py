@@ -55,11 +55,6 @@ class ModelSpec:
         return self.plugin.upstream(self)
 
     @property
-    def derived(self) -> bool:
-        """True when the run is built from upstream runs rather than from the corpus."""
-        return self.plugin.derived
-
-    @property
     def hub_id(self) -> str:
         """The hub repository this model's weights come from (``org/name``), or ``""``."""
         return self.plugin.hub_id(self)
