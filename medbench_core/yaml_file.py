@@ -14,6 +14,7 @@ that name the file and line, and with bounds (docs/running.md, "Guarantees: sour
 from __future__ import annotations
 
 import codecs
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,29 @@ def read_yaml_mapping(path: str | Path, what: str, max_bytes: int = MAX_YAML_BYT
     size = path.stat().st_size
     if size > max_bytes:
         raise DataError(f"{path}: {what} is {size} bytes, over the limit of {max_bytes} for a YAML file; is it the right file?")
-    doc = load_yaml(decode_utf8(path.read_bytes()[: max_bytes + 1], str(path)), str(path)) or {}
+    text = decode_utf8(path.read_bytes()[: max_bytes + 1], str(path))
+    doc = _parsed(text, str(path))
     if not isinstance(doc, dict):
         raise DataError(f"{path}: expected a mapping at the top level (keys such as 'tasks:' or 'models:'), found {type(doc).__name__}")
     return doc
+
+
+# The documents of the last files read, by their exact text: one `medbench run` reads models.yaml and tasks.yaml
+# about 30 times (every step asks the registry and the catalogue), and PyYAML's parser takes 10-15 ms a time. A file
+# whose bytes changed is parsed again; an invalid one is never kept (its error is raised every time).
+_PARSED: dict[tuple[str, str], Any] = {}
+_PARSED_MAX = 16
+
+
+def _parsed(text: str, where: str) -> Any:
+    """``load_yaml(text, where) or {}``, a fresh copy each call (callers may change what they get)."""
+    key = (where, text)
+    if key not in _PARSED:
+        doc = load_yaml(text, where) or {}
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = doc
+    return copy.deepcopy(_PARSED[key])
 
 
 def decode_utf8(data: bytes, where: str) -> str:

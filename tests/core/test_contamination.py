@@ -23,7 +23,7 @@ from medbench_core.evaluation.contamination import texts as tx
 from medbench_core.evaluation.contamination.audit import audit_key, audit_task, store_audit
 from medbench_core.evaluation.contamination.board import audit_inputs, contamination_marks
 from medbench_core.evaluation.contamination.cells import TRAINED, UNKNOWN, ZERO_SHOT
-from medbench_core.evaluation.contamination.declared import declarations, mteb_training_datasets
+from medbench_core.evaluation.contamination.declared import Declared, declarations, mteb_training_datasets
 from medbench_core.evaluation.reports import Cell, Significance, build_tables, write_leaderboard
 from medbench_core.layout import Layout
 from medbench_core.retrieval.model_registry import load_registry
@@ -113,6 +113,33 @@ def test_all_minilm_declares_what_mteb_lists_read_offline():
 
     metas = mteb_models(specs)
     assert metas["all-MiniLM-L6-v2"]["training_datasets"] == sorted(d["all-MiniLM-L6-v2"].names) and metas["bm25"]["training_datasets"] == []
+
+
+def test_declarations_look_up_only_the_models_asked_about_and_their_upstreams(tmp_path):
+    """The leaderboard asks about the models with a cell alone: a registered model without one is never looked up in mteb
+    (``import mteb`` was several CPU seconds of a cold run of bm25 alone, issue 52). Asked about everything, it is as before."""
+    (tmp_path / "models.yaml").write_text(
+        "models:\n"
+        "  - {name: lex, kind: bm25, training_data: []}\n"
+        "  - {name: known, kind: bm25, training_data: [{mteb: org/known}]}\n"
+        "  - {name: other, kind: bm25, training_data: [{mteb: org/other}]}\n"
+        "  - {name: fused, kind: fusion, fusion: {method: rrf, runs: [lex, known]}}\n"
+    )
+    specs = load_registry(tmp_path / "models.yaml")
+    asked: list[str] = []
+
+    def lookup(name: str) -> tuple[str, ...]:
+        asked.append(name)
+        return {"org/known": ("SetA",), "org/other": ("SetB",)}[name]
+
+    assert declarations(specs, lookup, only=["lex", "unregistered"]) == {"lex": Declared("lex")} and asked == []
+    fused = declarations(specs, lookup, only=["fused"])
+    assert asked == ["org/known"] and sorted(fused) == ["fused", "known", "lex"]
+    assert fused["fused"].names == {"SetA": "known: mteb org/known"} and fused["known"] == declarations(specs, lookup)["known"]
+    asked.clear()
+    every = declarations(specs, lookup)
+    assert asked == ["org/known", "org/other"] and sorted(every) == ["fused", "known", "lex", "other"]
+    assert every["other"].names == {"SetB": "other: mteb org/other"} and every["fused"] == fused["fused"]
 
 
 # --- the audit, by hand -------------------------------------------------------------------

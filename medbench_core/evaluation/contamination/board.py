@@ -47,7 +47,9 @@ def contamination_marks(
     A task's pairs come from its audit at the current key (:func:`~.audit.audit_key`); a task not
     audited at that key is marked from the declarations alone, its evidence saying so.
     """
-    declared = declarations(specs, mteb_lookup)
+    cells = list(cells)
+    # Only the models with a cell to mark: a registered model that has none is not looked up in mteb.
+    declared = declarations(specs, mteb_lookup, only=[c.model for c in cells if c.metrics is not None and c.applicable])
     identities = {e.name: e.identity for e in entries if e.identity is not None}
     pairs: dict[str, Any] = {}
     keys: dict[str, str] = {}

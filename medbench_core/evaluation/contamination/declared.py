@@ -14,7 +14,7 @@ queries: no ``path``) needs no field: it adds nothing; a reranker's weights need
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -94,16 +94,17 @@ def own_declaration(spec: Any, mteb_lookup: MtebLookup = mteb_training_datasets)
     return Declared(spec.name, names, manifests)
 
 
-def declarations(specs: Sequence[Any], mteb_lookup: MtebLookup = mteb_training_datasets) -> dict[str, Declared]:
-    """Every model's effective declaration: its own and every upstream's (recursively), merged."""
+def declarations(specs: Sequence[Any], mteb_lookup: MtebLookup = mteb_training_datasets, only: Iterable[str] | None = None) -> dict[str, Declared]:
+    """Every model's effective declaration: its own and every upstream's (recursively), merged. With ``only``, those
+    models' (of ``specs``) and their upstreams' alone: a model nobody asks about is not looked up (``import mteb``
+    costs seconds of CPU, and a cold run of bm25 alone has no model that mteb knows)."""
     by_name = {s.name: s for s in specs}
-    own = {s.name: own_declaration(s, mteb_lookup) for s in specs}
     out: dict[str, Declared] = {}
 
     def visit(name: str) -> Declared:
         if name in out:
             return out[name]
-        d = own[name]
+        d = own_declaration(by_name[name], mteb_lookup)
         names, manifests, silent = dict(d.names), dict(d.manifests), list(d.silent)
         for up in by_name[name].upstream:
             u = visit(up)
@@ -115,8 +116,8 @@ def declarations(specs: Sequence[Any], mteb_lookup: MtebLookup = mteb_training_d
         out[name] = Declared(name, names, manifests, tuple(silent))
         return out[name]
 
-    for s in specs:
-        visit(s.name)
+    for name in by_name if only is None else [n for n in dict.fromkeys(only) if n in by_name]:
+        visit(name)
     return out
 
 
