@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from medbench_core.taskdata import catalog as catalog_module
 from medbench_core.taskdata.contracts import read_gate
 from medbench_core.taskdata.readers import gnuhealth_icd as icd_reader
+from medbench_core.taskdata.readers.base import SharedReads
 from orchestration.preparation import prepare
 from runtime import settings
 from tests.core.reader_fixtures import five_task_icd_wheel
@@ -40,8 +42,10 @@ def curate_runs(instance) -> list[str]:
     return [r.tags.get("dagster/partition") for r in reversed(runs)]
 
 
-def run_prepare(world) -> dict:
-    """The prepare phase as ``medbench run`` calls it, with the world's definitions (tasks.yaml read afresh)."""
+def run_prepare(world, monkeypatch) -> dict:
+    """The prepare phase as ``medbench run`` calls it, with the world's definitions (tasks.yaml read afresh), and as a new
+    process would: nothing shared with the reads of the runs before but what they kept on disk."""
+    monkeypatch.setattr(catalog_module, "_SHARED_READS", SharedReads())
 
     def execute(job, instance, *, what, **kwargs):
         return job.execute_in_process(instance=instance, **kwargs)
@@ -73,7 +77,7 @@ def test_a_task_added_to_tasks_yaml_is_curated_alone_and_a_changed_source_recura
     real = icd_reader.read_package
     monkeypatch.setattr(icd_reader, "read_package", lambda *a, **k: reads.append(a) or real(*a, **k))
 
-    first = run_prepare(world)
+    first = run_prepare(world, monkeypatch)
     before = ["scifact", "liveqa_medquad", *(f"icd_{s}" for s in FOUR)]
     assert first["failures"] == [] and first["gated"] == {}, first
     assert first["usable"] == before
@@ -84,7 +88,7 @@ def test_a_task_added_to_tasks_yaml_is_curated_alone_and_a_changed_source_recura
 
     # A fifth subset: only it is curated; the other tasks' folders are not rewritten, nor is the wheel read again.
     catalogue.write_text(beir_only + ICD.format(subsets=", ".join([*FOUR, "monolingual_el"])))
-    added = run_prepare(world)
+    added = run_prepare(world, monkeypatch)
     assert added["failures"] == [] and added["gated"] == {}, added
     assert added["reused"] == before
     assert added["curate_runs"] == [*before, "icd_monolingual_el"]  # one new curate run, for the added task
@@ -97,7 +101,7 @@ def test_a_task_added_to_tasks_yaml_is_curated_alone_and_a_changed_source_recura
     queries = world.shared / "lq" / "queries.jsonl"
     queries.write_text(queries.read_text().replace("what causes gout in the joints", "what causes gout in the big toe"))
     stored = {t: files(tasks / t) for t in [*before, "icd_monolingual_el"]}
-    changed = run_prepare(world)
+    changed = run_prepare(world, monkeypatch)
     assert changed["failures"] == [] and changed["gated"] == {}, changed
     assert changed["curate_runs"] == [*before, "icd_monolingual_el", "liveqa_medquad"]
     assert sorted(changed["reused"]) == sorted(t for t in stored if t != "liveqa_medquad")
