@@ -69,7 +69,9 @@ def curate(context: dg.AssetExecutionContext, store: ArtifactStoreResource, regi
     # What it was curated from: the leaderboard marks its cells stale when these change and curating again fails.
     inputs = curation_inputs(entry, store.shared_data)
     # Online (MEDBENCH_ONLINE), a hub dataset downloads at its pinned revision; offline it is read from the local hub cache.
-    task = build_task(entry, store.shared_data, store.scratch_dir("sources", entry.name), online=registry.online)
+    # What the tasks of one source share (the ICD split) is kept under the scratch folder for the next run's curations.
+    shared_reads = store.scratch_dir("shared_reads")
+    task = build_task(entry, store.shared_data, store.scratch_dir("sources", entry.name), online=registry.online, shared_reads=shared_reads)
     folder = store.task_dir(entry.name)
     digest = task.content_hash()
     unchanged = is_complete(folder) and read_manifest(folder).get("content_hash") == digest

