@@ -12,7 +12,8 @@ Sides, timed in interleaved rounds (bench/paired.py) in this process, each from 
 - medbench: ``audit_task(task, [], [("texts", manifest)])``: the task's texts out of its frames,
   its content hash, normalising, shingling, numpy signatures, datasketch's ``MinHashLSH`` over the
   manifest (read from its file), every query and document looked up, every candidate verified on
-  its exact shingle set;
+  its exact shingle set (the task's texts in blocks of ``audit.BLOCK_TEXTS`` rows, dropped after each
+  block; its signatures kept, as ``medbench run`` keeps them for the other tasks' audits);
 - datasketch, written as its documentation advises at its best: the same normalised texts
   (medbench's ``normalise``: NFKC, case-folded, punctuation to spaces) and the same character
   5-gram shingles, each text's *set* of shingles as bytes into ``MinHash.generator(...,
@@ -118,12 +119,14 @@ def main() -> None:
     print(f"task and manifest ready in {time.perf_counter() - t0:.0f} s ({base})", flush=True)
 
     def ours():
-        audit._TEXTS.clear()  # no signatures kept from the last round
+        audit._TEXTS.clear()  # no texts or signatures kept from the last round
+        audit._SIGNATURES.clear()
         try:
             pairs, _ = audit_task(task, [], [("texts", str(path))])
             return pairs.height
         finally:
             audit._TEXTS.clear()
+            audit._SIGNATURES.clear()
 
     def probe_texts():
         """Every query, then every document (title and text), read from the frames as the audit reads them."""
