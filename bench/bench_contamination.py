@@ -27,10 +27,11 @@ Sides, timed in interleaved rounds (bench/paired.py) in this process, each from 
 
 What differs: the shingle hashes (medbench: a 32-bit polynomial of the code points, datasketch:
 SHA1), so the two sides' candidates differ by LSH chance; medbench verifies its candidates and
-datasketch does not. Each run prints each side's sample as it ends (a long run shows its progress),
-the process's memory before the rounds (the frames both sides read), and the ratios medbench /
-datasketch. Between sides the sketches are dropped and freed memory handed back (``malloc_trim``)
-so that a side's peak is its own plus that floor.
+datasketch does not. Each run prints each side's sample as it ends (a long run shows its progress;
+the datasketch side also its CPU per document every 100,000 documents), the process's memory
+before the rounds (the frames both sides read), and the ratios medbench / datasketch. Between
+sides the sketches are dropped and freed memory handed back (``malloc_trim``) so that a side's
+peak is its own plus that floor.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import paired  # noqa: E402
 
 SLICE = 10_000  # corpus rows the datasketch side turns into Python strings at a time
+PROGRESS = 100_000  # documents between two progress lines of the datasketch side
 
 
 def _trim() -> None:
@@ -131,7 +133,11 @@ def main() -> None:
     def probe_texts():
         """Every query, then every document (title and text), read from the frames as the audit reads them."""
         yield from queries
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         for lo in range(0, corpus.height, SLICE):
+            if lo and lo % PROGRESS == 0:  # a long round's rate so far (its CPU per text) while it runs
+                cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+                print(f"  datasketch: {lo} documents in {cpu:.0f} s CPU, {wall:.0f} s wall ({1000 * cpu / lo:.2f} ms CPU a document)", flush=True)
             part = corpus.slice(lo, SLICE)
             yield from (" ".join(p for p in (a, b) if p) for a, b in zip(part["title"].to_list(), part["text"].to_list()))
 
