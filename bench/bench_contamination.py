@@ -12,7 +12,8 @@ Sides, timed in interleaved rounds (bench/paired.py) in this process, each from 
 - medbench: ``audit_task(task, [], [("texts", manifest)])``: the task's texts out of its frames,
   its content hash, normalising, shingling, numpy signatures, datasketch's ``MinHashLSH`` over the
   manifest (read from its file), every query and document looked up, every candidate verified on
-  its exact shingle set;
+  its exact shingle set (the task's texts in blocks of ``audit.BLOCK_TEXTS`` rows, dropped after each
+  block; its signatures kept, as ``medbench run`` keeps them for the other tasks' audits);
 - datasketch, written as its documentation advises at its best: the same normalised texts
   (medbench's ``normalise``: NFKC, case-folded, punctuation to spaces) and the same character
   5-gram shingles, each text's *set* of shingles as bytes into ``MinHash.generator(...,
@@ -26,10 +27,11 @@ Sides, timed in interleaved rounds (bench/paired.py) in this process, each from 
 
 What differs: the shingle hashes (medbench: a 32-bit polynomial of the code points, datasketch:
 SHA1), so the two sides' candidates differ by LSH chance; medbench verifies its candidates and
-datasketch does not. Each run prints each side's sample as it ends (a long run shows its progress),
-the process's memory before the rounds (the frames both sides read), and the ratios medbench /
-datasketch. Between sides the sketches are dropped and freed memory handed back (``malloc_trim``)
-so that a side's peak is its own plus that floor.
+datasketch does not. Each run prints each side's sample as it ends (a long run shows its progress;
+the datasketch side also its CPU per document every 100,000 documents), the process's memory
+before the rounds (the frames both sides read), and the ratios medbench / datasketch. Between
+sides the sketches are dropped and freed memory handed back (``malloc_trim``) so that a side's
+peak is its own plus that floor.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import paired  # noqa: E402
 
 SLICE = 10_000  # corpus rows the datasketch side turns into Python strings at a time
+PROGRESS = 100_000  # documents between two progress lines of the datasketch side
 
 
 def _trim() -> None:
@@ -118,17 +121,23 @@ def main() -> None:
     print(f"task and manifest ready in {time.perf_counter() - t0:.0f} s ({base})", flush=True)
 
     def ours():
-        audit._TEXTS.clear()  # no signatures kept from the last round
+        audit._TEXTS.clear()  # no texts or signatures kept from the last round
+        audit._SIGNATURES.clear()
         try:
             pairs, _ = audit_task(task, [], [("texts", str(path))])
             return pairs.height
         finally:
             audit._TEXTS.clear()
+            audit._SIGNATURES.clear()
 
     def probe_texts():
         """Every query, then every document (title and text), read from the frames as the audit reads them."""
         yield from queries
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         for lo in range(0, corpus.height, SLICE):
+            if lo and lo % PROGRESS == 0:  # a long round's rate so far (its CPU per text) while it runs
+                cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+                print(f"  datasketch: {lo} documents in {cpu:.0f} s CPU, {wall:.0f} s wall ({1000 * cpu / lo:.2f} ms CPU a document)", flush=True)
             part = corpus.slice(lo, SLICE)
             yield from (" ".join(p for p in (a, b) if p) for a, b in zip(part["title"].to_list(), part["text"].to_list()))
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from medbench_core.errors import DataError
@@ -74,31 +75,70 @@ def item_split(item_id: str, default: str) -> str:
 
 
 _TEXTS: dict[tuple[str, str], list[tx.TextSet]] = {}  # (task, content hash) -> its text sets, kept per process
+_SIGNATURES: dict[tuple[str, str], dict[str, np.ndarray]] = {}  # (task, content hash) -> side -> its non-empty texts' signatures
+BLOCK_TEXTS = 10_000  # a task's own texts audited at a time: normalised, signed, looked up, then dropped
+
+
+def _forget_older(cache: dict, key: tuple[str, str]) -> None:
+    for old in [k for k in cache if k[0] == key[0] and k != key]:
+        del cache[old]
 
 
 def task_texts(task: Any) -> list[tx.TextSet]:
     """The task's query texts and document texts (title and text) as two :class:`~.texts.TextSet`.
 
     Kept per process by content hash: ``medbench run`` audits every task in one process, and each
-    audit compares with every other task, whose signatures are computed once."""
+    audit compares with every other task, whose signatures are computed once (or taken from its own audit's blocks)."""
     key = (task.name, task.content_hash())
     if key not in _TEXTS:
-        for old in [k for k in _TEXTS if k[0] == task.name]:
-            del _TEXTS[old]
-        _TEXTS[key] = _task_texts(task)
+        _forget_older(_TEXTS, key)
+        signed = _SIGNATURES.get(key, {})
+        _TEXTS[key] = [tx.text_set(f"task:{task.name}", side, *_side_texts(_side_frame(task, side), side), signed.get(side)) for side in ("query", "doc")]
+        _SIGNATURES[key] = {s.side: s.sigs for s in _TEXTS[key]}
     return _TEXTS[key]
 
 
-def _task_texts(task: Any) -> list[tx.TextSet]:
-    out = []
-    q = task.queries.filter(pl.col("text").is_not_null())
-    out.append(tx.text_set(f"task:{task.name}", "query", q["query_id"].to_list(), q["text"].to_list()))
-    docs = task.corpus
-    ids = docs["doc_id"].to_list()
-    titles = docs["title"].to_list() if "title" in docs.columns else [None] * len(ids)
-    bodies = docs["text"].to_list() if "text" in docs.columns else [None] * len(ids)
-    out.append(tx.text_set(f"task:{task.name}", "doc", ids, [" ".join(p for p in (a, b) if p) for a, b in zip(titles, bodies)]))
-    return out
+def _side_frame(task: Any, side: str) -> pl.DataFrame:
+    """The task's queries with a text (``query``) or its documents (``doc``)."""
+    return task.queries.filter(pl.col("text").is_not_null()) if side == "query" else task.corpus
+
+
+def _side_texts(frame: pl.DataFrame, side: str) -> tuple[list, list]:
+    """The ids and raw texts of a frame of :func:`_side_frame` (a document's: its title and text)."""
+    if side == "query":
+        return frame["query_id"].to_list(), frame["text"].to_list()
+    ids = frame["doc_id"].to_list()
+    titles = frame["title"].to_list() if "title" in frame.columns else [None] * len(ids)
+    bodies = frame["text"].to_list() if "text" in frame.columns else [None] * len(ids)
+    return ids, [" ".join(p for p in (a, b) if p) for a, b in zip(titles, bodies)]
+
+
+def _task_blocks(task: Any, block: int):
+    """The task's texts as :class:`~.texts.TextSet` of at most ``block`` rows each (queries, then documents), without keeping the texts.
+
+    Its signatures are kept (:data:`_SIGNATURES`: 512 bytes a text) for the audits that compare other tasks with it;
+    texts already kept (:func:`task_texts`) are used as they are."""
+    key = (task.name, task.content_hash())
+    if key in _TEXTS:
+        yield from _TEXTS[key]
+        return
+    _forget_older(_SIGNATURES, key)
+    signed = _SIGNATURES.get(key)
+    made: dict[str, list[np.ndarray]] = {"query": [], "doc": []}
+    done = {"query": 0, "doc": 0}  # non-empty texts signed so far per side: where the next block's stored signatures start
+    for side in ("query", "doc"):
+        frame = _side_frame(task, side)
+        for lo in range(0, frame.height, block):
+            kept_ids, texts = tx.kept_texts(*_side_texts(frame.slice(lo, block), side))
+            if signed:
+                sigs = signed[side][done[side] : done[side] + len(texts)]
+            else:
+                sigs = tx.signatures(texts)
+                made[side].append(sigs)
+            done[side] += len(texts)
+            yield tx.TextSet(f"task:{task.name}", side, kept_ids, texts, sigs)
+    if not signed:
+        _SIGNATURES[key] = {s: np.concatenate(m) if m else np.zeros((0, tx.NUM_PERM), dtype=np.uint32) for s, m in made.items()}
 
 
 def task_images(task: Any, split: str) -> list[tuple[str, str, str, ih.ImageHashes]]:
@@ -154,9 +194,12 @@ def read_image_manifest(path: str) -> list[tuple[str, ih.ImageHashes]]:
 
 
 def audit_task(
-    task: Any, others: Sequence[Any], manifests: Sequence[tuple[str, str]], *, splits: Mapping[str, str] | None = None
+    task: Any, others: Sequence[Any], manifests: Sequence[tuple[str, str]], *, splits: Mapping[str, str] | None = None, block: int = BLOCK_TEXTS
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """The pairs and the info of task ``task``'s audit (module docstring); ``splits``: task -> its catalogue split (default test)."""
+    """The pairs and the info of task ``task``'s audit (module docstring); ``splits``: task -> its catalogue split (default test).
+
+    The task's own texts are audited ``block`` rows at a time (:func:`_task_blocks`): its peak memory grows with the
+    block and the signatures, not with the task's texts; the pairs are the same for any block."""
     t0 = time.perf_counter()
     splits = dict(splits or {})
     split = splits.get(task.name) or "test"
@@ -166,8 +209,9 @@ def audit_task(
     compared = [s for s in (*other_texts, *text_manifests) if s.ids]
     # Texts are compared with other tasks and manifests only (never within the task): with nothing to compare them
     # with, the task's own texts are neither normalised nor MinHashed (one task, no manifest: the audit is its counts).
-    for probe in task_texts(task) if compared else ():
-        for r in tx.near_duplicates(probe, compared):
+    index = tx.LshIndex(compared) if compared else None
+    for probe in _task_blocks(task, block) if index else ():
+        for r in index.pairs(probe):
             rows.append({"kind": "text", **r, "split": split, "other_split": None})
     images = task_images(task, split)
     if images:

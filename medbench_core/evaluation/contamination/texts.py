@@ -128,14 +128,17 @@ class TextSet:
     sigs: np.ndarray
 
 
-def text_set(source: str, side: str, ids: Sequence[str], raw: Sequence[str | None], sigs: np.ndarray | None = None) -> TextSet:
-    """A :class:`TextSet` of the non-empty texts among ``raw`` (normalised; signatures computed unless given for exactly those)."""
+def kept_texts(ids: Sequence[str], raw: Sequence[str | None]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ids and normalised texts of the non-empty texts among ``raw``, in their order."""
     norm = [normalise(t) for t in raw]
     keep = [i for i, t in enumerate(norm) if t]
-    texts = tuple(norm[i] for i in keep)
-    if sigs is None:
-        sigs = signatures(texts)
-    return TextSet(source, side, tuple(str(ids[i]) for i in keep), texts, sigs)
+    return tuple(str(ids[i]) for i in keep), tuple(norm[i] for i in keep)
+
+
+def text_set(source: str, side: str, ids: Sequence[str], raw: Sequence[str | None], sigs: np.ndarray | None = None) -> TextSet:
+    """A :class:`TextSet` of the non-empty texts among ``raw`` (normalised; signatures computed unless given for exactly those)."""
+    kept_ids, texts = kept_texts(ids, raw)
+    return TextSet(source, side, kept_ids, texts, signatures(texts) if sigs is None else sigs)
 
 
 def jaccard(a: str, b: str, k: int = SHINGLE) -> float:
@@ -146,31 +149,46 @@ def jaccard(a: str, b: str, k: int = SHINGLE) -> float:
     return len(sa & sb) / len(sa | sb)
 
 
+class LshIndex:
+    """``others`` in one ``datasketch.MinHashLSH`` at ``threshold``, built once and looked up by any number of probes."""
+
+    def __init__(self, others: Sequence[TextSet], threshold: float = JACCARD_THRESHOLD) -> None:
+        from datasketch import LeanMinHash, MinHashLSH
+
+        self.others = list(others)
+        self.threshold = threshold
+        self.lsh = MinHashLSH(threshold=threshold, num_perm=NUM_PERM)
+        self.where: list[tuple[int, int]] = []
+        with self.lsh.insertion_session() as session:
+            for oi, o in enumerate(self.others):
+                for j in range(len(o.ids)):
+                    session.insert(len(self.where), LeanMinHash(seed=SEED, hashvalues=o.sigs[j], scheme="affine32"), check_duplication=False)
+                    self.where.append((oi, j))
+
+    def pairs(self, probe: TextSet) -> list[dict]:
+        """Every (probe item, indexed item) pair with exact Jaccard >= the threshold among the LSH candidates, sorted."""
+        from datasketch import LeanMinHash
+
+        rows = []
+        for i in range(len(probe.ids)):
+            found = self.lsh.query(LeanMinHash(seed=SEED, hashvalues=probe.sigs[i], scheme="affine32"))
+            for key in found:
+                oi, j = self.where[key]
+                o = self.others[oi]
+                sim = jaccard(probe.texts[i], o.texts[j])
+                if sim >= self.threshold:
+                    row = {"side": probe.side, "id": probe.ids[i], "source": o.source, "other_side": o.side, "other_id": o.ids[j]}
+                    rows.append({**row, "jaccard": round(sim, 4)})
+        rows.sort(key=lambda r: (r["side"], r["id"], r["source"], r["other_side"], r["other_id"]))
+        return rows
+
+
 def near_duplicates(probe: TextSet, others: Sequence[TextSet], threshold: float = JACCARD_THRESHOLD) -> list[dict]:
     """Every (probe item, other item) pair with exact Jaccard >= ``threshold`` among the LSH candidates.
 
-    The ``others`` are inserted into one ``datasketch.MinHashLSH``; each probe item is queried.
+    The ``others`` are inserted into one ``datasketch.MinHashLSH`` (:class:`LshIndex`); each probe item is queried.
     Rows: ``side, id, source, other_side, other_id, jaccard`` (4 places), sorted.
     """
-    from datasketch import LeanMinHash, MinHashLSH
-
     if not len(probe.ids) or not any(len(o.ids) for o in others):
         return []
-    lsh = MinHashLSH(threshold=threshold, num_perm=NUM_PERM)
-    where: list[tuple[int, int]] = []
-    with lsh.insertion_session() as session:
-        for oi, o in enumerate(others):
-            for j in range(len(o.ids)):
-                session.insert(len(where), LeanMinHash(seed=SEED, hashvalues=o.sigs[j], scheme="affine32"), check_duplication=False)
-                where.append((oi, j))
-    rows = []
-    for i in range(len(probe.ids)):
-        found = lsh.query(LeanMinHash(seed=SEED, hashvalues=probe.sigs[i], scheme="affine32"))
-        for key in found:
-            oi, j = where[key]
-            o = others[oi]
-            sim = jaccard(probe.texts[i], o.texts[j])
-            if sim >= threshold:
-                rows.append({"side": probe.side, "id": probe.ids[i], "source": o.source, "other_side": o.side, "other_id": o.ids[j], "jaccard": round(sim, 4)})
-    rows.sort(key=lambda r: (r["side"], r["id"], r["source"], r["other_side"], r["other_id"]))
-    return rows
+    return LshIndex(others, threshold).pairs(probe)
