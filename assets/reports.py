@@ -176,10 +176,12 @@ def leaderboard(
     context: dg.AssetExecutionContext, config: LeaderboardConfig, store: ArtifactStoreResource, registry: RegistryResource, mlflow: MLflowResource
 ) -> dg.MaterializeResult:
     sig, trust = settings(config, registry)
-    g = gather(context, config, store, registry, world_tags(store.layout.root, mlflow.tracking_uri))
-    out, benchmark = store.reports_dir(), g.catalog.benchmark
-    # The CIs and tests of the last leaderboard, by their inputs: only the cells and pairs whose values are new are computed.
+    # The CIs and tests of the last leaderboard, by their inputs: only the cells and pairs whose values are new are computed,
+    # each cell's decontaminated CI (gathered with its contamination mark) included.
     results = Results.load(stats_results_file(store))
+    with reusing(results):
+        g = gather(context, config, store, registry, world_tags(store.layout.root, mlflow.tracking_uri))
+    out, benchmark = store.reports_dir(), g.catalog.benchmark
     # The reports are written aside and replace the saved ones only once MLflow holds their run (issue 44.10): a
     # store that refuses it (a full disk) leaves the saved leaderboard as it was, as the failed command says.
     with staging_folder(out / "leaderboard") as staged:

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 import dagster as dg
 import pytest
 
+from medbench_core.evaluation import scipy_equivalents
 from orchestration.definitions import build_definitions
 from orchestration.schedules import nightly_evaluation
 from orchestration.sensors import LEADERBOARD_SENSOR, leaderboard_tick
@@ -33,7 +34,7 @@ def test_the_sensor_is_registered_and_running_by_default():
     assert sensor.job_name == "build_leaderboard" and sensor.default_status == dg.DefaultSensorStatus.RUNNING
 
 
-def test_one_new_model_at_night_runs_its_partitions_then_one_leaderboard(tmp_path_factory, tmp_path):
+def test_one_new_model_at_night_runs_its_partitions_then_one_leaderboard(tmp_path_factory, tmp_path, monkeypatch):
     world = operated_world(tmp_path_factory).copy_to(tmp_path / "w")
     defs = world.defs()
     with world.instance() as instance:
@@ -57,12 +58,18 @@ def test_one_new_model_at_night_runs_its_partitions_then_one_leaderboard(tmp_pat
         assert request.run_key == f"after-evaluations:{max(after.values())}"
         assert leaderboard_tick(instance, settled.cursor).run_requests == [request]  # the same run key: the daemon launches it once
 
+        bootstraps = []  # the columns whose bootstrap CI the leaderboard computes (none: every one's inputs are stored)
+        computed = scipy_equivalents.percentile_cis
+        monkeypatch.setattr(scipy_equivalents, "percentile_cis", lambda cols, *a: bootstraps.append(len(cols)) or computed(cols, *a))
         res = defs.resolve_job_def("build_leaderboard").execute_in_process(instance=instance, run_config=QUIET, tags=request.tags)
         (event,) = res.get_asset_materialization_events()
         md = event.materialization.metadata
+        # Each cell's decontaminated CI (its contamination mark, issue 49) is looked up too: the clean queries are all of
+        # them (no audit pair), so each of the 6 cells' is its CI above, stored: 6 more hits; before, computed every time.
+        assert bootstraps == []
         # Every model finds each tiny task's relevant document first (nDCG@10 1 on every query), so every statistic's inputs
         # are some already stored: the CIs (3 models x 2 tasks), the tests against bm25 (2 x 2 x 2), the pairs (3 per task, 3
         # for the average) are all taken as they were, with the two other models' trust plots; drawn: bm25-b05's trust plot,
         # both difference plots and the heatmap, which it is in.
-        assert (md["stats_computed"].value, md["stats_reused"].value) == (4, 6 + 8 + 9 + 2)
+        assert (md["stats_computed"].value, md["stats_reused"].value) == (4, 6 + 8 + 9 + 2 + 6)
         assert leaderboard_tick(instance, settled.cursor).skip_reason.skip_message == "the leaderboard is newer than every evaluation"
