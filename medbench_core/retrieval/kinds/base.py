@@ -34,7 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import polars as pl
 
-from medbench_core.retrieval.kinds.capabilities import query_prompt
+from medbench_core.retrieval.kinds.capabilities import NeedsPath, OwnEntryFields, half_implemented, query_prompt
 from medbench_core.retrieval.kinds.settings import KindSettings, NoSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import KeyContext
@@ -113,6 +113,9 @@ def model_kind(spec: ModelSpec) -> ModelKind:
         required = ("name", "version", "Settings", "revision", "upstream", "applicability", "partition_keys", "load")
         missing = [m for m in required if not hasattr(kind, m)]
         raise TypeError(f"model {spec.name}: kind {spec.kind} is not a ModelKind (it lacks {', '.join(missing)})")
+    problems = half_implemented(kind)
+    if problems:
+        raise TypeError(f"model {spec.name}: kind {spec.kind} has part of a capability: {'; '.join(problems)}")
     return kind
 
 
@@ -134,11 +137,6 @@ class Kind:
     Settings: type[KindSettings] = NoSettings
     #: bumped in the change that alters this kind's output
     version: str = "1"
-    #: entry fields of this kind beside the common ones (``fusion``, ``rerank``, ``retriever`` ...)
-    entry_fields: tuple[str, ...] = ()
-    needs_path: bool = False
-    takes_path: bool = True
-    no_path_reason: str = ""
     #: record modalities it reads: a text-only kind is ``n/a`` on tasks with image-only records
     reads: frozenset[str] = frozenset({"text"})
     #: loads model weights to compute (a process keeps one loaded; the main job warms it up early)
@@ -155,16 +153,7 @@ class Kind:
         outputs' model of this kind when their fixture writes none (tests/core/golden_outputs.py). It may write what
         the model needs (tiny weights, a config) into the empty folder ``folder``. The default: ``{}`` (the kind's
         defaults make a model) unless the kind needs a path or fields of its own, then None (no example)."""
-        return None if self.needs_path or self.entry_fields else {}
-
-    # --- the entry
-    def parse_block(self, spec: ModelSpec, fields: dict[str, Any], where: str) -> Any:
-        """This kind's own entry fields, checked (``where`` names file and entry); the spec's other fields may be checked too."""
-        return None
-
-    def block_entry(self, spec: ModelSpec) -> dict[str, Any]:
-        """The kind's own fields as the entry writes them (they enter the identity)."""
-        return {}
+        return None if isinstance(self, (NeedsPath, OwnEntryFields)) else {}
 
     def upstream(self, spec: ModelSpec) -> tuple[str, ...]:
         """Models whose runs (or stored corpus) this model's run is built from."""

@@ -13,6 +13,15 @@ hook with a default on every kind; a kind without the capability simply lacks it
   ``prompt_key``).
 - :class:`RunsTrustedCode`: a kind that runs code from a folder, admitted only by the registry's
   ``trust_code`` allowlist (the code-folder kinds).
+- The entry: :class:`OwnEntryFields`, fields of the kind's own beside the common ones (a fusion's ``fusion:``,
+  a reranker's ``rerank:``, an expanded model's ``retriever:`` ...), read into the spec's ``block`` and written
+  back into its identity; :class:`ChecksEntry`, a check of the common fields and settings together, beyond
+  what the settings schema checks (open_clip, UniIR, the late-interaction kinds).
+- A model path: :class:`NeedsPath`, every entry must name its weights with ``path:``; :class:`RefusesPath`, no
+  entry may (a model with no weights to load), with the reason. A kind with neither takes a path when given one.
+
+The entry's and the path's protocols are defined in :mod:`.spec`, beside :func:`~.spec.parse_entry`, the one reader that
+asks them (spec.py is below this module: no import circle), and are named here with the rest.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.retrieval.kinds.spec import ChecksEntry, ModelSpec, NeedsPath, OwnEntryFields, RefusesPath
 from medbench_core.taskdata.task import Task
 
 
@@ -175,3 +184,33 @@ def grant_trust(spec: ModelSpec, trusted_code: Mapping[str, str], where: str) ->
     (:class:`RunsTrustedCode`; DataError for code not listed with its current hash); any other ``spec`` as it is."""
     kind = spec.plugin
     return kind.grant_trust(spec, trusted_code, where) if isinstance(kind, RunsTrustedCode) else spec
+
+
+# Every optional capability, with its members: a kind has one with all its members or none of them.
+CAPABILITIES: tuple[type, ...] = (Expandable, ExpandsQueries, TakesQueryPrompt, RunsTrustedCode, OwnEntryFields, ChecksEntry, NeedsPath, RefusesPath)
+
+
+def members(capability: type) -> tuple[str, ...]:
+    """The names a kind must define to have ``capability``."""
+    own = {*vars(capability).get("__annotations__", {}), *(n for n, v in vars(capability).items() if callable(v))}
+    return tuple(sorted(n for n in own if not n.startswith("_")))
+
+
+def half_implemented(kind: object) -> list[str]:
+    """What is wrong with ``kind``'s optional capabilities: one it has only part of (its other members missing, so
+    ``isinstance`` says it has none and its members are never called), a path both needed and refused, a
+    ``needs_path`` that is not True, a refusal without a reason. Empty for a sound kind."""
+    problems = []
+    for capability in CAPABILITIES:
+        names = members(capability)
+        present = [m for m in names if hasattr(kind, m)]
+        if present and len(present) < len(names):
+            missing = [m for m in names if m not in present]
+            problems.append(f"{capability.__name__}: it has {', '.join(present)} but not {', '.join(missing)}")
+    if isinstance(kind, NeedsPath) and kind.needs_path is not True:
+        problems.append(f"NeedsPath: needs_path is {kind.needs_path!r}; a kind whose path is optional leaves it out")
+    if isinstance(kind, RefusesPath) and not kind.no_path_reason:
+        problems.append("RefusesPath: no_path_reason is empty; say why its entries take no path")
+    if isinstance(kind, NeedsPath) and isinstance(kind, RefusesPath):
+        problems.append("NeedsPath and RefusesPath: a path cannot be both needed and refused")
+    return problems

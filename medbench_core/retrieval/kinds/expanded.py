@@ -75,7 +75,6 @@ class ExpandedKind(DerivedKind):
     # (instruct_expansion's default per retriever kind changed the resolved combination, which is in the run key)
     version = "2"
     entry_fields = ("retriever", "expansion", "combine", "repeat_query")
-    takes_path = False
     no_path_reason = "its retriever's entry names the model"
 
     def parse_block(self, spec: ModelSpec, fields: dict[str, Any], where: str) -> ExpandedBlock:
