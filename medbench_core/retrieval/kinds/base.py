@@ -10,7 +10,8 @@ The pieces of the plugin boundary, one module each:
 - :mod:`.capabilities`: what only some kinds can do, each a small runtime-checkable protocol asked with
   ``isinstance`` (through one helper each), never a default on the base: :class:`~.capabilities.Expandable`,
   :class:`~.capabilities.ExpandsQueries`, :class:`~.capabilities.TakesQueryPrompt`,
-  :class:`~.capabilities.RunsTrustedCode`.
+  :class:`~.capabilities.RunsTrustedCode`, and the entry's (defined in :mod:`.spec`, beside the reader that asks them):
+  :class:`~.spec.OwnEntryFields`, :class:`~.spec.ChecksEntry`, :class:`~.spec.NeedsPath`, :class:`~.spec.RefusesPath`.
 - :mod:`.retriever_base`: :class:`~medbench_core.retrieval.kinds.retriever_base.Retriever`, the three
   methods the one search path needs of a first-stage retriever (as mteb's ``SearchProtocol``), and
   :class:`~medbench_core.retrieval.kinds.retriever_base.RetrieverKind`, the base that gives a retriever
@@ -121,13 +122,16 @@ def model_kind(spec: ModelSpec) -> ModelKind:
 
 class Kind:
     """The base of every kind: :class:`ModelKind`'s methods, and a default for what every kind says beside them
-    (its entry fields, paths, modalities, libraries, long-text policy, MLflow params, mteb metadata).
+    (modalities, libraries, long-text policy, MLflow params, mteb metadata, a hub id, an example entry).
 
-    The protocols are what callers rely on, not this class: :class:`ModelKind` (required), exactly one compute
+    The protocols are what callers rely on, not this class: :class:`ModelKind` (required: ``name``, ``version``,
+    ``Settings``, ``revision``, ``upstream``, ``applicability``, ``partition_keys``, ``load``), exactly one compute
     capability, :class:`~.retriever_base.Retriever` or :class:`~.derived_base.RunBuilder`, and the optional
-    capabilities of :mod:`.capabilities` (:class:`~.capabilities.Expandable`, :class:`~.capabilities.ExpandsQueries`,
-    :class:`~.capabilities.TakesQueryPrompt`, :class:`~.capabilities.RunsTrustedCode`), which a kind has by
-    defining their members and which have no default here. A kind module subclasses one of the three bases
+    capabilities listed in :data:`~.capabilities.CAPABILITIES` (:class:`~.capabilities.Expandable`,
+    :class:`~.capabilities.ExpandsQueries`, :class:`~.capabilities.TakesQueryPrompt`, :class:`~.capabilities.RunsTrustedCode`,
+    :class:`~.spec.OwnEntryFields`, :class:`~.spec.ChecksEntry`, :class:`~.spec.NeedsPath`, :class:`~.spec.RefusesPath`),
+    which a kind has by defining all their members (:func:`model_kind` refuses a kind with only part of one) and
+    which have no default here. A kind module subclasses one of the three bases
     (:class:`~.retriever_base.RetrieverKind`, :class:`~.encoder.EncoderKind`, :class:`~.derived_base.DerivedKind`),
     sets the class attributes and overrides what its models need.
     """
