@@ -58,7 +58,16 @@ NEEDS_PATH = {
 }  # fmt: skip
 REFUSES_PATH = {"bm25": "BM25 has no weights", "lucene-bm25": "BM25 has no weights", "fusion": "a fusion has no weights; its runs name the models it fuses",
                 "expanded": "its retriever's entry names the model", "tfidf": "TF-IDF has no weights; it is fitted on each task's corpus"}  # fmt: skip
+BUILDS_INDEX = {
+    "bm25", "lucene-bm25", "sentence-transformers", "transformers", "open_clip", "uniir-clip-sf", "remote-code-embedder",
+    "code-folder", "colbert", "code-folder-late",
+}  # fmt: skip
+CHECKS_BEFORE_SEARCH = {"sentence-transformers", "transformers", "open_clip", "uniir-clip-sf", "remote-code-embedder", "code-folder"}
+WRITES_QUERY_FILES = CHECKS_BEFORE_SEARCH | {"colbert", "code-folder-late"}
 CAPABILITIES = {
+    capabilities.BuildsIndex: ("index_identity", "build_index"),
+    capabilities.ChecksBeforeSearch: ("before_search",),
+    capabilities.WritesQueryFiles: ("query_files",),
     OwnEntryFields: ("block_entry", "entry_fields", "parse_block"),
     ChecksEntry: ("check_entry",),
     NeedsPath: ("needs_path",),
@@ -91,6 +100,9 @@ def test_each_registered_kind_has_the_capabilities_its_module_gives_it():
     assert {n for n, k in known.items() if isinstance(k, ChecksEntry)} == CHECKS_ENTRY
     assert {n for n, k in known.items() if isinstance(k, NeedsPath)} == NEEDS_PATH
     assert {n: k.no_path_reason for n, k in known.items() if isinstance(k, RefusesPath)} == REFUSES_PATH
+    assert {n for n, k in known.items() if isinstance(k, capabilities.BuildsIndex)} == BUILDS_INDEX  # TF-IDF: none
+    assert {n for n, k in known.items() if isinstance(k, capabilities.ChecksBeforeSearch)} == CHECKS_BEFORE_SEARCH
+    assert {n for n, k in known.items() if isinstance(k, capabilities.WritesQueryFiles)} == WRITES_QUERY_FILES
     assert {c: capabilities.members(c) for c in capabilities.CAPABILITIES} == {c: tuple(sorted(m)) for c, m in CAPABILITIES.items()}  # all, with their members
     for name in kind_names():
         kind = get_kind(name)
