@@ -93,7 +93,7 @@ def build_corpus_index(
 ) -> dict[str, Any]:
     """The search index the model's kind needs over its stored corpus (a FAISS index; none for BM25). ``progress``: a bar while adding."""
     t0 = time.perf_counter()
-    info = spec.plugin.build_index(spec, Path(emb_dir), out, use_gpu=use_gpu, progress=progress, available=available)
+    info = capabilities.build_index(spec, Path(emb_dir), out, use_gpu=use_gpu, progress=progress, available=available)
     files = info.pop("files")
     info["seconds"] = round(time.perf_counter() - t0, 3)
     info["files"] = files
@@ -119,13 +119,12 @@ def rank(
     the queries represented (the task's own formatted with ``prompt``, or ``expansion``:
     ``(texts, combine)`` of an expanded model) and the stored corpus searched, ties by doc id.
     """
-    kind = spec.plugin
     search = retriever(spec)
     doc_ids = _read_json(Path(corpus.embeddings) / "doc_ids.json")
     if doc_ids != task.corpus["doc_id"].to_list():
         raise DataError(f"{corpus.embeddings}: stored document ids do not match task {task.name}; rematerialise {spec.name}'s corpus_embeddings")
     pools = candidate_pools(task)
-    kind.before_search(spec, task, corpus, available)
+    capabilities.before_search(spec, task, corpus, available)
     queries = search.represent_queries(spec, task, load_model(), prompt=prompt, expansion=expansion)
     return search.search(spec, task, corpus, queries, k, pools=pools, progress=progress), queries
 
@@ -158,7 +157,6 @@ def retrieve(
     (``query_prompt``, ``long_text``).
     """
     t0 = time.perf_counter()
-    kind = spec.plugin
     prompt = capabilities.query_prompt(spec, task)
     loaded: list[Any] = []
 
@@ -168,7 +166,7 @@ def retrieve(
 
     corpus = StoredCorpus(spec, Path(emb_dir), Path(index_dir))
     run, queries = rank(spec, task, corpus, k=k, load_model=load_model, prompt=prompt, progress=progress, available=available)
-    files = write_run(run, out, f"medbench-{spec.name}") + kind.query_files(queries, out)
+    files = write_run(run, out, f"medbench-{spec.name}") + capabilities.query_files(spec, queries, out)
     info = {"k": k, "n_queries": task.queries.height, "n_rows": run.height, "seconds": round(time.perf_counter() - t0, 3), "files": files}
     info.update(long_text_info(spec, loaded[0] if loaded else None))
     if prompt is not None:

@@ -67,7 +67,6 @@ class GuideDenseKind(EncoderKind):
     name = "guide-dense"
     Settings = GuideDenseSettings
     needs_path = True
-    expansion_family = "dense"
     packages = ("transformers", "tokenizers", "safetensors", "torch")
 
     def example_entry(self, folder: Path) -> dict[str, Any]:

@@ -10,17 +10,23 @@ from types import SimpleNamespace
 import pytest
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds import get_kind, kind_names
-from medbench_core.retrieval.kinds.base import Kind
+from medbench_core.retrieval.kinds import capabilities, get_kind, kind_names
+from medbench_core.retrieval.kinds import spec as spec_module
+from medbench_core.retrieval.kinds.base import Kind, model_kind
 from medbench_core.retrieval.kinds.capabilities import (
+    ChecksEntry,
     Expandable,
     ExpandsQueries,
+    NeedsPath,
+    OwnEntryFields,
+    RefusesPath,
     RunsTrustedCode,
     TakesQueryPrompt,
     complete,
     expansion_family,
     expansion_name,
     grant_trust,
+    half_implemented,
     model_for_run,
     prompt_key,
     query_prompt,
@@ -45,7 +51,27 @@ EXPANDABLE = {
 EXPANDS_QUERIES = {"expanded"}
 RUNS_TRUSTED_CODE = {"code-folder", "code-folder-late"}
 TAKES_QUERY_PROMPT = {"sentence-transformers", "transformers", "uniir-clip-sf", "remote-code-embedder", "code-folder", "code-folder-late"}
+OWN_ENTRY_FIELDS = {"cross-encoder": ("rerank",), "fusion": ("fusion",), "expanded": ("retriever", "expansion", "combine", "repeat_query")}
+CHECKS_ENTRY = {"open_clip", "uniir-clip-sf", "colbert", "code-folder-late"}
+NEEDS_PATH = {
+    "sentence-transformers", "transformers", "cross-encoder", "uniir-clip-sf", "remote-code-embedder", "colbert", "code-folder", "code-folder-late",
+}  # fmt: skip
+REFUSES_PATH = {"bm25": "BM25 has no weights", "lucene-bm25": "BM25 has no weights", "fusion": "a fusion has no weights; its runs name the models it fuses",
+                "expanded": "its retriever's entry names the model", "tfidf": "TF-IDF has no weights; it is fitted on each task's corpus"}  # fmt: skip
+BUILDS_INDEX = {
+    "bm25", "lucene-bm25", "sentence-transformers", "transformers", "open_clip", "uniir-clip-sf", "remote-code-embedder",
+    "code-folder", "colbert", "code-folder-late",
+}  # fmt: skip
+CHECKS_BEFORE_SEARCH = {"sentence-transformers", "transformers", "open_clip", "uniir-clip-sf", "remote-code-embedder", "code-folder"}
+WRITES_QUERY_FILES = CHECKS_BEFORE_SEARCH | {"colbert", "code-folder-late"}
 CAPABILITIES = {
+    capabilities.BuildsIndex: ("index_identity", "build_index"),
+    capabilities.ChecksBeforeSearch: ("before_search",),
+    capabilities.WritesQueryFiles: ("query_files",),
+    OwnEntryFields: ("block_entry", "entry_fields", "parse_block"),
+    ChecksEntry: ("check_entry",),
+    NeedsPath: ("needs_path",),
+    RefusesPath: ("no_path_reason",),
     Expandable: ("expansion_family", "instructs_expansion"),
     ExpandsQueries: ("expansion_name", "corpus_of", "complete", "upstream_runs", "record_params"),
     RunsTrustedCode: ("grant_trust",),
@@ -70,8 +96,17 @@ def test_each_registered_kind_has_the_capabilities_its_module_gives_it():
     assert {n for n, k in known.items() if isinstance(k, ExpandsQueries)} == EXPANDS_QUERIES
     assert {n for n, k in known.items() if isinstance(k, RunsTrustedCode)} == RUNS_TRUSTED_CODE
     assert {n for n, k in known.items() if isinstance(k, TakesQueryPrompt)} == TAKES_QUERY_PROMPT
+    assert {n: k.entry_fields for n, k in known.items() if isinstance(k, OwnEntryFields)} == OWN_ENTRY_FIELDS
+    assert {n for n, k in known.items() if isinstance(k, ChecksEntry)} == CHECKS_ENTRY
+    assert {n for n, k in known.items() if isinstance(k, NeedsPath)} == NEEDS_PATH
+    assert {n: k.no_path_reason for n, k in known.items() if isinstance(k, RefusesPath)} == REFUSES_PATH
+    assert {n for n, k in known.items() if isinstance(k, capabilities.BuildsIndex)} == BUILDS_INDEX  # TF-IDF: none
+    assert {n for n, k in known.items() if isinstance(k, capabilities.ChecksBeforeSearch)} == CHECKS_BEFORE_SEARCH
+    assert {n for n, k in known.items() if isinstance(k, capabilities.WritesQueryFiles)} == WRITES_QUERY_FILES
+    assert {c: capabilities.members(c) for c in capabilities.CAPABILITIES} == {c: tuple(sorted(m)) for c, m in CAPABILITIES.items()}  # all, with their members
     for name in kind_names():
         kind = get_kind(name)
+        assert half_implemented(kind) == [], name
         for capability, members in CAPABILITIES.items():
             if isinstance(kind, capability):  # called by keyword and position as the protocol says
                 for m in members:
@@ -166,3 +201,70 @@ def test_the_helpers_follow_an_expanded_model_to_its_retriever():
     assert upstream_runs(registry["fused"]) == ("bm25", "e5") and upstream_runs(registry["bm25+q2d"]) == ()
     assert record_params(registry["bm25+q2d"], {"expansion": {"key": "k1"}})["expansion_key"] == "k1"
     assert [is_derived(registry[n]) for n in registry] == [False, False, True, True, True]
+
+
+class _HalfEntry(DerivedKind):
+    """Declares fields of its own and reads them, but never writes them back (no ``block_entry``): its block would
+    be left out of its identity, so out of every key."""
+
+    name = "half-entry"
+    entry_fields = ("extra",)
+
+    def parse_block(self, spec, fields, where):
+        return fields
+
+
+class _PathBothWays(RetrieverKind):
+    name = "both-ways"
+    needs_path = True
+    no_path_reason = "no weights"
+
+
+class _OptionalSaidFalse(RetrieverKind):
+    name = "false-path"
+    needs_path = False
+
+
+def test_a_half_implemented_capability_is_named_and_the_registry_refuses_its_kind():
+    assert half_implemented(_HalfEntry()) == ["OwnEntryFields: it has entry_fields, parse_block but not block_entry"]
+    assert not isinstance(_HalfEntry(), OwnEntryFields)
+    assert half_implemented(_HalfExpanded()) == ["ExpandsQueries: it has expansion_name but not complete, corpus_of, record_params, upstream_runs"]
+    assert half_implemented(_NoFamily()) == ["Expandable: it has instructs_expansion but not expansion_family"]
+    assert half_implemented(_PathBothWays()) == ["NeedsPath and RefusesPath: a path cannot be both needed and refused"]
+    assert half_implemented(_OptionalSaidFalse()) == ["NeedsPath: needs_path is False; a kind whose path is optional leaves it out"]
+    assert half_implemented(_Bare()) == []
+    with pytest.raises(
+        TypeError, match=r"^model m: kind half-entry has part of a capability: OwnEntryFields: it has entry_fields, parse_block but not block_entry$"
+    ):
+        model_kind(_spec(_HalfEntry()))
+    assert model_kind(_spec(_Bare())) is not None
+
+
+def test_model_kind_names_a_missing_required_member():
+    class NoLoad:  # the required protocol less load()
+        name, version, Settings = "no-load", "1", object
+
+        def revision(self, spec): ...
+        def upstream(self, spec): ...
+        def applicability(self, spec, task, registry): ...
+        def partition_keys(self, spec, task, ctx): ...
+
+    with pytest.raises(TypeError, match=r"^model m: kind no-load is not a ModelKind \(it lacks load\)$"):
+        model_kind(_spec(NoLoad()))
+
+
+def test_the_entry_and_path_helpers_follow_the_capabilities():
+    with pytest.raises(DataError, match=r"kind bm25 takes no 'path'; BM25 has no weights"):
+        model_spec(name="b", kind="bm25", path="org/bm25")
+    with pytest.raises(DataError, match=r"kind cross-encoder needs 'path' \(a hub id or a local folder\)"):
+        model_spec(name="c", kind="cross-encoder", rerank={"upstream": "b"})
+    clip = model_spec(name="clip", kind="open_clip", path="/weights/clip.pt", settings={"architecture": "ViT-B-32"})  # optional, given
+    assert clip.block is None and spec_module.block_entry(clip) == {}
+    with pytest.raises(DataError, match=r"settings need 'architecture'"):  # ChecksEntry: open_clip's check of the whole entry
+        model_spec(name="clip", kind="open_clip")
+    fused = model_spec(name="f", kind="fusion", fusion={"runs": ["a", "b"], "method": "rrf"})
+    assert spec_module.block_entry(fused) == {"fusion": {"method": "rrf", "runs": ["a", "b"], "k": 60}}
+    assert fused.identity()["fusion"] == spec_module.block_entry(fused)["fusion"]
+    with pytest.raises(DataError, match=r"unknown field 'fusion' for kind bm25 \('fusion' belongs to kind fusion\)"):
+        model_spec(name="b", kind="bm25", fusion={"runs": ["a", "b"]})
+    assert spec_module.entry_fields(get_kind("bm25")) == () and spec_module.path_rule(get_kind("open_clip")) == (False, True, "")

@@ -14,6 +14,7 @@ import importlib
 import inspect
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -96,7 +97,6 @@ def test_every_kind_satisfies_the_required_protocol_and_has_exactly_one_compute_
 
 
 def test_the_required_protocol_is_small_and_the_registry_refuses_a_kind_that_lacks_part_of_it():
-    from types import SimpleNamespace
 
     from medbench_core.retrieval.kinds.base import model_kind
 
@@ -147,20 +147,23 @@ class _Plain(RetrieverKind):
 
 
 def test_the_base_claims_nothing_dense_and_the_encoder_base_holds_the_dense_defaults():
+    from medbench_core.retrieval.kinds import capabilities
     from medbench_core.retrieval.kinds.encoder import EncoderKind
 
     spec = model_spec(name="b", kind="bm25")
     kind = _Plain()
-    assert kind.index_identity(spec) == "plain"  # no FAISS index: the index stage is keyed by a constant
+    plain = SimpleNamespace(name="p", kind="plain", plugin=kind)  # a model of a kind not in KINDS
+    assert not isinstance(kind, capabilities.BuildsIndex)
+    assert capabilities.index_identity(plain) == "plain"  # no index of its own: the index stage is keyed by a constant
     assert kind.long_text_params(spec) == {} and kind.mteb_meta(spec, {})["model_type"] == []
-    assert kind.build_index(spec, Path("unused"), Path("unused"), use_gpu=None, progress=None, available=None) == {
+    assert capabilities.build_index(plain, Path("unused"), Path("unused"), use_gpu=None, progress=None, available=None) == {
         "type": "none",
         "built_on": "cpu",
         "files": [],
     }
     assert not isinstance(kind, Retriever)  # the three compute methods are the subclass's own
     encoder = EncoderKind()
-    assert encoder.index_identity(spec) == {"type": "flat"}
+    assert isinstance(encoder, capabilities.BuildsIndex) and encoder.index_identity(spec) == {"type": "flat"}
     assert encoder.long_text_params(spec) == {"long_text": "truncate", "max_length": None}
     assert encoder.mteb_meta(spec, {})["model_type"] == ["dense"]
 

@@ -10,7 +10,8 @@ The pieces of the plugin boundary, one module each:
 - :mod:`.capabilities`: what only some kinds can do, each a small runtime-checkable protocol asked with
   ``isinstance`` (through one helper each), never a default on the base: :class:`~.capabilities.Expandable`,
   :class:`~.capabilities.ExpandsQueries`, :class:`~.capabilities.TakesQueryPrompt`,
-  :class:`~.capabilities.RunsTrustedCode`.
+  :class:`~.capabilities.RunsTrustedCode`, and the entry's (defined in :mod:`.spec`, beside the reader that asks them):
+  :class:`~.spec.OwnEntryFields`, :class:`~.spec.ChecksEntry`, :class:`~.spec.NeedsPath`, :class:`~.spec.RefusesPath`.
 - :mod:`.retriever_base`: :class:`~medbench_core.retrieval.kinds.retriever_base.Retriever`, the three
   methods the one search path needs of a first-stage retriever (as mteb's ``SearchProtocol``), and
   :class:`~medbench_core.retrieval.kinds.retriever_base.RetrieverKind`, the base that gives a retriever
@@ -34,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import polars as pl
 
-from medbench_core.retrieval.kinds.capabilities import query_prompt
+from medbench_core.retrieval.kinds.capabilities import NeedsPath, OwnEntryFields, half_implemented, query_prompt
 from medbench_core.retrieval.kinds.settings import KindSettings, NoSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import KeyContext
@@ -113,18 +114,24 @@ def model_kind(spec: ModelSpec) -> ModelKind:
         required = ("name", "version", "Settings", "revision", "upstream", "applicability", "partition_keys", "load")
         missing = [m for m in required if not hasattr(kind, m)]
         raise TypeError(f"model {spec.name}: kind {spec.kind} is not a ModelKind (it lacks {', '.join(missing)})")
+    problems = half_implemented(kind)
+    if problems:
+        raise TypeError(f"model {spec.name}: kind {spec.kind} has part of a capability: {'; '.join(problems)}")
     return kind
 
 
 class Kind:
     """The base of every kind: :class:`ModelKind`'s methods, and a default for what every kind says beside them
-    (its entry fields, paths, modalities, libraries, long-text policy, MLflow params, mteb metadata).
+    (modalities, libraries, long-text policy, MLflow params, mteb metadata, a hub id, an example entry).
 
-    The protocols are what callers rely on, not this class: :class:`ModelKind` (required), exactly one compute
+    The protocols are what callers rely on, not this class: :class:`ModelKind` (required: ``name``, ``version``,
+    ``Settings``, ``revision``, ``upstream``, ``applicability``, ``partition_keys``, ``load``), exactly one compute
     capability, :class:`~.retriever_base.Retriever` or :class:`~.derived_base.RunBuilder`, and the optional
-    capabilities of :mod:`.capabilities` (:class:`~.capabilities.Expandable`, :class:`~.capabilities.ExpandsQueries`,
-    :class:`~.capabilities.TakesQueryPrompt`, :class:`~.capabilities.RunsTrustedCode`), which a kind has by
-    defining their members and which have no default here. A kind module subclasses one of the three bases
+    capabilities listed in :data:`~.capabilities.CAPABILITIES` (:class:`~.capabilities.Expandable`,
+    :class:`~.capabilities.ExpandsQueries`, :class:`~.capabilities.TakesQueryPrompt`, :class:`~.capabilities.RunsTrustedCode`,
+    :class:`~.spec.OwnEntryFields`, :class:`~.spec.ChecksEntry`, :class:`~.spec.NeedsPath`, :class:`~.spec.RefusesPath`),
+    which a kind has by defining all their members (:func:`model_kind` refuses a kind with only part of one) and
+    which have no default here. A kind module subclasses one of the three bases
     (:class:`~.retriever_base.RetrieverKind`, :class:`~.encoder.EncoderKind`, :class:`~.derived_base.DerivedKind`),
     sets the class attributes and overrides what its models need.
     """
@@ -134,11 +141,6 @@ class Kind:
     Settings: type[KindSettings] = NoSettings
     #: bumped in the change that alters this kind's output
     version: str = "1"
-    #: entry fields of this kind beside the common ones (``fusion``, ``rerank``, ``retriever`` ...)
-    entry_fields: tuple[str, ...] = ()
-    needs_path: bool = False
-    takes_path: bool = True
-    no_path_reason: str = ""
     #: record modalities it reads: a text-only kind is ``n/a`` on tasks with image-only records
     reads: frozenset[str] = frozenset({"text"})
     #: loads model weights to compute (a process keeps one loaded; the main job warms it up early)
@@ -155,16 +157,7 @@ class Kind:
         outputs' model of this kind when their fixture writes none (tests/core/golden_outputs.py). It may write what
         the model needs (tiny weights, a config) into the empty folder ``folder``. The default: ``{}`` (the kind's
         defaults make a model) unless the kind needs a path or fields of its own, then None (no example)."""
-        return None if self.needs_path or self.entry_fields else {}
-
-    # --- the entry
-    def parse_block(self, spec: ModelSpec, fields: dict[str, Any], where: str) -> Any:
-        """This kind's own entry fields, checked (``where`` names file and entry); the spec's other fields may be checked too."""
-        return None
-
-    def block_entry(self, spec: ModelSpec) -> dict[str, Any]:
-        """The kind's own fields as the entry writes them (they enter the identity)."""
-        return {}
+        return None if isinstance(self, (NeedsPath, OwnEntryFields)) else {}
 
     def upstream(self, spec: ModelSpec) -> tuple[str, ...]:
         """Models whose runs (or stored corpus) this model's run is built from."""

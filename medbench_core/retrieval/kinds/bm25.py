@@ -86,7 +86,6 @@ class BM25Kind(RetrieverKind):
     packages = ("bm25s", "PyStemmer", "jieba", "fugashi", "unidic-lite")  # the analysers of retrieval/analysis.py segment ja and zh
     Settings = BM25Settings
     version = "1"
-    takes_path = False
     no_path_reason = "BM25 has no weights"
     expansion_family = "lexical"
 

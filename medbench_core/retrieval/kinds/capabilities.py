@@ -13,15 +13,34 @@ hook with a default on every kind; a kind without the capability simply lacks it
   ``prompt_key``).
 - :class:`RunsTrustedCode`: a kind that runs code from a folder, admitted only by the registry's
   ``trust_code`` allowlist (the code-folder kinds).
+- The entry: :class:`OwnEntryFields`, fields of the kind's own beside the common ones (a fusion's ``fusion:``,
+  a reranker's ``rerank:``, an expanded model's ``retriever:`` ...), read into the spec's ``block`` and written
+  back into its identity; :class:`ChecksEntry`, a check of the common fields and settings together, beyond
+  what the settings schema checks (open_clip, UniIR, the late-interaction kinds).
+- A model path: :class:`NeedsPath`, every entry must name its weights with ``path:``; :class:`RefusesPath`, no
+  entry may (a model with no weights to load), with the reason. A kind with neither takes a path when given one.
+
+A retriever's index and search extras (:mod:`.retriever_base`'s kinds; a kind without them searches its stored corpus as
+it is, as TF-IDF does):
+
+- :class:`BuildsIndex`: an index stage of its own over the stored corpus (``build_index``), keyed by ``index_identity``
+  (an encoder's FAISS index, BM25's and Lucene's stored scores, late interaction's PLAID settings).
+- :class:`ChecksBeforeSearch`: a check that a search fits in memory before the queries are represented (encoders).
+- :class:`WritesQueryFiles`: the represented queries kept beside the run for a re-scoring (encoders, late interaction).
+
+The entry's and the path's protocols are defined in :mod:`.spec`, beside :func:`~.spec.parse_entry`, the one reader that
+asks them (spec.py is below this module: no import circle), and are named here with the rest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from medbench_core.errors import DataError
-from medbench_core.retrieval.kinds.spec import ModelSpec
+from medbench_core.retrieval.kinds.spec import ChecksEntry, ModelSpec, NeedsPath, OwnEntryFields, RefusesPath
+from medbench_core.retrieval.kinds.stage_inputs import Info, MemoryBudget, StoredCorpus
 from medbench_core.taskdata.task import Task
 
 
@@ -100,6 +119,39 @@ class RunsTrustedCode(Protocol):
         ...
 
 
+@runtime_checkable
+class BuildsIndex(Protocol):
+    """A retriever with an index stage of its own over its stored corpus (a kind without one gets an index stage that
+    writes no file, keyed by the kind's name)."""
+
+    def index_identity(self, spec: ModelSpec) -> Any:
+        """What keys the index stage beside the embeddings key (an encoder's ``index:`` settings)."""
+        ...
+
+    def build_index(self, spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None, progress: bool | None, available: MemoryBudget) -> Info:
+        """Write the index over the stored corpus ``emb_dir`` into ``out``; what its info.json records: ``type`` and
+        ``built_on`` (``cpu`` or ``gpu``; the index asset shows both), ``files`` (what it wrote)."""
+        ...
+
+
+@runtime_checkable
+class ChecksBeforeSearch(Protocol):
+    """A retriever that refuses a search that cannot fit before its queries are represented (its model loaded)."""
+
+    def before_search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, available: MemoryBudget) -> None:
+        """MemoryBudgetError (or DataError) for a search of ``corpus`` that ``available`` memory cannot hold."""
+        ...
+
+
+@runtime_checkable
+class WritesQueryFiles(Protocol):
+    """A retriever whose represented queries are kept beside its run, for a re-scoring."""
+
+    def query_files(self, queries: object, out: Path) -> list[str]:
+        """Write what a re-scoring needs of the represented ``queries`` into ``out``; their file names."""
+        ...
+
+
 # --- what the rest of medbench asks ------------------------------------------------------------
 
 
@@ -175,3 +227,65 @@ def grant_trust(spec: ModelSpec, trusted_code: Mapping[str, str], where: str) ->
     (:class:`RunsTrustedCode`; DataError for code not listed with its current hash); any other ``spec`` as it is."""
     kind = spec.plugin
     return kind.grant_trust(spec, trusted_code, where) if isinstance(kind, RunsTrustedCode) else spec
+
+
+def index_identity(spec: ModelSpec) -> Any:
+    """What keys ``spec``'s index stage beside its embeddings key: its :class:`BuildsIndex` kind's, else the kind's name
+    (a constant: no index of its own)."""
+    kind = spec.plugin
+    return kind.index_identity(spec) if isinstance(kind, BuildsIndex) else kind.name
+
+
+def build_index(spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None, progress: bool | None, available: MemoryBudget) -> Info:
+    """``spec``'s index over its stored corpus written into ``out`` (:class:`BuildsIndex`), or none: ``search`` reads the
+    corpus as ``embed_corpus`` stored it."""
+    kind = spec.plugin
+    if isinstance(kind, BuildsIndex):
+        return kind.build_index(spec, emb_dir, out, use_gpu=use_gpu, progress=progress, available=available)
+    return {"type": "none", "built_on": "cpu", "files": []}
+
+
+def before_search(spec: ModelSpec, task: Task, corpus: StoredCorpus, available: MemoryBudget) -> None:
+    """Refuse a search of ``corpus`` that cannot fit, when ``spec``'s kind checks one (:class:`ChecksBeforeSearch`)."""
+    kind = spec.plugin
+    if isinstance(kind, ChecksBeforeSearch):
+        kind.before_search(spec, task, corpus, available)
+
+
+def query_files(spec: ModelSpec, queries: object, out: Path) -> list[str]:
+    """The files ``spec``'s kind keeps of its represented queries in ``out`` (:class:`WritesQueryFiles`); none otherwise."""
+    kind = spec.plugin
+    return kind.query_files(queries, out) if isinstance(kind, WritesQueryFiles) else []
+
+
+# Every optional capability, with its members: a kind has one with all its members or none of them.
+CAPABILITIES: tuple[type, ...] = (
+    Expandable, ExpandsQueries, TakesQueryPrompt, RunsTrustedCode, OwnEntryFields, ChecksEntry, NeedsPath, RefusesPath,
+    BuildsIndex, ChecksBeforeSearch, WritesQueryFiles,
+)  # fmt: skip
+
+
+def members(capability: type) -> tuple[str, ...]:
+    """The names a kind must define to have ``capability``."""
+    own = {*vars(capability).get("__annotations__", {}), *(n for n, v in vars(capability).items() if callable(v))}
+    return tuple(sorted(n for n in own if not n.startswith("_")))
+
+
+def half_implemented(kind: object) -> list[str]:
+    """What is wrong with ``kind``'s optional capabilities: one it has only part of (its other members missing, so
+    ``isinstance`` says it has none and its members are never called), a path both needed and refused, a
+    ``needs_path`` that is not True, a refusal without a reason. Empty for a sound kind."""
+    problems = []
+    for capability in CAPABILITIES:
+        names = members(capability)
+        present = [m for m in names if hasattr(kind, m)]
+        if present and len(present) < len(names):
+            missing = [m for m in names if m not in present]
+            problems.append(f"{capability.__name__}: it has {', '.join(present)} but not {', '.join(missing)}")
+    if isinstance(kind, NeedsPath) and kind.needs_path is not True:
+        problems.append(f"NeedsPath: needs_path is {kind.needs_path!r}; a kind whose path is optional leaves it out")
+    if isinstance(kind, RefusesPath) and not kind.no_path_reason:
+        problems.append("RefusesPath: no_path_reason is empty; say why its entries take no path")
+    if isinstance(kind, NeedsPath) and isinstance(kind, RefusesPath):
+        problems.append("NeedsPath and RefusesPath: a path cannot be both needed and refused")
+    return problems

@@ -56,8 +56,6 @@ class DerivedKind(Kind):
     """A model whose run is built from other models' runs (or a retriever's stored corpus and an expansion):
     :class:`RunBuilder`'s three methods; no weights of its own unless it says so (a cross-encoder's :meth:`revision`)."""
 
-    takes_path = True
-
     def revision(self, spec: ModelSpec) -> str:
         return ""
 

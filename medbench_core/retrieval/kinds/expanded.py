@@ -22,7 +22,7 @@ import polars as pl
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.expansion.rules import Combine, resolve_combination
-from medbench_core.retrieval.kinds.capabilities import expansion_family, prompt_key, query_prompt
+from medbench_core.retrieval.kinds.capabilities import expansion_family, prompt_key, query_files, query_prompt
 from medbench_core.retrieval.kinds.derived_base import DerivedKind, is_derived
 from medbench_core.retrieval.kinds.settings import KindSettings
 from medbench_core.retrieval.kinds.spec import ModelSpec
@@ -75,7 +75,6 @@ class ExpandedKind(DerivedKind):
     # (instruct_expansion's default per retriever kind changed the resolved combination, which is in the run key)
     version = "2"
     entry_fields = ("retriever", "expansion", "combine", "repeat_query")
-    takes_path = False
     no_path_reason = "its retriever's entry names the model"
 
     def parse_block(self, spec: ModelSpec, fields: dict[str, Any], where: str) -> ExpandedBlock:
@@ -195,7 +194,7 @@ class ExpandedKind(DerivedKind):
         # the retriever's query instruction on this task (R2MED's encoders keep it with an expansion)
         prompt = query_prompt(retriever, task)
         run, queries = rank(retriever, task, corpus, k=k, load_model=load_model, prompt=prompt, expansion=(texts, combine), progress=progress)
-        files = retriever.plugin.query_files(queries, out)
+        files = query_files(retriever, queries, out)
         info = {"retriever": retriever.name, "combine": combine.to_dict(), "expansion": {"name": exp.spec.name, "key": exp.key}, "files": files}
         qids = task.queries["query_id"].to_list()
         empty = [q for q, t in zip(qids, texts) if not (t or "").strip()]

@@ -53,7 +53,6 @@ class FusionKind(DerivedKind):
     name = "fusion"
     version = "1"
     entry_fields = ("fusion",)
-    takes_path = False
     no_path_reason = "a fusion has no weights; its runs name the models it fuses"
     reads = frozenset({"text", "image"})  # reads no record itself
 

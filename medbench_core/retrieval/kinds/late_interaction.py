@@ -48,9 +48,8 @@ class LateInteractionKind(RetrieverKind):
 
     loads_weights = True
 
-    def parse_block(self, spec: ModelSpec, fields: dict[str, Any], where: str) -> Any:
+    def check_entry(self, spec: ModelSpec, where: str) -> None:
         index_settings(spec, where)
-        return None
 
     def index_identity(self, spec: ModelSpec) -> Any:
         return index_settings(spec)

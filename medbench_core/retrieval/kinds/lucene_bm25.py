@@ -78,7 +78,6 @@ class LuceneBM25Kind(RetrieverKind):
     # 2: of documents tied at the k-th place, the first in the corpus are kept (R2MED's stable sort), not the last by doc id;
     #    a document's U+202F at either end is kept (a connector to Lucene), as R2MED's raw text keeps it
     version = "2"
-    takes_path = False
     no_path_reason = "BM25 has no weights"
     expansion_family = "lexical"
 

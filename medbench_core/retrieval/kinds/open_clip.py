@@ -56,7 +56,7 @@ class OpenClipKind(EncoderKind):
     version = "1"
     reads = frozenset({"text", "image"})
 
-    def parse_block(self, spec: ModelSpec, fields: dict[str, Any], where: str) -> Any:
+    def check_entry(self, spec: ModelSpec, where: str) -> None:
         from medbench_core.retrieval.clip import bundled_architectures, checkpoint_format_of, clip_settings
 
         s = clip_settings(spec)
@@ -68,7 +68,6 @@ class OpenClipKind(EncoderKind):
             raise DataError(f"{where}: {exc}") from exc
         if spec.settings.text_revision and checkpoint_format != "hub":
             raise DataError(f"{where}: text_revision pins the text tower repositories of an hf-hub: checkpoint; this model has none")
-        return None
 
     def hub_id(self, spec: ModelSpec) -> str:
         from medbench_core.retrieval.clip import clip_settings

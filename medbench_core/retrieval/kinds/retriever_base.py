@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import polars as pl
 
 from medbench_core.retrieval.kinds.base import Kind, cached_revision
-from medbench_core.retrieval.kinds.capabilities import ExpandsQueries, prompt_key
+from medbench_core.retrieval.kinds.capabilities import ExpandsQueries, index_identity, prompt_key
 from medbench_core.retrieval.kinds.spec import ModelSpec
 from medbench_core.retrieval.kinds.stage_inputs import Info, KeyContext, MemoryBudget, Pools, Queries, QueryExpansion, QueryPrompt, StoredCorpus
 from medbench_core.taskdata.task import Task
@@ -82,17 +81,12 @@ def corpus_of(spec: ModelSpec) -> str | None:
 class RetrieverKind(Kind):
     """The base of a first-stage retriever: represents the corpus once, then ranks queries against it.
 
-    A subclass implements :class:`Retriever`'s three methods; this base gives it its stage keys
-    and hooks whose defaults suit a kind that searches its stored corpus as it is (BM25, TF-IDF):
-    no separate index (:meth:`build_index`, :meth:`index_identity`), nothing to check before a
-    search, no query files. :class:`~medbench_core.retrieval.kinds.encoder.EncoderKind` overrides
-    them for dense vectors in a FAISS index.
+    A subclass implements :class:`Retriever`'s three methods; this base gives it its stage keys. An index of its
+    own, a check before a search and query files are optional capabilities (:class:`~.capabilities.BuildsIndex`,
+    :class:`~.capabilities.ChecksBeforeSearch`, :class:`~.capabilities.WritesQueryFiles`); a kind without them
+    searches its stored corpus as it is (TF-IDF). :class:`~medbench_core.retrieval.kinds.encoder.EncoderKind` has
+    all three for dense vectors in a FAISS index.
     """
-
-    def index_identity(self, spec: ModelSpec) -> str | Mapping[str, Any]:
-        """What keys the index stage beside the embeddings key: a constant (the kind's name) for a kind
-        that builds no index; an encoder's FAISS index settings (the entry's ``index:``)."""
-        return self.name
 
     def stage_keys(
         self,
@@ -130,7 +124,7 @@ class RetrieverKind(Kind):
         if analysis:
             source["analysis"] = analysis
         emb = artifact_key(stage="embeddings", task=task_hash, model=model, revision=revision, code=stage_version("embeddings"), **kind, **source)
-        idx = artifact_key(stage="index", upstream=emb, index=self.index_identity(spec), code=stage_version("index"))
+        idx = artifact_key(stage="index", upstream=emb, index=index_identity(spec), code=stage_version("index"))
         run = artifact_key(stage="run", upstream=idx, k=k, code=stage_version("run"), **kind, **prompt)
         met = artifact_key(stage="metrics", upstream=run, metrics=list(metrics or DEFAULT_METRICS), code=stage_version("metrics"))
         return {"embeddings": emb, "index": idx, "run": run, "metrics": met}
@@ -149,17 +143,3 @@ class RetrieverKind(Kind):
             query_prompt=prompt_key(spec, task),
             analysis=self.analysis_identity(spec, task),
         )
-
-    # --- compute: a subclass implements Retriever's three methods; these hooks have defaults
-    def build_index(self, spec: ModelSpec, emb_dir: Path, out: Path, *, use_gpu: bool | None, progress: bool | None, available: MemoryBudget) -> Info:
-        """Write a search index over the stored corpus into ``out``; return what its info.json records:
-        ``type`` and ``built_on`` (``cpu`` or ``gpu``; the index asset shows both), ``files`` (what it wrote).
-        Default: none (``search`` reads the corpus as ``embed_corpus`` stored it)."""
-        return {"type": "none", "built_on": "cpu", "files": []}
-
-    def query_files(self, queries: object, out: Path) -> list[str]:
-        """Write what a re-scoring needs of the represented queries into ``out``; their file names."""
-        return []
-
-    def before_search(self, spec: ModelSpec, task: Task, corpus: StoredCorpus, available: MemoryBudget) -> None:
-        """Refuse a search that cannot fit, before the queries are represented."""

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from medbench_core.errors import DataError
 from medbench_core.retrieval.kinds import get_kind, kind_names
@@ -21,6 +21,84 @@ from medbench_core.retrieval.kinds.settings import KindSettings, NoSettings, clo
 
 COMMON_FIELDS = ("name", "kind", "path", "revision", "settings", "batch_size", "index", "trust_remote_code", "training_data")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
+
+
+# --- the capabilities of a kind that concern its entry (named with the others in capabilities.py) ---
+
+
+@runtime_checkable
+class OwnEntryFields(Protocol):
+    """A kind whose entries have fields of their own beside the common ones (:data:`COMMON_FIELDS`): a fusion's
+    ``fusion:``, a reranker's ``rerank:``, an expanded model's ``retriever:``, ``expansion:`` ... They are read into the
+    spec's ``block`` when models.yaml is read, and written back into its identity (so into every key)."""
+
+    #: the names of its own fields; an entry with any other field beside the common ones is refused
+    entry_fields: tuple[str, ...]
+
+    def parse_block(self, spec: ModelSpec, fields: dict[str, Any], where: str) -> Any:
+        """Its own fields of the entry (those given), checked and read into the spec's ``block`` (``where`` names file
+        and entry; DataError for what is missing or wrong)."""
+        ...
+
+    def block_entry(self, spec: ModelSpec) -> dict[str, Any]:
+        """The block as the entry writes it (it enters the identity and :meth:`ModelSpec.to_entry`)."""
+        ...
+
+
+@runtime_checkable
+class ChecksEntry(Protocol):
+    """A kind that checks an entry's common fields and settings together, beyond what its settings schema checks
+    field by field (open_clip: an architecture or an ``hf-hub:`` checkpoint; UniIR: a checkpoint file; late interaction:
+    its index settings)."""
+
+    def check_entry(self, spec: ModelSpec, where: str) -> None:
+        """DataError (naming ``where``: file and entry) for an entry its models cannot be built from."""
+        ...
+
+
+@runtime_checkable
+class NeedsPath(Protocol):
+    """A kind whose every model names where its weights come from with ``path:`` (a hub id or a local folder): an
+    entry without one is refused when models.yaml is read."""
+
+    needs_path: Literal[True]
+
+
+@runtime_checkable
+class RefusesPath(Protocol):
+    """A kind whose models have no weights to load (BM25, TF-IDF, a fusion, an expanded model): an entry with a
+    ``path:`` is refused, with the reason."""
+
+    #: why it takes no path, the end of the refusal ("BM25 has no weights")
+    no_path_reason: str
+
+
+def entry_fields(kind: object) -> tuple[str, ...]:
+    """The fields of ``kind``'s own an entry may give beside the common ones (:class:`OwnEntryFields`); none for other kinds."""
+    return tuple(kind.entry_fields) if isinstance(kind, OwnEntryFields) else ()
+
+
+def read_block(spec: ModelSpec, fields: dict[str, Any], where: str) -> Any:
+    """``spec``'s block from its kind's own fields of the entry (``fields``), after the kind's check of the whole entry
+    (:class:`ChecksEntry`); None for a kind without fields of its own."""
+    kind = spec.plugin
+    if isinstance(kind, ChecksEntry):
+        kind.check_entry(spec, where)
+    return kind.parse_block(spec, fields, where) if isinstance(kind, OwnEntryFields) else None
+
+
+def block_entry(spec: ModelSpec) -> dict[str, Any]:
+    """``spec``'s own fields as its entry writes them (they enter its identity); ``{}`` for a kind without any."""
+    kind = spec.plugin
+    return kind.block_entry(spec) if isinstance(kind, OwnEntryFields) else {}
+
+
+def path_rule(kind: object) -> tuple[bool, bool, str]:
+    """``(needs a path, takes one, why not)`` of ``kind``'s entries: :class:`NeedsPath`, :class:`RefusesPath`, or a path
+    taken when given."""
+    if isinstance(kind, RefusesPath):
+        return False, False, kind.no_path_reason
+    return isinstance(kind, NeedsPath) and kind.needs_path is True, True, ""
 
 
 @dataclass(frozen=True)
@@ -73,7 +151,7 @@ class ModelSpec:
             "settings": self.settings.explicit(),
             "index": self.index,
         }
-        ident.update(self.plugin.block_entry(self))
+        ident.update(block_entry(self))
         return ident
 
     def key(self) -> str:
@@ -100,7 +178,7 @@ class ModelSpec:
         entry.update(batch_size=self.batch_size, index=dict(self.index))
         if self.trust_remote_code:
             entry["trust_remote_code"] = True
-        entry.update(self.plugin.block_entry(self))
+        entry.update(block_entry(self))
         return entry
 
 
@@ -121,17 +199,18 @@ def parse_entry(entry: Mapping[str, Any], where: str = "models.yaml") -> ModelSp
     if kind_name not in kind_names():
         raise DataError(f"{at}: unknown kind {kind_name!r}{closest(str(kind_name), kind_names())}; known kinds: {', '.join(kind_names())}")
     kind = get_kind(kind_name)
-    own = tuple(kind.entry_fields)
+    own = entry_fields(kind)
     for key in entry:
         if key not in COMMON_FIELDS and key not in own:
-            others = [k.name for k in map(get_kind, kind_names()) if key in k.entry_fields]
+            others = [k.name for k in map(get_kind, kind_names()) if key in entry_fields(k)]
             why = f" ('{key}' belongs to kind {', '.join(others)})" if others else closest(str(key), [*COMMON_FIELDS, *own])
             raise DataError(f"{at}: unknown field {key!r} for kind {kind_name}{why}; known fields: {', '.join(sorted([*COMMON_FIELDS, *own]))}")
     path = entry.get("path") or ""
-    if kind.needs_path and not path:
+    needs_path, takes_path, no_path_reason = path_rule(kind)
+    if needs_path and not path:
         raise DataError(f"{at}: kind {kind_name} needs 'path' (a hub id or a local folder)")
-    if path and not kind.takes_path:
-        raise DataError(f"{at}: kind {kind_name} takes no 'path'; {kind.no_path_reason}")
+    if path and not takes_path:
+        raise DataError(f"{at}: kind {kind_name} takes no 'path'; {no_path_reason}")
     settings = kind.Settings.parse(entry.get("settings"), at, kind_name)
     batch_size = entry.get("batch_size", 32)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
@@ -149,7 +228,7 @@ def parse_entry(entry: Mapping[str, Any], where: str = "models.yaml") -> ModelSp
         index=dict(index),
         trust_remote_code=bool(entry.get("trust_remote_code", False)),
     )
-    return dataclasses.replace(spec, block=kind.parse_block(spec, {k: entry[k] for k in own if k in entry}, at))
+    return dataclasses.replace(spec, block=read_block(spec, {k: entry[k] for k in own if k in entry}, at))
 
 
 def model_spec(**entry: Any) -> ModelSpec:

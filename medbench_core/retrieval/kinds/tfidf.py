@@ -80,7 +80,6 @@ class TfidfKind(RetrieverKind):
     packages = ("scikit-learn", "scipy")
     Settings = TfidfSettings
     version = "1"
-    takes_path = False
     no_path_reason = "TF-IDF has no weights; it is fitted on each task's corpus"
 
     def revision(self, spec: ModelSpec) -> str:

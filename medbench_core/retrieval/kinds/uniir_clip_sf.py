@@ -275,12 +275,11 @@ class UniIRClipSFKind(EncoderKind):
     needs_path = True
     reads = frozenset({"text", "image"})
 
-    def parse_block(self, spec: ModelSpec, fields: dict[str, Any], where: str) -> Any:
+    def check_entry(self, spec: ModelSpec, where: str) -> None:
         from medbench_core.hub import is_repo_id
 
         if not spec.settings.file and not is_repo_id(spec.path) and Path(spec.path).suffix.lower() not in CHECKPOINT_SUFFIXES:
             raise DataError(f"{where}: path {spec.path!r}: give a checkpoint file ({', '.join(CHECKPOINT_SUFFIXES)}) or a hub id with settings.file")
-        return None
 
     def hub_id(self, spec: ModelSpec) -> str:
         from medbench_core.hub import is_repo_id
