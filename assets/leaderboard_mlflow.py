@@ -94,7 +94,7 @@ def log_leaderboard(
     files = [out / f for f in written["files"] if not f.startswith(("diff/", "trust/"))]
     for folder in ("diff", "trust"):
         if (out / folder).is_dir() and any((out / folder).iterdir()):
-            files.append(out / folder)  # logged as the folder diff/ (trust/)
+            files.append(out / folder)  # logged as the folder diff/ (diff/<task>/<model>.png) and trust/ (trust/<model>.png)
     tags = {KIND_TAG: "leaderboard", DAGSTER_RUN_TAG: context.run_id}
     if written["stale"]:  # the values marked stale in the saved reports, and why
         tags[STALE_TAG] = "; ".join(f"{m}/{t}: {why}" for (m, t), why in sorted(written["stale"].items()))[:5000]

@@ -2,7 +2,7 @@
 
 Reads what the stages stored (metrics.json, per_query.parquet, the run's info.json) for the
 current registry and catalogue (each cell at its current provenance key), writes the reports
-under data/reports (medbench_core.evaluation.reports: leaderboard.{md,csv,json}, stats.csv, heatmap.png, diff/<task>.png) and logs them as one MLflow
+under data/reports (medbench_core.evaluation.reports: leaderboard.{md,csv,json}, stats.csv, heatmap.png, diff/<task>/<model>.png) and logs them as one MLflow
 run tagged ``medbench.kind=leaderboard`` in the experiment ``<benchmark>-leaderboard``, reused while
 its inputs are unchanged.
 
@@ -225,9 +225,19 @@ def write_reports(
 
 
 def leaderboard_metadata(written: dict, out: Path, site: dict, g: Gathered, sig: Significance) -> dict:
-    """The asset's metadata: the table, where the files and the site are, the plots, and counts of what the cells are."""
+    """The asset's metadata: the table, where the files and the site are, the plots, and counts of what the cells are.
+
+    One entry per trust plot (``trust_<model>``) and per task's folder of difference plots (``diff_<task>``: one plot per
+    model, so a board of many models keeps its metadata to one entry per task); the ``plots`` list links every PNG."""
     md = written["markdown"]
-    plots = {f"{Path(f).parent.name}_{Path(f).stem}": dg.MetadataValue.path(str(out / f)) for f in written["files"] if f.startswith(("diff/", "trust/"))}
+    diffs: dict[str, list[str]] = {}  # task folder -> its plots, in the board's order
+    for f in written["files"]:
+        if f.startswith("diff/"):
+            diffs.setdefault(str(Path(f).parent), []).append(f)
+    plots = {f"trust_{Path(f).stem}": dg.MetadataValue.path(str(out / f)) for f in written["files"] if f.startswith("trust/")}
+    plots |= {f"diff_{Path(folder).name}": dg.MetadataValue.path(str(out / folder)) for folder in diffs}
+    links = [f"- [{f}]({(out / f).resolve().as_uri()})" for f in written["files"] if f.endswith(".png") and not f.startswith("diff/")]
+    links += [f"- {folder}: " + " · ".join(f"[{Path(f).stem}]({(out / f).resolve().as_uri()})" for f in files) for folder, files in diffs.items()]
     return {
         "leaderboard": dg.MetadataValue.md(md),
         "path": dg.MetadataValue.path(str(out / "leaderboard.md")),
@@ -235,7 +245,7 @@ def leaderboard_metadata(written: dict, out: Path, site: dict, g: Gathered, sig:
         **({"site": dg.MetadataValue.path(str(site["index"])), "site_bytes": site["bytes"]} if "index" in site else {"site": site["error"]}),
         "heatmap": dg.MetadataValue.path(str(out / "heatmap.png")),
         # Markdown links render as clickable in the UI; the images themselves are in the MLflow run.
-        "plots": dg.MetadataValue.md("\n".join(f"- [{f}]({(out / f).resolve().as_uri()})" for f in written["files"] if f.endswith(".png"))),
+        "plots": dg.MetadataValue.md("\n".join(links)),
         **plots,
         "baseline": sig.baseline,
         "significant_cells": int(written["stats"]["significant"].sum()) if written["stats"].height else 0,

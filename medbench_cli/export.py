@@ -4,8 +4,8 @@ static site (medbench_core.site: overview, task, model and versions pages, SVG p
 server and no network needed to read it), built from the saved leaderboard and the stored provenance,
 the same pages every ``medbench run`` writes beside the leaderboard (<data>/reports/site).
 
-DIR/leaderboard.{md,csv,json}, stats.csv, heatmap.png, multilingual.csv (when a task is multilingual), diff/<task>.png,
-trust/<model>.png (the reports as saved);
+DIR/leaderboard.{md,csv,json}, stats.csv, heatmap.png, multilingual.csv (when a task is multilingual),
+diff/<task>/<model>.png, trust/<model>.png (the reports as saved);
 DIR/metrics/<model>/<task>/{metrics.json, per_query.parquet}; DIR/results/<org>__<model>/<revision>/<task>.json
 (+ model_meta.json: MTEB's results-repository layout, which ``mteb.ResultCache(DIR).load_results()`` reads;
 MTEB's task and model names where there are some) and DIR/trec/<model>/<task>.trec
@@ -129,21 +129,17 @@ def export(data_root: Path, dest: Path, models_file: Path | None = None) -> int:
     metas = mteb_models(specs, {c.model: c.model_revision for c in cells})
     names = mteb_task_names(cells)
     reports = [f for f in REPORT_FILES if (layout.reports_dir() / f).is_file()]
-    plots = sorted(p.name for p in (layout.reports_dir() / "diff").glob("*.png")) if saved.get("plots") else []
-    trust_plots = list((saved.get("plots") or {}).get("trust") or [])  # trust/<model>.png: what each cell rests on
+    # The plots leaderboard.json lists: diff/<task>/<model>.png (each model against the baseline), trust/<model>.png (what each cell rests on)
+    plots = [f for kind in ("diff", "trust") for f in (saved.get("plots") or {}).get(kind) or [] if f.startswith(f"{kind}/") and ".." not in Path(f).parts]
 
     def build(tmp: Path) -> None:
         for suffix in ("md", "csv", "json"):
             shutil.copyfile(layout.leaderboard_file(suffix), tmp / f"leaderboard.{suffix}")
         for f in reports:
             shutil.copyfile(layout.reports_dir() / f, tmp / f)
-        if plots:
-            (tmp / "diff").mkdir()
-            for f in plots:
-                shutil.copyfile(layout.reports_dir() / "diff" / f, tmp / "diff" / f)
-        for f in trust_plots:
+        for f in plots:
             if (layout.reports_dir() / f).is_file():
-                (tmp / f).parent.mkdir(exist_ok=True)
+                (tmp / f).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(layout.reports_dir() / f, tmp / f)
         for model, task, source in sources:
             (tmp / "metrics" / model / task).mkdir(parents=True)

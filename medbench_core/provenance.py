@@ -50,8 +50,9 @@ STAGE_VERSIONS: dict[str, str] = {
     "leaderboard": "1",  # the leaderboard cells
     # tables, CIs, paired tests, plots; 2: rank intervals and groups; 3: chance row, floors and ties, one paired gap
     # (pivot minus L, Holm), language variance; 4: trust cells follow the metric, one interval per cell (issue 46)
-    # 5: a short head (figure + CI) pointing to the site (issue 48)
-    "reports": "5",
+    # 5: a short head (figure + CI) pointing to the site (issue 48); 6: one difference plot per model x task,
+    # diff/<task>/<model>.png, instead of one per task with every model (issue 53)
+    "reports": "6",
 }
 
 

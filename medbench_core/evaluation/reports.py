@@ -105,8 +105,9 @@ def write_leaderboard(
     trust, contamination and floors columns, and a last ``stale`` column when a cell is stale), ``stats.csv`` (one
     row per model x task compared with the baseline, with its rank, published and trust columns),
     ``leaderboard.json`` (all of it, plus ``extra_json``), ``multilingual.csv`` (when a task is multilingual),
-    ``heatmap.png`` (rows labelled with the average's rank), ``diff/<task>.png`` (per-query differences from the
-    baseline) and ``trust/<model>.png``. Files are written atomically; ``diff/`` and ``trust/`` are replaced whole.
+    ``heatmap.png`` (rows labelled with the average's rank), ``diff/<task>/<model>.png`` (the model's per-query
+    differences from the baseline on the task, for each model but the baseline) and ``trust/<model>.png``. Files are
+    written atomically; ``diff/`` and ``trust/`` are replaced whole (a model no longer on the board leaves no plot).
     """
     out = Path(out_dir)
     md = leaderboard_document(tables, footer)
@@ -278,9 +279,11 @@ def _trust_markdown(t: Tables) -> str:
 
 
 def draw_plots(t: Tables, out: Path, before: Path) -> dict[str, Any]:
-    """``trust/<model>.png``, ``diff/<task>.png`` (each folder replaced whole) and ``heatmap.png`` in ``out``; each plot whose
-    inputs are those of its copy in ``before`` (the last leaderboard) is copied inside :func:`medbench_core.evaluation.reuse.reusing`.
-    Returns leaderboard.json's ``plots``."""
+    """``trust/<model>.png``, ``diff/<task>/<model>.png`` (each folder replaced whole) and ``heatmap.png`` in ``out``; each plot
+    whose inputs are those of its copy in ``before`` (the last leaderboard) is copied inside
+    :func:`medbench_core.evaluation.reuse.reusing`. A difference plot is one model against the baseline on one task, keyed by
+    the two models' per-query scores, their names, the task, the metric and the plots' code: adding a model draws its own
+    plots only, a changed baseline (or its scores on a task) draws that task's again. Returns leaderboard.json's ``plots``."""
     from medbench_core.evaluation.trust import trust_plot_png
     from medbench_core.storage import replace_dir_atomic
 
@@ -297,20 +300,27 @@ def draw_plots(t: Tables, out: Path, before: Path) -> dict[str, Any]:
             )  # fmt: skip
 
     replace_dir_atomic(out / "trust", draw_trust)
-    by_task: dict[str, dict[str, pl.DataFrame]] = {}
-    for c in t.cells:
-        if c.applicable and c.per_query is not None:
-            by_task.setdefault(c.task, {})[c.model] = c.per_query
-    compared = [task for task in t.tasks if sig.baseline in by_task.get(task, {}) and len(by_task[task]) > 1]
+    diffs = diff_plots(t)
 
     def draw_diffs(tmp: Path) -> None:
-        for task in compared:
-            ordered = {m: by_task[task][m] for m in t.models if m in by_task[task]}
-            name = f"{file_name(task)}.png"
-            reuse.drawn(  # the last leaderboard's plot when its inputs are these (issue 53)
-                lambda: reuse.digest("diff_plot", _plots_code(), ordered, sig.baseline, task, metric),
-                before / "diff" / name, tmp / name, lambda path: diff_plot_png(ordered, sig.baseline, path, task=task, metric=metric),
-            )  # fmt: skip
+        scores: dict[tuple[str, str], str] = {}  # (task, model) -> the digest of its per-query scores, each hashed once
+
+        def scores_key(task: str, m: str) -> str:
+            if (task, m) not in scores:
+                scores[(task, m)] = reuse.digest("per_query_scores", "", _scores(diffs[task][m], metric))
+            return scores[(task, m)]
+
+        for task, frames in diffs.items():
+            (tmp / file_name(task)).mkdir(exist_ok=True)
+            for m in frames:
+                if m == sig.baseline:
+                    continue
+                name = Path(file_name(task)) / f"{file_name(m)}.png"
+                pair = {sig.baseline: frames[sig.baseline], m: frames[m]}
+                reuse.drawn(  # the last leaderboard's plot when the two models' scores are these (issue 53): a new model draws its own only
+                    lambda: reuse.digest("diff_plot", _plots_code(), scores_key(task, sig.baseline), scores_key(task, m), sig.baseline, m, task, metric),
+                    before / "diff" / name, tmp / name, lambda path: diff_plot_png(pair, sig.baseline, path, task=task, metric=metric),
+                )  # fmt: skip
 
     replace_dir_atomic(out / "diff", draw_diffs)
     average_ranks = t.ranks.filter(pl.col("task") == AVERAGE)
@@ -322,7 +332,27 @@ def draw_plots(t: Tables, out: Path, before: Path) -> dict[str, Any]:
         lambda: reuse.digest("heatmap", _plots_code(), board, metric, sorted(na), labels), before / "heatmap.png", out / "heatmap.png",
         lambda path: heatmap_png(board, path, metric=metric, not_applicable=na, labels=labels),
     )  # fmt: skip
-    return {"heatmap": "heatmap.png", "diff": [f"diff/{file_name(task)}.png" for task in compared], "trust": [f"trust/{file_name(m)}.png" for m in drawn]}
+    files = [f"diff/{file_name(task)}/{file_name(m)}.png" for task, frames in diffs.items() for m in frames if m != sig.baseline]
+    return {"heatmap": "heatmap.png", "diff": files, "trust": [f"trust/{file_name(m)}.png" for m in drawn]}
+
+
+def diff_plots(t: Tables) -> dict[str, dict[str, pl.DataFrame]]:
+    """The difference plots of the board: task -> model -> its per-query metrics, in the board's order, for each task where the
+    baseline and another model have them (``diff/<task>/<model>.png`` for each model but the baseline)."""
+    baseline = t.sig.baseline
+    by_task: dict[str, dict[str, pl.DataFrame]] = {}
+    for c in t.cells:
+        if c.applicable and c.per_query is not None:
+            by_task.setdefault(c.task, {})[c.model] = c.per_query
+    return {
+        task: {m: by_task[task][m] for m in t.models if m in by_task[task]} for task in t.tasks if baseline in by_task.get(task, {}) and len(by_task[task]) > 1
+    }
+
+
+def _scores(per_query: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """What a difference plot reads of a model's per-query metrics: the query ids and ``metric`` (the whole frame when either is
+    missing: the plot then says so)."""
+    return per_query.select("query_id", metric) if {"query_id", metric} <= set(per_query.columns) else per_query
 
 
 def write_files(t: Tables, md: str, plots: Mapping[str, Any], out: Path, extra_json: Mapping[str, Any] | None = None) -> list[str]:

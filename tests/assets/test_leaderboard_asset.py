@@ -102,10 +102,12 @@ def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_
     assert saved["significance"]["baseline"] == "bm25" and saved["significance"]["resamples"] == 10000 and saved["significance"]["seed"] == 0
     with Image.open(reports / "heatmap.png") as im:
         assert im.format == "PNG" and im.size == (260 + 120 * 2, 140 + 40 * 3)
-    assert sorted(p.name for p in (reports / "diff").iterdir()) == ["liveqa_medquad.png", "scifact.png"]
+    # One difference plot per model x task against the baseline (none for bm25 itself, none for bm25-b05: no result).
+    assert sorted(str(p.relative_to(reports / "diff")) for p in (reports / "diff").rglob("*.png")) == ["liveqa_medquad/bm25-k12.png", "scifact/bm25-k12.png"]
     # The Markdown and the plots are in the asset's metadata (what the Dagster UI shows).
     assert md["leaderboard"].value.startswith("nDCG@10 at a glance") and md["heatmap"].value == str(reports / "heatmap.png")
-    assert md["diff_scifact"].value == str(reports / "diff" / "scifact.png") and md["baseline"].value == "bm25"
+    assert md["diff_scifact"].value == str(reports / "diff" / "scifact") and md["baseline"].value == "bm25"  # the task's folder
+    assert f"- diff/scifact: [bm25-k12]({(reports / 'diff' / 'scifact' / 'bm25-k12.png').resolve().as_uri()})" in md["plots"].value
     # The same as pages beside it (medbench_core.site, tests/core/test_site.py): every cell, linked to its own MLflow run.
     assert md["site"].value == str(reports / "site" / "index.html")
     index = (reports / "site" / "index.html").read_text()
@@ -121,8 +123,9 @@ def test_the_leaderboard_shows_each_cells_stored_metric_its_provenance_and_logs_
     (run,) = [r for r in runs if r.info.run_id == md["mlflow_run_id"].value]
     assert run.data.tags["medbench.kind"] == "leaderboard" and len(runs) == 2
     client = resources["mlflow"].client()
-    names = {a.path for a in client.list_artifacts(run.info.run_id)} | {a.path for a in client.list_artifacts(run.info.run_id, "diff")}
-    assert {"heatmap.png", "leaderboard.md", "leaderboard.json", "stats.csv", "diff/scifact.png", "diff/liveqa_medquad.png"} <= names
+    names = {a.path for a in client.list_artifacts(run.info.run_id)}
+    names |= {a.path for t in ("scifact", "liveqa_medquad") for a in client.list_artifacts(run.info.run_id, f"diff/{t}")}
+    assert {"heatmap.png", "leaderboard.md", "leaderboard.json", "stats.csv", "diff/scifact/bm25-k12.png", "diff/liveqa_medquad/bm25-k12.png"} <= names
     assert run.data.metrics["scifact/bm25-k12/p_perm"] == 1.0 and run.data.metrics["scifact/bm25-k12/significant"] == 0.0
     assert run.data.params["significance.baseline"] == "bm25"
     assert run.data.metrics["average/bm25-k12/rank_high"] == 1.0 and run.data.params["groups.scifact"] == "bm25: a; bm25-k12: a"
@@ -355,8 +358,11 @@ def test_ci_stars_fusion_and_expanded_models_on_hand_chosen_values(tmp_path):
         f"| bm25+hyde | fx | {round(hyde, 4):.4f} (warning: 2 expansion(s) copy a relevant passage) | bm25 {round(plain, 4):.4f} | {row['delta']:+.4f} * |"
         in board
     )
-    with Image.open(reports / "diff" / "fx.png") as im:
-        assert im.size == (800, 80 + 220 * 3)  # one panel per model compared with bm25
+    # One plot per model compared with bm25 (bm25+hyde's file named bm25_hyde.png), one panel each.
+    assert sorted(p.name for p in (reports / "diff" / "fx").iterdir()) == ["bm25-k12.png", "bm25_hyde.png", "hybrid.png"]
+    for name in ("bm25-k12.png", "bm25_hyde.png", "hybrid.png"):
+        with Image.open(reports / "diff" / "fx" / name) as im:
+            assert im.size == (800, 80 + 220)
 
 
 def test_published_scores_beside_ours_in_the_leaderboard_in_each_partition_run_and_on_the_command_line(tmp_path_factory, tmp_path):

@@ -23,7 +23,8 @@ def test_export_copies_the_board_and_its_metrics_and_refuses_what_it_would_clobb
     assert manifest["kind"] == "medbench-export" and manifest["benchmark"] == "medbench-test"
     models, tasks = ("bm25", "bm25-k12"), ("scifact", "liveqa_medquad")
     assert set(manifest["files"]) == (
-        {"leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", "diff/scifact.png", "diff/liveqa_medquad.png", "index.json"}
+        {"leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", "index.json"}
+        | {f"diff/{t}/bm25-k12.png" for t in tasks}  # each model against the baseline bm25, per task
         | {f"metrics/{m}/{t}/{f}" for m in models for t in tasks for f in ("metrics.json", "per_query.parquet")}
         | {f"results/medbench__{m}/bm25s-lucene/{f}" for m in models for f in ("model_meta.json", "scifact.json", "liveqa_medquad.json")}
         | {f"trec/{m}/{t}.trec" for m in models for t in tasks}

@@ -147,7 +147,7 @@ def test_adding_a_model_runs_its_partitions_only_and_leaves_what_a_full_recomput
     assert "[audit] liveqa_medquad         ok (cached)" in full, full
     assert "[curate] liveqa_medquad         ok" in full and "[evaluate] bm25                     x liveqa_medquad         ok (cached)" in full, full
 
-    assert new_reports.keys() == full_reports.keys() and "diff/liveqa_medquad.png" in new_reports and "trust/bm25-k10.png" in new_reports
+    assert new_reports.keys() == full_reports.keys() and "diff/liveqa_medquad/bm25-k10.png" in new_reports and "trust/bm25-k10.png" in new_reports
     # issue 48's pages link each cell's Dagster and MLflow runs (new ids in each history) and say when they were built: by name only.
     differ = [name for name in new_reports if not name.startswith("site/") and new_reports[name] != full_reports[name]]
     assert differ == [], differ

@@ -229,5 +229,6 @@ def test_a_task_without_baseline_results_gets_cis_but_no_test(world, tmp_path):
     assert f"| {format_cell(0.5, lo, hi)} |" in out["markdown"] and "| n/a |" in out["markdown"]
     assert "No test on img: bm25 has no result there (CIs only)." in out["markdown"]
     assert sorted(out["files"]) == sorted(
-        ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", "diff/t1.png", "diff/t2.png", "trust/bm25.png", "trust/dense.png"]
+        ["leaderboard.md", "leaderboard.csv", "leaderboard.json", "stats.csv", "heatmap.png", "diff/t1/dense.png", "diff/t2/dense.png"]
+        + ["trust/bm25.png", "trust/dense.png"]
     )  # what each cell rests on, per model (issue 33)

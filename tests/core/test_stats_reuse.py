@@ -1,8 +1,8 @@
 """What a leaderboard reuses from the last one (issue 53; medbench_core/evaluation/reuse.py, stats.py, reports.py).
 
 A leaderboard with one model more computes that model's CIs, its tests against the baseline and
-its pairs only, and draws the plots it changes (each task's difference plot, the heatmap, its own
-trust plot); every other value and plot comes from the last build, and the reports are the very
+its pairs only, and draws the plots it changes (its own difference plot on each task, the heatmap,
+its own trust plot); every other value and plot comes from the last build, and the reports are the very
 bytes a build from nothing writes (Holm's correction runs again over all the p-values).
 """
 
@@ -48,7 +48,7 @@ def build(models: list[str], out, results: Results | None = None) -> dict[str, b
     else:
         with reusing(results):  # the CIs and tests are computed in build_tables, the plots in write_leaderboard: both reuse
             write_leaderboard(build_tables(cells(models), models, list(SIZES), sig), out)
-    return {p.name: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
 def test_one_model_more_computes_its_cells_and_pairs_only_and_writes_the_same_bytes(tmp_path):
@@ -58,16 +58,16 @@ def test_one_model_more_computes_its_cells_and_pairs_only_and_writes_the_same_by
     first.save(store)
     # Three models on two tasks: a CI per cell (6), a t-test and a randomisation test per model against bm25
     # per task (2 x 2 x 2 = 8), every pair per task and for the average (3 x 3 = 9); a difference plot per
-    # task (2), the heatmap and a trust plot per model (3).
-    assert (first.computed, first.hits) == (6 + 8 + 9 + 2 + 1 + 3, 0)
+    # model but the baseline per task (2 x 2), the heatmap and a trust plot per model (3).
+    assert (first.computed, first.hits) == (6 + 8 + 9 + 4 + 1 + 3, 0)
 
     again = Results.load(store)
     shutil.copytree(tmp_path / "three", tmp_path / "incremental")  # the reports folder of the last leaderboard, written over
     incremental = build(MODELS, tmp_path / "incremental", again)
     # The fourth model: its CIs (2), its two tests per task (4), its pairs with the three others per task and
-    # for the average (9); the plots it is in: both difference plots, the heatmap and its own trust plot.
+    # for the average (9); the plots it is in: its own difference plot on each task (2), the heatmap and its own trust plot.
     assert again.computed == 2 + 4 + 9 + 2 + 1 + 1
-    assert again.hits == 6 + 8 + 9 + 3  # every statistic of the three-model board and the other models' trust plots
+    assert again.hits == 6 + 8 + 9 + 4 + 3  # every statistic of the three-model board, the other models' difference and trust plots
     assert incremental == build(MODELS, tmp_path / "from_nothing")  # the same bytes as a build with nothing stored
     stats = pl.read_csv(tmp_path / "incremental" / "stats.csv")
     assert stats.filter(pl.col("model") != "bm25")["p_holm"].null_count() == 0  # Holm over three comparisons per task again
