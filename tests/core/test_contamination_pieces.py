@@ -168,3 +168,19 @@ def test_a_changed_task_rekeys_only_the_pieces_that_involve_it(tmp_path, counted
     assert sorted(now - stored) == sorted([f"a/{piece_key(tasks['a'].content_hash(), 'task:b', b2.content_hash())}", *b_new])
     # The new b's piece against a holds its new query's pair with a's q1.
     assert ("b2", "q1") in audit_task(b2, [tasks["a"]], [])[0].select("id", "other_id").rows()
+
+
+def test_a_task_without_images_stores_no_piece_against_itself(tmp_path, counted):
+    """Its own piece compares nothing (texts are never compared within a task): computed for free, not stored, so a
+    benchmark of one text task keeps one artifact folder for its audit (tests/release/test_versioning.py counts them)."""
+    layout = Layout(tmp_path / "data")
+    solo = _task("solo", tmp_path / "solo", {"s1": "Aspirin lowers the risk of a second heart attack"}, {"d1": "Unrelated"}, {}, {})
+    pairs, _, ledger = compose_audit(solo, [], [], piece_dir=layout.audit_piece_dir)
+    assert (pairs.height, ledger) == (0, {"reused": [], "swapped": [], "computed": ["task:solo"]})
+    assert not (tmp_path / "data" / "audit_pieces").exists() and counted == {"lsh": [], "images": []}
+    other = _task("other", tmp_path / "other", {"o1": "ASPIRIN lowers the risk of a second heart attack."}, {"e1": "x"}, {}, {})
+    pairs, _, ledger = compose_audit(solo, [other], [], piece_dir=layout.audit_piece_dir)
+    assert pairs.select("id", "source", "other_id").rows() == [("s1", "task:other", "o1")] and ledger["computed"] == ["task:other", "task:solo"]
+    theirs, _, ledger = compose_audit(other, [solo], [], piece_dir=layout.audit_piece_dir)
+    assert theirs.select("id", "source", "other_id").rows() == [("o1", "task:solo", "s1")] and ledger["swapped"] == ["task:solo"]
+    assert [p.parent.name for p in (tmp_path / "data" / "audit_pieces").glob("*/*")] == ["solo"]  # solo's piece against other, once

@@ -242,14 +242,15 @@ def compose_audit(
             if is_complete(folder):
                 got[label] = swap_piece(pl.read_parquet(folder / PIECE_FILE), f"task:{o.name}")
                 ledger["swapped"].append(label)
+    own = f"task:{task.name}"
     missing = [label for label in sources if label not in got]
     if missing:
         made = _compute_pieces(task, [o for o in others if f"task:{o.name}" in missing], [m for m in manifests if f"{m[0]}:{m[1]}" in missing],
-                               f"task:{task.name}" in missing, block)  # fmt: skip
+                               own in missing, block)  # fmt: skip
         for label in missing:
             got[label] = made[label]
             ledger["computed"].append(label)
-            if piece_dir is not None:
+            if piece_dir is not None and (label != own or _image_count(task)):  # a task's own piece without images: empty and free
                 store_piece(piece_dir(task.name, piece_key(task.content_hash(), label, sources[label])), made[label])
     pairs = _with_splits(pl.concat([got[label] for label in sources], how="vertical"), task.name, split, splits)
     info = {
