@@ -34,7 +34,18 @@ Scenarios (``--only``, comma-separated; default all):
   answer; mteb's result cache with ``only-missing``: every task found, no model loaded).
 - ``revision``: one model's revision changed (``--revision-model``, default bm25: medbench's
   models.yaml ``revision``, mteb's ``ModelMeta.revision``), from a copy of the six-task state.
-  Reported, with what each side recomputed; no target.
+  Reported, with what each side recomputed (printed: medbench's stages that ran, mteb's tasks that
+  ran); no target. Why the revision string on both sides: mteb 2.26.24 keys its result cache by the
+  model's name and ``ModelMeta.revision`` (and ``experiment_name`` when set), nothing else of the model (read in the venv's
+  ``mteb/cache/result_cache.py``, ``ResultCache.get_task_result_path``, l.268-320:
+  ``<cache>/results/<model_name_as_path>/<revision>/<task>.json``; ``mteb/evaluate.py``,
+  ``_check_cache`` l.476-550 loads ``cache.load_task_result(task name, meta)`` and, under
+  ``only-missing``, skips a task whose splits are all there). A changed revision is a cache miss on
+  every task; changed weights under the same revision string are a hit (mteb hashes no file). So the
+  comparable change is a revision that enters the key on both sides: bm25's models.yaml ``revision``
+  enters medbench's run key (``kinds/bm25.py``, ``revision``), as ``ModelMeta.revision`` enters
+  mteb's cache path. (all-MiniLM-L6-v2 with a file changed in a copied folder: medbench re-keys by
+  the folder's content, mteb recomputes nothing unless its revision is changed too.)
 
 mteb has no reader for the GNU Health ICD-10 wheel: its icd10 tasks read a BEIR export of the records
 medbench curated (written once before the rounds, untimed), so mteb's side does not pay for reading
@@ -425,6 +436,10 @@ class Bench:
         print("  medbench, last round: " + " | ".join(last_ours["lines"]) if last_ours["lines"] else "  medbench, last round: (no stage lines)")
         ph = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(last_theirs["phases"].items(), key=lambda kv: -kv[1]))
         print(f"  mteb, last round: ran {last_theirs['ran'] or 'nothing'}; {last_theirs['cached']} task result(s) from its cache; phases (wall): {ph or '-'}")
+        ran = [
+            line for line in last_ours["lines"] if line.startswith(("[curate]", "[evaluate]", "[audit]")) and "(cached)" not in line and " again" not in line
+        ]
+        print(f"  recomputed, last round: medbench {len(ran)} stage line(s): {' | '.join(ran) or 'nothing'}; mteb {len(last_theirs['ran'])} (model, task)")
         self.compare(scenario, m)
         cells = []
         for what in ("cpu", "wall", "peak_rss"):

@@ -9,6 +9,7 @@ versioning) and the Dagster resources agree on it:
     <root>/artifacts/<model>/<task>/filled/<key>/   a cell scored on the human + LLM qrels layer
     <root>/judgements/<judgement>/<task>/<key>/  LLM relevance judgements (and _cache/: judged pairs)
     <root>/audits/<task>/<key>/                a task's contamination audit (near-duplicate texts and images)
+    <root>/audit_pieces/<task>/<key>/          its pairs against one source (a task, a manifest, itself): what audits reuse
     <root>/reports/                            leaderboard.{md,csv,json}, canary/
 """
 
@@ -60,6 +61,10 @@ class Layout:
     def audit_dir(self, task: str, key: str) -> Path:
         """Where a task's contamination audit lives: ``audits/<task>/<key>``."""
         return self.root / "audits" / task / key
+
+    def audit_piece_dir(self, task: str, key: str) -> Path:
+        """Where one piece of a task's audit (its pairs against one source) lives: ``audit_pieces/<task>/<key>``."""
+        return self.root / "audit_pieces" / task / key
 
     def reports_dir(self) -> Path:
         return self.root / "reports"

@@ -167,8 +167,13 @@ def audit(defs, instance, tasks: list[str], reasons: dict, *, failed_run: SayFai
             continue
         t = time.perf_counter()
         res = job.execute_in_process(instance=instance, partition_key=task, run_config=copy.deepcopy(run_config), raise_on_error=False)
-        hit = res.success and all(ev.materialization.metadata["cache_hit"].value for ev in res.get_asset_materialization_events())
-        print(f"[audit] {task:<22} {'ok' if res.success else 'FAILED'}{' (cached)' if hit else ''} ({time.perf_counter() - t:.1f}s)", flush=True)
+        events = res.get_asset_materialization_events() if res.success else []
+        hit = res.success and all(ev.materialization.metadata["cache_hit"].value for ev in events)
+        # How the audit was put together: its pieces (one per other task, manifest and itself) computed, swapped from
+        # another task's, or reused as stored (issue 51: a task added computes only its own).
+        made = {k: n for ev in events if "pieces" in ev.materialization.metadata for k, n in ev.materialization.metadata["pieces"].value.items() if n}
+        pieces = f" (pieces: {', '.join(f'{n} {k}' for k, n in made.items())})" if made and not hit else ""
+        print(f"[audit] {task:<22} {'ok' if res.success else 'FAILED'}{' (cached)' if hit else ''}{pieces} ({time.perf_counter() - t:.1f}s)", flush=True)
         if not res.success:
             failed.append(f"contamination_audit[{task}]")
             reasons[f"contamination_audit[{task}]"] = failed_run(f"audit {task}", res)

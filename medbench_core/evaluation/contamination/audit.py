@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ import polars as pl
 from medbench_core.errors import DataError
 from medbench_core.evaluation.contamination import texts as tx
 from medbench_core.provenance import artifact_key, stage_version
-from medbench_core.storage import sha256_file, write_manifest
+from medbench_core.storage import is_complete, sha256_file, write_manifest
 from medbench_core.taskdata import image_hashes as ih
 
 STAGE = "contamination"
@@ -196,14 +196,129 @@ def read_image_manifest(path: str) -> list[tuple[str, ih.ImageHashes]]:
 def audit_task(
     task: Any, others: Sequence[Any], manifests: Sequence[tuple[str, str]], *, splits: Mapping[str, str] | None = None, block: int = BLOCK_TEXTS
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """The pairs and the info of task ``task``'s audit (module docstring); ``splits``: task -> its catalogue split (default test).
+    """The pairs and the info of task ``task``'s audit (module docstring), every source compared afresh; ``splits``: task ->
+    its catalogue split (default test). :func:`compose_audit` gives the same audit from stored per-source pieces."""
+    pairs, info, _ = compose_audit(task, others, manifests, splits=splits, block=block)
+    return pairs, info
 
-    The task's own texts are audited ``block`` rows at a time (:func:`_task_blocks`): its peak memory grows with the
-    block and the signatures, not with the task's texts; the pairs are the same for any block."""
+
+def compose_audit(
+    task: Any,
+    others: Sequence[Any],
+    manifests: Sequence[tuple[str, str]],
+    *,
+    splits: Mapping[str, str] | None = None,
+    block: int = BLOCK_TEXTS,
+    piece_dir: Callable[[str, str], Path] | None = None,
+) -> tuple[pl.DataFrame, dict[str, Any], dict[str, list[str]]]:
+    """The audit of ``task`` (pairs, info: as :func:`audit_task`'s) put together from one piece per source, and which
+    pieces were ``reused``, ``swapped`` or ``computed`` (source labels).
+
+    A piece is T's pairs against one source (another task, a manifest, T's own images), stored by :func:`piece_key`
+    under ``piece_dir(task name, key)`` when ``piece_dir`` is given. The pairs of T against task F are F's piece
+    against T with its sides swapped (:func:`swap_piece`): a text pair is an LSH candidate when one band of the two
+    signatures is equal and is kept when the exact Jaccard of the two shingle sets reaches the threshold, an image
+    pair when both Hamming distances are within theirs (or the pixels equal): each a property of the pair alone,
+    the same both ways round and whatever else is in the index. So adding task F computes F's pieces once and
+    every other task's audit takes its piece against F from F's. The task's own texts are audited ``block`` rows
+    at a time (:func:`_task_blocks`): the pairs are the same for any block."""
     t0 = time.perf_counter()
     splits = dict(splits or {})
     split = splits.get(task.name) or "test"
-    rows: list[dict[str, Any]] = []
+    sources = _piece_sources(task, others, manifests)
+    got: dict[str, pl.DataFrame] = {}
+    ledger: dict[str, list[str]] = {"reused": [], "swapped": [], "computed": []}
+    if piece_dir is not None:
+        for label, digest in sources.items():
+            folder = piece_dir(task.name, piece_key(task.content_hash(), label, digest))
+            if is_complete(folder):
+                got[label] = pl.read_parquet(folder / PIECE_FILE)
+                ledger["reused"].append(label)
+        for o in others:
+            label = f"task:{o.name}"
+            if label in got:
+                continue
+            folder = piece_dir(o.name, piece_key(o.content_hash(), f"task:{task.name}", task.content_hash()))
+            if is_complete(folder):
+                got[label] = swap_piece(pl.read_parquet(folder / PIECE_FILE), f"task:{o.name}")
+                ledger["swapped"].append(label)
+    own = f"task:{task.name}"
+    missing = [label for label in sources if label not in got]
+    if missing:
+        made = _compute_pieces(task, [o for o in others if f"task:{o.name}" in missing], [m for m in manifests if f"{m[0]}:{m[1]}" in missing],
+                               own in missing, block)  # fmt: skip
+        for label in missing:
+            got[label] = made[label]
+            ledger["computed"].append(label)
+            if piece_dir is not None and (label != own or _image_count(task)):  # a task's own piece without images: empty and free
+                store_piece(piece_dir(task.name, piece_key(task.content_hash(), label, sources[label])), made[label])
+    pairs = _with_splits(pl.concat([got[label] for label in sources], how="vertical"), task.name, split, splits)
+    info = {
+        "task": task.name,
+        "settings": settings(),
+        "n_queries": task.queries.height,
+        "n_docs": task.corpus.height,
+        "n_images": _image_count(task),
+        "others": sorted(o.name for o in others),
+        "manifests": [{"kind": k, "path": p, "sha256": sha256_file(p)} for k, p in manifests],
+        "pairs": {f"{s}": n for s, n in pairs.group_by("source").len().iter_rows()} if pairs.height else {},
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    return pairs, info, ledger
+
+
+PIECE_FILE = "pairs.parquet"
+PIECE_SCHEMA = {k: v for k, v in PAIRS_SCHEMA.items() if k not in ("split", "other_split")}  # splits are the catalogue's: put on when composed
+_PIECE_ORDER = ("kind", "side", "id", "source", "other_side", "other_id")
+
+
+def piece_key(task_hash: str, source: str, source_hash: str) -> str:
+    """The key of the piece of a task (its content hash) against one source (its label and content hash or sha256)."""
+    return artifact_key(stage=STAGE, piece=True, version=stage_version(STAGE), settings=settings(), task=task_hash, source=source, source_hash=source_hash)
+
+
+def _piece_sources(task: Any, others: Sequence[Any], manifests: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """Source label -> its content hash (a task's) or its bytes' sha256 (a manifest's; ``missing`` when absent): the pieces of the audit."""
+    out = {f"task:{o.name}": o.content_hash() for o in others}
+    out.update({f"{k}:{p}": sha256_file(p) if Path(p).is_file() else "missing" for k, p in manifests if k in ("texts", "images")})
+    out[f"task:{task.name}"] = task.content_hash()  # its own images against each other
+    return out
+
+
+def swap_piece(piece: pl.DataFrame, source: str) -> pl.DataFrame:
+    """Task F's piece against task T seen from T: each pair's two sides exchanged, its source ``source`` (``task:F``)."""
+    return piece.select(
+        "kind",
+        pl.col("other_side").alias("side"),
+        pl.col("other_id").alias("id"),
+        pl.lit(source, pl.Utf8).alias("source"),
+        pl.col("side").alias("other_side"),
+        pl.col("id").alias("other_id"),
+        "jaccard",
+        "phash_distance",
+        "dhash_distance",
+        "exact",
+    ).sort(*_PIECE_ORDER)
+
+
+def store_piece(folder: Path, piece: pl.DataFrame) -> Path:
+    """Write one piece atomically with its manifest."""
+    from medbench_core.storage import replace_dir_atomic
+
+    def build(tmp: Path) -> None:
+        piece.write_parquet(tmp / PIECE_FILE, statistics=False)
+        write_manifest(tmp, [PIECE_FILE], {})
+
+    return replace_dir_atomic(folder, build)
+
+
+def _compute_pieces(task: Any, others: Sequence[Any], manifests: Sequence[tuple[str, str]], own: bool, block: int) -> dict[str, pl.DataFrame]:
+    """The pieces of ``task`` against ``others``, ``manifests`` and (``own``) its own images, computed: one LSH index over
+    every text compared (a candidate is a property of the pair, so one index gives each source's pairs as its own would)."""
+    rows: dict[str, list[dict[str, Any]]] = {f"task:{o.name}": [] for o in others}
+    rows.update({f"{k}:{p}": [] for k, p in manifests if k in ("texts", "images")})
+    if own:
+        rows[f"task:{task.name}"] = []
     other_texts = [s for o in others for s in task_texts(o)]
     text_manifests = [read_text_manifest(p) for k, p in manifests if k == "texts"]
     compared = [s for s in (*other_texts, *text_manifests) if s.ids]
@@ -212,45 +327,59 @@ def audit_task(
     index = tx.LshIndex(compared) if compared else None
     for probe in _task_blocks(task, block) if index else ():
         for r in index.pairs(probe):
-            rows.append({"kind": "text", **r, "split": split, "other_split": None})
-    images = task_images(task, split)
+            rows[r["source"]].append({"kind": "text", **r})
+    image_sources = own or others or any(k == "images" for k, _ in manifests)
+    images = task_images(task, "test") if image_sources and _image_count(task) else []
     if images:
         hashes = [h for *_, h in images]
-        for i, j, dp, dd, exact in ih.close_pairs(hashes, hashes, same=True):
-            a, b = images[i], images[j]
-            if a[0] != b[0]:
-                continue  # a figure that is a query (figure -> caption) and a document (caption -> figure) of one task is by design
-            rows.append(_image_row(a, f"task:{task.name}", b[0], b[1], b[2], dp, dd, exact))
+        if own:
+            for i, j, dp, dd, exact in ih.close_pairs(hashes, hashes, same=True):
+                a, b = images[i], images[j]
+                if a[0] != b[0]:
+                    continue  # a figure that is a query (figure -> caption) and a document (caption -> figure) of one task is by design
+                rows[f"task:{task.name}"].append(_piece_image_row(a, f"task:{task.name}", b[0], b[1], dp, dd, exact))
         for o in others:
-            theirs = task_images(o, splits.get(o.name) or "test")
+            theirs = task_images(o, "test")
             for i, j, dp, dd, exact in ih.close_pairs(hashes, [h for *_, h in theirs]):
-                b = theirs[j]
-                rows.append(_image_row(images[i], f"task:{o.name}", b[0], b[1], b[2], dp, dd, exact))
+                rows[f"task:{o.name}"].append(_piece_image_row(images[i], f"task:{o.name}", theirs[j][0], theirs[j][1], dp, dd, exact))
         for k, p in manifests:
             if k != "images":
                 continue
             listed = read_image_manifest(p)
             for i, j, dp, dd, exact in ih.close_pairs(hashes, [h for _, h in listed]):
-                rows.append(_image_row(images[i], f"images:{p}", "image", listed[j][0], None, dp, dd, exact))
+                rows[f"images:{p}"].append(_piece_image_row(images[i], f"images:{p}", "image", listed[j][0], dp, dd, exact))
+    return {label: (pl.DataFrame(r, schema=PIECE_SCHEMA) if r else pl.DataFrame(schema=PIECE_SCHEMA)).sort(*_PIECE_ORDER) for label, r in rows.items()}
+
+
+def _piece_image_row(a: tuple, source: str, other_side: str, other_id: str, dp: int, dd: int, exact: bool) -> dict[str, Any]:
+    return {"kind": "image", "side": a[0], "id": a[1], "source": source, "other_side": other_side, "other_id": other_id,
+            "jaccard": None, "phash_distance": dp, "dhash_distance": dd, "exact": exact}  # fmt: skip
+
+
+def _with_splits(pieces: pl.DataFrame, name: str, split: str, splits: Mapping[str, str]) -> pl.DataFrame:
+    """The audit's pairs from its pieces: each row's split and the other side's (:func:`item_split`; a text's is the
+    task's split, the other side's none; a manifest's image has none), in the audit's column order, sorted."""
+    rows = []
+    for r in pieces.iter_rows(named=True):
+        if r["kind"] == "text":
+            r["split"], r["other_split"] = split, None
+        else:
+            r["split"] = item_split(r["id"], split)
+            source = r["source"]
+            if source.startswith("task:"):
+                theirs = source[len("task:") :]
+                r["other_split"] = item_split(r["other_id"], split if theirs == name else splits.get(theirs) or "test")
+            else:
+                r["other_split"] = None
+        rows.append(r)
     pairs = pl.DataFrame(rows, schema=PAIRS_SCHEMA) if rows else pl.DataFrame(schema=PAIRS_SCHEMA)
-    pairs = pairs.sort("kind", "side", "id", "source", "other_side", "other_id")
-    info = {
-        "task": task.name,
-        "settings": settings(),
-        "n_queries": task.queries.height,
-        "n_docs": task.corpus.height,
-        "n_images": len(images),
-        "others": sorted(o.name for o in others),
-        "manifests": [{"kind": k, "path": p, "sha256": sha256_file(p)} for k, p in manifests],
-        "pairs": {f"{s}": n for s, n in pairs.group_by("source").len().iter_rows()} if pairs.height else {},
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
-    return pairs, info
+    # The measures after the names: two rows alike in every name (a manifest's ids repeated) in one order, however they came.
+    return pairs.sort(*_PIECE_ORDER, "jaccard", "phash_distance", "dhash_distance", "exact", nulls_last=False)
 
 
-def _image_row(a: tuple, source: str, other_side: str, other_id: str, other_split: str | None, dp: int, dd: int, exact: bool) -> dict[str, Any]:
-    return {"kind": "image", "side": a[0], "id": a[1], "split": a[2], "source": source, "other_side": other_side, "other_id": other_id,
-            "other_split": other_split, "jaccard": None, "phash_distance": dp, "dhash_distance": dd, "exact": exact}  # fmt: skip
+def _image_count(task: Any) -> int:
+    """The task's images (queries' and documents'): as many as :func:`task_images` hashes, without reading them."""
+    return sum(f["image"].drop_nulls().len() for f in (task.queries, task.corpus) if "image" in f.columns)
 
 
 def store_audit(folder: str | Path, pairs: pl.DataFrame, info: dict[str, Any], task: Any, others: Sequence[Any], extra: dict[str, Any]) -> Path:
