@@ -21,7 +21,7 @@ in the simplest form each allows (so what it costs is a lower bound of what any 
 - Great Expectations: an ephemeral context, one suite and checkpoint per table of the task (queries,
   corpus, qrels as polars reads them, handed over as pandas) with as many expectations of each type
   as medbench's contract has (28, 26 and 13; counted in its gx_results.json on 2026-11-28), results in
-  COMPLETE format, data docs built;
+  COMPLETE format, data docs built (``--lean``: by GX's views with their templates' compiled code kept, as medbench's);
 - MLflow: a SQLite tracking store and two runs (the partition's, the leaderboard's) with the counts a
   medbench run logs (35 params, 68 metric values, 11 tags over both), one small artifact each.
 """
@@ -145,9 +145,41 @@ def gx_checkpoints(docs_dir: Path, tables: dict, lean: bool = False) -> None:
             bad = [r.expectation_config.type for vr in result.run_results.values() for r in vr.results if not r.success]
             raise SystemExit(f"gx suite {name} failed: {bad}")
     site = {"class_name": "SiteBuilder", "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}}
+    if lean:  # GX's own views, their templates' compiled code kept between processes, as medbench's data docs have them
+        site.update(cached_views())
     site["store_backend"] = {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir)}
     ctx.add_data_docs_site(site_name="floor", site_config=site)
     ctx.build_data_docs(site_names=["floor"])
+
+
+def cached_views() -> dict:
+    """The data-docs site config naming GX's own page and index views with jinja's ``FileSystemBytecodeCache`` on their
+    environment (medbench_core/taskdata/contracts/gx_views.py does the same; the classes are made here, by GX's and
+    jinja's public API, in a module of their own that GX can name, so that the floor runs no medbench code): each
+    template is compiled once, not once per view."""
+    import importlib.machinery
+    import sys
+    import types
+
+    import jinja2
+    from great_expectations.render import view
+
+    cache = jinja2.FileSystemBytecodeCache()
+    module = types.ModuleType("floor_gx_views")
+    module.__spec__ = importlib.machinery.ModuleSpec("floor_gx_views", None)
+    for name, base in (("FloorPageView", view.DefaultJinjaPageView), ("FloorIndexPageView", view.DefaultJinjaIndexPageView)):
+
+        def __init__(self, *args, _base=base, **kwargs):
+            _base.__init__(self, *args, **kwargs)
+            self.env.bytecode_cache = cache
+
+        setattr(module, name, type(name, (base,), {"__init__": __init__}))
+    sys.modules[module.__name__] = module
+    page = {"module_name": module.__name__, "class_name": "FloorPageView"}
+    return {
+        "site_section_builders": {section: {"view": dict(page)} for section in ("expectations", "validations", "profiling")},
+        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder", "view": {"module_name": module.__name__, "class_name": "FloorIndexPageView"}},
+    }
 
 
 def mlflow_runs(folder: Path, template: Path | None = None) -> None:

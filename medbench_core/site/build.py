@@ -121,8 +121,12 @@ def average(site: SiteData, model: str, tasks: Sequence[str]) -> float | None:
 # --- the pages -------------------------------------------------------------------------------------
 
 
-def _env():
+def _env(bytecode_cache=None):
+    """The site's jinja environment; its compiled templates kept between processes (``bytecode_cache``, default
+    :func:`medbench_core.storage.template_cache.bytecode_cache`; False: none)."""
     import jinja2
+
+    from medbench_core.storage.template_cache import bytecode_cache as default_cache
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -131,6 +135,7 @@ def _env():
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=["jinja2.ext.do"],
+        bytecode_cache=(default_cache() if bytecode_cache is None else bytecode_cache) or None,
     )
     env.filters.update(fmt=fmt, ci=ci_text, rank=rank_text, slug=slug, tojson_attr=lambda v: json.dumps(v, ensure_ascii=False))
     env.globals.update(leading=leading, command=command, extra_text=extra_text, columns_of=columns_of, number=number, shlex_quote=shlex.quote)

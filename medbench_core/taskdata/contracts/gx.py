@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 
 from medbench_core.storage import replace_dir_atomic, write_json_atomic
+from medbench_core.taskdata.contracts.gx_views import site_views
 from medbench_core.taskdata.contracts.results import DOCS_DIR, ID_COLUMNS, RESULTS_FILE, Outcome
 
 CHUNK_ROWS = 50_000  # rows turned into Python values at a time by the derived columns
@@ -99,7 +100,7 @@ def run_tables(name: str, tables: list[Table], out_dir: Path | None) -> tuple[li
                 site_name="medbench",
                 site_config={
                     "class_name": "SiteBuilder",
-                    "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                    **site_views(),  # GX's views, their templates compiled once (gx_views.py)
                     "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(tmp)},
                 },
             )
