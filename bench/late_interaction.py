@@ -19,6 +19,9 @@ whose search has not run yet is kept (its row in ``<results>.steps``), and the t
 
     nice -n 10 /tmp/pylate/bin/python bench/late_interaction.py seeds --out /tmp/li --seeds 42,1,2,3,4
     /tmp/pylate/bin/python bench/late_interaction.py seeds --out /tmp/li --seeds 42,1,2,3,4 --summary-only
+
+``diagnose --seeds ... --queries N`` reads the indexes ``seeds`` built and says where each loses the exact top 10
+(its inverted file's cells; the exact top 10 among the probed documents; medbench's after each pruning).
 """
 
 from __future__ import annotations
@@ -287,9 +290,72 @@ def seeds_summary(rows: list[dict], seed_list: list[int], nbits: int, out: Path)
     return summary
 
 
+def probed(centroids: np.ndarray, ivf: np.ndarray, ivf_offsets: np.ndarray, query: np.ndarray, n_probe: int) -> np.ndarray:
+    """The documents of the cells the query's tokens probe (the top ``n_probe`` centroids per token, as both searches probe)."""
+    cs = centroids @ query.T
+    cells = np.unique(np.argpartition(-cs, n_probe - 1, axis=0)[:n_probe].ravel())
+    return np.unique(np.concatenate([ivf[ivf_offsets[c] : ivf_offsets[c + 1]] for c in cells]))
+
+
+def diagnose(out: Path, seed_list: list[int], nbits: int, n_queries: int) -> dict:
+    """Where each index loses the exact top 10 (issue 47): its inverted file's cells (empty, the largest one's share of
+    the documents, postings per document) and the share of the exact top 10 among the documents the probe reaches; for
+    medbench also after each pruning (``n_full_scores``, then a quarter) and in the final top 10. Reads the indexes
+    ``seeds`` built; the first ``n_queries`` queries."""
+    from medbench_core.retrieval import multivector as mv
+
+    q, exact = np.load(out / "queries.npy")[:n_queries], np.load(out / "exact_top10.npy")[:n_queries]
+    _, offsets = mv.load_tokens(out / "emb")
+    n_docs = len(offsets) - 1
+    cover = lambda found: float(np.mean([len(set(np.asarray(f).tolist()) & set(e)) / 10 for f, e in zip(found, exact.tolist())]))  # noqa: E731
+    report: dict = {}
+    for seed in seed_list:
+        tag = f"{nbits}" if seed == 42 else f"{nbits}-s{seed}"
+        for lib in ("medbench", "pylate"):
+            folder = out / f"{lib}-{tag}"
+            if lib == "medbench" and (folder / "ivf.npy").exists():
+                settings = mv.plaid_settings({"type": "plaid", "nbits": nbits, "seed": seed}, "bench")
+                index = mv.PlaidIndex(folder, settings)
+                centroids, ivf, ivf_offsets = index.centroids, np.asarray(index.ivf), index.ivf_offsets
+            elif lib == "pylate" and list(folder.rglob("ivf.npy")):
+                where = next(folder.rglob("ivf.npy")).parent
+                centroids = np.asarray(np.load(where / "centroids.npy"), dtype=np.float32)
+                ivf, lengths = np.load(where / "ivf.npy").astype(np.int64), np.load(where / "ivf_lengths.npy").astype(np.int64)
+                if len(ivf) and ivf.max() >= n_docs:  # token ids, not document ids: map to their documents
+                    ivf = np.repeat(np.arange(n_docs), np.diff(offsets))[ivf]
+                ivf_offsets = np.concatenate([[0], np.cumsum(lengths)])
+            else:
+                continue
+            sizes = np.diff(ivf_offsets)
+            row = {"library": lib, "seed": seed, "n_cells": len(sizes), "empty_cells": int((sizes == 0).sum()),
+                   "largest_cell_share_of_documents": round(float(sizes.max()) / n_docs, 4),
+                   "cells_holding_over_half_the_documents": int((sizes > n_docs / 2).sum()),
+                   "postings_per_document": round(float(sizes.sum()) / n_docs, 2), "queries": len(q)}  # fmt: skip
+            t0 = time.perf_counter()
+            cand = [probed(centroids, ivf, ivf_offsets, qq, 8) for qq in q]
+            row["probed_documents_mean"] = round(float(np.mean([len(c) for c in cand])), 1)
+            row["exact_top10_among_probed"] = round(cover(cand), 4)
+            if lib == "medbench":
+                stages: dict = {"after_n_full_scores": [], "after_quarter": [], "final_top10": []}
+                for qq, c in zip(q, cand):
+                    cs = centroids @ qq.T
+                    dl = offsets[c + 1] - offsets[c]
+                    codes = np.asarray(index.codes[mv._rows_of(c, offsets)])
+                    approx = np.maximum.reduceat(cs[codes], np.concatenate([[0], np.cumsum(dl)[:-1]]), axis=0).sum(axis=1)
+                    keep = mv._best(approx, settings["n_full_scores"])
+                    stages["after_n_full_scores"].append(c[keep])
+                    stages["after_quarter"].append(c[keep[mv._best(approx[keep], max(10, settings["n_full_scores"] // 4))]])
+                    stages["final_top10"].append(index.search(qq, 10)[0][:10])
+                row |= {f"exact_top10_{k}": round(cover(v), 4) for k, v in stages.items()}
+            row["seconds"] = round(time.perf_counter() - t0, 1)
+            report[f"{lib}-{seed}"] = row
+            print(json.dumps(row), flush=True)
+    return report
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("prepare", "step", "compare", "seeds"))
+    parser.add_argument("action", choices=("prepare", "step", "compare", "seeds", "diagnose"))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--docs", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=1_000)
@@ -311,6 +377,9 @@ def main() -> int:
         results = args.results or args.out / f"seeds-nbits{args.nbits}.jsonl"
         summary = seeds(args.out, [int(x) for x in args.seeds.split(",")], args.nbits, results, args.summary_only)
         results.with_name(results.stem + "-summary.json").write_text(json.dumps(summary, indent=1))
+    elif args.action == "diagnose":
+        report = diagnose(args.out, [int(x) for x in args.seeds.split(",")], args.nbits, args.queries)
+        (args.out / f"diagnose-nbits{args.nbits}.json").write_text(json.dumps(report, indent=1))
     else:
         compare(args.out, args.repeats, args.nbits, args.build_repeats, args.earlier)
     return 0
