@@ -216,13 +216,15 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def seeds(out: Path, seed_list: list[int], nbits: int, results: Path, summary_only: bool = False) -> dict:
+def seeds(out: Path, seed_list: list[int], nbits: int, results: Path, summary_only: bool = False, libraries: tuple = ("medbench", "pylate")) -> dict:
     """For each seed: medbench's and pylate's build, then each one's search (each in its own process, the two
-    libraries' order swapped from one seed to the next); one line per (library, seed) appended to ``results``."""
+    libraries' order swapped from one seed to the next); one line per (library, seed) appended to ``results``.
+    ``libraries``: run only these (another ``seeds`` process may run the other one on the same ``results``)."""
     steps = results.with_name(results.name + ".steps")  # builds whose search is still to run (resume)
     for i, seed in enumerate([] if summary_only else seed_list):
         done = {(r["library"], r["seed"]) for r in read_jsonl(results) if r["nbits"] == nbits}
-        order = [lib for lib in (("medbench", "pylate") if i % 2 == 0 else ("pylate", "medbench")) if (lib, seed) not in done]
+        both = ("medbench", "pylate") if i % 2 == 0 else ("pylate", "medbench")
+        order = [lib for lib in both if lib in libraries and (lib, seed) not in done]
         tag = f"{nbits}" if seed == 42 else f"{nbits}-s{seed}"
         builds = {}
         for lib in order:
@@ -368,6 +370,7 @@ def main() -> int:
     parser.add_argument("--seeds", default="42,1,2,3,4", help="seeds: the k-means seeds, comma-separated")
     parser.add_argument("--results", type=Path, default=None, help="seeds: the JSON-lines file (default seeds-nbits{N}.jsonl in --out)")
     parser.add_argument("--summary-only", action="store_true", help="seeds: print the table of what is in --results, run nothing")
+    parser.add_argument("--libraries", default="medbench,pylate", help="seeds: which libraries to run (the table shows both)")
     args = parser.parse_args()
     if args.action == "prepare":
         prepare(args.out, args.docs, args.queries)
@@ -375,7 +378,8 @@ def main() -> int:
         print(json.dumps(step(args.out, args.which, args.nbits, args.seed)))
     elif args.action == "seeds":
         results = args.results or args.out / f"seeds-nbits{args.nbits}.jsonl"
-        summary = seeds(args.out, [int(x) for x in args.seeds.split(",")], args.nbits, results, args.summary_only)
+        seed_list = [int(x) for x in args.seeds.split(",")]
+        summary = seeds(args.out, seed_list, args.nbits, results, args.summary_only, tuple(args.libraries.split(",")))
         results.with_name(results.stem + "-summary.json").write_text(json.dumps(summary, indent=1))
     elif args.action == "diagnose":
         report = diagnose(args.out, [int(x) for x in args.seeds.split(",")], args.nbits, args.queries)
