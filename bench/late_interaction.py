@@ -12,6 +12,16 @@ this runs in an environment that has them and numpy/faiss (medbench's late-inter
 
 Each build and each search runs in its own process (peak RSS from ``getrusage``), medbench and pylate
 interleaved (A B A B ...), so both see the same machine load; the ratios are taken per pair.
+
+Recall across k-means seeds (issue 47): one build and one search per library and seed, resumable; one JSON line per
+(library, seed) in ``--results`` (default ``seeds-nbits{N}.jsonl`` in ``--out``), pairs already there are skipped, a build
+whose search has not run yet is kept (its row in ``<results>.steps``), and the table is printed again at the end:
+
+    nice -n 10 /tmp/pylate/bin/python bench/late_interaction.py seeds --out /tmp/li --seeds 42,1,2,3,4
+    /tmp/pylate/bin/python bench/late_interaction.py seeds --out /tmp/li --seeds 42,1,2,3,4 --summary-only
+
+``diagnose --seeds ... --queries N`` reads the indexes ``seeds`` built and says where each loses the exact top 10
+(its inverted file's cells; the exact top 10 among the probed documents; medbench's after each pruning).
 """
 
 from __future__ import annotations
@@ -120,7 +130,7 @@ def step(out: Path, which: str, nbits: int, seed: int = 42) -> dict:
     settings = mv.plaid_settings({"type": "plaid", "nbits": nbits, "seed": seed}, "bench")
     result: dict = {"step": which, "nbits": nbits, "seed": seed}
     tag = f"{nbits}" if seed == 42 else f"{nbits}-s{seed}"  # the index folders' suffix
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     if which == "medbench-build":
         idx = out / f"medbench-{tag}"
         idx.mkdir(exist_ok=True)
@@ -138,7 +148,7 @@ def step(out: Path, which: str, nbits: int, seed: int = 42) -> dict:
     elif which == "medbench-search":
         index = mv.PlaidIndex(out / f"medbench-{tag}", settings)
         result["load_seconds"] = round(time.perf_counter() - t0, 3)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         found = [index.search(qq, 10)[0][:10].tolist() for qq in q]
         result["recall_at_10"] = float(np.mean([len(set(f) & set(e)) / 10 for f, e in zip(found, exact.tolist())]))
     elif which == "pylate-search":
@@ -147,11 +157,12 @@ def step(out: Path, which: str, nbits: int, seed: int = 42) -> dict:
         index = indexes.PLAID(index_folder=str(out), index_name=f"pylate-{tag}", override=False, nbits=nbits, show_progress=False, device="cpu")
         retriever = retrieve.ColBERT(index=index)
         result["load_seconds"] = round(time.perf_counter() - t0, 3)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         hits = retriever.retrieve(queries_embeddings=torch.from_numpy(q), k=10)
         found = [[int(h["id"]) for h in row] for row in hits]
         result["recall_at_10"] = float(np.mean([len(set(f) & set(e)) / 10 for f, e in zip(found, exact.tolist())]))
     result["seconds"] = round(time.perf_counter() - t0, 3)
+    result["cpu_seconds"] = round(time.process_time() - cpu0, 3)  # all threads of this process
     result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return result
 
@@ -187,9 +198,166 @@ def compare(out: Path, repeats: int, nbits: int, build_repeats: int | None = Non
     print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))
 
 
+def run_step(out: Path, which: str, nbits: int, seed: int) -> dict:
+    """``step`` in a fresh process; its row with the wall time of the whole process and the load average after it."""
+    cmd = [sys.executable, __file__, "step", "--out", str(out), "--which", which, "--nbits", str(nbits), "--seed", str(seed)]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{which} (seed {seed}) failed with exit code {done.returncode}:\n{done.stderr[-4000:]}")
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    row["process_seconds"] = round(time.perf_counter() - t0, 1)
+    row["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    row["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    return row
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def seeds(out: Path, seed_list: list[int], nbits: int, results: Path, summary_only: bool = False, libraries: tuple = ("medbench", "pylate")) -> dict:
+    """For each seed: medbench's and pylate's build, then each one's search (each in its own process, the two
+    libraries' order swapped from one seed to the next); one line per (library, seed) appended to ``results``.
+    ``libraries``: run only these (another ``seeds`` process may run the other one on the same ``results``)."""
+    steps = results.with_name(results.name + ".steps")  # builds whose search is still to run (resume)
+    for i, seed in enumerate([] if summary_only else seed_list):
+        done = {(r["library"], r["seed"]) for r in read_jsonl(results) if r["nbits"] == nbits}
+        both = ("medbench", "pylate") if i % 2 == 0 else ("pylate", "medbench")
+        order = [lib for lib in both if lib in libraries and (lib, seed) not in done]
+        tag = f"{nbits}" if seed == 42 else f"{nbits}-s{seed}"
+        builds = {}
+        for lib in order:
+            kept = [r for r in read_jsonl(steps) if r["step"] == f"{lib}-build" and r["seed"] == seed and r["nbits"] == nbits]
+            if kept and (out / f"{lib}-{tag}").is_dir():
+                builds[lib] = kept[-1]
+                print(f"{lib} seed {seed}: build kept from {steps.name}", flush=True)
+                continue
+            builds[lib] = run_step(out, f"{lib}-build", nbits, seed)
+            with steps.open("a") as f:
+                f.write(json.dumps(builds[lib]) + "\n")
+            print(json.dumps(builds[lib]), flush=True)
+        for lib in order:
+            search = run_step(out, f"{lib}-search", nbits, seed)
+            print(json.dumps(search), flush=True)
+            build = builds[lib]
+            row = {"library": lib, "seed": seed, "nbits": nbits, "recall_at_10": search["recall_at_10"],
+                   "build_seconds": build["seconds"], "build_cpu_seconds": build.get("cpu_seconds"), "build_peak_rss_mib": build["peak_rss_mib"],
+                   "build_load_average": build["load_average"], "build_finished_utc": build["finished_utc"],
+                   "search_seconds": search["seconds"], "search_cpu_seconds": search["cpu_seconds"], "search_peak_rss_mib": search["peak_rss_mib"],
+                   "search_load_seconds": search["load_seconds"], "search_load_average": search["load_average"],
+                   "search_finished_utc": search["finished_utc"], "disk_bytes": build["disk_bytes"], "n_centroids": build.get("n_centroids")}  # fmt: skip
+            with results.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+    return seeds_summary(read_jsonl(results), seed_list, nbits, out)
+
+
+def seeds_summary(rows: list[dict], seed_list: list[int], nbits: int, out: Path) -> dict:
+    """Recall@10 per seed and library, medians and ranges, whether the ranges overlap, time ratios per seed."""
+    by = {(r["library"], r["seed"]): r for r in rows if r["nbits"] == nbits and r["seed"] in seed_list}
+    summary: dict = {"nbits": nbits, "seeds": seed_list, "prepare": json.loads((out / "prepare.json").read_text())}
+    print(f"\nrecall@10 against exact MaxSim, nbits {nbits}")
+    print("| library | " + " | ".join(f"seed {s}" for s in seed_list) + " | n | median | min-max |")
+    for lib in ("medbench", "pylate"):
+        recall = [by[(lib, s)]["recall_at_10"] for s in seed_list if (lib, s) in by]
+        summary[lib] = {"recall_at_10": {s: by[(lib, s)]["recall_at_10"] for s in seed_list if (lib, s) in by}, "n": len(recall)}
+        if recall:
+            summary[lib] |= {"median": float(np.median(recall)), "min": min(recall), "max": max(recall)}
+        cells = [f"{by[(lib, s)]['recall_at_10']:.4f}" if (lib, s) in by else "" for s in seed_list]
+        tail = f"{summary[lib]['median']:.4f} | {summary[lib]['min']:.4f}-{summary[lib]['max']:.4f}" if recall else " | "
+        print(f"| {lib} | " + " | ".join(cells) + f" | {len(recall)} | {tail} |")
+    if summary["medbench"]["n"] and summary["pylate"]["n"]:
+        m, p = summary["medbench"], summary["pylate"]
+        summary["ranges_overlap"] = m["min"] <= p["max"] and p["min"] <= m["max"]
+        summary["median_gap_pylate_minus_medbench"] = round(p["median"] - m["median"], 4)
+        print(f"ranges overlap: {summary['ranges_overlap']}; median gap (pylate - medbench): {summary['median_gap_pylate_minus_medbench']:+.4f}")
+    print("\n| seed | build s medbench / pylate (ratio) | build CPU s | search s medbench / pylate (ratio) | search CPU s | peak RSS MiB build, search |")
+    summary["pairs"] = {}
+    for s in seed_list:
+        if ("medbench", s) in by and ("pylate", s) in by:
+            a, b = by[("medbench", s)], by[("pylate", s)]
+            pair = {f"{k}_ratio": round(a[k] / b[k], 3) for k in ("build_seconds", "build_cpu_seconds", "search_seconds", "search_cpu_seconds")}
+            summary["pairs"][s] = pair
+            cells = [
+                f"{a[k]:.1f} / {b[k]:.1f}" + (f" ({pair[k + '_ratio']:.2f})" if k.endswith("_seconds") and "cpu" not in k else "")
+                for k in ("build_seconds", "build_cpu_seconds", "search_seconds", "search_cpu_seconds")
+            ]
+            rss = f"{a['build_peak_rss_mib']:.0f} / {b['build_peak_rss_mib']:.0f}, {a['search_peak_rss_mib']:.0f} / {b['search_peak_rss_mib']:.0f}"
+            print(f"| {s} | " + " | ".join(cells) + f" | {rss} |")
+    for k in ("build_seconds_ratio", "search_seconds_ratio"):
+        ratios = [p[k] for p in summary["pairs"].values()]
+        if ratios:
+            summary[f"median_{k}"] = float(np.median(ratios))
+            print(f"median {k.replace('_', ' ')} (medbench / pylate): {summary[f'median_{k}']:.3f} over {len(ratios)} pairs")
+    return summary
+
+
+def probed(centroids: np.ndarray, ivf: np.ndarray, ivf_offsets: np.ndarray, query: np.ndarray, n_probe: int) -> np.ndarray:
+    """The documents of the cells the query's tokens probe (the top ``n_probe`` centroids per token, as both searches probe)."""
+    cs = centroids @ query.T
+    cells = np.unique(np.argpartition(-cs, n_probe - 1, axis=0)[:n_probe].ravel())
+    return np.unique(np.concatenate([ivf[ivf_offsets[c] : ivf_offsets[c + 1]] for c in cells]))
+
+
+def diagnose(out: Path, seed_list: list[int], nbits: int, n_queries: int) -> dict:
+    """Where each index loses the exact top 10 (issue 47): its inverted file's cells (empty, the largest one's share of
+    the documents, postings per document) and the share of the exact top 10 among the documents the probe reaches; for
+    medbench also after each pruning (``n_full_scores``, then a quarter) and in the final top 10. Reads the indexes
+    ``seeds`` built; the first ``n_queries`` queries."""
+    from medbench_core.retrieval import multivector as mv
+
+    q, exact = np.load(out / "queries.npy")[:n_queries], np.load(out / "exact_top10.npy")[:n_queries]
+    _, offsets = mv.load_tokens(out / "emb")
+    n_docs = len(offsets) - 1
+    cover = lambda found: float(np.mean([len(set(np.asarray(f).tolist()) & set(e)) / 10 for f, e in zip(found, exact.tolist())]))  # noqa: E731
+    report: dict = {}
+    for seed in seed_list:
+        tag = f"{nbits}" if seed == 42 else f"{nbits}-s{seed}"
+        for lib in ("medbench", "pylate"):
+            folder = out / f"{lib}-{tag}"
+            if lib == "medbench" and (folder / "ivf.npy").exists():
+                settings = mv.plaid_settings({"type": "plaid", "nbits": nbits, "seed": seed}, "bench")
+                index = mv.PlaidIndex(folder, settings)
+                centroids, ivf, ivf_offsets = index.centroids, np.asarray(index.ivf), index.ivf_offsets
+            elif lib == "pylate" and list(folder.rglob("ivf.npy")):
+                where = next(folder.rglob("ivf.npy")).parent
+                centroids = np.asarray(np.load(where / "centroids.npy"), dtype=np.float32)
+                ivf, lengths = np.load(where / "ivf.npy").astype(np.int64), np.load(where / "ivf_lengths.npy").astype(np.int64)
+                if len(ivf) and ivf.max() >= n_docs:  # token ids, not document ids: map to their documents
+                    ivf = np.repeat(np.arange(n_docs), np.diff(offsets))[ivf]
+                ivf_offsets = np.concatenate([[0], np.cumsum(lengths)])
+            else:
+                continue
+            sizes = np.diff(ivf_offsets)
+            row = {"library": lib, "seed": seed, "n_cells": len(sizes), "empty_cells": int((sizes == 0).sum()),
+                   "largest_cell_share_of_documents": round(float(sizes.max()) / n_docs, 4),
+                   "cells_holding_over_half_the_documents": int((sizes > n_docs / 2).sum()),
+                   "postings_per_document": round(float(sizes.sum()) / n_docs, 2), "queries": len(q)}  # fmt: skip
+            t0 = time.perf_counter()
+            cand = [probed(centroids, ivf, ivf_offsets, qq, 8) for qq in q]
+            row["probed_documents_mean"] = round(float(np.mean([len(c) for c in cand])), 1)
+            row["exact_top10_among_probed"] = round(cover(cand), 4)
+            if lib == "medbench":
+                stages: dict = {"after_n_full_scores": [], "after_quarter": [], "final_top10": []}
+                for qq, c in zip(q, cand):
+                    cs = centroids @ qq.T
+                    dl = offsets[c + 1] - offsets[c]
+                    codes = np.asarray(index.codes[mv._rows_of(c, offsets)])
+                    approx = np.maximum.reduceat(cs[codes], np.concatenate([[0], np.cumsum(dl)[:-1]]), axis=0).sum(axis=1)
+                    keep = mv._best(approx, settings["n_full_scores"])
+                    stages["after_n_full_scores"].append(c[keep])
+                    stages["after_quarter"].append(c[keep[mv._best(approx[keep], max(10, settings["n_full_scores"] // 4))]])
+                    stages["final_top10"].append(index.search(qq, 10)[0][:10])
+                row |= {f"exact_top10_{k}": round(cover(v), 4) for k, v in stages.items()}
+            row["seconds"] = round(time.perf_counter() - t0, 1)
+            report[f"{lib}-{seed}"] = row
+            print(json.dumps(row), flush=True)
+    return report
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("prepare", "step", "compare"))
+    parser.add_argument("action", choices=("prepare", "step", "compare", "seeds", "diagnose"))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--docs", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=1_000)
@@ -199,11 +367,23 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--build-repeats", type=int, default=None, help="builds per library (default --repeats)")
     parser.add_argument("--earlier", type=Path, default=None, help="a compare log whose rows count (resume)")
+    parser.add_argument("--seeds", default="42,1,2,3,4", help="seeds: the k-means seeds, comma-separated")
+    parser.add_argument("--results", type=Path, default=None, help="seeds: the JSON-lines file (default seeds-nbits{N}.jsonl in --out)")
+    parser.add_argument("--summary-only", action="store_true", help="seeds: print the table of what is in --results, run nothing")
+    parser.add_argument("--libraries", default="medbench,pylate", help="seeds: which libraries to run (the table shows both)")
     args = parser.parse_args()
     if args.action == "prepare":
         prepare(args.out, args.docs, args.queries)
     elif args.action == "step":
         print(json.dumps(step(args.out, args.which, args.nbits, args.seed)))
+    elif args.action == "seeds":
+        results = args.results or args.out / f"seeds-nbits{args.nbits}.jsonl"
+        seed_list = [int(x) for x in args.seeds.split(",")]
+        summary = seeds(args.out, seed_list, args.nbits, results, args.summary_only, tuple(args.libraries.split(",")))
+        results.with_name(results.stem + "-summary.json").write_text(json.dumps(summary, indent=1))
+    elif args.action == "diagnose":
+        report = diagnose(args.out, [int(x) for x in args.seeds.split(",")], args.nbits, args.queries)
+        (args.out / f"diagnose-nbits{args.nbits}.json").write_text(json.dumps(report, indent=1))
     else:
         compare(args.out, args.repeats, args.nbits, args.build_repeats, args.earlier)
     return 0
