@@ -69,7 +69,7 @@ def test_one_new_model_at_night_runs_its_partitions_then_one_leaderboard(tmp_pat
         assert bootstraps == []
         # Every model finds each tiny task's relevant document first (nDCG@10 1 on every query), so every statistic's inputs
         # are some already stored: the CIs (3 models x 2 tasks), the tests against bm25 (2 x 2 x 2), the pairs (3 per task, 3
-        # for the average) are all taken as they were, with the two other models' trust plots; drawn: bm25-b05's trust plot,
-        # both difference plots and the heatmap, which it is in.
-        assert (md["stats_computed"].value, md["stats_reused"].value) == (4, 6 + 8 + 9 + 2 + 6)
+        # for the average) are all taken as they were, with the two other models' trust plots and bm25-k12's two difference
+        # plots (one per model x task, issue 53); drawn: bm25-b05's trust plot, its two difference plots and the heatmap.
+        assert (md["stats_computed"].value, md["stats_reused"].value) == (4, 6 + 8 + 9 + 2 + 2 + 6)
         assert leaderboard_tick(instance, settled.cursor).skip_reason.skip_message == "the leaderboard is newer than every evaluation"
