@@ -20,6 +20,10 @@ whose search has not run yet is kept (its row in ``<results>.steps``), and the t
     nice -n 10 /tmp/pylate/bin/python bench/late_interaction.py seeds --out /tmp/li --seeds 42,1,2,3,4
     /tmp/pylate/bin/python bench/late_interaction.py seeds --out /tmp/li --seeds 42,1,2,3,4 --summary-only
 
+``--libraries onpylate`` (after pylate's build of the same seed) builds medbench's PLAID on fast-plaid's own centroids
+(medbench's codec, inverted file and search; only k-means taken from fast-plaid) and searches it: where its recall lands
+between the two says whether a gap comes from the centroids or from what medbench does with them.
+
 ``diagnose --seeds ... --queries N`` reads the indexes ``seeds`` built and says where each loses the exact top 10
 (its inverted file's cells; the exact top 10 among the probed documents; medbench's after each pruning).
 """
@@ -137,6 +141,15 @@ def step(out: Path, which: str, nbits: int, seed: int = 42) -> dict:
         info = mv.build_plaid(out / "emb", idx, settings)
         result["n_centroids"] = info["n_centroids"]
         result["disk_bytes"] = sum(f.stat().st_size for f in idx.iterdir())
+    elif which == "onpylate-build":  # medbench's codec and inverted file on fast-plaid's own centroids (same seed)
+        pylate_centroids = next((out / f"pylate-{tag}").rglob("centroids.npy"))
+        centroids = np.asarray(np.load(pylate_centroids), dtype=np.float32)
+        mv._kmeans = lambda *_args, **_kw: centroids  # the only step of medbench's build that differs
+        idx = out / f"onpylate-{tag}"
+        idx.mkdir(exist_ok=True)
+        info = mv.build_plaid(out / "emb", idx, settings)
+        result["n_centroids"] = info["n_centroids"]
+        result["disk_bytes"] = sum(f.stat().st_size for f in idx.iterdir())
     elif which == "pylate-build":
         from pylate import indexes
 
@@ -145,8 +158,8 @@ def step(out: Path, which: str, nbits: int, seed: int = 42) -> dict:
         index = indexes.PLAID(index_folder=str(out), index_name=f"pylate-{tag}", override=True, nbits=nbits, seed=seed, show_progress=False, device="cpu")
         index.add_documents(documents_ids=[str(i) for i in range(len(docs))], documents_embeddings=docs)
         result["disk_bytes"] = sum(f.stat().st_size for f in (out / f"pylate-{tag}").rglob("*") if f.is_file())
-    elif which == "medbench-search":
-        index = mv.PlaidIndex(out / f"medbench-{tag}", settings)
+    elif which in ("medbench-search", "onpylate-search"):
+        index = mv.PlaidIndex(out / f"{which.split('-')[0]}-{tag}", settings)
         result["load_seconds"] = round(time.perf_counter() - t0, 3)
         t0, cpu0 = time.perf_counter(), time.process_time()
         found = [index.search(qq, 10)[0][:10].tolist() for qq in q]
@@ -224,8 +237,10 @@ def seeds(out: Path, seed_list: list[int], nbits: int, results: Path, summary_on
     for i, seed in enumerate([] if summary_only else seed_list):
         done = {(r["library"], r["seed"]) for r in read_jsonl(results) if r["nbits"] == nbits}
         both = ("medbench", "pylate") if i % 2 == 0 else ("pylate", "medbench")
-        order = [lib for lib in both if lib in libraries and (lib, seed) not in done]
+        order = [lib for lib in (*both, "onpylate") if lib in libraries and (lib, seed) not in done]
         tag = f"{nbits}" if seed == 42 else f"{nbits}-s{seed}"
+        if "onpylate" in order and not (out / f"pylate-{tag}").is_dir() and "pylate" not in order:
+            raise SystemExit(f"onpylate seed {seed}: needs pylate's index {out / f'pylate-{tag}'} (run pylate first)")
         builds = {}
         for lib in order:
             kept = [r for r in read_jsonl(steps) if r["step"] == f"{lib}-build" and r["seed"] == seed and r["nbits"] == nbits]
@@ -258,7 +273,9 @@ def seeds_summary(rows: list[dict], seed_list: list[int], nbits: int, out: Path)
     summary: dict = {"nbits": nbits, "seeds": seed_list, "prepare": json.loads((out / "prepare.json").read_text())}
     print(f"\nrecall@10 against exact MaxSim, nbits {nbits}")
     print("| library | " + " | ".join(f"seed {s}" for s in seed_list) + " | n | median | min-max |")
-    for lib in ("medbench", "pylate"):
+    for lib in ("medbench", "pylate", "onpylate"):
+        if lib == "onpylate" and not any(k[0] == lib for k in by):
+            continue
         recall = [by[(lib, s)]["recall_at_10"] for s in seed_list if (lib, s) in by]
         summary[lib] = {"recall_at_10": {s: by[(lib, s)]["recall_at_10"] for s in seed_list if (lib, s) in by}, "n": len(recall)}
         if recall:
@@ -370,7 +387,7 @@ def main() -> int:
     parser.add_argument("--seeds", default="42,1,2,3,4", help="seeds: the k-means seeds, comma-separated")
     parser.add_argument("--results", type=Path, default=None, help="seeds: the JSON-lines file (default seeds-nbits{N}.jsonl in --out)")
     parser.add_argument("--summary-only", action="store_true", help="seeds: print the table of what is in --results, run nothing")
-    parser.add_argument("--libraries", default="medbench,pylate", help="seeds: which libraries to run (the table shows both)")
+    parser.add_argument("--libraries", default="medbench,pylate", help="seeds: which to run, of medbench, pylate, onpylate (medbench on pylate's centroids)")
     args = parser.parse_args()
     if args.action == "prepare":
         prepare(args.out, args.docs, args.queries)
