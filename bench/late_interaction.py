@@ -135,17 +135,11 @@ def step(out: Path, which: str, nbits: int, seed: int = 42) -> dict:
     result: dict = {"step": which, "nbits": nbits, "seed": seed}
     tag = f"{nbits}" if seed == 42 else f"{nbits}-s{seed}"  # the index folders' suffix
     t0, cpu0 = time.perf_counter(), time.process_time()
-    if which == "medbench-build":
-        idx = out / f"medbench-{tag}"
-        idx.mkdir(exist_ok=True)
-        info = mv.build_plaid(out / "emb", idx, settings)
-        result["n_centroids"] = info["n_centroids"]
-        result["disk_bytes"] = sum(f.stat().st_size for f in idx.iterdir())
-    elif which == "onpylate-build":  # medbench's codec and inverted file on fast-plaid's own centroids (same seed)
-        pylate_centroids = next((out / f"pylate-{tag}").rglob("centroids.npy"))
-        centroids = np.asarray(np.load(pylate_centroids), dtype=np.float32)
-        mv._kmeans = lambda *_args, **_kw: centroids  # the only step of medbench's build that differs
-        idx = out / f"onpylate-{tag}"
+    if which in ("medbench-build", "onpylate-build"):
+        if which == "onpylate-build":  # medbench's codec and inverted file on fast-plaid's own centroids (same seed)
+            centroids = np.asarray(np.load(next((out / f"pylate-{tag}").rglob("centroids.npy"))), dtype=np.float32)
+            mv._kmeans = lambda *_args, **_kw: centroids  # the only step of medbench's build that differs
+        idx = out / f"{which.split('-')[0]}-{tag}"
         idx.mkdir(exist_ok=True)
         info = mv.build_plaid(out / "emb", idx, settings)
         result["n_centroids"] = info["n_centroids"]
